@@ -1,0 +1,1 @@
+"""The CLI and the decisions: reading pools, selection, the predictor, reports."""

@@ -1,0 +1,356 @@
+"""Read a pool of teacher responses in any of the layouts people keep them in.
+
+    pool = read_pool("openr1.parquet", PoolOptions())
+    pool.summary()  # problems, candidates, what was skipped and why
+
+Layouts (auto-detected from the field names, overridable by flags):
+- grouped: one problem per row with a list of candidates (OpenR1-Math-220k: `problem`,
+  `generations`, `correctness_math_verify`, `answer`, `uuid`);
+- flat: one response per row, grouped by an id field, else by identical prompt text;
+  the response in a plain field, `messages`, ShareGPT `conversations`, Alpaca
+  `instruction`/`input`/`output`, or TRL `prompt`/`completion`.
+Files: JSONL, JSON (an array of rows), Parquet, or a `datasets.save_to_disk` folder.
+
+Structural faults (bad JSON, a missing or mistyped field) are errors naming the row. Candidates
+that cannot be used (marked incorrect, empty) are dropped, and problems left with fewer than two
+are skipped; both are counted and reported. `strict=True` turns any skip into an error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from models.errors import InputError
+from models.files import read_jsonl, stable_hash
+
+PROMPT_KEYS = ("problem", "prompt", "question", "instruction", "query", "input")
+RESPONSES_KEYS = ("generations", "responses", "candidates", "completions", "outputs")
+RESPONSE_KEYS = ("response", "completion", "output", "generation", "solution")
+ANSWER_KEYS = ("answer", "reference_answer", "ground_truth", "final_answer", "gold", "target")
+CORRECT_KEYS = ("correctness_math_verify", "correctness", "correct", "is_correct", "correctness_llama")
+ID_KEYS = ("id", "uuid", "unique_id", "problem_id", "question_id", "prompt_id", "idx")
+
+
+@dataclass
+class PoolOptions:
+    """Field overrides and filtering rules; each field is also a CLI flag of the same name."""
+
+    prompt_field: str | None = None  # --prompt-field: the problem text
+    responses_field: str | None = None  # --responses-field: list of candidates (grouped) or one response (flat)
+    answer_field: str | None = None  # --answer-field: reference answer, for accuracy
+    correct_field: str | None = None  # --correct-field: correctness marks, list or per row
+    id_field: str | None = None  # --id-field: problem id (flat rows are grouped by it)
+    all_candidates: bool = False  # --all-candidates: keep candidates marked incorrect
+    strict: bool = False  # --strict: any skipped candidate or problem is an error
+    min_candidates: int = 2
+
+
+@dataclass
+class Candidate:
+    k: int  # index among the problem's candidates as given in the file (stable across filters)
+    text: str
+    correct: bool | None = None
+
+
+@dataclass
+class Problem:
+    id: str
+    prompt: str
+    candidates: list[Candidate]
+    answer: str | None = None
+
+
+@dataclass
+class Pool:
+    problems: list[Problem]
+    source: str
+    layout: str
+    fields: dict[str, str | None]
+    n_rows: int
+    skipped_candidates: Counter = field(default_factory=Counter)  # reason -> count
+    skipped_problems: Counter = field(default_factory=Counter)
+    skipped_examples: dict[str, list[str]] = field(default_factory=dict)  # reason -> first few ids
+
+    def __len__(self) -> int:
+        return len(self.problems)
+
+    @property
+    def n_candidates(self) -> int:
+        return sum(len(p.candidates) for p in self.problems)
+
+    @property
+    def has_answers(self) -> bool:
+        return any(p.answer not in (None, "") for p in self.problems)
+
+    def fingerprint(self) -> str:
+        """Content hash of what will be scored (ids, prompts, kept candidates), whatever the file format."""
+        return stable_hash([[p.id, p.prompt, [[c.k, c.text] for c in p.candidates]] for p in self.problems])
+
+    def get(self, pid: str) -> Problem:
+        if not hasattr(self, "_index"):
+            self._index = {p.id: p for p in self.problems}
+        return self._index[pid]
+
+    def summary(self) -> dict:
+        return {
+            "source": self.source,
+            "layout": self.layout,
+            "fields": self.fields,
+            "rows": self.n_rows,
+            "problems": len(self.problems),
+            "candidates": self.n_candidates,
+            "candidates_per_problem": round(self.n_candidates / max(1, len(self.problems)), 2),
+            "with_answers": self.has_answers,
+            "skipped_candidates": dict(self.skipped_candidates),
+            "skipped_problems": dict(self.skipped_problems),
+            "fingerprint": self.fingerprint(),
+        }
+
+
+# ---- reading files -----------------------------------------------------------------------------
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"pool {path} does not exist: pass a JSONL, JSON, Parquet file or a datasets folder")
+    try:
+        if p.is_dir():
+            return _read_dataset_dir(p)
+        suffix = p.suffix.lower()
+        if suffix in (".jsonl", ".ndjson"):
+            return read_jsonl(p)
+        if suffix == ".json":
+            return _read_json(p)
+        if suffix in (".parquet", ".pq"):
+            import pyarrow.parquet as pq
+
+            return pq.read_table(p).to_pylist()
+    except ValueError as e:
+        raise InputError(f"{e}: fix or remove that line") if "line" in str(e) else InputError(f"cannot read pool {path}: {e}") from None
+    except OSError as e:
+        raise InputError(f"cannot read pool {path}: {e}") from None
+    raise InputError(f"pool {path}: unknown file type {p.suffix!r}; use .jsonl, .json, .parquet or a datasets.save_to_disk folder")
+
+
+def _read_json(p: Path) -> list[dict]:
+    text = p.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return read_jsonl(p)  # many ".json" files are really JSON lines
+    if isinstance(data, dict):
+        for key in ("data", "rows", "train"):
+            if isinstance(data.get(key), list):
+                data = data[key]
+                break
+    if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+        raise InputError(f"pool {p}: expected a JSON array of objects (one per row)")
+    return data
+
+
+def _read_dataset_dir(p: Path) -> list[dict]:
+    if not ((p / "dataset_info.json").exists() or (p / "dataset_dict.json").exists() or (p / "state.json").exists()):
+        raise InputError(f"pool folder {p} is not a datasets.save_to_disk folder (no dataset_info.json / dataset_dict.json)")
+    import datasets
+
+    ds = datasets.load_from_disk(str(p))
+    if isinstance(ds, datasets.DatasetDict):
+        split = "train" if "train" in ds else (next(iter(ds)) if len(ds) == 1 else None)
+        if split is None:
+            raise InputError(f"pool folder {p} holds splits {list(ds)}: save the one split to score, or name it 'train'")
+        ds = ds[split]
+    return ds.to_list()
+
+
+# ---- layout detection and normalisation --------------------------------------------------------
+
+
+def _pick(keys: set[str], given: str | None, candidates: tuple[str, ...], flag: str) -> str | None:
+    if given is not None:
+        if given not in keys:
+            raise InputError(f"{flag} {given!r} is not a field of the pool (fields: {', '.join(sorted(keys))})")
+        return given
+    return next((k for k in candidates if k in keys), None)
+
+
+def detect_layout(rows: list[dict], opt: PoolOptions) -> tuple[str, dict[str, str | None]]:
+    keys: set[str] = set()
+    for r in rows[:50]:
+        keys |= set(r)
+    id_f = _pick(keys, opt.id_field, ID_KEYS, "--id-field")
+    ans_f = _pick(keys, opt.answer_field, ANSWER_KEYS, "--answer-field")
+    cor_f = _pick(keys, opt.correct_field, CORRECT_KEYS, "--correct-field")
+    fields: dict[str, str | None] = {"id": id_f, "answer": ans_f, "correct": cor_f}
+
+    resp_f = _pick(keys, opt.responses_field, (), "--responses-field")
+    if resp_f is None:
+        resp_f = next((k for k in RESPONSES_KEYS if k in keys and isinstance(rows[0].get(k), list)), None)
+    if resp_f is not None and isinstance(rows[0].get(resp_f), list) and not _is_messages(rows[0].get(resp_f)):
+        prompt_f = _pick(keys, opt.prompt_field, PROMPT_KEYS, "--prompt-field")
+        if prompt_f is None:
+            raise InputError(f"grouped pool has candidates in {resp_f!r} but no prompt field: pass --prompt-field")
+        return "grouped", {**fields, "prompt": prompt_f, "responses": resp_f}
+    if opt.prompt_field is None and opt.responses_field is None:
+        if "messages" in keys:
+            return "messages", {**fields, "prompt": "messages", "responses": "messages"}
+        if "conversations" in keys:
+            return "sharegpt", {**fields, "prompt": "conversations", "responses": "conversations"}
+        if "instruction" in keys and "output" in keys:
+            return "alpaca", {**fields, "prompt": "instruction", "responses": "output"}
+        if "prompt" in keys and "completion" in keys:
+            return "trl", {**fields, "prompt": "prompt", "responses": "completion"}
+    prompt_f = _pick(keys, opt.prompt_field, PROMPT_KEYS, "--prompt-field")
+    resp_f = resp_f or _pick(keys, None, RESPONSE_KEYS, "--responses-field")
+    if prompt_f is None or resp_f is None:
+        raise InputError(
+            f"cannot tell the pool layout from its fields ({', '.join(sorted(keys))}): "
+            "pass --prompt-field and --responses-field"
+        )
+    return "flat", {**fields, "prompt": prompt_f, "responses": resp_f}
+
+
+def _is_messages(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and isinstance(value[0], dict) and "content" in value[0]
+
+
+def _text(value: Any, where: str, what: str) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    raise InputError(f"{where}: {what} must be a string, got {type(value).__name__}")
+
+
+def _chat_pair(turns: Any, where: str, role_key: str, text_key: str, user: tuple, assistant: tuple) -> tuple[str, str]:
+    if not isinstance(turns, list) or not all(isinstance(t, dict) for t in turns):
+        raise InputError(f"{where}: expected a list of chat turns")
+    last_assistant = max((i for i, t in enumerate(turns) if t.get(role_key) in assistant), default=None)
+    if last_assistant is None:
+        raise InputError(f"{where}: no assistant turn to use as the response")
+    user_turns = [i for i, t in enumerate(turns[:last_assistant]) if t.get(role_key) in user]
+    if not user_turns:
+        raise InputError(f"{where}: no user turn before the assistant's response")
+    prompt = _text(turns[user_turns[-1]].get(text_key), where, "the user turn")
+    return prompt, _text(turns[last_assistant].get(text_key), where, "the assistant turn")
+
+
+def _flat_pair(row: dict, layout: str, f: dict, where: str) -> tuple[str, str]:
+    if layout == "messages":
+        return _chat_pair(row.get("messages"), where, "role", "content", ("user",), ("assistant",))
+    if layout == "sharegpt":
+        return _chat_pair(row.get("conversations"), where, "from", "value", ("human", "user"), ("gpt", "assistant"))
+    if layout == "alpaca":
+        instr = _text(row.get("instruction"), where, "instruction")
+        extra = _text(row.get("input"), where, "input")
+        return (f"{instr}\n\n{extra}" if extra.strip() else instr), _text(row.get("output"), where, "output")
+    if layout == "trl":
+        prompt, completion = row.get("prompt"), row.get("completion")
+        if isinstance(prompt, list):  # conversational prompt/completion
+            prompt = _chat_pair(prompt + [{"role": "assistant", "content": ""}], where, "role", "content", ("user",), ("assistant",))[0]
+        if isinstance(completion, list):
+            completion = completion[-1].get("content") if completion and isinstance(completion[-1], dict) else None
+        return _text(prompt, where, "prompt"), _text(completion, where, "completion")
+    if f["prompt"] not in row:
+        raise InputError(f"{where}: missing field {f['prompt']!r}; pass --prompt-field")
+    if f["responses"] not in row:
+        raise InputError(f"{where}: missing field {f['responses']!r}; pass --responses-field")
+    return _text(row[f["prompt"]], where, f["prompt"]), _text(row[f["responses"]], where, f["responses"])
+
+
+def _as_bool(v: Any, where: str) -> bool | None:
+    if v is None or isinstance(v, bool):
+        return v
+    if isinstance(v, (int, float)) and v in (0, 1):
+        return bool(v)
+    if isinstance(v, str) and v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    raise InputError(f"{where}: correctness mark {v!r} is not true/false")
+
+
+def _answer(row: dict, f: dict) -> str | None:
+    if f["answer"] is None or row.get(f["answer"]) is None:
+        return None
+    return str(row[f["answer"]])
+
+
+def read_pool(path: str | Path, opt: PoolOptions | None = None) -> Pool:
+    opt = opt or PoolOptions()
+    rows = read_rows(path)
+    if not rows:
+        raise InputError(f"pool {path} is empty")
+    layout, f = detect_layout(rows, opt)
+    drafts: dict[str, Problem] = {}
+    order: list[str] = []
+    for n, row in enumerate(rows):
+        where = f"pool {Path(path).name} row {n + 1}"
+        pid = str(row[f["id"]]) if f["id"] and row.get(f["id"]) is not None else None
+        if layout == "grouped":
+            pid = pid if pid is not None else str(n)
+            if pid in drafts:
+                raise InputError(f"{where}: id {pid!r} repeats an earlier row; ids must be unique per problem (or pass --id-field)")
+            if f["prompt"] not in row:
+                raise InputError(f"{where}: missing field {f['prompt']!r}; pass --prompt-field")
+            gens = row.get(f["responses"])
+            if not isinstance(gens, list):
+                raise InputError(f"{where}: field {f['responses']!r} must be a list of responses, got {type(gens).__name__}")
+            marks = row.get(f["correct"]) if f["correct"] else None
+            if marks is not None and (not isinstance(marks, list) or len(marks) != len(gens)):
+                raise InputError(f"{where}: {f['correct']!r} must be a list as long as {f['responses']!r} ({len(gens)})")
+            cands = [Candidate(k, _text(g, where, f"candidate {k}"), _as_bool(marks[k], where) if marks else None)
+                     for k, g in enumerate(gens)]
+            drafts[pid] = Problem(pid, _text(row[f["prompt"]], where, f["prompt"]), cands, _answer(row, f))
+            order.append(pid)
+            continue
+        prompt, response = _flat_pair(row, layout, f, where)
+        key = pid if pid is not None else "prompt:" + prompt
+        mark = _as_bool(row.get(f["correct"]), where) if f["correct"] else None
+        if key not in drafts:
+            drafts[key] = Problem(pid if pid is not None else str(n), prompt, [], _answer(row, f))
+            order.append(key)
+        prob = drafts[key]
+        prob.candidates.append(Candidate(len(prob.candidates), response, mark))
+    return _filter(path, layout, f, len(rows), [drafts[k] for k in order], opt)
+
+
+def _filter(path, layout: str, f: dict, n_rows: int, problems: list[Problem], opt: PoolOptions) -> Pool:
+    pool = Pool([], str(path), layout, f, n_rows)
+
+    def skip(counter: Counter, reason: str, pid: str) -> None:
+        if opt.strict:
+            raise InputError(f"problem {pid!r}: {reason} (--strict); fix the pool or drop --strict to skip it")
+        counter[reason] += 1
+        pool.skipped_examples.setdefault(reason, [])
+        if len(pool.skipped_examples[reason]) < 5:
+            pool.skipped_examples[reason].append(pid)
+
+    for prob in problems:
+        if not prob.prompt.strip():
+            skip(pool.skipped_problems, "empty prompt", prob.id)
+            continue
+        kept = []
+        for c in prob.candidates:
+            if not c.text.strip():
+                skip(pool.skipped_candidates, "empty response", prob.id)
+            elif c.correct is False and not opt.all_candidates:
+                pool.skipped_candidates["marked incorrect"] += 1  # the documented default, not a fault
+            elif c.correct is None and f["correct"] and not opt.all_candidates:
+                pool.skipped_candidates["correctness unknown"] += 1
+            else:
+                kept.append(c)
+        if len(kept) < opt.min_candidates:
+            skip(pool.skipped_problems, f"fewer than {opt.min_candidates} usable candidates", prob.id)
+            continue
+        prob.candidates = kept
+        pool.problems.append(prob)
+    if not pool.problems:
+        why = "; ".join(f"{v} {k}" for k, v in {**pool.skipped_problems}.items()) or "no rows"
+        raise InputError(
+            f"pool {path}: no problem has {opt.min_candidates} usable candidates to rank ({why}); "
+            "each problem needs several non-empty responses" + ("" if opt.all_candidates else " (or pass --all-candidates)")
+        )
+    return pool

@@ -1,0 +1,145 @@
+"""The score stage: every kept candidate of a pool scored under the student, cached in shards.
+
+    advisor score --model lab:tiny --pool pool.jsonl --out runs/score
+
+Work is cut into fixed shards of `shard_size` candidates in pool order. Each finished shard is
+written atomically under `$ADVISOR_HOME/scores/<key>/`, where the key covers the model
+fingerprint, the pool fingerprint, the prompt template, the max length and the dtype. A rerun
+(after a kill, or with a new `--out`) skips finished shards; since a shard's contents and its
+batching depend only on its own candidates, a resumed run ends with the same file as an
+uninterrupted one. `OUT/scores.jsonl` and `OUT/config.json` appear only once all shards exist.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from advisor.pool import Pool
+from models.errors import InputError
+from models.files import advisor_home, read_jsonl, stable_hash, versions, write_json, write_jsonl
+
+BACKENDS = {"hf": "models.hf:HFBackend"}
+
+
+@dataclass
+class ScoreConfig:
+    model: str  # --model: local folder, hub id, or lab:NAME
+    device: str = "auto"  # --device auto|cpu|cuda
+    dtype: str = "auto"  # --dtype auto|float32|bfloat16|float16 (auto: bf16 on GPU, fp32 on CPU)
+    backend: str = "hf"  # --backend
+    max_length: int = 4096  # --max-length: prompt + response tokens; longer responses are cut and flagged
+    token_budget: int = 8192  # --token-budget: padded tokens per forward batch
+    shard_size: int = 512  # --shard-size: candidates per cached shard (the unit of resume)
+    seed: int = 0  # --seed (scoring is deterministic; recorded for provenance)
+
+    def validate(self) -> None:
+        problems = []
+        if self.backend not in BACKENDS:
+            problems.append(f"--backend {self.backend!r} is not available: use one of {', '.join(BACKENDS)}")
+        if self.max_length < 2:
+            problems.append(f"--max-length {self.max_length} is too small: it must leave room for prompt and response")
+        if self.token_budget < self.max_length:
+            problems.append(f"--token-budget {self.token_budget} is below --max-length {self.max_length}: one sequence must fit a batch")
+        if self.shard_size < 1:
+            problems.append(f"--shard-size {self.shard_size} must be at least 1")
+        if problems:
+            raise InputError("; ".join(problems))
+
+
+def make_backend(name: str, lm, **kwargs):
+    import importlib
+
+    module, cls = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(lm, **kwargs)
+
+
+def cache_key(description: dict, pool: Pool, template: str, cfg: ScoreConfig) -> str:
+    return stable_hash({
+        "model": description["fingerprint"],
+        "pool": pool.fingerprint(),
+        "template": template,
+        "max_length": cfg.max_length,
+        "dtype": description["dtype"],
+    })
+
+
+def candidate_rows(pool: Pool) -> list[tuple[str, int, str, str]]:
+    return [(p.id, c.k, p.prompt, c.text) for p in pool.problems for c in p.candidates]
+
+
+Advance = Callable[[int], None]
+
+
+def score_pool(
+    pool: Pool,
+    cfg: ScoreConfig,
+    out_dir: str | Path | None = None,
+    lm=None,
+    on_start: Callable[[int, int], None] | None = None,
+    advance: Advance | None = None,
+    stop_after_shards: int | None = None,
+) -> dict:
+    """Score every kept candidate; returns a summary. `lm` reuses an already loaded model.
+
+    `on_start(total, already_done)` is called once the cache is inspected; `advance(n)` after
+    each batch. `stop_after_shards` ends early (for tests of resume) without writing outputs.
+    """
+    from models.loading import load_model
+    from models.template import template_id
+
+    cfg.validate()
+    lm = lm or load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    tmpl = template_id(lm.tokenizer)
+    key = cache_key(lm.description, pool, tmpl, cfg)
+    cache = advisor_home() / "scores" / key
+    rows = candidate_rows(pool)
+    shards = [rows[i:i + cfg.shard_size] for i in range(0, len(rows), cfg.shard_size)]
+    done = [cache / f"shard-{i:05d}.jsonl" for i in range(len(shards))]
+    n_done = sum(len(s) for s, d in zip(shards, done) if d.exists())
+    if on_start:
+        on_start(len(rows), n_done)
+    backend = make_backend(cfg.backend, lm, token_budget=cfg.token_budget)
+    t0, computed = time.perf_counter(), 0
+    for i, (shard, path) in enumerate(zip(shards, done)):
+        if path.exists():
+            continue
+        if stop_after_shards is not None and computed >= stop_after_shards:
+            return {"stopped_early": True, "cache": str(cache)}
+        results = backend.score([(p, r) for _, _, p, r in shard], max_length=cfg.max_length, progress=advance)
+        write_jsonl(path, ({"id": pid, "k": k, **res} for (pid, k, _, _), res in zip(shard, results)))
+        computed += 1
+    elapsed = time.perf_counter() - t0
+    all_rows = [r for path in done for r in _read_shard(path)]
+    summary = {
+        "candidates": len(all_rows),
+        "problems": len(pool),
+        "response_tokens": sum(r["n_tokens"] for r in all_rows),
+        "truncated": sum(bool(r["truncated"]) for r in all_rows),
+        "from_cache": n_done,
+        "seconds": round(elapsed, 3),
+        "cache": str(cache),
+        "key": key,
+        "template": tmpl,
+        "model": lm.description,
+    }
+    write_json(cache / "complete.json", {"key": key, "candidates": len(all_rows)})
+    if out_dir is not None:
+        out = Path(out_dir)
+        write_jsonl(out / "scores.jsonl", all_rows)
+        write_json(out / "config.json", {
+            "stage": "score", "versions": versions(), "settings": asdict(cfg),
+            "pool": pool.summary(), "model": lm.description, "template": tmpl, "cache_key": key,
+        })
+        summary["scores"] = str(out / "scores.jsonl")
+    return summary
+
+
+def _read_shard(path: Path) -> list[dict]:
+    try:
+        return read_jsonl(path)
+    except ValueError:
+        path.unlink()  # shards are written atomically, so this is outside damage: recompute next time
+        raise InputError(f"cached shard {path} was damaged and has been removed; rerun the same command to recompute it") from None

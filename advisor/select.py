@@ -1,0 +1,177 @@
+"""Build D_high / D_low / D_mixed / curriculum from a pool and its scores, and export them.
+
+    sel = select(pool, load_scores("out/scores.jsonl"), SelectConfig(strategy="high"))
+    export(sel, "train.jsonl", "trl")
+
+`high` takes each problem's highest-scoring candidate, `low` its lowest (ties go to the lower
+candidate index, so the choice is deterministic). `mixed` gives a fraction `mix` of the problems
+(drawn with `seed`) their low response and the rest their high one, so it is the same size as the
+others. `curriculum` is the high set followed by the low set; each row carries its `phase`, and
+the trainer switches at `switch_epoch`. The score is `logprob_mean` (per token) unless
+`score="sum"`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from statistics import mean
+from typing import Mapping, Sequence
+
+from advisor.pool import Pool
+from models.errors import InputError
+from models.files import atomic_path, read_jsonl, write_jsonl
+
+STRATEGIES = ("high", "low", "mixed", "curriculum")
+FORMATS = ("trl", "messages", "alpaca")
+SCORE_FIELDS = {"mean": "logprob_mean", "sum": "logprob_sum"}
+REQUIRED_SCORE_FIELDS = ("id", "k", "n_tokens", "logprob_sum", "logprob_mean", "truncated")
+
+
+@dataclass
+class SelectConfig:
+    strategy: str = "high"  # --strategy: high | low | mixed | curriculum
+    mix: float = 0.5  # --mix: share of problems that take their low response (mixed)
+    score: str = "mean"  # --score: mean (per token) | sum
+    seed: int = 0  # --seed: which problems are "low" in a mixed set
+    switch_epoch: int = 1  # --switch-epoch: curriculum epoch at which training moves to the low set
+
+    def validate(self) -> None:
+        problems = []
+        if self.strategy not in STRATEGIES:
+            problems.append(f"--strategy {self.strategy!r} is unknown: use one of {', '.join(STRATEGIES)}")
+        if not 0.0 <= self.mix <= 1.0:
+            problems.append(f"--mix {self.mix} is outside [0, 1]: it is the share of problems given their low response")
+        if self.score not in SCORE_FIELDS:
+            problems.append(f"--score {self.score!r} is unknown: use mean or sum")
+        if self.switch_epoch < 0:
+            problems.append(f"--switch-epoch {self.switch_epoch} is negative")
+        if problems:
+            raise InputError("; ".join(problems))
+
+
+@dataclass
+class Selection:
+    strategy: str
+    rows: list[dict]  # id, k, prompt, response, phase, score, n_tokens
+    summary: dict
+
+
+def load_scores(path: str | Path) -> dict[tuple[str, int], dict]:
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"scores file {path} does not exist: run `advisor score` first")
+    try:
+        rows = read_jsonl(p)
+    except ValueError as e:
+        raise InputError(f"{e}: the scores file is damaged; rerun `advisor score` (it resumes from its cache)") from None
+    out: dict[tuple[str, int], dict] = {}
+    for n, r in enumerate(rows, 1):
+        missing = [f for f in REQUIRED_SCORE_FIELDS if f not in r]
+        if missing:
+            raise InputError(f"{path} line {n}: missing {', '.join(missing)}; is this a file written by `advisor score`?")
+        out[(str(r["id"]), int(r["k"]))] = r
+    return out
+
+
+def extremes(values: Mapping[int, float]) -> tuple[int, int]:
+    """(argmax, argmin) over candidate index -> score; ties go to the lower index."""
+    ks = sorted(values)
+    hi = max(ks, key=lambda k: (values[k], -k))
+    lo = min(ks, key=lambda k: (values[k], k))
+    return hi, lo
+
+
+def select(pool: Pool, scores: Mapping[tuple[str, int], dict], cfg: SelectConfig) -> Selection:
+    cfg.validate()
+    field = SCORE_FIELDS[cfg.score]
+    chosen: list[tuple[str, dict, dict]] = []  # problem id, high row, low row
+    missing: list[str] = []
+    for prob in pool.problems:
+        rows = {c.k: scores.get((prob.id, c.k)) for c in prob.candidates}
+        if any(r is None for r in rows.values()):
+            missing.append(prob.id)
+            continue
+        hi, lo = extremes({k: r[field] for k, r in rows.items()})
+        chosen.append((prob.id, rows[hi], rows[lo]))
+    if missing:
+        raise InputError(
+            f"scores do not cover {len(missing)} of {len(pool)} problems (first: {missing[0]!r}): "
+            "score this pool with the same field and filter flags, then select"
+        )
+    n_low = round(cfg.mix * len(chosen)) if cfg.strategy == "mixed" else 0
+    low_ids = set(random.Random(cfg.seed).sample([pid for pid, _, _ in chosen], n_low)) if n_low else set()
+
+    def row(pid: str, r: dict, phase: str) -> dict:
+        prob = pool.get(pid)
+        text = next(c.text for c in prob.candidates if c.k == r["k"])
+        return {"id": pid, "k": r["k"], "prompt": prob.prompt, "response": text, "phase": phase,
+                "score": r[field], "n_tokens": r["n_tokens"], "answer": prob.answer}
+
+    if cfg.strategy == "high":
+        out = [row(pid, h, "high") for pid, h, _ in chosen]
+    elif cfg.strategy == "low":
+        out = [row(pid, lo, "low") for pid, _, lo in chosen]
+    elif cfg.strategy == "mixed":
+        out = [row(pid, lo, "low") if pid in low_ids else row(pid, h, "high") for pid, h, lo in chosen]
+    else:
+        out = [row(pid, h, "high") for pid, h, _ in chosen] + [row(pid, lo, "low") for pid, _, lo in chosen]
+    return Selection(cfg.strategy, out, _summary(chosen, out, field, cfg))
+
+
+def _summary(chosen: Sequence[tuple[str, dict, dict]], rows: list[dict], field: str, cfg: SelectConfig) -> dict:
+    hi_scores = [h[field] for _, h, _ in chosen]
+    lo_scores = [lo[field] for _, _, lo in chosen]
+    hi_len = mean(h["n_tokens"] for _, h, _ in chosen)
+    lo_len = mean(lo["n_tokens"] for _, _, lo in chosen)
+    return {
+        "strategy": cfg.strategy,
+        "score": cfg.score,
+        "mix": cfg.mix if cfg.strategy == "mixed" else None,
+        "switch_epoch": cfg.switch_epoch if cfg.strategy == "curriculum" else None,
+        "problems": len(chosen),
+        "rows": len(rows),
+        "rows_from_low": sum(r["phase"] == "low" for r in rows),
+        "mean_score_high": mean(hi_scores),
+        "mean_score_low": mean(lo_scores),
+        "likelihood_gap": mean(h - lo for h, lo in zip(hi_scores, lo_scores)),
+        "mean_tokens_high": hi_len,
+        "mean_tokens_low": lo_len,
+        "length_ratio_low_high": lo_len / hi_len if hi_len else float("nan"),
+        "same_candidate": sum(h["k"] == lo["k"] for _, h, lo in chosen),
+        "mean_score_selected": mean(r["score"] for r in rows),
+    }
+
+
+def export_rows(sel: Selection, fmt: str) -> list[dict]:
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt!r} is unknown: use one of {', '.join(FORMATS)}")
+    out = []
+    for r in sel.rows:
+        meta = {"id": r["id"], "k": r["k"]}
+        if sel.strategy == "curriculum":
+            meta["phase"] = r["phase"]
+        if fmt == "trl":
+            out.append({"prompt": r["prompt"], "completion": r["response"], **meta})
+        elif fmt == "messages":
+            out.append({"messages": [{"role": "user", "content": r["prompt"]},
+                                     {"role": "assistant", "content": r["response"]}], **meta})
+        else:
+            out.append({"instruction": r["prompt"], "input": "", "output": r["response"], **meta})
+    return out
+
+
+def export(sel: Selection, path: str | Path, fmt: str = "trl") -> int:
+    """Write the selection; Alpaca is one JSON array, the others JSON lines. Atomic."""
+    rows = export_rows(sel, fmt)
+    if fmt == "alpaca":
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(rows, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+        return len(rows)
+    return write_jsonl(path, rows)
+
+
+def config_dict(cfg: SelectConfig) -> dict:
+    return asdict(cfg)

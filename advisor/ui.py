@@ -1,0 +1,82 @@
+"""Terminal output: rich tables and progress bars on stderr, JSON on stdout."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+from typing import Any, Iterator
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+console = Console(stderr=True)
+
+
+def emit_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(_clean(obj), indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def _clean(obj: Any) -> Any:
+    """JSON has no NaN: write null instead."""
+    if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+@contextlib.contextmanager
+def progress(description: str, unit: str = "items") -> Iterator[Progress]:
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn(f"{unit}"),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+    with bar:
+        yield bar
+
+
+def kv_table(title: str, rows: dict[str, Any]) -> Table:
+    t = Table(title=title, show_header=False, title_justify="left")
+    t.add_column(style="bold")
+    t.add_column()
+    for k, v in rows.items():
+        t.add_row(k, fmt(v))
+    return t
+
+
+def fmt(v: Any) -> str:
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "—"
+        return f"{v:.4g}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k}: {fmt(x)}" for k, x in v.items()) or "—"
+    if v is None:
+        return "—"
+    return str(v)
+
+
+def quiet_libraries() -> None:
+    """Transformers' own progress bars and warnings would interleave with ours."""
+    import os
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except Exception:  # pragma: no cover - transformers is a hard dependency
+        pass

@@ -1,0 +1,1 @@
+"""Everything that touches weights: loading, describing, scoring, generation, and the embedded lab."""

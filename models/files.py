@@ -1,0 +1,113 @@
+"""Small file helpers every room needs: atomic writes, JSONL, fingerprints, the cache home.
+
+Outputs are written to a temporary name beside the target and renamed into place, so a killed run
+never leaves a half-written file under the final name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+FORMAT_VERSION = 1
+
+
+def advisor_home() -> Path:
+    """Cache root: `$ADVISOR_HOME`, else `~/.cache/capacity-advisor`."""
+    home = os.environ.get("ADVISOR_HOME")
+    return Path(home).expanduser() if home else Path.home() / ".cache" / "capacity-advisor"
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, target)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+
+
+def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
+    n = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            n += 1
+    return n
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Read a JSONL file; a bad line raises ValueError naming the file and line."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path} line {lineno}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path} line {lineno}: expected a JSON object, got {type(row).__name__}")
+            rows.append(row)
+    return rows
+
+
+def stable_hash(obj: Any, n: int = 16) -> str:
+    """A short hex digest of a JSON-serialisable object (key order does not matter)."""
+    blob = json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8")
+    return hashlib.sha256(blob).hexdigest()[:n]
+
+
+def file_digest(path: str | os.PathLike, head_tail_bytes: int | None = None) -> str:
+    """sha256 of a file; with `head_tail_bytes`, only its size, head and tail (for multi-GB weights)."""
+    h = hashlib.sha256()
+    p = Path(path)
+    size = p.stat().st_size
+    with open(p, "rb") as f:
+        if head_tail_bytes is None or size <= 2 * head_tail_bytes:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        else:
+            h.update(str(size).encode())
+            h.update(f.read(head_tail_bytes))
+            f.seek(size - head_tail_bytes)
+            h.update(f.read(head_tail_bytes))
+    return h.hexdigest()
+
+
+def versions() -> dict[str, str]:
+    """Versions of the libraries whose behaviour shapes our numbers, for config.json files."""
+    out = {"capacity_advisor": _own_version(), "format": str(FORMAT_VERSION)}
+    for name in ("torch", "transformers"):
+        try:
+            out[name] = __import__(name).__version__
+        except Exception:  # pragma: no cover - both are hard dependencies
+            out[name] = "missing"
+    return out
+
+
+def _own_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("capacity-advisor")
+    except Exception:
+        return "0+unknown"

@@ -1,0 +1,193 @@
+"""The `hf` backend: response-token log-probs and batched generation with plain transformers.
+
+    from models.loading import load_model
+    from models.hf import HFBackend
+    rows = HFBackend(load_model("lab:tiny")).score([("Q1+2=", "A3")], max_length=512)
+
+Scoring never builds a (sequence x vocabulary) fp32 log-softmax: the decoder's last hidden states
+are gathered at the positions that predict response tokens, and the LM head is applied to those
+in chunks sized by `chunk_bytes`, each reduced to (target logit - logsumexp) at once. So a
+16k-token trace with a 150k vocabulary costs one chunk of logits, not 16k x 150k x 4 bytes.
+Pairs are sorted by length and packed into batches of at most `token_budget` padded tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from models.errors import InputError
+from models.loading import LoadedModel
+from models.template import Encoded, encode_pair, prompt_ids
+
+Progress = Callable[[int], None]  # called with the number of items just finished
+
+
+class HFBackend:
+    name = "hf"
+
+    def __init__(self, lm: LoadedModel, token_budget: int = 8192, chunk_bytes: int = 256 << 20, max_batch: int = 256):
+        self.lm = lm
+        self.token_budget = token_budget
+        self.chunk_bytes = chunk_bytes
+        self.max_batch = max_batch
+
+    # ---- scoring -------------------------------------------------------------------------
+    def encode(self, pairs: Sequence[tuple[str, str]], max_length: int) -> list[Encoded]:
+        return [encode_pair(self.lm.tokenizer, p, r, max_length) for p, r in pairs]
+
+    def score(self, pairs: Sequence[tuple[str, str]], max_length: int = 4096, progress: Progress | None = None) -> list[dict]:
+        """Per pair: n_tokens, logprob_sum, logprob_mean (per response token), truncated."""
+        return self.score_encoded(self.encode(pairs, max_length), progress)
+
+    def score_encoded(self, encoded: Sequence[Encoded], progress: Progress | None = None) -> list[dict]:
+        import torch
+
+        out: list[dict | None] = [None] * len(encoded)
+        for idx in length_batches([len(e.input_ids) for e in encoded], self.token_budget, self.max_batch):
+            batch = [encoded[i] for i in idx]
+            with torch.inference_mode():
+                sums = self._score_batch(batch)
+            for i, e, s in zip(idx, batch, sums):
+                n = e.n_response
+                out[i] = {
+                    "n_tokens": n,
+                    "logprob_sum": s,
+                    "logprob_mean": s / n if n else float("nan"),
+                    "truncated": e.truncated,
+                }
+            if progress:
+                progress(len(idx))
+        return out  # type: ignore[return-value]
+
+    def _score_batch(self, batch: Sequence[Encoded]) -> list[float]:
+        import torch
+
+        model, dev = self.lm.model, self.lm.device
+        pad = self.lm.tokenizer.pad_token_id or 0
+        L = max(len(e.input_ids) for e in batch)
+        ids = torch.full((len(batch), L), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), L), dtype=torch.long)
+        rows, cols = [], []
+        for b, e in enumerate(batch):
+            n = len(e.input_ids)
+            ids[b, :n] = torch.tensor(e.input_ids)
+            mask[b, :n] = 1
+            # position t predicts token t+1; response tokens are n_prompt .. n-1
+            pos = range(max(e.n_prompt - 1, 0), n - 1)
+            rows.extend([b] * len(pos))
+            cols.extend(pos)
+        ids, mask = ids.to(dev), mask.to(dev)
+        rows_t = torch.tensor(rows, dtype=torch.long, device=dev)
+        cols_t = torch.tensor(cols, dtype=torch.long, device=dev)
+        hidden = decoder_hidden(model, ids, mask)  # (B, L, H), right padding keeps positions exact
+        h = hidden[rows_t, cols_t]  # (N, H)
+        targets = ids[rows_t, cols_t + 1]
+        logp = token_logprobs(model, h, targets, self.chunk_bytes)
+        sums = torch.zeros(len(batch), dtype=torch.float64, device=dev)
+        sums.index_add_(0, rows_t, logp.double())
+        return sums.tolist()
+
+    # ---- generation ----------------------------------------------------------------------
+    def generate(
+        self,
+        prompts: Sequence[str],
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        n: int = 1,
+        seed: int = 0,
+        progress: Progress | None = None,
+    ) -> list[list[str]]:
+        """n completions per prompt (greedy when temperature == 0), batched and KV-cached."""
+        import torch
+
+        if temperature == 0 and n > 1:
+            raise InputError("greedy decoding (temperature 0) gives one completion per prompt; set a temperature > 0 for n > 1")
+        tok, model, dev = self.lm.tokenizer, self.lm.model, self.lm.device
+        encoded = [prompt_ids(tok, p) for p in prompts]
+        out: list[list[str]] = [[] for _ in prompts]
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        budget = max(1, self.token_budget // max(1, n))
+        lengths = [len(e) + max_new_tokens for e in encoded]
+        for idx in length_batches(lengths, budget, self.max_batch):
+            L = max(len(encoded[i]) for i in idx)
+            pad = tok.pad_token_id or 0
+            ids = torch.full((len(idx), L), pad, dtype=torch.long)
+            mask = torch.zeros((len(idx), L), dtype=torch.long)
+            for b, i in enumerate(idx):  # left padding, so every row continues from its last token
+                e = encoded[i]
+                ids[b, L - len(e):] = torch.tensor(e)
+                mask[b, L - len(e):] = 1
+            torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+            kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=pad, num_return_sequences=n)
+            if temperature > 0:
+                kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+            else:
+                kwargs.update(do_sample=False)
+            with torch.inference_mode():
+                seqs = model.generate(input_ids=ids.to(dev), attention_mask=mask.to(dev), **kwargs)
+            texts = tok.batch_decode(seqs[:, L:], skip_special_tokens=True)
+            for b, i in enumerate(idx):
+                out[i] = texts[b * n:(b + 1) * n]
+            if progress:
+                progress(len(idx))
+        return out
+
+
+def length_batches(lengths: Sequence[int], token_budget: int, max_batch: int) -> list[list[int]]:
+    """Indices grouped longest-first so that rows x longest-length stays within the budget."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:
+        width = lengths[cur[0]] if cur else lengths[i]
+        if cur and ((len(cur) + 1) * width > token_budget or len(cur) >= max_batch):
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def decoder_hidden(model, ids, mask):
+    """Final hidden states (after the last norm) without computing any logits."""
+    try:
+        decoder = model.get_decoder()
+    except (AttributeError, NotImplementedError):
+        decoder = None
+    if decoder is None:
+        raise InputError(f"{type(model).__name__} does not expose its decoder; the hf scorer needs a standard causal LM")
+    return decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+
+
+def token_logprobs(model, hidden, targets, chunk_bytes: int):
+    """log p(target) for each row of `hidden`, applying the LM head a chunk of rows at a time."""
+    import torch
+
+    head = model.get_output_embeddings()
+    weight, bias = head.weight, getattr(head, "bias", None)
+    cfg = model.config
+    vocab = weight.shape[0]
+    chunk = max(1, chunk_bytes // (vocab * (4 + weight.element_size())))
+    out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+    for s in range(0, hidden.shape[0], chunk):
+        logits = torch.nn.functional.linear(hidden[s:s + chunk], weight, bias).float()
+        logits = _family_logit_transform(logits, cfg)
+        tgt = logits.gather(1, targets[s:s + chunk, None]).squeeze(1)
+        out[s:s + chunk] = tgt - torch.logsumexp(logits, dim=-1)
+    return out
+
+
+def _family_logit_transform(logits, cfg):
+    """The few model families whose forward rescales logits after the LM head (Cohere, Granite, Gemma 2/3)."""
+    scale = getattr(cfg, "logit_scale", None)
+    if scale is not None:
+        logits = logits * scale
+    divide = getattr(cfg, "logits_scaling", None)
+    if divide:
+        logits = logits / divide
+    cap = getattr(cfg, "final_logit_softcapping", None)
+    if cap:
+        logits = cap * (logits / cap).tanh()
+    return logits
+

@@ -1,0 +1,151 @@
+"""Load a student (local folder, hub id, or `lab:NAME`) and describe it.
+
+    from models.loading import load_model
+    lm = load_model("lab:tiny", device="cpu")
+    lm.description["n_params"]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from models.errors import InputError
+from models.files import file_digest, stable_hash
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+_HEAD_TAIL = 4 << 20  # hash 4 MiB at each end of a weight file: exact for small files, fast for 70B
+
+
+@dataclass
+class LoadedModel:
+    """A causal LM with its tokenizer, the device it sits on, and a JSON-ready description."""
+
+    model: Any
+    tokenizer: Any
+    device: Any
+    spec: str
+    path: str | None
+    description: dict = field(default_factory=dict)
+
+
+def resolve_device(device: str = "auto"):
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu or auto")
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise InputError(f"unknown device {device!r}: use auto, cpu or cuda")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device) -> Any:
+    import torch
+
+    if dtype not in DTYPES:
+        raise InputError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    if dtype == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    return getattr(torch, dtype)
+
+
+def resolve_model_path(spec: str) -> str:
+    """Map a model spec to something `from_pretrained` takes: a local folder or a hub id."""
+    if spec.startswith("lab:"):
+        from models.lab import student_path  # builds the lab student on first use
+
+        return str(student_path(spec[len("lab:"):]))
+    expanded = os.path.expanduser(spec)
+    if os.path.isdir(expanded):
+        if not os.path.exists(os.path.join(expanded, "config.json")):
+            raise InputError(f"model folder {spec} has no config.json: point --model at a Hugging Face model folder")
+        return expanded
+    if os.path.exists(expanded):
+        raise InputError(f"model path {spec} is a file, not a model folder: point --model at the folder holding config.json")
+    looks_like_path = spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or os.sep + os.sep in spec
+    if looks_like_path:
+        raise InputError(f"model path {spec} does not exist: check the path, or pass a hub id like org/name or lab:NAME")
+    return spec  # a hub id; from_pretrained tells us if it cannot be reached
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as e:
+        raise InputError(f"could not load a tokenizer for {path!r}: {_first_line(e)}") from None
+    if tok.pad_token_id is None:
+        # Padding positions are masked out everywhere; any id works, EOS is the usual choice.
+        tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.convert_ids_to_tokens(0)
+    return tok
+
+
+def load_model(spec: str, device: str = "auto", dtype: str = "auto") -> LoadedModel:
+    """Load weights and tokenizer; errors a user can fix become one-line InputErrors."""
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model_path(spec)
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    tok = load_tokenizer(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    except (OSError, ValueError) as e:
+        where = "local folder" if os.path.isdir(path) else "hub id (no local folder of that name)"
+        raise InputError(f"could not load model {spec!r} as a {where}: {_first_line(e)}") from None
+    model.to(dev)
+    model.eval()
+    local = path if os.path.isdir(path) else None
+    return LoadedModel(model, tok, dev, spec, local, describe(model, tok, spec, local))
+
+
+def describe(model, tokenizer, spec: str, path: str | None) -> dict:
+    """Parameter count, family, size and a fingerprint that changes when the weights do."""
+    cfg = model.config
+    n_params = sum(p.numel() for p in model.parameters())
+    return {
+        "spec": spec,
+        "path": path,
+        "architecture": (cfg.architectures or [type(model).__name__])[0],
+        "model_type": cfg.model_type,
+        "n_params": int(n_params),
+        "n_layers": getattr(cfg, "num_hidden_layers", None),
+        "hidden_size": getattr(cfg, "hidden_size", None),
+        "vocab_size": getattr(cfg, "vocab_size", None),
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+        "chat_template": bool(getattr(tokenizer, "chat_template", None)),
+        "fingerprint": fingerprint(path, model) if path else stable_hash({"spec": spec, "cfg": cfg.to_dict()}),
+    }
+
+
+def fingerprint(path: str, model=None) -> str:
+    """Hash of config, tokenizer files and weight files (size + head + tail of each weight file)."""
+    parts: dict[str, str] = {}
+    for p in sorted(Path(path).iterdir()):
+        if not p.is_file() or p.name.startswith("."):
+            continue
+        if p.suffix in _WEIGHT_SUFFIXES:
+            parts[p.name] = file_digest(p, head_tail_bytes=_HEAD_TAIL)
+        elif p.suffix in (".json", ".model", ".txt", ".jinja"):
+            parts[p.name] = file_digest(p)
+    return stable_hash(parts)
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def config_summary(path: str) -> dict:
+    """Read config.json without loading weights (for `lab list` and describe-only commands)."""
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+        return json.loads(f.read())

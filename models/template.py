@@ -1,0 +1,76 @@
+"""How a (prompt, response) pair becomes token ids — the one rule scoring, probes and SFT share.
+
+With a chat template: the prompt is rendered as one user turn with the generation prompt appended
+(the template supplies BOS and role markers). Without one: the prompt is tokenized with the
+tokenizer's own special tokens (usually BOS) and the response follows directly, as TRL does for
+prompt/completion data. The response is always tokenized on its own (`add_special_tokens=False`)
+and appended, so the boundary between the two is exact. `add_eos=True` (for training) appends EOS
+so the student learns to stop; scoring leaves it off and scores only the response's own tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from models.files import stable_hash
+
+
+@dataclass(frozen=True)
+class Encoded:
+    input_ids: list[int]
+    n_prompt: int  # tokens before the first response token
+    truncated: bool
+
+    @property
+    def n_response(self) -> int:
+        return len(self.input_ids) - self.n_prompt
+
+
+def has_chat_template(tokenizer) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def template_id(tokenizer) -> str:
+    """Names the rendering rule in cache keys: the chat template's hash, or 'plain'."""
+    if has_chat_template(tokenizer):
+        return "chat-" + stable_hash(tokenizer.chat_template, 12)
+    return "plain"
+
+
+def prompt_ids(tokenizer, prompt: str) -> list[int]:
+    if has_chat_template(tokenizer):
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    ids = list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
+    eos = tokenizer.eos_token_id
+    if ids and eos is not None and ids[-1] == eos and tokenizer.bos_token_id != eos:
+        ids = ids[:-1]  # a tokenizer that appends EOS to every text must not end the prompt with it
+    return ids
+
+
+def response_ids(tokenizer, response: str, add_eos: bool = False) -> list[int]:
+    ids = list(tokenizer(response, add_special_tokens=False)["input_ids"])
+    if add_eos and tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
+def encode_pair(tokenizer, prompt: str, response: str, max_length: int, add_eos: bool = False) -> Encoded:
+    """Token ids of prompt + response, cut to `max_length`.
+
+    The response keeps as much of its start as fits. The prompt stays whole unless it alone takes
+    more than half the budget; then it keeps its first token (BOS / template start) and its end.
+    """
+    p = prompt_ids(tokenizer, prompt)
+    r = response_ids(tokenizer, response, add_eos=add_eos)
+    truncated = False
+    if len(p) + len(r) > max_length:
+        truncated = True
+        half = max_length // 2
+        if len(p) > half:
+            keep = max(max_length - len(r), half)  # < len(p), since the pair does not fit
+            p = p[:1] + p[len(p) - keep + 1:] if keep > 1 else p[:1]
+        r = r[: max_length - len(p)]
+    return Encoded(p + r, len(p), truncated)

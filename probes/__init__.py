@@ -1,0 +1,1 @@
+"""probes room — see DESIGN.md."""

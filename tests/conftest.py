@@ -1,0 +1,80 @@
+"""Tiny random-init models of two architectures, built in fixtures (no download).
+
+`tiny_llama`: Llama, no chat template (plain prompt/response join, BOS added by the tokenizer).
+`tiny_qwen`: Qwen2, with a chat template.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+CORPUS = [
+    "Question: what is 12 + 35? Answer: 47.",
+    "Let us think step by step. First add the tens, then the units.",
+    "The quick brown fox jumps over the lazy dog 0123456789.",
+    "<think> reasoning </think> so the final answer is \\boxed{42}",
+]
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def make_tokenizer(chat: bool):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(CORPUS * 20, trainer=trainer)
+    if not chat:  # Llama-style: the tokenizer adds BOS
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    kwargs = dict(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>" if not chat else "<|im_end|>")
+    if not chat:
+        kwargs["bos_token"] = "<s>"
+    fast = PreTrainedTokenizerFast(**kwargs)
+    if chat:
+        fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_tiny(path, arch: str, seed: int = 0, hidden: int = 32, layers: int = 2):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    tok = make_tokenizer(chat=(arch == "qwen2"))
+    common = dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                  pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    if arch == "llama":
+        model = LlamaForCausalLM(LlamaConfig(bos_token_id=tok.bos_token_id, **common))
+    else:
+        model = Qwen2ForCausalLM(Qwen2Config(tie_word_embeddings=True, **common))
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory):
+    return build_tiny(tmp_path_factory.mktemp("tiny-llama"), "llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen(tmp_path_factory):
+    return build_tiny(tmp_path_factory.mktemp("tiny-qwen"), "qwen2", seed=1)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path, monkeypatch):
+    """Each test gets its own cache home unless it asks for a shared one."""
+    if "ADVISOR_HOME" not in os.environ or os.environ.get("ADVISOR_TEST_KEEP_HOME") != "1":
+        monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "advisor-home"))

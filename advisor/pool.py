@@ -189,8 +189,9 @@ def detect_layout(rows: list[dict], opt: PoolOptions) -> tuple[str, dict[str, st
 
     resp_f = _pick(keys, opt.responses_field, (), "--responses-field")
     if resp_f is None:
-        resp_f = next((k for k in RESPONSES_KEYS if k in keys and isinstance(rows[0].get(k), list)), None)
-    if resp_f is not None and isinstance(rows[0].get(resp_f), list) and not _is_messages(rows[0].get(resp_f)):
+        resp_f = next((k for k in RESPONSES_KEYS if k in keys), None)
+    grouped = resp_f is not None and (resp_f in RESPONSES_KEYS or isinstance(rows[0].get(resp_f), list))
+    if grouped and not _is_messages(rows[0].get(resp_f)):
         prompt_f = _pick(keys, opt.prompt_field, PROMPT_KEYS, "--prompt-field")
         if prompt_f is None:
             raise InputError(f"grouped pool has candidates in {resp_f!r} but no prompt field: pass --prompt-field")

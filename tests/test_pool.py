@@ -1,0 +1,142 @@
+"""Every pool layout and file type reads to the same problems; bad pools fail with one clear line."""
+
+import json
+
+import pytest
+
+from advisor.pool import PoolOptions, read_pool
+from models.errors import InputError
+
+PROBLEMS = [
+    {"id": "p0", "prompt": "What is 2+3?", "responses": ["5", "2+3=5, so 5", "First 2, then add 3: 5"], "answer": "5"},
+    {"id": "p1", "prompt": "What is 4*2?", "responses": ["8", "4*2 = 4+4 = 8"], "answer": "8"},
+    {"id": "p2", "prompt": "Name a prime.", "responses": ["7", "2 is prime", "11", "13"], "answer": None},
+]
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def grouped_rows():
+    return [{"uuid": p["id"], "problem": p["prompt"], "generations": p["responses"],
+             "correctness_math_verify": [True] * len(p["responses"]), "answer": p["answer"]} for p in PROBLEMS]
+
+
+def flat_rows(kind):
+    rows = []
+    for p in PROBLEMS:
+        for r in p["responses"]:
+            if kind == "flat":
+                rows.append({"id": p["id"], "question": p["prompt"], "response": r, "answer": p["answer"]})
+            elif kind == "messages":
+                rows.append({"id": p["id"], "messages": [{"role": "system", "content": "be brief"},
+                                                         {"role": "user", "content": p["prompt"]},
+                                                         {"role": "assistant", "content": r}]})
+            elif kind == "sharegpt":
+                rows.append({"conversations": [{"from": "human", "value": p["prompt"]}, {"from": "gpt", "value": r}]})
+            elif kind == "alpaca":
+                rows.append({"instruction": p["prompt"], "input": "", "output": r})
+            elif kind == "trl":
+                rows.append({"prompt": p["prompt"], "completion": r})
+            elif kind == "trl-chat":
+                rows.append({"prompt": [{"role": "user", "content": p["prompt"]}],
+                             "completion": [{"role": "assistant", "content": r}]})
+    return rows
+
+
+def as_tuples(pool):
+    return [(p.prompt, [c.text for c in p.candidates]) for p in pool.problems]
+
+
+EXPECTED = [(p["prompt"], p["responses"]) for p in PROBLEMS]
+
+
+@pytest.mark.parametrize("kind", ["flat", "messages", "sharegpt", "alpaca", "trl", "trl-chat"])
+def test_flat_layouts(tmp_path, kind):
+    path = tmp_path / ("pool.json" if kind == "alpaca" else "pool.jsonl")
+    if kind == "alpaca":
+        path.write_text(json.dumps(flat_rows(kind)))
+    else:
+        _jsonl(path, flat_rows(kind))
+    pool = read_pool(path)
+    assert pool.layout == {"flat": "flat", "trl-chat": "trl"}.get(kind, kind)
+    assert as_tuples(pool) == EXPECTED
+    if kind in ("flat", "messages"):
+        assert [p.id for p in pool.problems] == ["p0", "p1", "p2"]
+    else:  # no id field: grouped by prompt, id = first row number
+        assert [p.id for p in pool.problems] == ["0", "3", "5"]
+
+
+def test_grouped_jsonl_parquet_and_datasets_folder_agree(tmp_path):
+    import datasets
+
+    rows = grouped_rows()
+    jl = read_pool(_jsonl(tmp_path / "pool.jsonl", rows))
+    ds = datasets.Dataset.from_list(rows)
+    ds.to_parquet(str(tmp_path / "pool.parquet"))
+    ds.save_to_disk(str(tmp_path / "pool_ds"))
+    datasets.DatasetDict({"train": ds}).save_to_disk(str(tmp_path / "pool_dd"))
+    for other in ("pool.parquet", "pool_ds", "pool_dd"):
+        pool = read_pool(tmp_path / other)
+        assert as_tuples(pool) == as_tuples(jl) == EXPECTED
+        assert pool.fingerprint() == jl.fingerprint()
+    assert jl.layout == "grouped" and [p.id for p in jl.problems] == ["p0", "p1", "p2"]
+    assert jl.get("p0").answer == "5" and jl.has_answers
+
+
+def test_correct_only_by_default(tmp_path):
+    rows = grouped_rows()
+    rows[0]["correctness_math_verify"] = [True, False, True]
+    pool = read_pool(_jsonl(tmp_path / "p.jsonl", rows))
+    assert [c.k for c in pool.get("p0").candidates] == [0, 2]  # k keeps the file's own index
+    assert pool.skipped_candidates["marked incorrect"] == 1
+    pool = read_pool(tmp_path / "p.jsonl", PoolOptions(all_candidates=True))
+    assert [c.k for c in pool.get("p0").candidates] == [0, 1, 2]
+
+
+def test_field_overrides(tmp_path):
+    rows = [{"qid": i, "text": f"q{i}", "samples": ["a", "bb"], "gold": "a"} for i in range(3)]
+    path = _jsonl(tmp_path / "p.jsonl", rows)
+    with pytest.raises(InputError, match="--prompt-field"):
+        read_pool(path)
+    pool = read_pool(path, PoolOptions(prompt_field="text", responses_field="samples", id_field="qid", answer_field="gold"))
+    assert [p.id for p in pool.problems] == ["0", "1", "2"] and pool.get("1").answer == "a"
+    with pytest.raises(InputError, match="--prompt-field 'nope' is not a field"):
+        read_pool(path, PoolOptions(prompt_field="nope"))
+
+
+def test_one_candidate_problems_are_skipped_and_reported(tmp_path):
+    rows = grouped_rows() + [{"uuid": "lonely", "problem": "q", "generations": ["only one"], "answer": "1"}]
+    pool = read_pool(_jsonl(tmp_path / "p.jsonl", rows))
+    assert len(pool) == 3 and pool.skipped_problems["fewer than 2 usable candidates"] == 1
+    assert pool.skipped_examples["fewer than 2 usable candidates"] == ["lonely"]
+    with pytest.raises(InputError, match="lonely.*--strict"):
+        read_pool(tmp_path / "p.jsonl", PoolOptions(strict=True))
+
+
+@pytest.mark.parametrize("text,match", [
+    ('{"problem": "a", "generations": ["x", "y"]}\n{"problem": "b", generations}\n', "line 2: not valid JSON"),
+    ('{"problem": "a", "generations": ["x", "y"]}\n{"generations": ["x", "y"]}\n', "row 2: missing field 'problem'"),
+    ('{"problem": "a", "generations": "x"}\n', "must be a list"),
+    ('{"problem": "a", "generations": ["x", "y"], "correctness": [true]}\n', "as long as"),
+    ('{"problem": "a", "generations": ["only"]}\n', "no problem has 2 usable candidates"),
+    ('{"problem": "a", "generations": ["x", "  "]}\n', "no problem has 2 usable candidates"),
+    ('{"problem": "a", "generations": ["x", 3]}\n', "candidate 1 must be a string"),
+    ('{"foo": 1}\n', "cannot tell the pool layout"),
+    ('', "is empty"),
+])
+def test_bad_pools(tmp_path, text, match):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(text)
+    with pytest.raises(InputError, match=match):
+        read_pool(path)
+
+
+def test_missing_and_unknown_files(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        read_pool(tmp_path / "nope.jsonl")
+    (tmp_path / "x.csv").write_text("a,b")
+    with pytest.raises(InputError, match="unknown file type"):
+        read_pool(tmp_path / "x.csv")

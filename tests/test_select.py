@@ -1,0 +1,85 @@
+"""Selection picks argmax / argmin per problem, and its exports read back as pools."""
+
+import json
+
+import pytest
+
+from advisor.pool import PoolOptions, read_pool
+from advisor.select import SelectConfig, export, extremes, select
+from models.errors import InputError
+
+
+@pytest.fixture
+def pool_and_scores(tmp_path):
+    rows, scores = [], {}
+    for i in range(10):
+        gens = [f"resp {i}-{k} " + "x" * k for k in range(4)]
+        rows.append({"id": f"q{i}", "problem": f"problem {i}", "generations": gens, "answer": str(i)})
+        for k in range(4):
+            # a different winner for every problem: high is k = i % 4, low is k = (i + 1) % 4
+            val = -1.0 if k == i % 4 else (-9.0 if k == (i + 1) % 4 else -5.0 - 0.1 * k)
+            scores[(f"q{i}", k)] = {"id": f"q{i}", "k": k, "n_tokens": 10 + k, "logprob_sum": val * (10 + k),
+                                    "logprob_mean": val, "truncated": False}
+    path = tmp_path / "pool.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return read_pool(path), scores
+
+
+def test_high_and_low_are_argmax_and_argmin(pool_and_scores):
+    pool, scores = pool_and_scores
+    high = select(pool, scores, SelectConfig("high"))
+    low = select(pool, scores, SelectConfig("low"))
+    for i, (h, lo) in enumerate(zip(high.rows, low.rows)):
+        assert (h["id"], h["k"]) == (f"q{i}", i % 4)
+        assert (lo["id"], lo["k"]) == (f"q{i}", (i + 1) % 4)
+        assert h["response"] == pool.get(f"q{i}").candidates[i % 4].text
+    assert high.summary["likelihood_gap"] == pytest.approx(8.0)
+    assert high.summary["mean_score_high"] == pytest.approx(-1.0)
+
+
+def test_sum_ranking_differs_from_mean(pool_and_scores):
+    pool, scores = pool_and_scores
+    for k in range(4):  # make longer responses win on the sum while mean is unchanged
+        scores[("q0", k)]["logprob_sum"] = -100.0 + 10 * k
+    assert select(pool, scores, SelectConfig("high", score="sum")).rows[0]["k"] == 3
+    assert select(pool, scores, SelectConfig("high")).rows[0]["k"] == 0
+
+
+def test_mixed_and_curriculum(pool_and_scores):
+    pool, scores = pool_and_scores
+    mixed = select(pool, scores, SelectConfig("mixed", mix=0.3, seed=1))
+    assert len(mixed.rows) == 10 and sum(r["phase"] == "low" for r in mixed.rows) == 3
+    for r in mixed.rows:
+        i = int(r["id"][1:])
+        assert r["k"] == ((i + 1) % 4 if r["phase"] == "low" else i % 4)
+    again = select(pool, scores, SelectConfig("mixed", mix=0.3, seed=1))
+    assert [r["k"] for r in again.rows] == [r["k"] for r in mixed.rows]
+    assert sum(r["phase"] == "low" for r in select(pool, scores, SelectConfig("mixed", mix=0.0)).rows) == 0
+    cur = select(pool, scores, SelectConfig("curriculum"))
+    assert [r["phase"] for r in cur.rows] == ["high"] * 10 + ["low"] * 10
+
+
+def test_ties_go_to_the_lower_index():
+    assert extremes({0: -1.0, 1: -1.0, 2: -3.0, 3: -3.0}) == (0, 2)
+
+
+@pytest.mark.parametrize("fmt,name", [("trl", "d.jsonl"), ("messages", "d.jsonl"), ("alpaca", "d.json")])
+def test_exports_read_back_as_pools(pool_and_scores, tmp_path, fmt, name):
+    pool, scores = pool_and_scores
+    for strategy in ("high", "low"):
+        sel = select(pool, scores, SelectConfig(strategy))
+        out = tmp_path / f"{strategy}-{name}"
+        assert export(sel, out, fmt) == 10
+        back = read_pool(out, PoolOptions(min_candidates=1))
+        assert [(p.prompt, p.candidates[0].text) for p in back.problems] == [(r["prompt"], r["response"]) for r in sel.rows]
+
+
+def test_bad_settings_and_mismatched_scores(pool_and_scores):
+    pool, scores = pool_and_scores
+    with pytest.raises(InputError, match="--strategy 'best' is unknown"):
+        select(pool, scores, SelectConfig("best"))
+    with pytest.raises(InputError, match=r"--mix -0.2 is outside \[0, 1\]"):
+        select(pool, scores, SelectConfig("mixed", mix=-0.2))
+    del scores[("q3", 2)]
+    with pytest.raises(InputError, match="scores do not cover 1 of 10 problems.*q3"):
+        select(pool, scores, SelectConfig("high"))

@@ -167,6 +167,44 @@ def select(pool_path, scores_path, strategy, mix, score_kind, switch_epoch, fmt,
         }))
 
 
+@cli.command()
+@click.option("--model", "-m", required=True, help="Student: a local HF folder, a hub id, or lab:NAME.")
+@click.option("--pool", "-p", "pool_path", required=True, help="Pool file or datasets folder.")
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Output folder (probe.json, probe.png).")
+@click.option("--scores", "scores_path", default=None, help="scores.jsonl of this pool under this model (else scored now, cached).")
+@click.option("--steps", default=100, show_default=True, help="Optimizer steps per strategy.")
+@click.option("--batch-size", default=8, show_default=True)
+@click.option("--learning-rate", type=float, default=None, help="Default: by model size.")
+@click.option("--eval-every", default=25, show_default=True)
+@click.option("--eval-problems", default=32, show_default=True, help="Held-out problems for generations and teacher NLL.")
+@click.option("--max-new-tokens", default=256, show_default=True)
+@click.option("--max-length", default=2048, show_default=True)
+@click.option("--strategies", default="high,low", show_default=True, help="Comma list of high, low, mixed.")
+@click.option("--lora-r", default=0, show_default=True, help="0 = full fine-tuning; > 0 = LoRA rank (needs peft).")
+@click.option("--teacher", default=None, help="Teacher model, for the teacher's view of the student's generations.")
+@click.option("--checker", default="auto", show_default=True, help="Answer checker: auto | lab | math | none.")
+@pool_options
+@click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), show_default=True)
+@click.option("--dtype", default="auto", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the report's features and cost as JSON on stdout.")
+def probe(model, pool_path, out, scores_path, steps, batch_size, learning_rate, eval_every, eval_problems,
+          max_new_tokens, max_length, strategies, lora_r, teacher, checker, device, dtype, seed, as_json, **kw):
+    """Short SFT runs on D_high and D_low from the same base: how does this student take to each?"""
+    from advisor.probe import run_probe_stage
+    from advisor.ui import emit_json, quiet_libraries
+    from probes.run import ProbeConfig
+
+    quiet_libraries()
+    cfg = ProbeConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, eval_every=eval_every,
+                      eval_problems=eval_problems, max_new_tokens=max_new_tokens, max_length=max_length,
+                      strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()), lora_r=lora_r,
+                      seed=seed, device=device, dtype=dtype, teacher=teacher)
+    report = run_probe_stage(model, pool_path, _pool_opts(kw), cfg, out, scores_path=scores_path, checker=checker)
+    if as_json:
+        emit_json({"features": report["features"], "cost": report["cost"], "probe": str(Path(out) / "probe.json")})
+
+
 def main():  # console-script entry point
     cli()
 

@@ -62,6 +62,7 @@ class Problem:
     prompt: str
     candidates: list[Candidate]
     answer: str | None = None
+    task: str | None = None  # the row's `task` field, when present (the lab's pools have one)
 
 
 @dataclass
@@ -85,6 +86,10 @@ class Pool:
     @property
     def has_answers(self) -> bool:
         return any(p.answer not in (None, "") for p in self.problems)
+
+    @property
+    def tasks(self) -> set[str]:
+        return {p.task for p in self.problems if p.task}
 
     def fingerprint(self) -> str:
         """Content hash of what will be scored (ids, prompts, kept candidates), whatever the file format."""
@@ -279,6 +284,11 @@ def _answer(row: dict, f: dict) -> str | None:
     return str(row[f["answer"]])
 
 
+def _task(row: dict) -> str | None:
+    task = row.get("task")
+    return task if isinstance(task, str) else None
+
+
 def read_pool(path: str | Path, opt: PoolOptions | None = None) -> Pool:
     opt = opt or PoolOptions()
     rows = read_rows(path)
@@ -304,14 +314,14 @@ def read_pool(path: str | Path, opt: PoolOptions | None = None) -> Pool:
                 raise InputError(f"{where}: {f['correct']!r} must be a list as long as {f['responses']!r} ({len(gens)})")
             cands = [Candidate(k, _text(g, where, f"candidate {k}"), _as_bool(marks[k], where) if marks else None)
                      for k, g in enumerate(gens)]
-            drafts[pid] = Problem(pid, _text(row[f["prompt"]], where, f["prompt"]), cands, _answer(row, f))
+            drafts[pid] = Problem(pid, _text(row[f["prompt"]], where, f["prompt"]), cands, _answer(row, f), _task(row))
             order.append(pid)
             continue
         prompt, response = _flat_pair(row, layout, f, where)
         key = pid if pid is not None else "prompt:" + prompt
         mark = _as_bool(row.get(f["correct"]), where) if f["correct"] else None
         if key not in drafts:
-            drafts[key] = Problem(pid if pid is not None else str(n), prompt, [], _answer(row, f))
+            drafts[key] = Problem(pid if pid is not None else str(n), prompt, [], _answer(row, f), _task(row))
             order.append(key)
         prob = drafts[key]
         prob.candidates.append(Candidate(len(prob.candidates), response, mark))

@@ -74,3 +74,26 @@ def encode_pair(tokenizer, prompt: str, response: str, max_length: int, add_eos:
             p = p[:1] + p[len(p) - keep + 1:] if keep > 1 else p[:1]
         r = r[: max_length - len(p)]
     return Encoded(p + r, len(p), truncated)
+
+
+def collate(tokenizer, pairs, max_length: int, completion_only: bool = True, add_eos: bool = True):
+    """Right-padded (input_ids, attention_mask, labels) for SFT on (prompt, response) pairs.
+
+    Labels are -100 on padding and, with `completion_only`, on prompt tokens, so the loss covers
+    the response (and its EOS) only. Position 0 (BOS / template start) is never a target.
+    """
+    import torch
+
+    enc = [encode_pair(tokenizer, p, r, max_length, add_eos=add_eos) for p, r in pairs]
+    width = max(len(e.input_ids) for e in enc)
+    pad = tokenizer.pad_token_id or 0
+    ids = torch.full((len(enc), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(enc), width), dtype=torch.long)
+    labels = torch.full((len(enc), width), -100, dtype=torch.long)
+    for b, e in enumerate(enc):
+        n = len(e.input_ids)
+        ids[b, :n] = torch.tensor(e.input_ids)
+        mask[b, :n] = 1
+        start = e.n_prompt if completion_only else 1
+        labels[b, start:n] = ids[b, start:n]
+    return ids, mask, labels

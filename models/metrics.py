@@ -1,0 +1,162 @@
+"""Pure text metrics on generations: repetition loops, copying the question, answers.
+
+They live in `models/` (not `probes/`, as DESIGN.md first had it) because both `probes/` and
+`training/` report them and neither may import the other; one definition keeps their numbers
+comparable.
+
+    is_repetitive("so 2+2=4 so 2+2=4 so 2+2=4 so 2+2=4")  -> True
+    is_copy("C3+4*9=", "C3+4*9=C3+4*9=")                   -> True
+    check_answer("...;A7", "7", checker="lab")             -> True
+"""
+
+from __future__ import annotations
+
+import re
+from statistics import mean
+from typing import Sequence
+
+CHECKERS = ("lab", "math", "none")
+
+
+def longest_loop(text: str, max_period: int = 64) -> tuple[int, int]:
+    """(period, span) of the longest run in which one substring repeats back to back.
+
+    Scans every period p ≤ `max_period`: positions where text[i] == text[i + p] form runs; a run
+    of length L means a block of p characters repeated (L + p) / p times over L + p characters.
+    Linear in len(text) per period, so safe on long traces.
+    """
+    best = (0, 0)
+    n = len(text)
+    for p in range(1, min(max_period, n // 2) + 1):
+        run = 0
+        for i in range(n - p):
+            if text[i] == text[i + p]:
+                run += 1
+                if run + p > best[1]:
+                    best = (p, run + p)
+            else:
+                run = 0
+    return best
+
+
+def is_repetitive(text: str, min_repeats: int = 3, min_span: int = 24, max_period: int = 64) -> bool:
+    """True when some block repeats at least `min_repeats` times in a row over ≥ `min_span` characters.
+
+    The span floor keeps short legitimate repeats ("1111", "+3+3+3") from counting; a model stuck
+    in a loop produces long ones.
+    """
+    text = text[-4000:]  # loops run to the generation limit: the tail is where they show
+    period, span = longest_loop(text, max_period)
+    return period > 0 and span >= min_span and span >= min_repeats * period
+
+
+def repetition_rate(texts: Sequence[str], **kw) -> float:
+    return mean(is_repetitive(t, **kw) for t in texts) if texts else float("nan")
+
+
+def is_copy(prompt: str, text: str, threshold: float = 0.5) -> bool:
+    """True when at least `threshold` of the generation's characters restate the question.
+
+    A character counts as restated when it lies inside an n-gram that also occurs in the prompt
+    (n = 4..8 characters by prompt length).
+    """
+    prompt, text = prompt.strip(), text.strip()
+    if not prompt or not text:
+        return False
+    n = max(4, min(8, len(prompt) // 2))
+    if len(text) < n or len(prompt) < n:
+        return False
+    grams = {prompt[i:i + n] for i in range(len(prompt) - n + 1)}
+    covered = [False] * len(text)
+    for i in range(len(text) - n + 1):
+        if text[i:i + n] in grams:
+            for j in range(i, i + n):
+                covered[j] = True
+    return sum(covered) / len(text) >= threshold
+
+
+def copy_rate(prompts: Sequence[str], texts: Sequence[str]) -> float:
+    return mean(is_copy(p, t) for p, t in zip(prompts, texts)) if texts else float("nan")
+
+
+_BOXED = re.compile(r"\\boxed\s*\{")
+_ANSWER_IS = re.compile(r"(?:final answer|answer)\s*(?:is|:)\s*\$?([^\n$]+?)\$?\s*(?:\.|$)", re.I)
+_NUMBER = re.compile(r"-?\d+(?:[.,/]\d+)*")
+
+
+def _last_boxed(text: str) -> str | None:
+    starts = [m.end() for m in _BOXED.finditer(text)]
+    if not starts:
+        return None
+    i, depth = starts[-1], 1
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return text[i:j].strip()
+    return None
+
+
+def extract_answer(text: str, checker: str = "math") -> str | None:
+    """The final answer of a generation, or None (then it counts against the answer rate)."""
+    if checker == "lab":
+        from models.lab import extract_answer as lab_extract
+
+        return lab_extract(text)
+    if checker == "none":
+        return None
+    boxed = _last_boxed(text)
+    if boxed:
+        return boxed
+    said = _ANSWER_IS.findall(text)
+    if said:
+        return said[-1].strip()
+    return None
+
+
+def _normalise(ans: str) -> str:
+    ans = ans.strip().strip("$ .").replace(" ", "").replace("\\!", "")
+    ans = re.sub(r"\\(?:text|mathrm)\{([^}]*)\}", r"\1", ans)
+    ans = ans.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    if re.fullmatch(r"-?\d+(?:\.\d+)?", ans):
+        ans = str(float(ans)).rstrip("0").rstrip(".") if "." in ans else str(int(ans))
+    return ans
+
+
+def check_answer(text: str, reference: str | None, checker: str = "math") -> bool:
+    """Pass@1 check of one generation against the reference answer.
+
+    `lab` uses the lab's exact checker; `math` uses math-verify when it is installed, else a
+    normalised string match of the last `\\boxed{}` / "the answer is" against the reference.
+    """
+    if reference is None or checker == "none":
+        return False
+    if checker == "lab":
+        from models.lab import check
+
+        return check(text, reference)
+    got = extract_answer(text, "math")
+    try:
+        from math_verify import parse, verify  # optional: pip install math-verify
+
+        gold = parse("$" + str(reference) + "$")
+        return bool(verify(gold, parse(text)))
+    except ImportError:
+        pass
+    return got is not None and _normalise(got) == _normalise(str(reference))
+
+
+def math_checker_name() -> str:
+    try:
+        import math_verify  # noqa: F401
+
+        return "math-verify"
+    except ImportError:
+        return "boxed-string-match"
+
+
+def answer_rate(texts: Sequence[str], checker: str) -> float:
+    return mean(extract_answer(t, checker) is not None for t in texts) if texts else float("nan")
+
+
+def accuracy(texts: Sequence[str], references: Sequence[str | None], checker: str) -> float:
+    return mean(check_answer(t, r, checker) for t, r in zip(texts, references)) if texts else float("nan")

@@ -1,0 +1,137 @@
+"""Probe metrics on handmade strings, and real few-step probes on a tiny model."""
+
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from advisor.pool import read_pool
+from advisor.probe import build_probe_data
+from advisor.scoring import ScoreConfig, score_pool
+from advisor.select import load_scores
+from models import metrics
+from models.loading import load_model
+from models.template import encode_pair
+from probes.run import ProbeConfig, data_order, run_probe
+
+LOOP = "First 3+4=7. Then 7*2=14. Then 14-1=13. Then 13-1=12. Then 12-1=11. " + "Then 11-1=10. " * 8
+CLEAN = "First 3+4=7. Then 7*2=14. Then 14-1=13. So the answer is \\boxed{13}."
+QUESTION = "Compute (3+4)*2-1 and give the final answer."
+
+
+def test_repetition_on_handmade_strings():
+    assert metrics.is_repetitive(LOOP)
+    assert not metrics.is_repetitive(CLEAN)
+    assert not metrics.is_repetitive("1111 and +3+3+3")  # short legitimate repeats
+    assert metrics.is_repetitive("A" * 40)
+    assert metrics.repetition_rate([LOOP, CLEAN, CLEAN, LOOP]) == 0.5
+    period, span = metrics.longest_loop("xyz" + "abcd" * 5)
+    assert (period, span) == (4, 20)
+
+
+def test_copy_on_handmade_strings():
+    assert metrics.is_copy(QUESTION, QUESTION)
+    assert metrics.is_copy(QUESTION, "Compute (3+4)*2-1 and give the final answer. Compute (3+4)*2-1")
+    assert not metrics.is_copy(QUESTION, CLEAN)
+    assert metrics.copy_rate([QUESTION, QUESTION], [QUESTION, CLEAN]) == 0.5
+
+
+def test_answers_on_handmade_strings():
+    assert metrics.extract_answer(CLEAN) == "13"
+    assert metrics.extract_answer("so the final answer is 42.") == "42"
+    assert metrics.extract_answer("First 3+4=7. Then 7*2=14.") is None  # missing final answer
+    assert metrics.extract_answer("\\boxed{\\frac{1}{2}} done") == "\\frac{1}{2}"
+    assert metrics.check_answer(CLEAN, "13") and not metrics.check_answer(CLEAN, "14")
+    assert metrics.answer_rate([CLEAN, LOOP], "math") == 0.5
+    assert metrics.accuracy([CLEAN, LOOP], ["13", "13"], "math") == 0.5
+    assert metrics.check_answer("|3,7,4;A4", "4", "lab") and not metrics.check_answer("|3,7,4", "4", "lab")
+
+
+def test_data_order_is_shared_and_covers_every_row():
+    order = data_order(10, steps=5, batch=4, seed=3)
+    assert order == data_order(10, steps=5, batch=4, seed=3)
+    assert sorted(order[0] + order[1] + order[2][:2]) == list(range(10))
+
+
+def _pool(tmp_path, n=24):
+    rng = random.Random(0)
+    rows = []
+    for i in range(n):
+        a, b = rng.randint(1, 9), rng.randint(1, 9)
+        rows.append({"id": f"q{i}", "problem": f"what is {a} + {b}?", "answer": str(a + b),
+                     "generations": [f"The answer is {a + b}.",
+                                     f"Let us think step by step. {a} + {b} = {a + b}. The answer is {a + b}.",
+                                     f"{a} plus {b} makes {a + b}, so the answer is {a + b}."]})
+    path = tmp_path / "pool.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return read_pool(path)
+
+
+CFG = dict(steps=8, batch_size=4, eval_every=4, eval_problems=6, max_new_tokens=12, learning_rate=3e-3, device="cpu")
+
+
+def _data(tiny_llama, tmp_path, cfg):
+    pool = _pool(tmp_path)
+    lm = load_model(tiny_llama, device="cpu")
+    score_pool(pool, ScoreConfig(tiny_llama, device="cpu"), tmp_path / "s", lm=lm)
+    return lm, build_probe_data(pool, load_scores(tmp_path / "s" / "scores.jsonl"), cfg, tokenizer=lm.tokenizer).data
+
+
+def test_probe_report_numbers(tiny_llama, tmp_path):
+    cfg = ProbeConfig(**{**CFG, "steps": 16})
+    lm, data = _data(tiny_llama, tmp_path, cfg)
+    assert data.checker == "math" and len(data.train["high"]) == 18 and len(data.eval_prompts) == 6
+    report = run_probe(tiny_llama, data, cfg, tmp_path / "probe", lm=lm)
+    saved = json.loads((tmp_path / "probe" / "probe.json").read_text())
+    assert saved["curves"].keys() == {"high", "low"} and (tmp_path / "probe" / "probe.png").stat().st_size > 1000
+    for curve in report["curves"].values():
+        assert [p["step"] for p in curve] == [0, 4, 8, 12, 16]
+        losses = [p["train_loss"] for p in curve[1:]]
+        assert losses[-1] < losses[0]  # the pool's responses are learnable: the loss falls
+    # teacher_nll at step 0 is the base model's mean per-token NLL of the held-out teacher responses
+    refs = data.teacher_high + data.teacher_low
+    direct = []
+    for p, r in refs:
+        e = encode_pair(lm.tokenizer, p, r, 2048)
+        ids = torch.tensor([e.input_ids])
+        with torch.no_grad():
+            logp = lm.model(ids).logits.float().log_softmax(-1)[0]
+        direct.append(-logp[e.n_prompt - 1:-1].gather(1, ids[0, e.n_prompt:, None]).mean().item())
+    start = report["curves"]["high"][0]
+    assert start["teacher_nll"] == pytest.approx(sum(direct) / len(direct), abs=1e-4)
+    assert start == report["curves"]["low"][0]  # same base, same point
+    f = report["features"]
+    assert f["high_teacher_nll_drop"] == pytest.approx(start["teacher_nll"] - report["curves"]["high"][-1]["teacher_nll"])
+    assert f["high_teacher_nll_drop"] > 0  # training on teacher responses moves the student toward them
+    assert math.isfinite(f["teacher_nll_drop_ratio_low_high"]) and f["log10_params"] == pytest.approx(math.log10(lm.description["n_params"]))
+    assert report["cost"]["probe_train_tokens"] > 0 and report["cost"]["share_of_full_run"]["5"] > 0
+
+
+def test_killed_probe_resumes_to_the_same_report(tiny_llama, tmp_path):
+    cfg = ProbeConfig(**CFG)
+    lm, data = _data(tiny_llama, tmp_path, cfg)
+    whole = run_probe(tiny_llama, data, cfg, tmp_path / "whole", lm=lm)
+    assert run_probe(tiny_llama, data, cfg, tmp_path / "resumed", lm=lm, stop_after_points=1) == {"stopped_early": True}
+    assert (tmp_path / "resumed" / "state" / "high" / "ckpt.pt").exists()
+    assert not (tmp_path / "resumed" / "probe.json").exists()
+    resumed = run_probe(tiny_llama, data, cfg, tmp_path / "resumed", lm=lm)
+    same = lambda a, b: json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # NaN-safe equality
+    assert same(resumed["curves"], whole["curves"])
+    assert same(resumed["features"], whole["features"]) and resumed["cost"] == whole["cost"]
+
+
+def test_probe_cli_bad_settings(tiny_llama, tmp_path):
+    from click.testing import CliRunner
+
+    from advisor.cli import cli
+
+    _pool(tmp_path)
+    pool = tmp_path / "pool.jsonl"
+    r = CliRunner().invoke(cli, ["probe", "--model", tiny_llama, "--pool", str(pool), "--out", str(tmp_path / "o"),
+                                 "--steps", "0"])
+    assert r.exit_code == 2 and "--steps 0 must be at least 1" in r.stderr and not (tmp_path / "o").exists()
+    r = CliRunner().invoke(cli, ["probe", "--model", tiny_llama, "--pool", str(pool), "--out", str(tmp_path / "o"),
+                                 "--eval-problems", "30", "--device", "cpu"])
+    assert r.exit_code == 2 and "a probe needs --eval-problems (30) held out" in r.stderr

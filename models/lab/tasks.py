@@ -268,12 +268,29 @@ def teacher_candidates(problem: Problem, n: int = 6, seed: int = 0) -> list[tupl
 def style_of(problem: Problem, response: str) -> str:
     """Which procedure wrote `response` (for reports only; selection never looks at it)."""
     fam = family(problem.task)
+    norm = response.replace("/", ",")
     for name, fn in fam.procedures.items():
-        rng = random.Random(0)
-        for _ in range(8):
-            if fn(problem, rng) == response:
+        for seed in range(16):  # enough draws to cover every surface variant
+            if fn(problem, random.Random(seed)).replace("/", ",") == norm:
                 return name
     return "other"
+
+
+def shape_of(text: str) -> str:
+    """The outward form of a modchain response, right or wrong: direct (answer only), skip or
+    running (values only; `skip` shows fewer than 3 of them), explicit or full (operations
+    written out; `full` shows unreduced values), or other. For reports on what a student writes."""
+    t = text.strip()
+    if re.fullmatch(r"A-?\d+", t):
+        return "direct"
+    m = re.fullmatch(r"\|(.*);A-?\d+", t)
+    if not m:
+        return "other"
+    body = m.group(1)
+    if "=" in body:
+        return "full" if (":" in body or re.search(r"=-|=\d\d", body)) else "explicit"
+    vals = [v for v in re.split(r"[,/]", body) if v]
+    return "skip" if len(vals) < 3 else "running"
 
 
 _ANSWER = re.compile(r"(?:^|;)A(-?\d+)(?:$|[^0-9])")

@@ -1,0 +1,248 @@
+"""The capacity ladder: small Llama students, pretrained by the tool on first use and cached.
+
+    from models.lab import student_path
+    path = student_path("xs")     # builds (seconds) on first use, then reuses the folder
+
+Each student is pretrained on a synthetic corpus of all task families in which some reasoning
+styles are common and others rare (`CORPUS_STYLES`), with a step budget that grows with its
+size, so bigger students are better base models. A student folder is an ordinary Hugging Face
+model folder (config.json, model.safetensors, tokenizer files) plus `build.json` (the recipe,
+cost and final loss). The folder name carries a hash of the recipe, so changing the recipe
+never reuses stale weights; a build writes into a temporary folder renamed into place when
+complete, so a killed build leaves nothing half-made under the final name.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from models.errors import InputError
+from models.files import advisor_home, stable_hash, write_json
+from models.lab import tasks
+
+RECIPE_VERSION = 1
+DEFAULT_SEED = 0
+
+
+@dataclass(frozen=True)
+class StudentSpec:
+    name: str
+    hidden: int
+    layers: int
+    heads: int
+    ffn: int
+    steps: int  # pretraining optimizer steps: the budget grows with size
+    batch: int
+    lr: float
+
+
+# ~4k to ~0.64M parameters (>160x); the pretraining budget grows 4x from the smallest to the largest.
+LADDER: dict[str, StudentSpec] = {
+    s.name: s
+    for s in (
+        StudentSpec("xs", hidden=16, layers=1, heads=2, ffn=48, steps=600, batch=64, lr=3e-3),
+        StudentSpec("s", hidden=32, layers=2, heads=2, ffn=96, steps=1000, batch=64, lr=3e-3),
+        StudentSpec("m", hidden=64, layers=2, heads=4, ffn=192, steps=1400, batch=64, lr=2e-3),
+        StudentSpec("l", hidden=96, layers=3, heads=4, ffn=288, steps=1800, batch=64, lr=1.5e-3),
+        StudentSpec("xl", hidden=128, layers=3, heads=4, ffn=384, steps=2400, batch=64, lr=1.2e-3),
+    )
+}
+
+# Pretraining corpus: family weights, and per family how often each procedure appears.
+# Answer-only and terse styles are common, spelled-out procedures rare (a few percent), so the
+# teacher's candidates differ in likelihood under each student.
+CORPUS_FAMILIES = {"modchain": 0.6, "addition": 0.2, "listmax": 0.2}
+CORPUS_STYLES = {
+    "modchain": {"direct": 0.30, "skip": 0.40, "running": 0.20, "explicit": 0.06, "full": 0.04},
+    "addition": {"direct": 0.30, "digits": 0.45, "columns": 0.20, "places": 0.05},
+    "listmax": {"direct": 0.30, "running": 0.45, "compare": 0.20, "sort": 0.05},
+}
+MAX_LENGTH = 96
+
+
+def ladder_names() -> list[str]:
+    return list(LADDER)
+
+
+def spec(name: str) -> StudentSpec:
+    if name not in LADDER:
+        raise InputError(f"unknown lab student {name!r}: use one of {', '.join(LADDER)}")
+    return LADDER[name]
+
+
+def recipe(name: str, seed: int = DEFAULT_SEED, steps: int | None = None) -> dict:
+    """Everything that determines a student's weights (hashed into its folder name)."""
+    s = asdict(spec(name))
+    if steps is not None:
+        s["steps"] = int(steps)
+    return {
+        "version": RECIPE_VERSION,
+        "student": s,
+        "seed": seed,
+        "alphabet": tasks.ALPHABET,
+        "families": CORPUS_FAMILIES,
+        "styles": CORPUS_STYLES,
+        "difficulty": {k: list(f.difficulty_range) for k, f in tasks.FAMILIES.items()},
+        "max_length": MAX_LENGTH,
+    }
+
+
+def recipe_hash(name: str, seed: int = DEFAULT_SEED, steps: int | None = None) -> str:
+    return stable_hash(recipe(name, seed, steps), 8)
+
+
+def lab_dir() -> Path:
+    return advisor_home() / "lab"
+
+
+def student_dir(name: str, seed: int = DEFAULT_SEED, steps: int | None = None) -> Path:
+    return lab_dir() / f"{name}-{recipe_hash(name, seed, steps)}"
+
+
+def is_built(name: str, seed: int = DEFAULT_SEED) -> bool:
+    return (student_dir(name, seed) / "build.json").exists()
+
+
+def student_path(name: str, seed: int = DEFAULT_SEED, progress: Callable[[int, int, float], None] | None = None) -> Path:
+    """The folder of lab student `name`, pretraining it on first use (cached, reused after)."""
+    spec(name)  # validate first: an unknown name must not create folders
+    final = student_dir(name, seed)
+    if (final / "build.json").exists():
+        return final
+    tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    try:
+        build_student(name, tmp, seed=seed, progress=progress)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / "build.json").exists():  # lost a race to a finished build: use theirs
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def make_config(s: StudentSpec, tokenizer):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=s.hidden,
+        intermediate_size=s.ffn,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        num_key_value_heads=s.heads,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        rms_norm_eps=1e-5,
+        initializer_range=0.02,
+    )
+
+
+def corpus_batches(seed: int, batch: int):
+    """An endless, seeded stream of pretraining batches of (prompt, response) pairs."""
+    rng = random.Random(f"corpus:{seed}")
+    fams = list(CORPUS_FAMILIES)
+    fw = [CORPUS_FAMILIES[f] for f in fams]
+    while True:
+        out = []
+        for _ in range(batch):
+            fam = tasks.FAMILIES[rng.choices(fams, fw)[0]]
+            lo, hi = fam.difficulty_range
+            p = fam.make(rng, rng.randint(lo, hi))
+            styles = CORPUS_STYLES[fam.name]
+            name = rng.choices(list(styles), list(styles.values()))[0]
+            out.append((p.prompt, fam.procedures[name](p, rng)))
+        yield out
+
+
+def build_student(
+    name: str,
+    out: str | os.PathLike,
+    seed: int = DEFAULT_SEED,
+    steps: int | None = None,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> Path:
+    """Pretrain student `name` from a seeded random init and save it as a model folder at `out`.
+
+    `steps` overrides the ladder's budget (tests use a few steps). `progress(step, total, loss)`.
+    """
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from models.lab.tokenizer import build_tokenizer
+    from models.lab.train import train_loop
+
+    s = spec(name)
+    total = int(steps if steps is not None else s.steps)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    tok = build_tokenizer()
+    # One thread: these matmuls are too small to gain from more, and a fixed thread count keeps
+    # the float reductions (so the weights) identical from machine to machine.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(make_config(s, tok))
+        t0 = time.time()
+        losses = train_loop(
+            model, tok, corpus_batches(seed, s.batch), total, s.lr,
+            completion_only=False, max_length=MAX_LENGTH, warmup=min(100, max(1, total // 10)),
+            on_step=(lambda i, loss: progress(i, total, loss)) if progress else None,
+        )
+        seconds = time.time() - t0
+    finally:
+        torch.set_num_threads(threads)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    tail = losses[-50:] or [float("nan")]
+    write_json(out / "build.json", {
+        "name": name,
+        "n_params": sum(p.numel() for p in model.parameters()),
+        "recipe": recipe(name, seed, steps),
+        "recipe_hash": recipe_hash(name, seed, steps),
+        "build_seconds": round(seconds, 2),
+        "threads": 1,
+        "final_loss": sum(tail) / len(tail),
+    })
+    return out
+
+
+def n_params(name: str) -> int:
+    """Parameter count from the spec alone (no weights needed)."""
+    s = spec(name)
+    v = len(tasks.ALPHABET) + 4
+    per_layer = 4 * s.hidden * s.hidden + 3 * s.hidden * s.ffn + 2 * s.hidden
+    return v * s.hidden + s.layers * per_layer + s.hidden
+
+
+def list_students(seed: int = DEFAULT_SEED) -> list[dict]:
+    rows = []
+    for name in LADDER:
+        d = student_dir(name, seed)
+        built = (d / "build.json").exists()
+        row = {"name": name, "n_params": n_params(name), "built": built, "path": str(d)}
+        if built:
+            import json
+
+            info = json.loads((d / "build.json").read_text())
+            row["build_seconds"] = info.get("build_seconds")
+            row["final_loss"] = info.get("final_loss")
+        rows.append(row)
+    return rows

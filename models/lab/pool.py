@@ -1,0 +1,45 @@
+"""Write a lab pool in the grouped layout that `advisor.pool` reads.
+
+One JSONL row per problem: `id`, `task`, `problem` (the prompt, ending in `=`), `generations`
+(the teacher's candidates), `correctness` (all True: the teacher only writes correct ones),
+`answer` (reference), and `styles` (which procedure wrote each candidate; for reports only).
+"""
+
+from __future__ import annotations
+
+import os
+
+from models.files import write_jsonl
+from models.lab import tasks
+
+
+def pool_rows(task: str = "modchain", n: int = 100, difficulty: int | None = None, candidates: int = 6,
+              seed: int = 0, problems: list | None = None) -> list[dict]:
+    probs = problems if problems is not None else tasks.make_problems(task, n, difficulty, seed)
+    rows = []
+    for i, p in enumerate(probs):
+        cands = tasks.teacher_candidates(p, candidates, seed)
+        for _style, text in cands:  # the teacher's promise, checked rather than assumed
+            assert tasks.check(text, p.answer), (p.prompt, text)
+        rows.append({
+            "id": f"{p.task}-{seed}-{i}",
+            "task": p.task,
+            "problem": p.prompt,
+            "generations": [t for _, t in cands],
+            "correctness": [True] * len(cands),
+            "answer": p.answer,
+            "styles": [s for s, _ in cands],
+        })
+    return rows
+
+
+def write_pool(path: str | os.PathLike, task: str = "modchain", n: int = 100, difficulty: int | None = None,
+               candidates: int = 6, seed: int = 0) -> int:
+    """Write `n` problems with `candidates` teacher responses each; returns the row count."""
+    from models.errors import InputError
+
+    if not 4 <= candidates <= 8:
+        raise InputError(f"--candidates must be between 4 and 8, got {candidates}")
+    if n < 1:
+        raise InputError(f"--n must be at least 1, got {n}")
+    return write_jsonl(path, pool_rows(task, n, difficulty, candidates, seed))

@@ -1,0 +1,283 @@
+"""The embedded lab: tasks and checker, teacher pools, the ladder's cache, and lab students going
+through the same loading / scoring / generation code as any model folder. Only the smallest
+student (`xs`, ~4k parameters, seconds to build) is ever built here."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from models.errors import InputError
+from models.lab import (
+    FAMILIES,
+    build_student,
+    check,
+    extract_answer,
+    make_problems,
+    pool_rows,
+    student_dir,
+    student_path,
+    teacher_candidates,
+    write_pool,
+)
+
+
+@pytest.fixture(scope="module")
+def lab_home(tmp_path_factory):
+    """One cache home with the default `xs` student, built once for the whole module."""
+    import os
+
+    home = tmp_path_factory.mktemp("lab-home")
+    old = os.environ.get("ADVISOR_HOME")
+    os.environ["ADVISOR_HOME"] = str(home)
+    try:
+        student_path("xs")
+    finally:
+        if old is None:
+            del os.environ["ADVISOR_HOME"]
+        else:
+            os.environ["ADVISOR_HOME"] = old
+    return home
+
+
+@pytest.fixture
+def shared_home(lab_home, monkeypatch):
+    monkeypatch.setenv("ADVISOR_HOME", str(lab_home))
+    return lab_home
+
+
+def weights_hash(folder) -> str:
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(folder / "model.safetensors"))
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        h.update(name.encode())
+        h.update(tensors[name].contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- answers and the checker
+
+
+@pytest.mark.parametrize("text,answer,ok", [
+    ("A7", "7", True),
+    ("|3,7;A7", "7", True),
+    ("|3+4=7,7*9=63:3;A3", "3", True),
+    ("|1,2;A07", "7", True),  # leading zeros do not matter
+    ("|5c1,2c1,8c0;A825", "825", True),
+    ("|3,7;A7", "8", False),
+    ("|3,7;A", "7", False),  # no digits after A
+    ("|3,7", "7", False),  # never reached an answer
+    ("", "0", False),
+    ("|A3;A4", "4", True),  # the last answer counts
+    ("|A3;A4", "3", False),
+    ("|3,7;A77", "7", False),  # exact, not a prefix
+    ("xA7", "7", False),  # A must start the response or follow ';'
+])
+def test_checker_on_handmade_cases(text, answer, ok):
+    assert check(text, answer) is ok
+
+
+def test_extract_answer():
+    assert extract_answer("|8,3;A3") == "3"
+    assert extract_answer("A-3") == "-3"
+    assert extract_answer("nothing here") is None
+    assert extract_answer(None) is None
+
+
+@pytest.mark.parametrize("task", list(FAMILIES))
+def test_every_teacher_candidate_is_correct_and_varied(task):
+    probs = make_problems(task, 40, seed=3)
+    assert len({p.prompt for p in probs}) == 40
+    procedures = set()
+    for p in probs:
+        assert p.prompt.endswith("=")
+        cands = teacher_candidates(p, 6, seed=3)
+        assert len(cands) == 6
+        for name, text in cands:
+            assert check(text, p.answer), (p.prompt, text)
+            assert len(p.prompt) + len(text) <= 64
+            procedures.add(name)
+    assert "direct" not in procedures and len(procedures) >= 3
+
+
+def test_modchain_reference_answers_by_hand():
+    from models.lab.tasks import Problem, _modchain_values
+
+    p = Problem("modchain", "C3+4*9-2+7=", "8", ((3, 4, 9, 2, 7), ("+", "*", "-", "+")))
+    assert _modchain_values(p) == [7, 3, 1, 8]
+    assert make_problems("addition", 1, difficulty=3, seed=0)[0].answer == str(eval(make_problems("addition", 1, 3, 0)[0].prompt[1:-1]))
+
+
+def test_difficulty_knob_changes_length():
+    short = make_problems("modchain", 5, difficulty=3, seed=0)
+    long = make_problems("modchain", 5, difficulty=6, seed=0)
+    assert all(len(s.prompt) < len(lo.prompt) for s, lo in zip(short, long))
+
+
+# ---------------------------------------------------------------- pools
+
+
+def test_pool_is_valid_grouped_layout(tmp_path):
+    from advisor.pool import read_pool
+
+    path = tmp_path / "pool.jsonl"
+    assert write_pool(path, task="modchain", n=30, candidates=5, seed=1) == 30
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len({r["id"] for r in rows}) == 30
+    for r in rows:
+        assert set(r) >= {"id", "problem", "generations", "correctness", "answer", "task"}
+        assert len(r["generations"]) == len(r["correctness"]) == 5 and all(r["correctness"])
+        assert all(check(g, r["answer"]) for g in r["generations"])
+    pool = read_pool(path)
+    assert pool.layout == "grouped" and len(pool) == 30 and pool.has_answers
+    assert pool.problems[0].prompt == rows[0]["problem"]
+
+
+def test_pool_rejects_bad_candidate_count(tmp_path):
+    with pytest.raises(InputError):
+        write_pool(tmp_path / "p.jsonl", n=3, candidates=9)
+
+
+def test_pool_rows_are_deterministic():
+    assert pool_rows("listmax", 10, seed=4) == pool_rows("listmax", 10, seed=4)
+    assert pool_rows("listmax", 10, seed=4) != pool_rows("listmax", 10, seed=5)
+
+
+# ---------------------------------------------------------------- the ladder
+
+
+def test_tokenizer_round_trip_and_template_join():
+    from models.lab.tokenizer import build_tokenizer
+    from models.template import encode_pair
+
+    tok = build_tokenizer()
+    ids = tok("C3+4*9=", add_special_tokens=False)["input_ids"]
+    assert len(ids) == 7 and tok.decode(ids) == "C3+4*9="
+    enc = encode_pair(tok, "C3+4*9=", "|7,3;A3", max_length=64, add_eos=True)
+    assert enc.input_ids[0] == tok.bos_token_id and enc.input_ids[-1] == tok.eos_token_id
+    assert enc.n_prompt == 8 and enc.n_response == 8
+
+
+def test_batched_encoding_matches_the_shared_rule():
+    from models.lab.tokenizer import build_tokenizer
+    from models.lab.train import encode_pairs
+    from models.template import encode_pair
+
+    tok = build_tokenizer()
+    pairs = [(r["problem"], g) for r in pool_rows("modchain", 5, seed=2) for g in r["generations"]]
+    for max_length in (96, 12):
+        fast = encode_pairs(tok, pairs, max_length, add_eos=True)
+        assert fast == [encode_pair(tok, p, r, max_length, add_eos=True) for p, r in pairs]
+
+
+def test_same_seed_same_weights(tmp_path):
+    a = build_student("xs", tmp_path / "a", seed=7, steps=15)
+    b = build_student("xs", tmp_path / "b", seed=7, steps=15)
+    c = build_student("xs", tmp_path / "c", seed=8, steps=15)
+    assert weights_hash(a) == weights_hash(b)
+    assert weights_hash(a) != weights_hash(c)
+
+
+def test_unknown_student_is_one_line_input_error(tmp_path):
+    with pytest.raises(InputError, match="xs, s, m, l, xl"):
+        student_path("huge")
+    assert not (tmp_path / "advisor-home" / "lab").exists()
+
+
+def test_killed_build_leaves_nothing_under_the_final_name(monkeypatch):
+    import models.lab.ladder as ladder
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ladder, "build_student", boom)
+    with pytest.raises(KeyboardInterrupt):
+        student_path("xs")
+    final = student_dir("xs")
+    assert not final.exists()
+    assert not list(final.parent.glob(".*tmp*"))
+
+
+def test_recipe_change_changes_the_folder():
+    assert student_dir("xs") != student_dir("xs", seed=1)
+    assert student_dir("xs", steps=10) != student_dir("xs")
+
+
+def test_lab_student_folder_and_reuse(shared_home):
+    path = student_path("xs")
+    for f in ("config.json", "model.safetensors", "tokenizer.json", "build.json"):
+        assert (path / f).exists()
+    cfg = json.loads((path / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLM"]
+    info = json.loads((path / "build.json").read_text())
+    assert info["n_params"] < 5000 and info["recipe"]["student"]["steps"] == 600
+    mtime = (path / "model.safetensors").stat().st_mtime
+    assert student_path("xs") == path and (path / "model.safetensors").stat().st_mtime == mtime
+
+
+def test_lab_student_loads_scores_and_generates_like_any_model(shared_home):
+    from models.hf import HFBackend
+    from models.loading import load_model
+
+    lm = load_model("lab:xs", device="cpu")
+    assert lm.description["architecture"] == "LlamaForCausalLM"
+    assert 3000 < lm.description["n_params"] < 5000
+    tok = lm.tokenizer
+    assert tok.bos_token_id is not None and tok.eos_token_id is not None and tok.pad_token_id is not None
+    backend = HFBackend(lm)
+    rows = backend.score([("C3+4*9=", "|7,3;A3"), ("C3+4*9=", "|3+4=7,7*9=3;A3")], max_length=96)
+    assert [r["n_tokens"] for r in rows] == [7, 15]
+    assert all(math.isfinite(r["logprob_mean"]) and r["logprob_sum"] < 0 for r in rows)
+    # the folder path and the lab: spec are the same model
+    same = HFBackend(load_model(str(student_path("xs")), device="cpu")).score([("C3+4*9=", "|7,3;A3")], max_length=96)
+    assert same[0]["logprob_sum"] == pytest.approx(rows[0]["logprob_sum"])
+    out = backend.generate(["C3+4*9=", "C1+1="], max_new_tokens=20)
+    assert len(out) == 2 and all(isinstance(o[0], str) for o in out)
+
+
+# ---------------------------------------------------------------- CLI and experiment
+
+
+def test_cli_list_pool_and_errors(shared_home, tmp_path):
+    from advisor.lab_cli import lab
+
+    runner = CliRunner()
+    res = runner.invoke(lab, ["list", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    assert [r["name"] for r in rows] == ["xs", "s", "m", "l", "xl"]
+    assert rows[0]["built"] is True and rows[0]["n_params"] < rows[-1]["n_params"] / 100
+
+    out = tmp_path / "pool.jsonl"
+    res = runner.invoke(lab, ["pool", "--task", "addition", "--n", "12", "--out", str(out), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["problems"] == 12 and len(out.read_text().splitlines()) == 12
+
+    res = runner.invoke(lab, ["build", "--sizes", "xs,giant"])
+    assert isinstance(res.exception, InputError) and "giant" in str(res.exception)
+    res = runner.invoke(lab, ["pool", "--task", "poetry", "--out", str(out)])
+    assert isinstance(res.exception, InputError)
+
+
+def test_tiny_experiment_runs_and_resumes(shared_home, tmp_path):
+    from advisor.lab_experiment import ExperimentConfig, run_experiment
+
+    cfg = ExperimentConfig(out=str(tmp_path / "exp"), sizes=("xs",), seeds=(0,), n_train=64, n_eval=16,
+                           n_reference=4, epochs=1, evals_per_epoch=2, batch=16)
+    res = run_experiment(cfg, log=lambda m: None)
+    curve = res["sizes"]["xs"]["strategies"]["high"]["curve"]
+    assert len(curve) == 2 and curve[-1]["epoch"] == 1.0
+    for key in ("accuracy", "repetition_rate", "teacher_nll"):
+        assert key in curve[0]
+    assert (tmp_path / "exp" / "curves.png").stat().st_size > 1000
+    run_file = tmp_path / "exp" / "runs" / "xs-low-s0.json"
+    mtime = run_file.stat().st_mtime
+    logs = []
+    run_experiment(cfg, log=logs.append)
+    assert run_file.stat().st_mtime == mtime and any("skipped" in m for m in logs)

@@ -205,6 +205,113 @@ def probe(model, pool_path, out, scores_path, steps, batch_size, learning_rate, 
         emit_json({"features": report["features"], "cost": report["cost"], "probe": str(Path(out) / "probe.json")})
 
 
+def _cv_table(result: dict) -> None:
+    from rich.table import Table
+
+    from advisor.ui import console
+
+    t = Table(title=f"Leave-one-student-out ({result['rows']} rows; labels {result['labels']}; near-ties {result['ties']})",
+              title_justify="left")
+    for col in ("method", "accuracy", "mean regret (acc. points)"):
+        t.add_column(col, justify="left" if col == "method" else "right")
+    for row in sorted(result["cv"], key=lambda r: r["mean_regret_points"]):
+        mark = " ← chosen" if row["method"] == result["chosen"] else ""
+        t.add_row(row["method"] + mark, f"{row['accuracy']:.3f}", f"{row['mean_regret_points']:.2f}")
+    console.print(t)
+
+
+@cli.command()
+@click.option("--records", "-r", "records_path", default=None, help="RunRecords JSONL (default: the records store).")
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Predictor folder to write.")
+@click.option("--tie-margin", default=0.01, show_default=True, help="Accuracy gap under which strategies count as tied.")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def fit(records_path, out, tie_margin, seed, as_json):
+    """Fit the predictor on RunRecords; print its cross-validated table against the baselines."""
+    from advisor.predictor import fit_and_save, read_records
+    from advisor.ui import emit_json
+    from models.files import advisor_home
+
+    path = records_path or str(advisor_home() / "records.jsonl")
+    result = fit_and_save(read_records(path), out, tie_margin)
+    if as_json:
+        emit_json(result)
+    else:
+        _cv_table(result)
+
+
+@cli.command()
+@click.option("--out", "-o", default="calibration", show_default=True, type=click.Path(file_okay=False))
+@click.option("--sizes", default="xs,s,m,l,xl", show_default=True)
+@click.option("--seeds", default="0,1", show_default=True)
+@click.option("--tasks", default="modchain", show_default=True)
+@click.option("--epochs", default=5, show_default=True, help="The maximum budget.")
+@click.option("--threads", default=1, show_default=True)
+@click.option("--quick", is_flag=True, help="Tiny settings (one small student, one seed, one epoch) for tests.")
+@click.option("--json", "as_json", is_flag=True)
+def calibrate(out, sizes, seeds, tasks, epochs, threads, quick, as_json):
+    """Probes plus full high/low/mixed runs over the lab ladder: RunRecords for `advisor fit`."""
+    from advisor.calibrate import CalibrateConfig, run_calibration
+    from advisor.ui import console, emit_json, quiet_libraries
+
+    quiet_libraries()
+    if quick:
+        cfg = CalibrateConfig.quick_settings(out)
+    else:
+        cfg = CalibrateConfig(out=out, sizes=tuple(sizes.split(",")), seeds=tuple(int(s) for s in seeds.split(",")),
+                              tasks=tuple(tasks.split(",")), epochs=epochs, threads=threads)
+    result = run_calibration(cfg, log=lambda m: console.print(m))
+    if as_json:
+        emit_json(result)
+    else:
+        console.print(f"{result['records']} records in {result['path']} ({result['seconds']}s)")
+
+
+@cli.command()
+@click.option("--model", "-m", required=True, help="Student: a local HF folder, a hub id, or lab:NAME.")
+@click.option("--budget", "-b", required=True, type=float, help="Epochs of the full run you plan.")
+@click.option("--pool", "-p", "pool_path", default=None, help="Pool (default: a lab pool of --lab-n problems).")
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
+@click.option("--teacher", default=None, help="Teacher model, for the teacher's view in the probe.")
+@click.option("--no-probe", is_flag=True, help="Skip the probe: a prior from parameter count and budget (low confidence).")
+@click.option("--predictor", default=None, help="Predictor folder from `advisor fit` (default: the shipped one).")
+@click.option("--probe-steps", default=100, show_default=True)
+@click.option("--lab-task", default="modchain", show_default=True)
+@click.option("--lab-n", default=1000, show_default=True)
+@click.option("--checker", default="auto", show_default=True)
+@pool_options
+@click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), show_default=True)
+@click.option("--dtype", default="auto", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def recommend(model, budget, pool_path, out, teacher, no_probe, predictor, probe_steps, lab_task, lab_n, checker,
+              device, dtype, seed, as_json, **kw):
+    """Score, select, probe, predict: train on high, low or mixed for this student and budget?"""
+    from advisor.recommend import RecommendConfig, print_report, recommend as run
+    from advisor.ui import console, emit_json, quiet_libraries
+
+    quiet_libraries()
+    opts = _pool_opts(kw)
+    cfg = RecommendConfig(model=model, budget=budget, out=out, pool=pool_path, teacher=teacher, no_probe=no_probe,
+                          predictor=predictor, lab_task=lab_task, lab_n=lab_n, probe_steps=probe_steps,
+                          checker=checker, device=device, dtype=dtype, seed=seed, pool_options=vars(opts))
+    with console.status("recommend") as st:
+        report = run(cfg, status=lambda m: st.update(m))
+    if as_json:
+        emit_json(report)
+    else:
+        print_report(report, out)
+
+
+def _register_subgroups() -> None:
+    from advisor.lab_cli import lab
+
+    cli.add_command(lab)
+
+
+_register_subgroups()
+
+
 def main():  # console-script entry point
     cli()
 

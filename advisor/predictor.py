@@ -315,3 +315,34 @@ def cross_validate(rows: Sequence[dict], tie_margin: float = 0.01) -> tuple[list
                       "mean_regret_points": 100 * mean(regret(r, s) for r, s in pairs)})
     best = min((t for t in table if t["method"] in MODELS), key=lambda t: (t["mean_regret_points"], -t["accuracy"]))
     return table, best["method"]
+
+
+def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0.01) -> dict:
+    """Cross-validate, refit the better model on every row, and save it with a prior and the rule of thumb.
+
+    OUT/predictor.json (+ model.txt for LightGBM) is the predictor `recommend` uses; OUT/prior/ is
+    the parameter-count-and-budget model behind `--no-probe`.
+    """
+    rows = label_rows(records, tie_margin=tie_margin)
+    if not rows:
+        raise InputError("the records hold no (student, pool) with both a high and a low run: nothing to learn from")
+    table, best = cross_validate(rows, tie_margin)
+    model = fit(rows, best)
+    rule = _fit_rule(rows)
+    model.meta = {
+        "cv": table,
+        "chosen_by": "leave-one-student-out mean regret",
+        "rows": len(rows),
+        "records": len(records),
+        "students": sorted({r["student"] for r in rows}),
+        "labels": {s: sum(r["label"] == s for r in rows) for s in STRATEGIES},
+        "ties": sum(r["tie"] for r in rows),
+        "tie_margin": tie_margin,
+        "rule_of_thumb": rule.state,
+    }
+    model.save(out)
+    prior = fit(rows, "logistic", features=PRIOR_FEATURES)
+    prior.meta = {"note": "parameter count and budget only (advisor recommend --no-probe)"}
+    prior.save(Path(out) / "prior")
+    return {"cv": table, "chosen": best, "rows": len(rows), "labels": model.meta["labels"], "ties": model.meta["ties"],
+            "rule_of_thumb": rule.state, "out": str(out)}

@@ -78,3 +78,27 @@ def _isolated_home(tmp_path, monkeypatch):
     """Each test gets its own cache home unless it asks for a shared one."""
     if "ADVISOR_HOME" not in os.environ or os.environ.get("ADVISOR_TEST_KEEP_HOME") != "1":
         monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "advisor-home"))
+
+
+@pytest.fixture(scope="session")
+def lab_cache(tmp_path_factory):
+    """A cache home holding the smallest lab student, built once per test session (seconds)."""
+    from models.lab import student_path
+
+    home = tmp_path_factory.mktemp("lab-cache")
+    old = os.environ.get("ADVISOR_HOME")
+    os.environ["ADVISOR_HOME"] = str(home)
+    try:
+        student_path("xs")
+    finally:
+        if old is None:
+            os.environ.pop("ADVISOR_HOME", None)
+        else:
+            os.environ["ADVISOR_HOME"] = old
+    return home
+
+
+@pytest.fixture
+def lab_home(lab_cache, monkeypatch):
+    monkeypatch.setenv("ADVISOR_HOME", str(lab_cache))
+    return lab_cache

@@ -1,0 +1,103 @@
+"""`advisor train`: full SFT from a recommendation manifest (registered with `cli.add_command(train)`).
+
+    advisor train rec/recommendation.json --out runs/m-high                 # one process (CPU or GPU)
+    advisor train rec/recommendation.json --out runs/m-high --nproc 8       # torchrun, DDP
+    advisor train rec/recommendation.json --out runs/m-high --nproc 8 --launcher accelerate \\
+        --accelerate-config configs/accelerate_fsdp.yaml                       # FSDP for large students
+    advisor train rec/recommendation.json --export out/ --format all         # data + TRL/LLaMA-Factory/axolotl configs
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import click
+
+from models.errors import InputError
+
+
+@click.command()
+@click.argument("manifest", type=click.Path(dir_okay=False))
+@click.option("--out", "-o", default=None, type=click.Path(file_okay=False),
+              help="Run folder: checkpoints, eval.jsonl, curve.png, record.json. A rerun resumes.")
+@click.option("--records", default=None, help="Records store to append the RunRecord to (default: $ADVISOR_HOME/records.jsonl).")
+@click.option("--nproc", default=1, show_default=True, help="Processes (GPUs, or CPU processes with torchrun); > 1 launches data-parallel.")
+@click.option("--launcher", default="torchrun", show_default=True, type=click.Choice(["torchrun", "accelerate"]),
+              help="Multi-process launcher for --nproc > 1.")
+@click.option("--accelerate-config", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="accelerate config file, e.g. configs/accelerate_fsdp.yaml (with --launcher accelerate).")
+@click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), show_default=True)
+@click.option("--dtype", default="auto", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), show_default=True,
+              help="auto: fp32 on CPU, bf16 (else fp16 mixed precision) on GPU.")
+@click.option("--threads", default=0, show_default=True, help="Torch CPU threads per process (0: torch's default).")
+@click.option("--dry-run", is_flag=True, help="Validate the manifest and print the launch command without running it.")
+@click.option("--export", "export_dir", default=None, type=click.Path(file_okay=False),
+              help="Write the dataset and TRL / LLaMA-Factory / axolotl config snippets here instead of training.")
+@click.option("--format", "formats", default="all", show_default=True, help="Export formats: trl,llamafactory,axolotl or all.")
+@click.option("--json", "as_json", is_flag=True, help="Print the RunRecord summary as JSON on stdout.")
+@click.pass_context
+def train(ctx, manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, dry_run,
+          export_dir, formats, as_json):
+    """Full SFT on the recommended data: the paper's protocol, checkpoints, resume, a RunRecord."""
+    try:
+        _train(manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, dry_run,
+               export_dir, formats, as_json)
+    except InputError as e:  # also when called outside the advisor group (tests, other CLIs)
+        click.echo(f"error: {e}", err=True)
+        ctx.exit(2)
+
+
+def _train(manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, dry_run,
+           export_dir, formats, as_json):
+    from advisor.ui import console, emit_json, kv_table, quiet_libraries
+    from training.manifest import load_manifest
+
+    quiet_libraries()
+    m = load_manifest(manifest)
+    if export_dir:
+        from training.export import FORMATS, export
+
+        chosen = FORMATS if formats == "all" else tuple(f.strip() for f in formats.split(",") if f.strip())
+        written = export(m, export_dir, chosen)
+        if as_json:
+            emit_json({"written": [str(p) for p in written]})
+        else:
+            console.print(kv_table("Export", {p.name: str(p) for p in written}))
+        return
+    if not out:
+        raise InputError("--out is required (the run folder), unless --export is given")
+    if nproc > 1 or accelerate_config:
+        import torch
+
+        from training.launch import launch_command, shown
+
+        cmd = launch_command(manifest, out, nproc, launcher, accelerate_config, cuda=torch.cuda.is_available(),
+                             records=records, device=device, dtype=dtype, threads=threads)
+        click.echo(shown(cmd), err=True)
+        if dry_run:
+            return
+        rc = subprocess.run(cmd).returncode
+        if rc:
+            raise InputError(f"training exited with status {rc} (see the messages above); rerun the same command to resume")
+        record = json.loads((Path(out) / "record.json").read_text(encoding="utf-8"))
+    else:
+        import sys
+
+        from training.launch import sft_args, shown
+
+        click.echo(shown([sys.executable] + sft_args(manifest, out, records, device, dtype, threads)), err=True)
+        if dry_run:
+            return
+        from training.sft import run_sft
+
+        record = run_sft(manifest, out, records=records, device=device, dtype=dtype, threads=threads)
+    summary = {"record": str(Path(out) / "record.json"), "curve": str(Path(out) / "curve.png"),
+               "best_accuracy": record.get("best_accuracy"), "final_accuracy": record.get("final_accuracy"),
+               "evaluations": len(record.get("evals", [])), "seconds": record.get("seconds"),
+               "final_checkpoint": record.get("final_checkpoint")}
+    if as_json:
+        emit_json(summary)
+    else:
+        console.print(kv_table(f"Run: {m.model_spec} on {m.strategy} data, {m.training.epochs} epochs", summary))

@@ -1,0 +1,304 @@
+"""Trainer callbacks: checkpoint evaluation on the paper's schedule, curriculum, one progress line.
+
+Evaluation (`EvalCallback`): at step 0 (the base model) and at `evals_per_epoch` evenly spaced
+steps per epoch (step round(k * steps_per_epoch / evals_per_epoch), plus the last step), every
+process generates for its own slice of the held-out prompts (rows rank, rank + world, ...); the
+texts are gathered on rank 0, which scores them and writes the row. A checkpoint is saved at each
+of those steps, and a marker (`advisor_state.json`: the eval row and the time spent so far) is
+written into it last, so a checkpoint without its marker is known to be incomplete.
+
+`eval.jsonl` is keyed by step: a row recomputed after a resume replaces the old one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from models.files import read_jsonl, write_json, write_jsonl
+from training import metrics
+
+MARKER = "advisor_state.json"
+
+
+# ---- processes ---------------------------------------------------------------------------
+def dist_ready() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist_ready() else 0
+
+
+def world() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist_ready() else 1
+
+
+def barrier() -> None:
+    import torch.distributed as dist
+
+    if dist_ready():
+        dist.barrier()
+
+
+def gather_to_main(obj):
+    """Every rank's `obj`, in rank order, on every rank (small Python objects only)."""
+    import torch.distributed as dist
+
+    if not dist_ready():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+# ---- schedule ----------------------------------------------------------------------------
+def eval_schedule(steps_per_epoch: int, max_steps: int, evals_per_epoch: int) -> list[int]:
+    """Steps at which to evaluate and checkpoint: evals_per_epoch per epoch, and the last step."""
+    n = math.ceil(max_steps / steps_per_epoch * evals_per_epoch)
+    steps = {int(k * steps_per_epoch / evals_per_epoch + 0.5) for k in range(1, n + 1)}  # round half up
+    return sorted({s for s in steps if 1 <= s <= max_steps} | {max_steps})
+
+
+def steps_per_epoch_of(dataloader, grad_accum: int) -> int:
+    n = len(dataloader)
+    return max(n // grad_accum + int(n % grad_accum > 0), 1)
+
+
+# ---- eval rows ---------------------------------------------------------------------------
+def read_eval_rows(path: Path) -> list[dict]:
+    return read_jsonl(path) if path.exists() else []
+
+
+def upsert_eval_row(path: Path, row: dict) -> list[dict]:
+    rows = {r["step"]: r for r in read_eval_rows(path)}
+    rows[row["step"]] = row
+    out = [rows[s] for s in sorted(rows)]
+    write_jsonl(path, out)
+    return out
+
+
+def truncate_eval_rows(path: Path, last_step: int) -> None:
+    """Drop rows past the checkpoint a run resumes from (they are recomputed)."""
+    rows = read_eval_rows(path)
+    keep = [r for r in rows if r["step"] <= last_step]
+    if len(keep) != len(rows):
+        write_jsonl(path, keep)
+
+
+class EvalCallback(TrainerCallback):
+    """Generation-based evaluation at the scheduled steps; see the module doc."""
+
+    def __init__(self, run_dir: Path, eval_rows: list[dict] | None, checker: str, max_new_tokens: int,
+                 temperature: float, evals_per_epoch: int, grad_accum: int, seed: int, tokenizer, spec: str,
+                 elapsed_before: float = 0.0, log=None):
+        self.run_dir = Path(run_dir)
+        self.eval_file = self.run_dir / "eval.jsonl"
+        self.eval_rows = eval_rows or []
+        self.checker = checker
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.evals_per_epoch = evals_per_epoch
+        self.grad_accum = grad_accum
+        self.seed = seed
+        self.tokenizer = tokenizer
+        self.spec = spec
+        self.elapsed_before = elapsed_before
+        self.log = log or (lambda s: None)
+        self.trainer = None  # set by the runner: needed for the FSDP full-parameter view
+        self.schedule: list[int] = []
+        self.steps_per_epoch = 1
+        self.losses: list[float] = []
+        self.last_lr = None
+        self.t0 = time.perf_counter()
+        self.last_row: dict | None = None
+
+    # elapsed wall time of the whole run, over every attempt
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.perf_counter() - self.t0
+
+    def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kw):
+        self.steps_per_epoch = steps_per_epoch_of(train_dataloader, self.grad_accum)
+        self.schedule = eval_schedule(self.steps_per_epoch, state.max_steps, self.evals_per_epoch)
+        if state.global_step == 0:
+            # rank 0's view decides for all ranks, since every rank must join the evaluation
+            done = gather_to_main(0 in {r["step"] for r in read_eval_rows(self.eval_file)} if rank() == 0 else None)[0]
+            if not done:
+                self._evaluate(model, state, args)
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if logs and "loss" in logs:
+            self.losses.append(float(logs["loss"]))
+        if logs and "learning_rate" in logs:
+            self.last_lr = float(logs["learning_rate"])
+
+    def on_step_end(self, args, state, control, model=None, **kw):
+        if state.global_step in self.schedule:
+            self._evaluate(model, state, args)
+            control.should_save = True
+        return control
+
+    def on_save(self, args, state, control, **kw):
+        barrier()  # every rank's files (weights, optimizer, RNG state) are in place
+        if rank() == 0:
+            ckpt = self.run_dir / f"checkpoint-{state.global_step}"
+            if ckpt.is_dir():
+                write_json(ckpt / MARKER, {"step": state.global_step, "epoch": state.global_step / self.steps_per_epoch,
+                                           "elapsed": self.elapsed(), "eval": self.last_row})
+        barrier()
+
+    # ---- the evaluation itself ------------------------------------------------------------
+    def _evaluate(self, model, state, args) -> None:
+        step = state.global_step
+        t0 = time.perf_counter()
+        row = {"step": step, "epoch": step / self.steps_per_epoch}
+        if self.eval_rows:
+            texts = self._generate(model, args, step)
+            if rank() == 0:
+                answers = [r.get("answer") for r in self.eval_rows]
+                row.update(metrics.generation_metrics(texts, answers, self.checker))
+                row["examples"] = [{"prompt": r["prompt"], "answer": r.get("answer"), "generation": t}
+                                   for r, t in zip(self.eval_rows[:3], texts[:3])]
+        else:
+            row.update({"accuracy": None, "repetition_rate": None, "answer_rate": None, "mean_chars": None})
+        row["train_loss"] = sum(self.losses) / len(self.losses) if self.losses else None
+        row["learning_rate"] = self.last_lr
+        row["checker"] = metrics.checker_name(self.checker)
+        row["n_eval"] = len(self.eval_rows)
+        row["eval_seconds"] = round(time.perf_counter() - t0, 3)
+        row["elapsed"] = round(self.elapsed(), 3)
+        self.losses = []
+        self.last_row = row
+        if rank() == 0:
+            upsert_eval_row(self.eval_file, row)
+            acc = row.get("accuracy")
+            self.log(f"eval step {step} (epoch {row['epoch']:.2f}): accuracy "
+                     f"{'—' if acc is None else f'{acc:.3f}'}, repetition {_f(row.get('repetition_rate'))}, "
+                     f"answers {_f(row.get('answer_rate'))} [{row['eval_seconds']:.1f}s]")
+
+    def _generate(self, model, args, step: int) -> list[str]:
+        """Generations for every eval prompt, in order, on rank 0 (sharded over ranks)."""
+        from models.hf import HFBackend
+        from models.loading import LoadedModel
+
+        r, w = rank(), world()
+        mine = list(range(r, len(self.eval_rows), w))
+        was_training = model.training
+        model.eval()
+        try:
+            with _full_params(self.trainer):
+                lm = LoadedModel(model, self.tokenizer, args.device, self.spec, None, {})
+                out = HFBackend(lm).generate([self.eval_rows[i]["prompt"] for i in mine], self.max_new_tokens,
+                                             temperature=self.temperature, seed=self.seed + step) if mine else []
+        finally:
+            if was_training:
+                model.train()
+        parts = gather_to_main([(i, o[0]) for i, o in zip(mine, out)])
+        texts = [""] * len(self.eval_rows)
+        for part in parts:
+            for i, t in part:
+                texts[i] = t
+        return texts
+
+
+class _NullCtx:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def _full_params(trainer):
+    """Under FSDP (v1), gather full parameters for generation; elsewhere a no-op."""
+    wrapped = getattr(trainer, "model_wrapped", None)
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    except ImportError:  # pragma: no cover
+        return _NullCtx()
+    if isinstance(wrapped, FSDP):
+        return FSDP.summon_full_params(wrapped, writeback=False, recurse=True)
+    return _NullCtx()
+
+
+class CurriculumCallback(TrainerCallback):
+    """Tells the dataset which epoch it serves, so curriculum sets switch phase at switch_epoch."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+
+    def on_epoch_begin(self, args, state, control, **kw):
+        self.dataset.epoch = int(math.floor((state.epoch or 0) + 1e-6))
+
+
+class ProgressCallback(TrainerCallback):
+    """One progress line on rank 0: step, epoch, loss, s/step, ETA (rewritten in place on a terminal)."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.loss = None
+        self.t0 = None
+        self.start_step = 0
+        self.every = 1
+
+    def on_train_begin(self, args, state, control, **kw):
+        self.t0 = time.perf_counter()
+        self.start_step = state.global_step
+        self.every = 1 if self.tty else max(1, state.max_steps // 20)
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if logs and "loss" in logs:
+            self.loss = float(logs["loss"])
+
+    def on_step_end(self, args, state, control, **kw):
+        if rank() != 0:
+            return
+        step, total = state.global_step, state.max_steps
+        if step % self.every and step != total:
+            return
+        done = step - self.start_step
+        per = (time.perf_counter() - self.t0) / max(done, 1)
+        line = (f"train step {step}/{total} epoch {state.epoch or 0:.2f} loss {_f(self.loss)} "
+                f"{per:.2f} s/step eta {_hms(per * (total - step))}")
+        if self.tty:
+            self.stream.write("\r" + line.ljust(78) + ("\n" if step == total else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def note(self, text: str) -> None:
+        if rank() != 0:
+            return
+        self.stream.write(("\r" if self.tty else "") + text.ljust(78 if self.tty else 0) + "\n")
+        self.stream.flush()
+
+
+def _f(v) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"
+
+
+def _hms(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def marker_of(ckpt: Path) -> dict | None:
+    p = Path(ckpt) / MARKER
+    if not p.exists():
+        return None
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return None

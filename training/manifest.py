@@ -1,0 +1,230 @@
+"""The recommendation manifest: what `advisor recommend` writes and `advisor train` consumes unchanged.
+
+    from training.manifest import load_manifest, Manifest, TrainingSpec, EvalSpec
+    m = load_manifest("rec/recommendation.json")     # validated; relative paths resolved
+    m = Manifest(model={"spec": "lab:m"}, dataset="train.jsonl", training=TrainingSpec(epochs=3))
+    m.to_json("rec/recommendation.json")              # validated, then written atomically
+
+Relative paths (`dataset`, `eval.path`) are relative to the manifest's own folder, so a
+recommendation folder can be moved as a whole. Validation collects every problem and raises one
+`InputError` naming each field to fix; unknown keys are rejected (a typo must not silently fall
+back to a default).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from models.errors import InputError
+from models.files import write_json
+
+MANIFEST_VERSION = 1
+STRATEGIES = ("high", "low", "mixed", "curriculum")
+CHECKERS = ("lab", "math", "none")
+SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial",
+              "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay")
+
+
+@dataclass
+class EvalSpec:
+    """Held-out evaluation at every checkpoint: pass@1 with answer checking, repetition rate."""
+
+    path: str | None = None  # JSONL of {"prompt", "answer", "task"?}; None: no generation eval
+    checker: str = "none"  # lab (the lab's exact checker) | math (math-verify, else boxed/last-number match) | none
+    max_new_tokens: int = 256  # generation bound (a loop that hits it counts as repetition)
+    temperature: float = 0.0  # 0 = greedy pass@1; > 0 samples one completion per prompt
+    limit: int | None = 200  # first `limit` rows of the eval file; None = all
+
+
+@dataclass
+class TrainingSpec:
+    """Training settings; the paper's protocol by default (4 evaluations per epoch over the budget)."""
+
+    epochs: float = 3  # the epoch budget
+    learning_rate: float = 1e-5  # peak learning rate
+    batch_size: int = 16  # sequences per optimizer step over all processes (= per-device x processes x grad_accum)
+    grad_accum: int = 1  # micro-batches per optimizer step on each process
+    max_length: int = 2048  # prompt + response tokens; longer pairs keep the prompt and the response's start
+    evals_per_epoch: int = 4  # evaluations (and checkpoints) per epoch
+    lr_scheduler: str = "cosine"
+    warmup_ratio: float = 0.03  # share of all steps spent warming up
+    weight_decay: float = 0.0
+    seed: int = 0  # data order, init of LoRA weights, sampling
+    lora: dict | None = None  # None = full-parameter SFT; {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear"}
+    save_total_limit: int | None = 2  # checkpoints kept on disk (oldest deleted first); None = all
+    switch_epoch: float | None = None  # curriculum: rows with phase=high before this epoch, phase=low after
+    gradient_checkpointing: bool = False  # trade compute for memory on large students
+
+
+@dataclass
+class Manifest:
+    """A recommendation plus everything needed to run the training it recommends."""
+
+    model: dict  # {"spec": "lab:NAME | /path | org/name", ...models.loading.describe() output}
+    dataset: str  # TRL prompt/completion JSONL (+ id, k, phase)
+    strategy: str = "high"
+    mix: float = 0.0
+    probabilities: dict = field(default_factory=dict)
+    crossover_epoch: float | None = None
+    confidence: str | None = None
+    reasons: list = field(default_factory=list)
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    training: TrainingSpec = field(default_factory=TrainingSpec)
+    features: dict = field(default_factory=dict)  # probe features, copied into the RunRecord
+    pool: dict = field(default_factory=dict)  # pool summary, copied into the RunRecord
+    version: int = MANIFEST_VERSION
+    base_dir: str = field(default=".", repr=False, compare=False)  # the manifest's folder (not written)
+
+    # ---- paths -------------------------------------------------------------------------
+    def resolve(self, p: str | None) -> Path | None:
+        if p is None:
+            return None
+        q = Path(os.path.expanduser(p))
+        return q if q.is_absolute() else Path(self.base_dir) / q
+
+    @property
+    def dataset_path(self) -> Path:
+        return self.resolve(self.dataset)  # type: ignore[return-value]
+
+    @property
+    def eval_path(self) -> Path | None:
+        return self.resolve(self.eval.path)
+
+    @property
+    def model_spec(self) -> str:
+        return str(self.model.get("spec", "")) if isinstance(self.model, dict) else str(self.model)
+
+    # ---- validation --------------------------------------------------------------------
+    def problems(self, check_files: bool = True) -> list[str]:
+        """Every field that must change, as 'field: what is wrong' strings."""
+        bad: list[str] = []
+        t, e = self.training, self.eval
+        if self.version != MANIFEST_VERSION:
+            bad.append(f"version: {self.version!r} is not supported (this tool reads version {MANIFEST_VERSION})")
+        if not isinstance(self.model, dict) or not self.model.get("spec"):
+            bad.append("model.spec: missing (a local HF folder, a hub id, or lab:NAME)")
+        if not self.dataset:
+            bad.append("dataset: missing (the selected training set, TRL prompt/completion JSONL)")
+        elif check_files and not self.dataset_path.is_file():
+            bad.append(f"dataset: file {self.dataset_path} not found")
+        if self.strategy not in STRATEGIES:
+            bad.append(f"strategy: {self.strategy!r} is unknown (use {', '.join(STRATEGIES)})")
+        if not _num(self.mix) or not 0 <= self.mix <= 1:
+            bad.append(f"mix: {self.mix!r} must be between 0 and 1")
+        if not _num(t.epochs) or not t.epochs > 0:
+            bad.append(f"training.epochs: the budget must be > 0, got {t.epochs!r}")
+        if not _num(t.learning_rate) or not t.learning_rate > 0:
+            bad.append(f"training.learning_rate: must be > 0, got {t.learning_rate!r}")
+        for name in ("batch_size", "grad_accum", "evals_per_epoch"):
+            v = getattr(t, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                bad.append(f"training.{name}: must be a whole number ≥ 1, got {v!r}")
+        if isinstance(t.batch_size, int) and isinstance(t.grad_accum, int) and t.grad_accum >= 1 \
+                and t.batch_size >= 1 and t.batch_size % t.grad_accum:
+            bad.append(f"training.batch_size: {t.batch_size} must be a multiple of training.grad_accum ({t.grad_accum})")
+        if not isinstance(t.max_length, int) or t.max_length < 8:
+            bad.append(f"training.max_length: must be a whole number ≥ 8, got {t.max_length!r}")
+        if t.lr_scheduler not in SCHEDULERS:
+            bad.append(f"training.lr_scheduler: {t.lr_scheduler!r} is unknown (use {', '.join(SCHEDULERS)})")
+        if not _num(t.warmup_ratio) or not 0 <= t.warmup_ratio < 1:
+            bad.append(f"training.warmup_ratio: must be in [0, 1), got {t.warmup_ratio!r}")
+        if not _num(t.weight_decay) or t.weight_decay < 0:
+            bad.append(f"training.weight_decay: must be ≥ 0, got {t.weight_decay!r}")
+        if t.save_total_limit is not None and (not isinstance(t.save_total_limit, int) or t.save_total_limit < 1):
+            bad.append(f"training.save_total_limit: must be ≥ 1 or null, got {t.save_total_limit!r}")
+        if t.switch_epoch is not None:
+            if not _num(t.switch_epoch) or not 0 < t.switch_epoch < (t.epochs if _num(t.epochs) else math.inf):
+                bad.append(f"training.switch_epoch: must lie between 0 and training.epochs ({t.epochs}), got {t.switch_epoch!r}")
+        if t.lora is not None:
+            if not isinstance(t.lora, dict) or not isinstance(t.lora.get("r"), int) or t.lora["r"] < 1:
+                bad.append(f"training.lora: null for full SFT, or an object with an integer r ≥ 1, got {t.lora!r}")
+            else:
+                extra = set(t.lora) - {"r", "alpha", "dropout", "target_modules"}
+                if extra:
+                    bad.append(f"training.lora: unknown keys {', '.join(sorted(extra))} (use r, alpha, dropout, target_modules)")
+        if e.checker not in CHECKERS:
+            bad.append(f"eval.checker: {e.checker!r} is unknown (use {', '.join(CHECKERS)})")
+        if e.path is None and e.checker in ("lab", "math"):
+            bad.append(f"eval.path: missing, but eval.checker is {e.checker!r} (give a held-out JSONL of prompt/answer rows, or checker none)")
+        elif e.path is not None and check_files and not self.eval_path.is_file():
+            bad.append(f"eval.path: file {self.eval_path} not found")
+        if not isinstance(e.max_new_tokens, int) or e.max_new_tokens < 1:
+            bad.append(f"eval.max_new_tokens: must be a whole number ≥ 1, got {e.max_new_tokens!r}")
+        if not _num(e.temperature) or e.temperature < 0:
+            bad.append(f"eval.temperature: must be ≥ 0 (0 = greedy), got {e.temperature!r}")
+        if e.limit is not None and (not isinstance(e.limit, int) or e.limit < 1):
+            bad.append(f"eval.limit: must be ≥ 1 or null (all rows), got {e.limit!r}")
+        return bad
+
+    def validate(self, check_files: bool = True, where: str = "manifest") -> "Manifest":
+        bad = self.problems(check_files)
+        if bad:
+            raise InputError(f"{where}: fix " + "; ".join(bad))
+        return self
+
+    # ---- (de)serialisation -------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("base_dir")
+        return {"version": d.pop("version"), **d}
+
+    def to_json(self, path: str | os.PathLike, check_files: bool = True) -> Path:
+        """Validate (paths relative to `path`'s folder) and write atomically."""
+        p = Path(path)
+        probe = Manifest(**{f.name: getattr(self, f.name) for f in fields(self) if f.name != "base_dir"},
+                         base_dir=str(p.parent))
+        probe.validate(check_files, where=str(p))
+        write_json(p, self.to_dict())
+        return p
+
+    @classmethod
+    def from_dict(cls, d: dict, base_dir: str | os.PathLike = ".", where: str = "manifest") -> "Manifest":
+        if not isinstance(d, dict):
+            raise InputError(f"{where}: expected a JSON object, got {type(d).__name__}")
+        bad: list[str] = []
+        d = dict(d)
+        sub = {}
+        for key, kind in (("training", TrainingSpec), ("eval", EvalSpec)):
+            raw = d.pop(key, None) or {}
+            if not isinstance(raw, dict):
+                bad.append(f"{key}: expected an object, got {type(raw).__name__}")
+                raw = {}
+            known = {f.name for f in fields(kind)}
+            unknown = sorted(set(raw) - known)
+            if unknown:
+                bad.append(f"{key}: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+            sub[key] = kind(**{k: v for k, v in raw.items() if k in known})
+        known_top = {f.name for f in fields(cls)} - {"base_dir", "training", "eval"}
+        unknown = sorted(set(d) - known_top)
+        if unknown:
+            bad.append(f"unknown top-level keys {', '.join(unknown)}")
+        if isinstance(d.get("model"), str):  # a bare spec is accepted for hand-written manifests
+            d["model"] = {"spec": d["model"]}
+        d.setdefault("model", {})
+        d.setdefault("dataset", "")
+        m = cls(**{k: v for k, v in d.items() if k in known_top}, **sub, base_dir=str(base_dir))
+        bad += m.problems(check_files=True)
+        if bad:
+            raise InputError(f"{where}: fix " + "; ".join(bad))
+        return m
+
+
+def load_manifest(path: str | os.PathLike) -> Manifest:
+    """Read and validate a manifest; every problem is named in one InputError."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"manifest {p} not found: pass the recommendation.json written by `advisor recommend`")
+    try:
+        d = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise InputError(f"manifest {p} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    return Manifest.from_dict(d, base_dir=p.parent, where=str(p))
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)

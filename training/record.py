@@ -1,0 +1,101 @@
+"""The RunRecord (one full run, the predictor's training example), the records store, the curve.
+
+RUN/record.json is one JSON object:
+
+    {"version": 1, "run_id", "model": description, "strategy", "mix", "n_train", "epochs": budget,
+     "features", "pool", "evals": [{"epoch", "step", "accuracy", "repetition_rate", "answer_rate",
+     "train_loss"}, ...], "best_accuracy", "final_accuracy", "seconds", "settings", "final_checkpoint"}
+
+`evals` starts with the base model (step 0) and then has one row per checkpoint; `epoch` is
+exactly step / steps_per_epoch. `best_accuracy` is the best over trained checkpoints (step > 0),
+`final_accuracy` the last checkpoint's. The same object is appended as one line to the store
+(`$ADVISOR_HOME/records.jsonl` unless told otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from models.files import advisor_home, write_json
+
+RECORD_VERSION = 1
+EVAL_KEYS = ("epoch", "step", "accuracy", "repetition_rate", "answer_rate", "train_loss")
+
+
+def default_store() -> Path:
+    return advisor_home() / "records.jsonl"
+
+
+def build_record(*, run_id: str, description: dict, manifest, n_train: int, eval_rows: list[dict],
+                 seconds: float, settings: dict, final_checkpoint: str | None) -> dict:
+    evals = [{k: r.get(k) for k in EVAL_KEYS} for r in sorted(eval_rows, key=lambda r: r["step"])]
+    trained = [e["accuracy"] for e in evals if e["step"] > 0 and e["accuracy"] is not None]
+    final = evals[-1]["accuracy"] if evals and evals[-1]["step"] > 0 else None
+    return {
+        "version": RECORD_VERSION,
+        "run_id": run_id,
+        "model": description,
+        "strategy": manifest.strategy,
+        "mix": manifest.mix,
+        "n_train": n_train,
+        "epochs": manifest.training.epochs,
+        "features": manifest.features,
+        "pool": manifest.pool,
+        "evals": evals,
+        "best_accuracy": max(trained) if trained else None,
+        "final_accuracy": final,
+        "seconds": round(seconds, 3),
+        "settings": settings,
+        "final_checkpoint": final_checkpoint,
+    }
+
+
+def write_record(run_dir: Path, record: dict, store: str | os.PathLike | None) -> Path:
+    """Append to the store, then write RUN/record.json last: its presence means the run is whole."""
+    store_path = Path(store) if store else default_store()
+    append_line(store_path, record)
+    path = Path(run_dir) / "record.json"
+    write_json(path, record)
+    return store_path
+
+
+def append_line(path: Path, obj: dict) -> None:
+    """One JSON line in one write(2) on an O_APPEND file, so concurrent runs do not interleave."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = (json.dumps(obj, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def plot_curve(eval_rows: list[dict], path: Path, title: str) -> None:
+    """accuracy, repetition rate and training loss against epoch (PNG, ~50 KB)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted(eval_rows, key=lambda r: r["step"])
+    x = [r["epoch"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.0), dpi=90)
+    for ax, key, label in zip(axes, ("accuracy", "repetition_rate", "train_loss"),
+                              ("pass@1", "repetition rate", "train loss (since previous eval)")):
+        pts = [(xi, r.get(key)) for xi, r in zip(x, rows) if r.get(key) is not None]
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3)
+        ax.set_title(label, fontsize=9)
+        ax.set_xlabel("epoch", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+        if key != "train_loss":
+            ax.set_ylim(-0.02, 1.02)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    os.replace(tmp, path)

@@ -1,0 +1,290 @@
+"""Full SFT from a recommendation manifest, single process or data-parallel.
+
+    python -m training.sft --manifest rec/recommendation.json --out runs/m-high
+    torchrun --nproc_per_node 8 -m training.sft --manifest rec/recommendation.json --out runs/m-high
+    accelerate launch --config_file configs/accelerate_fsdp.yaml -m training.sft --manifest ... --out ...
+
+Runs on a CPU (fp32) or GPUs (bf16 where supported); the lab students train at ~0.05-0.3 s/step
+on one CPU core. The HF `Trainer` does the optimisation; what this module adds:
+
+- completion-only loss with the tokenization `advisor score` uses (`training.data`);
+- the paper's protocol: evaluations and checkpoints `evals_per_epoch` times per epoch over the
+  budget (`training.callbacks`), `save_total_limit` checkpoints kept;
+- resume by default: a rerun continues from the newest complete checkpoint in RUN; a finished
+  run (RUN/record.json present) is not run again;
+- RUN/config.json (settings, versions, manifest) first, RUN/eval.jsonl and RUN/curve.png as it
+  goes, RUN/record.json (RunRecord) last, plus one line in the records store.
+
+`batch_size` in the manifest is the global batch per optimizer step, whatever the number of
+processes: per-device batch = batch_size / (processes x grad_accum), so a run keeps its recipe
+(and its RunRecord stays comparable) when it moves from one CPU to eight GPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from models.errors import InputError
+from models.files import file_digest, stable_hash, versions, write_json
+from training.manifest import Manifest, load_manifest
+
+CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def env_world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def run_key(m: Manifest) -> str:
+    """Identifies what a run trains: a RUN folder holding another key is another run."""
+    d = m.to_dict()
+    for informational in ("probabilities", "reasons", "confidence", "crossover_epoch", "features", "pool"):
+        d.pop(informational, None)
+    d["dataset_digest"] = file_digest(m.dataset_path)
+    d["eval_digest"] = file_digest(m.eval_path) if m.eval_path else None
+    return stable_hash(d)
+
+
+def checkpoints(run_dir: Path) -> list[tuple[int, Path, bool]]:
+    """(step, path, complete) for every checkpoint folder, oldest first."""
+    from training.callbacks import MARKER
+
+    out = []
+    if run_dir.is_dir():
+        for p in run_dir.iterdir():
+            mt = CHECKPOINT.match(p.name)
+            if mt and p.is_dir():
+                out.append((int(mt.group(1)), p, (p / MARKER).exists() and (p / "trainer_state.json").exists()))
+    return sorted(out)
+
+
+def precision(dtype: str, cuda: bool) -> tuple[str, bool, bool]:
+    """(weights dtype, bf16 autocast, fp16 autocast). CPUs train in fp32; fp16 keeps fp32 master weights."""
+    if dtype == "auto":
+        if not cuda:
+            return "float32", False, False
+        import torch
+
+        dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    if dtype == "bfloat16":
+        return "bfloat16", cuda, False
+    if dtype == "float16":
+        if not cuda:
+            raise InputError("--dtype float16 needs a CUDA GPU; use float32 (or bfloat16) on a CPU")
+        return "float32", False, True
+    return "float32", False, False
+
+
+def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, records: str | None = None,
+            device: str = "auto", dtype: str = "auto", threads: int = 0, callbacks=(), stream=None) -> dict:
+    """Train, evaluate, checkpoint, resume; return the RunRecord (also written to RUN/record.json)."""
+    m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
+    manifest_file = None if isinstance(manifest, Manifest) else str(Path(manifest).resolve())
+    run_dir = Path(out)
+    stream = stream or sys.stderr
+    done = run_dir / "record.json"
+    if done.exists():
+        import json
+
+        if env_world_size() == 1 or int(os.environ.get("RANK", "0")) == 0:
+            stream.write(f"{run_dir} is already complete (record.json); pass a new --out to train again\n")
+        return json.loads(done.read_text(encoding="utf-8"))
+
+    import torch
+    from transformers import Trainer, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback as HFProgress
+    from transformers.utils import logging as hf_logging
+
+    from training import callbacks as cbs
+    from training.data import CompletionCollator, SFTDataset, read_eval_rows, read_sft_rows
+    from training.metrics import checker_name
+    from training.record import build_record, plot_curve, write_record
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()  # one progress line, ours
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if threads:
+        torch.set_num_threads(threads)
+    t, e = m.training, m.eval
+    world = env_world_size()
+    if t.batch_size % (t.grad_accum * world):
+        raise InputError(f"training.batch_size {t.batch_size} must be divisible by training.grad_accum ({t.grad_accum}) "
+                         f"x processes ({world}): change the batch size or the number of processes")
+    per_device = t.batch_size // (t.grad_accum * world)
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu or auto")
+    use_cpu = device == "cpu" or not torch.cuda.is_available()
+    load_dtype, bf16, fp16 = precision(dtype, cuda=not use_cpu)
+
+    rows = read_sft_rows(m.dataset_path)
+    train_set = SFTDataset(rows, t.switch_epoch, where=str(m.dataset_path))
+    eval_rows = read_eval_rows(m.eval_path, e.limit) if m.eval_path else []
+
+    args = TrainingArguments(
+        output_dir=str(run_dir),
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=t.grad_accum,
+        num_train_epochs=float(t.epochs),
+        learning_rate=t.learning_rate,
+        lr_scheduler_type=t.lr_scheduler,
+        warmup_steps=float(t.warmup_ratio),  # < 1: a share of all steps
+        weight_decay=t.weight_decay,
+        logging_strategy="steps",
+        logging_steps=1,
+        eval_strategy="no",  # evaluation is generation-based, in EvalCallback
+        save_strategy="no",  # EvalCallback asks for a checkpoint at each evaluation
+        save_total_limit=t.save_total_limit,
+        seed=t.seed,
+        data_seed=t.seed,
+        use_cpu=use_cpu,
+        bf16=bf16,
+        fp16=fp16,
+        **_checkpointing(t.gradient_checkpointing),
+        report_to="none",
+        disable_tqdm=True,
+        remove_unused_columns=False,
+        ddp_backend="gloo" if use_cpu and world > 1 else None,
+        ddp_find_unused_parameters=False,
+    )
+    _ = args.device  # sets up the process group under torchrun / accelerate launch
+    is_main = args.process_index == 0
+    progress = cbs.ProgressCallback(stream)
+    key = run_key(m)
+
+    # ---- the run folder: same run, or refuse; resume point ------------------------------
+    config_path = run_dir / "config.json"
+    if config_path.exists():
+        import json
+
+        old = json.loads(config_path.read_text(encoding="utf-8"))
+        if old.get("run_key") != key:
+            raise InputError(f"{run_dir} holds a run of another manifest or dataset; pass a new --out "
+                             "(or delete that folder to start over)")
+    ckpts = cbs.gather_to_main(checkpoints(run_dir) if is_main else None)[0]
+    complete = [c for c in ckpts if c[2]]
+    resume = complete[-1] if complete else None
+    if is_main:
+        for step, path, ok in ckpts:
+            if not ok or (resume and step > resume[0]):
+                shutil.rmtree(path, ignore_errors=True)  # half-written by a killed run
+        if resume:
+            cbs.truncate_eval_rows(run_dir / "eval.jsonl", resume[0])
+        elif (run_dir / "eval.jsonl").exists():
+            (run_dir / "eval.jsonl").unlink()  # no checkpoint survives: start clean
+    cbs.barrier()
+    resume_marker = cbs.marker_of(resume[1]) if resume else None
+
+    # ---- model ----------------------------------------------------------------------------
+    from models.loading import load_model
+
+    with args.main_process_first(desc="load model"):  # a lab student is built once, by rank 0
+        lm = load_model(m.model_spec, device="cpu", dtype=load_dtype)
+    model, tok = lm.model, lm.tokenizer
+    description = lm.description
+    if t.lora:
+        model = _lora(model, t.lora, t.seed)
+
+    settings = {
+        "training": m.to_dict()["training"], "eval": m.to_dict()["eval"],
+        "checker_used": checker_name(e.checker),
+        "processes": world, "per_device_batch": per_device, "device": str(args.device),
+        "weights_dtype": load_dtype, "bf16": bf16, "fp16": fp16, "template": "chat" if description.get("chat_template") else "plain",
+        "manifest": manifest_file, "model_fingerprint_matches_manifest":
+            (m.model.get("fingerprint") == description.get("fingerprint")) if m.model.get("fingerprint") else None,
+        "versions": versions(),
+    }
+    if is_main:
+        write_json(config_path, {"stage": "train", "run_key": key, "versions": versions(), "settings": settings,
+                                 "manifest": m.to_dict(), "dataset": str(m.dataset_path),
+                                 "eval_set": str(m.eval_path) if m.eval_path else None})
+
+    evaluator = cbs.EvalCallback(run_dir, eval_rows, e.checker, e.max_new_tokens, e.temperature, t.evals_per_epoch,
+                                 t.grad_accum, t.seed, tok, m.model_spec,
+                                 elapsed_before=(resume_marker or {}).get("elapsed", 0.0), log=progress.note)
+    trainer = Trainer(model=model, args=args, data_collator=CompletionCollator(tok, t.max_length),
+                      train_dataset=train_set, processing_class=tok,
+                      callbacks=[evaluator, cbs.CurriculumCallback(train_set), progress, *callbacks])
+    for noisy in (PrinterCallback, HFProgress):
+        trainer.remove_callback(noisy)
+    evaluator.trainer = trainer
+    progress.note(f"training {m.model_spec} on {len(train_set)} rows x {t.epochs} epochs: "
+                  f"{world} process(es), batch {t.batch_size} (= {per_device} x {world} x {t.grad_accum}), "
+                  f"{settings['device']}, {load_dtype}{' + bf16' if bf16 else ''}{' + fp16' if fp16 else ''}"
+                  + (f"; resuming at step {resume[0]}" if resume else ""))
+    trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
+
+    # ---- the record -------------------------------------------------------------------------
+    record = None
+    if is_main:
+        rows_done = cbs.read_eval_rows(run_dir / "eval.jsonl")
+        last = checkpoints(run_dir)
+        settings.update({"steps_per_epoch": evaluator.steps_per_epoch, "max_steps": trainer.state.max_steps,
+                         "eval_steps": evaluator.schedule, "resumed_from_step": resume[0] if resume else None})
+        record = build_record(run_id=f"{key}-{int(time.time())}", description=description, manifest=m,
+                              n_train=len(train_set), eval_rows=rows_done, seconds=evaluator.elapsed(),
+                              settings=settings, final_checkpoint=str(last[-1][1]) if last else None)
+        plot_curve(rows_done, run_dir / "curve.png",
+                   f"{m.model_spec} · {m.strategy} · {len(train_set)} rows · {t.epochs} epochs")
+        store = write_record(run_dir, record, records)
+        progress.note(f"done: best accuracy {_fmt(record['best_accuracy'])}, final {_fmt(record['final_accuracy'])}; "
+                      f"{run_dir / 'record.json'} (appended to {store})")
+    cbs.barrier()
+    return record if record is not None else {}
+
+
+def _checkpointing(on: bool) -> dict:
+    """Activation checkpointing, under the name this transformers version uses."""
+    if not on:
+        return {}
+    from dataclasses import fields
+
+    from transformers import TrainingArguments
+
+    names = {f.name for f in fields(TrainingArguments)}
+    return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": True}
+
+
+def _lora(model, spec: dict, seed: int):
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise InputError("training.lora needs peft: pip install 'capacity-advisor[lora]'") from None
+    import torch
+
+    torch.manual_seed(seed)
+    cfg = LoraConfig(r=spec["r"], lora_alpha=spec.get("alpha", 2 * spec["r"]), lora_dropout=spec.get("dropout", 0.0),
+                     target_modules=spec.get("target_modules", "all-linear"), task_type="CAUSAL_LM")
+    return get_peft_model(model, cfg)
+
+
+def _fmt(v) -> str:
+    return "—" if v is None else f"{v:.3f}"
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--manifest", required=True, help="recommendation.json (the manifest written by `advisor recommend`).")
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Run folder (checkpoints, eval.jsonl, record.json); a rerun resumes.")
+@click.option("--records", default=None, help="Records store to append the RunRecord to (default: $ADVISOR_HOME/records.jsonl).")
+@click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), show_default=True)
+@click.option("--dtype", default="auto", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), show_default=True,
+              help="auto: fp32 on CPU, bf16 (else fp16 mixed precision) on GPU.")
+@click.option("--threads", default=0, show_default=True, help="Torch CPU threads per process (0: torch's default).")
+def main(manifest, out, records, device, dtype, threads):
+    """Full SFT from a manifest; the same command under torchrun / accelerate launch runs data-parallel."""
+    try:
+        run_sft(manifest, out, records=records, device=device, dtype=dtype, threads=threads)
+    except InputError as err:
+        if int(os.environ.get("RANK", "0")) == 0:
+            click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

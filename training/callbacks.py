@@ -1,7 +1,8 @@
 """Trainer callbacks: checkpoint evaluation on the paper's schedule, curriculum, one progress line.
 
 Evaluation (`EvalCallback`): at step 0 (the base model) and at `evals_per_epoch` evenly spaced
-steps per epoch (step round(k * steps_per_epoch / evals_per_epoch), plus the last step), every
+steps per epoch (step round(k * steps_per_epoch / evals_per_epoch), plus the last step), right
+after that step's checkpoint is written, every
 process generates for its own slice of the held-out prompts (rows rank, rank + world, ...); the
 texts are gathered on rank 0, which scores them and writes the row. A checkpoint is saved at each
 of those steps, and a marker (`advisor_state.json`: the eval row and the time spent so far) is
@@ -143,13 +144,16 @@ class EvalCallback(TrainerCallback):
         if logs and "learning_rate" in logs:
             self.last_lr = float(logs["learning_rate"])
 
-    def on_step_end(self, args, state, control, model=None, **kw):
+    def on_step_end(self, args, state, control, **kw):
         if state.global_step in self.schedule:
-            self._evaluate(model, state, args)
             control.should_save = True
         return control
 
-    def on_save(self, args, state, control, **kw):
+    def on_save(self, args, state, control, model=None, **kw):
+        # The Trainer logs (on_log, this step's loss) before it saves, so evaluating here puts
+        # the loss of every step up to this one into the row.
+        if state.global_step in self.schedule:
+            self._evaluate(model, state, args)
         barrier()  # every rank's files (weights, optimizer, RNG state) are in place
         if rank() == 0:
             ckpt = self.run_dir / f"checkpoint-{state.global_step}"
@@ -259,10 +263,9 @@ class ProgressCallback(TrainerCallback):
         self.every = 1 if self.tty else max(1, state.max_steps // 20)
 
     def on_log(self, args, state, control, logs=None, **kw):
-        if logs and "loss" in logs:
-            self.loss = float(logs["loss"])
-
-    def on_step_end(self, args, state, control, **kw):
+        if not logs or "loss" not in logs:
+            return
+        self.loss = float(logs["loss"])
         if rank() != 0:
             return
         step, total = state.global_step, state.max_steps

@@ -3,7 +3,7 @@
 Nothing home-made: the command is the one a user would type, built from the interpreter that runs
 us (so the right virtual environment is used) and printed before it runs.
 
-    torchrun:   python -m torch.distributed.run --nproc_per_node N -m training.sft --manifest M --out RUN
+    torchrun:   python -m torch.distributed.run --standalone --nproc_per_node N -m training.sft --manifest M --out RUN
     accelerate: python -m accelerate.commands.launch --num_processes N [--config_file F] -m training.sft ...
 """
 
@@ -46,7 +46,8 @@ def launch_command(manifest: str, out: str, nproc: int, launcher: str = "torchru
                          "use --launcher torchrun on CPUs")
     py = sys.executable
     if launcher == "torchrun":
-        head = [py, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc)]
+        # --standalone: a free local rendezvous port, so two runs on one machine do not collide
+        head = [py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
     else:
         head = [py, "-m", "accelerate.commands.launch", "--num_processes", str(nproc)]
         if config_file:

@@ -1,0 +1,267 @@
+"""training/: manifest validation, metrics, a tiny SFT run single-process and under torchrun,
+kill-and-resume, the CLI and the exports. Tiny random-init models, a few CPU steps each."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from models.errors import InputError
+from training import metrics
+from training.callbacks import eval_schedule
+from training.manifest import EvalSpec, Manifest, TrainingSpec, load_manifest
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD_KEYS = {"version", "run_id", "model", "strategy", "mix", "n_train", "epochs", "features", "pool", "evals",
+               "best_accuracy", "final_accuracy", "seconds", "settings", "final_checkpoint"}
+
+
+# ---- metrics on handmade strings ----------------------------------------------------------
+LOOP = "First add 3 and 4 to get 7. Then " + "we add 7 and 7 to get 14. " * 6
+CLEAN = ("First add the tens: 10 + 30 = 40. Then the units: 2 + 5 = 7. "
+         "Together 40 + 7 = 47, so the final answer is \\boxed{47}.")
+
+
+def test_repetition_flags_a_loop_not_a_clean_solution():
+    assert metrics.is_repetitive(LOOP)
+    assert not metrics.is_repetitive(CLEAN)
+    assert not metrics.is_repetitive("1111 +3+3+3")  # short legitimate repeats do not count
+    assert metrics.repetition_rate([LOOP, CLEAN]) == 0.5
+
+
+def test_final_answer_extraction_and_summary():
+    assert metrics.extract_final_answer(CLEAN) == "47"
+    assert metrics.extract_final_answer("so \\boxed{\\frac{1}{2}} it is") == "\\frac{1}{2}"
+    assert metrics.extract_final_answer("no answer here") is None
+    assert metrics.extract_final_answer("|3,7;A7", "lab") == "7"
+    s = metrics.generation_metrics([CLEAN, LOOP], ["47", "47"], "math")
+    assert s["accuracy"] == 0.5 and s["repetition_rate"] == 0.5 and s["answer_rate"] == 0.5
+    assert metrics.generation_metrics([CLEAN], ["47"], "none")["accuracy"] is None
+
+
+def test_eval_schedule_is_four_per_epoch_and_ends_on_the_last_step():
+    assert eval_schedule(8, 16, 4) == [2, 4, 6, 8, 10, 12, 14, 16]
+    assert eval_schedule(6, 12, 4) == [2, 3, 5, 6, 8, 9, 11, 12]
+    assert eval_schedule(3, 5, 4) == [1, 2, 3, 4, 5]  # fewer steps than evaluations: every step, once
+
+
+# ---- manifests ------------------------------------------------------------------------------
+def write_data(folder: Path, n_train: int = 16, n_eval: int = 4) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "train.jsonl", "w") as f:
+        for i in range(n_train):
+            f.write(json.dumps({"id": str(i), "k": 0, "prompt": f"Question: what is 12 + {i}? Answer:",
+                                "completion": f" Let us think step by step. \\boxed{{{12 + i}}}"}) + "\n")
+    with open(folder / "eval.jsonl", "w") as f:
+        for i in range(n_eval):
+            f.write(json.dumps({"prompt": f"Question: what is 35 + {i}? Answer:", "answer": str(35 + i)}) + "\n")
+
+
+def make_manifest(folder: Path, model: str, **training) -> Path:
+    write_data(folder)
+    t = dict(epochs=2, learning_rate=1e-3, batch_size=4, evals_per_epoch=4, save_total_limit=2, warmup_ratio=0.0)
+    t.update(training)
+    m = Manifest(model={"spec": model}, dataset="train.jsonl", strategy="high",
+                 eval=EvalSpec(path="eval.jsonl", checker="math", max_new_tokens=8),
+                 training=TrainingSpec(**t), features={"probe_feature": 1.0}, pool={"problems": 16})
+    return m.to_json(folder / "recommendation.json")
+
+
+def test_manifest_round_trip_and_relative_paths(tmp_path):
+    path = make_manifest(tmp_path / "rec", "lab:s")
+    m = load_manifest(path)
+    assert m.dataset_path == tmp_path / "rec" / "train.jsonl" and m.training.epochs == 2
+    assert m.to_dict() == json.loads(path.read_text())
+    assert m.features == {"probe_feature": 1.0}
+
+
+def test_manifest_names_every_field_to_fix(tmp_path):
+    path = make_manifest(tmp_path / "rec", "lab:s")
+    d = json.loads(path.read_text())
+    d["dataset"] = "missing.jsonl"
+    d["training"]["epochs"] = 0
+    d["eval"]["checker"] = "regex"
+    d["training"]["epochz"] = 3
+    path.write_text(json.dumps(d))
+    with pytest.raises(InputError) as e:
+        load_manifest(path)
+    msg = str(e.value)
+    assert "\n" not in msg
+    for field in ("dataset: file", "training.epochs", "eval.checker", "epochz"):
+        assert field in msg
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    from advisor.train_cli import train
+
+    path = make_manifest(tmp_path / "rec", "lab:s")
+    d = json.loads(path.read_text())
+    d["training"]["epochs"] = -1
+    path.write_text(json.dumps(d))
+    r = CliRunner().invoke(train, [str(path), "--out", str(tmp_path / "run")])
+    assert r.exit_code == 2 and "training.epochs" in r.output and "Traceback" not in r.output
+    (tmp_path / "rec" / "train.jsonl").unlink()
+    d["training"]["epochs"] = 2
+    path.write_text(json.dumps(d))
+    r = CliRunner().invoke(train, [str(path), "--out", str(tmp_path / "run")])
+    assert r.exit_code == 2 and "dataset: file" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_curriculum_dataset_switches_phase():
+    from training.data import SFTDataset
+
+    rows = [{"prompt": "p", "completion": "H", "phase": "high"}, {"prompt": "p", "completion": "L", "phase": "low"}]
+    ds = SFTDataset(rows, switch_epoch=1)
+    assert len(ds) == 1 and ds[0]["completion"] == "H"
+    ds.epoch = 1
+    assert ds[0]["completion"] == "L"
+    with pytest.raises(InputError):
+        SFTDataset(rows[:1], switch_epoch=1)
+
+
+# ---- end-to-end runs ------------------------------------------------------------------------
+def check_run(run: Path, record: dict, steps_per_epoch: int = 4, epochs: int = 2, limit: int = 2) -> None:
+    assert set(record) == RECORD_KEYS
+    assert json.loads((run / "record.json").read_text()) == record
+    assert (run / "curve.png").stat().st_size < 200_000
+    rows = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in rows]
+    expected = [0] + eval_schedule(steps_per_epoch, steps_per_epoch * epochs, 4)
+    assert steps == expected  # base model + 4 per epoch, no duplicates
+    assert [e["step"] for e in record["evals"]] == expected
+    for e in record["evals"]:
+        assert e["epoch"] == e["step"] / steps_per_epoch
+        assert 0 <= e["accuracy"] <= 1 and 0 <= e["repetition_rate"] <= 1 and 0 <= e["answer_rate"] <= 1
+    assert record["evals"][-1]["epoch"] == epochs and record["n_train"] == 16 and record["epochs"] == epochs
+    assert record["features"] == {"probe_feature": 1.0} and record["pool"] == {"problems": 16}
+    assert record["model"]["n_params"] > 0 and record["settings"]["checker_used"] in ("math-verify", "boxed-string-match")
+    ckpts = sorted(p.name for p in run.glob("checkpoint-*"))
+    assert len(ckpts) == limit and f"checkpoint-{steps_per_epoch * epochs}" in ckpts
+    assert all((run / c / "advisor_state.json").exists() for c in ckpts)
+
+
+def test_single_process_run_writes_checkpoints_evals_and_record(tmp_path, tiny_qwen):
+    from advisor.train_cli import train
+    from models.files import advisor_home
+
+    path = make_manifest(tmp_path / "rec", tiny_qwen)
+    run = tmp_path / "run"
+    r = CliRunner().invoke(train, [str(path), "--out", str(run), "--threads", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    record = json.loads((run / "record.json").read_text())
+    check_run(run, record)
+    assert record["settings"]["template"] == "chat" and record["settings"]["processes"] == 1
+    store = advisor_home() / "records.jsonl"
+    assert [json.loads(x)["run_id"] for x in store.read_text().splitlines()] == [record["run_id"]]
+    losses = [e["train_loss"] for e in record["evals"][1:]]
+    assert losses[-1] < losses[0]  # it learns
+    # a finished run is not trained again, and the store gets no second line
+    r = CliRunner().invoke(train, [str(path), "--out", str(run), "--threads", "1"])
+    assert r.exit_code == 0 and "already complete" in r.output
+    assert len(store.read_text().splitlines()) == 1
+
+
+class Killed(Exception):
+    pass
+
+
+def test_killed_run_resumes_at_the_last_checkpoint(tmp_path, tiny_llama):
+    from transformers import TrainerCallback
+
+    from training.sft import run_sft
+
+    class KillAfter(TrainerCallback):
+        def on_save(self, args, state, control, **kw):
+            if state.global_step >= 3:
+                raise Killed
+
+    path = make_manifest(tmp_path / "rec", tiny_llama)
+    store = tmp_path / "records.jsonl"
+    with pytest.raises(Killed):
+        run_sft(path, tmp_path / "run", records=str(store), threads=1, callbacks=[KillAfter()])
+    run = tmp_path / "run"
+    assert not (run / "record.json").exists() and not store.exists()
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+    # a checkpoint half-written by the kill (no marker) must be ignored and removed
+    (run / "checkpoint-4").mkdir()
+    (run / "eval.jsonl").open("a").write(json.dumps({"step": 4, "epoch": 1.0}) + "\n")
+    record = run_sft(path, run, records=str(store), threads=1)
+    assert record["settings"]["resumed_from_step"] == 3
+    check_run(run, record)
+    full = run_sft(path, tmp_path / "full", records=str(store), threads=1)
+    assert full["settings"]["resumed_from_step"] is None
+    assert [e["step"] for e in full["evals"]] == [e["step"] for e in record["evals"]]
+    # same data order and optimizer state after the resume: the same losses
+    for a, b in zip(full["evals"][2:], record["evals"][2:]):
+        if a["step"] > 4:
+            assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
+    assert len(store.read_text().splitlines()) == 2
+
+
+def test_another_manifest_in_the_same_run_folder_is_refused(tmp_path, tiny_llama):
+    from training.sft import run_sft
+
+    path = make_manifest(tmp_path / "rec", tiny_llama, epochs=1)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text(json.dumps({"run_key": "something-else"}))
+    with pytest.raises(InputError, match="another manifest"):
+        run_sft(path, tmp_path / "run", records=str(tmp_path / "r.jsonl"), threads=1)
+
+
+def test_torchrun_two_processes_on_cpu(tmp_path, tiny_llama):
+    path = make_manifest(tmp_path / "rec", tiny_llama)
+    run, store = tmp_path / "run", tmp_path / "records.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "training.sft", "--manifest", str(path), "--out", str(run), "--records", str(store)]
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr[-3000:]
+    record = json.loads((run / "record.json").read_text())
+    check_run(run, record)
+    s = record["settings"]
+    assert s["processes"] == 2 and s["per_device_batch"] == 2
+    assert len(store.read_text().splitlines()) == 1
+    assert p.stderr.count("done: best accuracy") == 1  # one process reports
+    assert (run / "checkpoint-8" / "rng_state_1.pth").exists()
+
+
+def test_nproc_builds_the_launch_command(tmp_path):
+    from advisor.train_cli import train
+
+    path = make_manifest(tmp_path / "rec", "lab:s")
+    r = CliRunner().invoke(train, [str(path), "--out", str(tmp_path / "run"), "--nproc", "4", "--dry-run"])
+    assert r.exit_code == 0
+    assert f"torchrun --standalone --nproc_per_node 4 -m training.sft --manifest {path} --out {tmp_path / 'run'}" in r.output
+    from training.launch import launch_command, shown
+
+    cmd = launch_command(str(path), "RUN", 8, "accelerate", str(ROOT / "configs" / "accelerate_fsdp.yaml"))
+    assert shown(cmd).startswith("accelerate launch --num_processes 8 --config_file")
+    assert (ROOT / "configs" / "accelerate_fsdp.yaml").exists() and (ROOT / "configs" / "accelerate_ddp.yaml").exists()
+    with pytest.raises(InputError, match="torchrun"):
+        launch_command(str(path), "RUN", 2, "accelerate", cuda=False)
+
+
+def test_exports_for_trl_llamafactory_axolotl(tmp_path):
+    import yaml
+
+    from advisor.train_cli import train
+
+    path = make_manifest(tmp_path / "rec", "lab:s")
+    out = tmp_path / "export"
+    r = CliRunner().invoke(train, [str(path), "--export", str(out)])
+    assert r.exit_code == 0, r.output
+    rows = [json.loads(x) for x in (out / "train.jsonl").read_text().splitlines()]
+    assert len(rows) == 16 and set(rows[0]) == {"prompt", "completion"}
+    lf = yaml.safe_load((out / "llamafactory_sft.yaml").read_text())
+    assert lf["stage"] == "sft" and lf["num_train_epochs"] == 2.0 and lf["dataset"] == "capacity_advisor"
+    info = json.loads((out / "dataset_info.json").read_text())
+    assert info["capacity_advisor"]["columns"] == {"prompt": "prompt", "response": "completion"}
+    ax = yaml.safe_load((out / "axolotl_sft.yaml").read_text())
+    assert ax["train_on_inputs"] is False and ax["saves_per_epoch"] == 4
+    compile((out / "trl_sft.py").read_text(), "trl_sft.py", "exec")

@@ -265,3 +265,28 @@ def test_exports_for_trl_llamafactory_axolotl(tmp_path):
     ax = yaml.safe_load((out / "axolotl_sft.yaml").read_text())
     assert ax["train_on_inputs"] is False and ax["saves_per_epoch"] == 4
     compile((out / "trl_sft.py").read_text(), "trl_sft.py", "exec")
+
+
+def test_curriculum_trains_high_rows_then_low_rows(tmp_path, tiny_llama, monkeypatch):
+    import io
+
+    import training.data as data
+    from training.sft import run_sft
+
+    path = make_manifest(tmp_path / "rec", tiny_llama, switch_epoch=1)
+    rows = [json.loads(x) for x in (tmp_path / "rec" / "train.jsonl").read_text().splitlines()]
+    with open(tmp_path / "rec" / "train.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps({**r, "phase": "high"}) + "\n")
+            f.write(json.dumps({**r, "completion": " LOW", "phase": "low"}) + "\n")
+    seen = []
+    real = data.CompletionCollator.__call__
+
+    def spy(self, feats):
+        seen.append({f["completion"] == " LOW" for f in feats})
+        return real(self, feats)
+
+    monkeypatch.setattr(data.CompletionCollator, "__call__", spy)
+    record = run_sft(path, tmp_path / "run", records=str(tmp_path / "r.jsonl"), threads=1, stream=io.StringIO())
+    assert record["n_train"] == 16
+    assert seen == [{False}] * 4 + [{True}] * 4  # epoch 0 on the high rows, epoch 1 on the low rows

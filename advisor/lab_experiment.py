@@ -338,9 +338,46 @@ def plot(results: dict, path: Path) -> None:
             if i == len(rows) - 1:
                 ax.set_xlabel("epoch")
             ax.grid(alpha=0.3)
+    top = max([0.05] + [r["repetition_rate"] for s in sizes for d in results["sizes"][s]["strategies"].values()
+                        for r in d["curve"]])
+    for ax in axes[1]:  # one scale, so small students' loops stand out against large ones' zeros
+        ax.set_ylim(-0.02 * top, 1.05 * top)
     axes[0][0].legend(fontsize=8)
-    fig.suptitle("Lab: SFT on D_high vs D_low selected by each student's own likelihood (mean over seeds)", fontsize=10)
+    c = results.get("config", {})
+    fig.suptitle(f"Lab ({c.get('task')}): SFT on D_high vs D_low picked by each student's own log-prob "
+                 f"({c.get('score')}), {c.get('n_train')} problems, mean over seeds {list(c.get('seeds', []))}", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
     plt.close(fig)
+
+
+def markdown(results: dict, epochs_shown: tuple[float, ...] = (0.25, 0.5, 1, 2, 3, 4, 5)) -> str:
+    """Results as Markdown tables (accuracy per checkpoint; repetition and teacher NLL), for docs."""
+    lines = ["| size | params | data | base | " + " | ".join(f"ep {e:g}" for e in epochs_shown) + " |",
+             "|---|---|---|---|" + "---|" * len(epochs_shown)]
+    for size, e in results["sizes"].items():
+        for st, d in e["strategies"].items():
+            by_epoch = {round(r["epoch"], 2): r for r in d["curve"]}
+            cells = []
+            for ep in epochs_shown:
+                near = min(by_epoch, key=lambda x: abs(x - ep)) if by_epoch else None
+                cells.append(f"{by_epoch[near]['accuracy']:.2f}" if near is not None and abs(near - ep) < 0.13 else "—")
+            lines.append(f"| {size} | {e['n_params'] / 1e3:.0f}k | D_{st} | {e['base']['accuracy']:.2f} | " + " | ".join(cells) + " |")
+    lines += ["", "| size | selected styles D_high | selected styles D_low | repetition (mean over checkpoints) high / low | "
+              "teacher NLL base → final high / low |", "|---|---|---|---|---|"]
+    for size, s in results["summary"].items():
+        st = results["sizes"][size]["strategies"]
+
+        def styles(d):
+            tot: Counter = Counter()
+            for c in d["selected_styles"]:
+                tot.update(c)
+            n = sum(tot.values()) or 1
+            return ", ".join(f"{k} {v / n:.0%}" for k, v in tot.most_common())
+
+        lines.append(f"| {size} | {styles(st['high'])} | {styles(st['low'])} | "
+                     f"{s['mean_repetition_high']:.2f} / {s['mean_repetition_low']:.2f} | "
+                     f"{s['teacher_nll_base']:.2f} → {st['high']['curve'][-1]['teacher_nll']:.2f} / "
+                     f"{st['low']['curve'][-1]['teacher_nll']:.2f} |")
+    return "\n".join(lines) + "\n"

@@ -12,7 +12,9 @@ chosen by hand: which candidates are "high" is whatever the student's own scores
 
 Resumable: every finished run is one JSON file under OUT/runs/, written last; a rerun skips it.
 OUT/results.json (curves, means over seeds) and OUT/curves.png are rebuilt from the run files.
-Cost on a 2-core CPU: about 25 minutes for the default settings with one thread (see docs/lab.md).
+Cost on a 2-core CPU with one thread: the ladder builds once in ~15 min; then ~6 min per seed for
+all five sizes (docs/lab.md). `--score sum` is the arm that shows Fast-Fit / Slow-Gain here;
+the default per-token `mean` picks the spelled-out chains as *high* for the larger students.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ class CalibrateConfig:
     probe_eval_problems: int = 32
     max_new_tokens: int = 48
     threads: int = 1  # --threads
+    score: str = "mean"  # --score: which log-prob ranks candidates (mean per token, or sum)
     quick: bool = False  # --quick: tiny settings for tests
 
     @classmethod
@@ -72,7 +73,7 @@ def run_calibration(cfg: CalibrateConfig, log: Log = print) -> dict:
         ecfg = ExperimentConfig(out=str(out / task), sizes=cfg.sizes, seeds=cfg.seeds, task=task, n_train=cfg.n_train,
                                 n_eval=cfg.n_eval, n_reference=cfg.n_reference, epochs=cfg.epochs,
                                 evals_per_epoch=cfg.evals_per_epoch, batch=cfg.batch, max_new_tokens=cfg.max_new_tokens,
-                                threads=cfg.threads)
+                                threads=cfg.threads, score=cfg.score)
         ecfg.validate()
         evals, reference, ref_styles = _held_out(ecfg)
         exclude = {e.prompt for e in evals} | {p for p, _ in reference}
@@ -93,7 +94,7 @@ def run_calibration(cfg: CalibrateConfig, log: Log = print) -> dict:
                     pcfg = ProbeConfig(steps=cfg.probe_steps, batch_size=cfg.probe_batch, eval_every=cfg.probe_eval_every,
                                        eval_problems=cfg.probe_eval_problems, max_new_tokens=cfg.max_new_tokens,
                                        max_length=96, seed=seed, device="cpu")
-                    split = build_probe_data(pool, scores, pcfg, tokenizer=lm.tokenizer, checker="lab")
+                    split = build_probe_data(pool, scores, pcfg, tokenizer=lm.tokenizer, checker="lab", score=cfg.score)
                     run_probe(f"lab:{size}", split.data, pcfg, probe_dir, lm=lm)
                     log(f"{task} {size} s{seed}: probe done in {time.time() - t0:.0f}s")
                 for strategy, path in runs.items():
@@ -141,8 +142,9 @@ def to_record(run: dict, probe: dict, task: str, pool_file: Path, cfg: Calibrate
         "mix": 0.5 if run["strategy"] == "mixed" else None,
         "n_train": run["n_train"],
         "epochs": cfg.epochs,
-        "features": probe["features"],
-        "pool": {"task": task, "source": pool_file.name, "fingerprint": f"{task}-s{run['seed']}-n{cfg.n_train}"},
+        "features": {**probe["features"], "score_is_sum": float(cfg.score == "sum")},
+        "pool": {"task": task, "source": pool_file.name, "score": cfg.score,
+                 "fingerprint": f"{task}-s{run['seed']}-n{cfg.n_train}-{cfg.score}"},
         "settings": {"seed": run["seed"], "lr": run["lr"], "batch": cfg.batch, "evals_per_epoch": cfg.evals_per_epoch},
         "evals": evals,
         "best_accuracy": max(accs) if accs else None,

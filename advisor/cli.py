@@ -247,9 +247,10 @@ def fit(records_path, out, tie_margin, seed, as_json):
 @click.option("--tasks", default="modchain", show_default=True)
 @click.option("--epochs", default=5, show_default=True, help="The maximum budget.")
 @click.option("--threads", default=1, show_default=True)
+@click.option("--score", "score_kind", default="mean", show_default=True, help="Selection score of the runs: mean or sum.")
 @click.option("--quick", is_flag=True, help="Tiny settings (one small student, one seed, one epoch) for tests.")
 @click.option("--json", "as_json", is_flag=True)
-def calibrate(out, sizes, seeds, tasks, epochs, threads, quick, as_json):
+def calibrate(out, sizes, seeds, tasks, epochs, threads, score_kind, quick, as_json):
     """Probes plus full high/low/mixed runs over the lab ladder: RunRecords for `advisor fit`."""
     from advisor.calibrate import CalibrateConfig, run_calibration
     from advisor.ui import console, emit_json, quiet_libraries
@@ -259,7 +260,7 @@ def calibrate(out, sizes, seeds, tasks, epochs, threads, quick, as_json):
         cfg = CalibrateConfig.quick_settings(out)
     else:
         cfg = CalibrateConfig(out=out, sizes=tuple(sizes.split(",")), seeds=tuple(int(s) for s in seeds.split(",")),
-                              tasks=tuple(tasks.split(",")), epochs=epochs, threads=threads)
+                              tasks=tuple(tasks.split(",")), epochs=epochs, threads=threads, score=score_kind)
     result = run_calibration(cfg, log=lambda m: console.print(m))
     if as_json:
         emit_json(result)
@@ -279,13 +280,14 @@ def calibrate(out, sizes, seeds, tasks, epochs, threads, quick, as_json):
 @click.option("--lab-task", default="modchain", show_default=True)
 @click.option("--lab-n", default=1000, show_default=True)
 @click.option("--checker", default="auto", show_default=True)
+@click.option("--score", "score_kind", default="mean", show_default=True, help="Rank candidates by mean (per token) or sum log-prob.")
 @pool_options
 @click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), show_default=True)
 @click.option("--dtype", default="auto", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), show_default=True)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def recommend(model, budget, pool_path, out, teacher, no_probe, predictor, probe_steps, lab_task, lab_n, checker,
-              device, dtype, seed, as_json, **kw):
+              score_kind, device, dtype, seed, as_json, **kw):
     """Score, select, probe, predict: train on high, low or mixed for this student and budget?"""
     from advisor.recommend import RecommendConfig, print_report, recommend as run
     from advisor.ui import console, emit_json, quiet_libraries
@@ -294,7 +296,8 @@ def recommend(model, budget, pool_path, out, teacher, no_probe, predictor, probe
     opts = _pool_opts(kw)
     cfg = RecommendConfig(model=model, budget=budget, out=out, pool=pool_path, teacher=teacher, no_probe=no_probe,
                           predictor=predictor, lab_task=lab_task, lab_n=lab_n, probe_steps=probe_steps,
-                          checker=checker, device=device, dtype=dtype, seed=seed, pool_options=vars(opts))
+                          checker=checker, score=score_kind, device=device, dtype=dtype, seed=seed,
+                          pool_options=vars(opts))
     with console.status("recommend") as st:
         report = run(cfg, status=lambda m: st.update(m))
     if as_json:
@@ -305,8 +308,10 @@ def recommend(model, budget, pool_path, out, teacher, no_probe, predictor, probe
 
 def _register_subgroups() -> None:
     from advisor.lab_cli import lab
+    from advisor.train_cli import train
 
     cli.add_command(lab)
+    cli.add_command(train)
 
 
 _register_subgroups()

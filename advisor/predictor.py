@@ -39,7 +39,7 @@ FEATURES = (
     "high_teacher_nll_drop_rel", "low_teacher_nll_drop_rel", "teacher_nll_drop_ratio_low_high",
     "low_repetition_end", "repetition_end_gap_low_high",
     "high_accuracy_gain", "low_accuracy_gain", "accuracy_gain_gap_low_high",
-    "drift_end_gap_low_high", "train_loss_end_ratio_low_high", "base_accuracy",
+    "drift_end_gap_low_high", "train_loss_end_ratio_low_high", "base_accuracy", "score_is_sum",
 )
 PRIOR_FEATURES = ("log10_params", "budget")
 FORMAT = 1

@@ -42,15 +42,15 @@ class Split:
 
 
 def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None, checker: str = "auto",
-                     mix: float = 0.5) -> Split:
+                     mix: float = 0.5, score: str = "mean") -> Split:
     if len(pool) < cfg.eval_problems + cfg.batch_size:
         raise InputError(
             f"the pool has {len(pool)} rankable problems; a probe needs --eval-problems ({cfg.eval_problems}) "
             f"held out plus at least --batch-size ({cfg.batch_size}) to train on: use a larger pool or smaller settings"
         )
-    high = select(pool, scores, SelectConfig("high"))
-    low = select(pool, scores, SelectConfig("low"))
-    mixed = select(pool, scores, SelectConfig("mixed", mix=mix, seed=cfg.seed))
+    high = select(pool, scores, SelectConfig("high", score=score))
+    low = select(pool, scores, SelectConfig("low", score=score))
+    mixed = select(pool, scores, SelectConfig("mixed", mix=mix, seed=cfg.seed, score=score))
     ids = [p.id for p in pool.problems]
     held = set(random.Random(cfg.seed).sample(ids, cfg.eval_problems))
     eval_ids = [i for i in ids if i in held]

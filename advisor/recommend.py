@@ -45,6 +45,7 @@ class RecommendConfig:
     probe_eval_problems: int = 32
     max_new_tokens: int | None = None  # None: 48 for lab students, 256 otherwise
     mix: float = 0.5  # the mix written for a "mixed" recommendation
+    score: str = "mean"  # --score: rank candidates by mean (per token) or sum log-prob
     checker: str = "auto"
     device: str = "auto"
     dtype: str = "auto"
@@ -57,6 +58,8 @@ class RecommendConfig:
             bad.append(f"--budget {self.budget} must be a positive number of epochs")
         if self.lab_n < self.probe_eval_problems + self.probe_batch + 2:
             bad.append(f"--lab-n {self.lab_n} is too small for the probe's held-out slice")
+        if self.score not in ("mean", "sum"):
+            bad.append(f"--score {self.score!r} is unknown: use mean or sum")
         if not 0 <= self.mix <= 1:
             bad.append(f"--mix {self.mix} is outside [0, 1]")
         if bad:
@@ -104,8 +107,9 @@ def recommend(cfg: RecommendConfig, status=None) -> dict:
                        max_new_tokens=cfg.max_new_tokens or (48 if is_lab else 256),
                        max_length=96 if is_lab else 2048, seed=cfg.seed, device=cfg.device, dtype=cfg.dtype,
                        teacher=cfg.teacher)
-    split = build_probe_data(pool, scores, pcfg, tokenizer=lm.tokenizer, checker=cfg.checker)
+    split = build_probe_data(pool, scores, pcfg, tokenizer=lm.tokenizer, checker=cfg.checker, score=cfg.score)
     features = {"log10_params": math.log10(desc["n_params"]), "budget": float(cfg.budget),
+                "score_is_sum": float(cfg.score == "sum"),
                 "likelihood_gap": split.data.context["likelihood_gap"],
                 "length_ratio_low_high": split.data.context["length_ratio_low_high"]}
     probe = None
@@ -114,6 +118,7 @@ def recommend(cfg: RecommendConfig, status=None) -> dict:
         probe = run_probe(cfg.model, split.data, pcfg, out / "probe", lm=lm)
         features.update(probe["features"])
         features["budget"] = float(cfg.budget)
+        features["score_is_sum"] = float(cfg.score == "sum")
     model = prior if cfg.no_probe else predictor
     proba = model.predict_proba([features])[0]
     probs = {s: float(p) for s, p in zip(STRATEGIES, proba)}
@@ -126,7 +131,7 @@ def recommend(cfg: RecommendConfig, status=None) -> dict:
 
     # the dataset: every problem outside the probe's held-out slice, which becomes the eval set
     held = set(split.eval_ids)
-    sel = select(pool, scores, SelectConfig(strategy=strategy, mix=cfg.mix, seed=cfg.seed))
+    sel = select(pool, scores, SelectConfig(strategy=strategy, mix=cfg.mix, seed=cfg.seed, score=cfg.score))
     sel.rows = [r for r in sel.rows if r["id"] not in held]
     export(sel, out / "train.jsonl", "trl")
     eval_rows = [{"prompt": pool.get(i).prompt, "answer": pool.get(i).answer, "task": pool.get(i).task}

@@ -170,9 +170,11 @@ def baseline_advice(predictor: Predictor, features: dict) -> dict:
     rule = predictor.meta.get("rule_of_thumb") or {}
     out = {"GRAPE (always high)": "high", "always hardest (low)": "low"}
     if rule:
-        low = features["log10_params"] >= rule["log10_params"] and features["budget"] >= rule["budget"]
-        out[f"rule of thumb (low if params ≥ 10^{rule['log10_params']:.2f} and epochs ≥ {rule['budget']:g})"] = \
-            "low" if low else "high"
+        tp, te = rule["log10_params"], rule["budget"]
+        low = features["log10_params"] >= tp and features["budget"] >= te
+        name = (f"rule of thumb (low if params ≥ 10^{tp:.2f} and epochs ≥ {te:g})" if math.isfinite(tp) and math.isfinite(te)
+                else "rule of thumb (fitted on the records: always high)")
+        out[name] = "low" if low else "high"
     return out
 
 

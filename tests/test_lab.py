@@ -26,24 +26,6 @@ from models.lab import (
 )
 
 
-@pytest.fixture(scope="module")
-def lab_home(tmp_path_factory):
-    """One cache home with the default `xs` student, built once for the whole module."""
-    import os
-
-    home = tmp_path_factory.mktemp("lab-home")
-    old = os.environ.get("ADVISOR_HOME")
-    os.environ["ADVISOR_HOME"] = str(home)
-    try:
-        student_path("xs")
-    finally:
-        if old is None:
-            del os.environ["ADVISOR_HOME"]
-        else:
-            os.environ["ADVISOR_HOME"] = old
-    return home
-
-
 @pytest.fixture
 def shared_home(lab_home, monkeypatch):
     monkeypatch.setenv("ADVISOR_HOME", str(lab_home))

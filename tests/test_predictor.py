@@ -129,3 +129,13 @@ def test_records_errors(tmp_path):
         read_records(tmp_path / "r.jsonl")
     with pytest.raises(InputError, match="at least 2"):
         cross_validate([r for r in label_rows(make_records()) if r["student"] == "lab:s1"])
+
+
+def test_shipped_predictor_loads_and_answers():
+    from advisor.recommend import load_predictor
+
+    shipped = load_predictor(None)
+    assert shipped.meta["records"] >= 2 and {row["method"] for row in shipped.meta["cv"]} >= {"always high (GRAPE)"}
+    feats = {"log10_params": 5.0, "budget": 3.0, "score_is_sum": 0.0}
+    p = shipped.predict_proba([feats])[0]
+    assert abs(p.sum() - 1) < 1e-6 and shipped.predict([feats])[0] in ("high", "low", "mixed")

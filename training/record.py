@@ -93,12 +93,7 @@ def plot_curve(eval_rows: list[dict], path: Path, title: str) -> None:
         ax.grid(alpha=0.3)
         if key != "train_loss":
             ax.set_ylim(-0.02, 1.02)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    os.replace(tmp, path)
+    _save_figure(fig, path, title)
 
 
 def plot_runs(records: list[dict], path: Path, title: str = "") -> None:
@@ -122,9 +117,17 @@ def plot_runs(records: list[dict], path: Path, title: str = "") -> None:
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
+    _save_figure(fig, path, title)
+
+
+def _save_figure(fig, path: Path, title: str) -> None:
+    """Title, lay out and write the figure atomically (a killed run never leaves half a PNG)."""
+    import matplotlib.pyplot as plt
+
+    from models.files import atomic_path
+
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png")
     plt.close(fig)
-    os.replace(tmp, path)

@@ -24,7 +24,7 @@ import json
 import random
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import mean
 from typing import Callable

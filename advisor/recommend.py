@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from advisor.predictor import PRIOR_FEATURES, STRATEGIES, Predictor
+from advisor.predictor import STRATEGIES, Predictor
 from models.errors import InputError
 from models.files import versions, write_json, write_jsonl
 
@@ -67,9 +67,7 @@ class RecommendConfig:
 
 
 def load_predictor(path: str | None) -> Predictor:
-    if path is not None:
-        return Predictor.load(path)
-    return Predictor.load(resources.files("advisor") / SHIPPED)
+    return Predictor.load(predictor_root(path))
 
 
 def recommend(cfg: RecommendConfig, status=None) -> dict:

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,8 +143,3 @@ def _first_line(e: Exception) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
 
-
-def config_summary(path: str) -> dict:
-    """Read config.json without loading weights (for `lab list` and describe-only commands)."""
-    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-        return json.loads(f.read())

@@ -12,7 +12,6 @@ With `switch_epoch`, the dataset serves the high rows in epochs before it and th
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from models.errors import InputError

@@ -68,6 +68,17 @@ def _show_pool(pool) -> None:
     console.print(kv_table("Pool", rows))
 
 
+def vllm_options(f):
+    """Flags of the vllm backend (ignored by hf, except that hf refuses tensor parallelism)."""
+    opts = [
+        click.option("--tensor-parallel-size", default=1, show_default=True, help="vllm: GPUs one model is split over."),
+        click.option("--gpu-memory-utilization", default=0.9, show_default=True, help="vllm: share of each GPU's memory vLLM may take."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
 @cli.command()
 @click.option("--model", "-m", required=True, help="Student: a local HF folder, a hub id, or lab:NAME.")
 @click.option("--pool", "-p", "pool_path", required=True, help="Pool file or datasets folder.")
@@ -75,26 +86,31 @@ def _show_pool(pool) -> None:
 @pool_options
 @click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), show_default=True)
 @click.option("--dtype", default="auto", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), show_default=True)
-@click.option("--backend", default="hf", type=click.Choice(["hf"]), show_default=True)
+@click.option("--backend", default="hf", type=click.Choice(["hf", "vllm"]), show_default=True,
+              help="hf: transformers, any device. vllm: GPUs, in its own environment (docs/vllm.md).")
 @click.option("--max-length", default=4096, show_default=True, help="Max prompt+response tokens; longer responses are cut and flagged.")
-@click.option("--token-budget", default=8192, show_default=True, help="Padded tokens per forward batch.")
+@click.option("--token-budget", default=8192, show_default=True, help="Padded tokens per forward batch (vllm: max_num_batched_tokens).")
 @click.option("--shard-size", default=512, show_default=True, help="Candidates per cached shard (the unit of resume).")
+@vllm_options
+@click.option("--dp-rank", default=0, show_default=True, help="This process's index among --dp-size processes sharing the pool.")
+@click.option("--dp-size", default=1, show_default=True, help="Processes sharing the pool's shards; the last to finish writes the outputs.")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
-def score(model, pool_path, out, device, dtype, backend, max_length, token_budget, shard_size, seed, as_json, **kw):
+def score(model, pool_path, out, device, dtype, backend, max_length, token_budget, shard_size, tensor_parallel_size,
+          gpu_memory_utilization, dp_rank, dp_size, seed, as_json, **kw):
     """Score every candidate response under the student (mean and summed log-prob per response)."""
     from advisor.pool import read_pool
-    from advisor.scoring import ScoreConfig, score_pool
+    from advisor.scoring import ScoreConfig, load_for, score_pool
     from advisor.ui import console, emit_json, kv_table, progress, quiet_libraries
-    from models.loading import load_model
 
     quiet_libraries()
-    cfg = ScoreConfig(model, device, dtype, backend, max_length, token_budget, shard_size, seed)
+    cfg = ScoreConfig(model, device, dtype, backend, max_length, token_budget, shard_size, seed,
+                      tensor_parallel_size, gpu_memory_utilization, dp_rank, dp_size)
     cfg.validate()
     pool = read_pool(pool_path, _pool_opts(kw))
     _show_pool(pool)
     with console.status(f"loading {model}"):
-        lm = load_model(model, device=device, dtype=dtype)
+        lm = load_for(cfg)
     with progress("scoring", unit="candidates") as bar:
         task = bar.add_task("scoring", total=None, rate="")
         t0 = [time.perf_counter(), 0]
@@ -110,13 +126,21 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
 
         summary = score_pool(pool, cfg, out, lm=lm, on_start=on_start, advance=advance)
     summary["pool"] = pool.summary()
+    if "waiting_for" in summary:
+        msg = (f"rank {dp_rank}/{dp_size}: scored {summary['computed']} shard(s); {len(summary['waiting_for'])} of "
+               f"{summary['shards']} shards are still being scored by other ranks. The last rank to finish writes "
+               f"{Path(out) / 'scores.jsonl'}; rerun with --dp-size 1 to score what is missing and write it here.")
+        if as_json:
+            emit_json(summary)
+        console.print(msg)
+        return
     if as_json:
         emit_json(summary)
     else:
         m = summary["model"]
         console.print(kv_table("Scores", {
             "model": f"{m['spec']} ({m['architecture']}, {m['n_params']:,} params, {m['dtype']})",
-            "template": summary["template"], "candidates": summary["candidates"],
+            "backend": backend, "template": summary["template"], "candidates": summary["candidates"],
             "response tokens": summary["response_tokens"], "truncated": summary["truncated"],
             "reused from cache": summary["from_cache"], "seconds": summary["seconds"], "written": summary["scores"],
         }))

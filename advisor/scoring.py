@@ -8,6 +8,12 @@ fingerprint, the pool fingerprint, the prompt template, the max length and the d
 (after a kill, or with a new `--out`) skips finished shards; since a shard's contents and its
 batching depend only on its own candidates, a resumed run ends with the same file as an
 uninterrupted one. `OUT/scores.jsonl` and `OUT/config.json` appear only once all shards exist.
+
+Data parallelism: `dp_size` processes (one per GPU, say) each score the shards whose index is
+`dp_rank` modulo `dp_size`, into the same cache; whichever finishes last finds every shard there
+and writes the outputs. The result is the same file a single process writes.
+
+    for i in 0 1 2 3; do CUDA_VISIBLE_DEVICES=$i advisor score ... --backend vllm --dp-rank $i --dp-size 4 & done; wait
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from advisor.pool import Pool
 from models.errors import InputError
 from models.files import advisor_home, read_jsonl, stable_hash, versions, write_json, write_jsonl
 
-BACKENDS = {"hf": "models.hf:HFBackend"}
+BACKENDS = {"hf": "models.hf:HFBackend", "vllm": "models.vllm:VLLMBackend"}
 
 
 @dataclass
@@ -34,6 +40,10 @@ class ScoreConfig:
     token_budget: int = 8192  # --token-budget: padded tokens per forward batch
     shard_size: int = 512  # --shard-size: candidates per cached shard (the unit of resume)
     seed: int = 0  # --seed (scoring is deterministic; recorded for provenance)
+    tensor_parallel_size: int = 1  # --tensor-parallel-size (vllm): GPUs one model is split over
+    gpu_memory_utilization: float = 0.9  # --gpu-memory-utilization (vllm): share of GPU memory vLLM may take
+    dp_rank: int = 0  # --dp-rank: this process's index among --dp-size scoring processes
+    dp_size: int = 1  # --dp-size: processes sharing the pool's shards (data parallelism)
 
     def validate(self) -> None:
         problems = []
@@ -45,6 +55,14 @@ class ScoreConfig:
             problems.append(f"--token-budget {self.token_budget} is below --max-length {self.max_length}: one sequence must fit a batch")
         if self.shard_size < 1:
             problems.append(f"--shard-size {self.shard_size} must be at least 1")
+        if self.dp_size < 1 or not 0 <= self.dp_rank < self.dp_size:
+            problems.append(f"--dp-rank {self.dp_rank} / --dp-size {self.dp_size}: need dp-size >= 1 and 0 <= dp-rank < dp-size")
+        if self.tensor_parallel_size < 1:
+            problems.append(f"--tensor-parallel-size {self.tensor_parallel_size} must be at least 1")
+        if self.backend != "vllm" and self.tensor_parallel_size != 1:
+            problems.append("--tensor-parallel-size applies to --backend vllm only; the hf backend uses one device")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            problems.append(f"--gpu-memory-utilization {self.gpu_memory_utilization} must be in (0, 1]")
         if problems:
             raise InputError("; ".join(problems))
 
@@ -56,14 +74,37 @@ def make_backend(name: str, lm, **kwargs):
     return getattr(importlib.import_module(module), cls)(lm, **kwargs)
 
 
+def backend_for(cfg: ScoreConfig, lm):
+    """The scoring backend `cfg` asks for, around an already loaded `lm`."""
+    if cfg.backend == "vllm":
+        return make_backend("vllm", lm, token_budget=cfg.token_budget, tensor_parallel_size=cfg.tensor_parallel_size,
+                            gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)
+    return make_backend(cfg.backend, lm, token_budget=cfg.token_budget)
+
+
+def load_for(cfg: ScoreConfig):
+    """The student as `cfg.backend` needs it: vllm loads the weights itself, so only the
+    tokenizer and description are loaded here."""
+    from models.loading import load_model
+
+    if cfg.backend == "vllm":
+        from models.vllm import import_vllm
+
+        import_vllm()  # fail fast, before any loading, when vllm or a GPU is missing
+    return load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, weights=cfg.backend != "vllm")
+
+
 def cache_key(description: dict, pool: Pool, template: str, cfg: ScoreConfig) -> str:
-    return stable_hash({
+    parts = {
         "model": description["fingerprint"],
         "pool": pool.fingerprint(),
         "template": template,
         "max_length": cfg.max_length,
         "dtype": description["dtype"],
-    })
+    }
+    if cfg.backend != "hf":  # backends agree only within their dtype's tolerance: keep their caches apart
+        parts["backend"] = cfg.backend
+    return stable_hash(parts)
 
 
 def candidate_rows(pool: Pool) -> list[tuple[str, int, str, str]]:
@@ -86,32 +127,40 @@ def score_pool(
 
     `on_start(total, already_done)` is called once the cache is inspected; `advance(n)` after
     each batch. `stop_after_shards` ends early (for tests of resume) without writing outputs.
+    With `dp_size > 1` this process scores its own shards; if others are still missing it
+    returns `{"waiting_for": [...]}` and writes nothing, leaving the outputs to the last one.
     """
-    from models.loading import load_model
     from models.template import template_id
 
     cfg.validate()
-    lm = lm or load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    lm = lm or load_for(cfg)
     tmpl = template_id(lm.tokenizer)
     key = cache_key(lm.description, pool, tmpl, cfg)
     cache = advisor_home() / "scores" / key
     rows = candidate_rows(pool)
     shards = [rows[i:i + cfg.shard_size] for i in range(0, len(rows), cfg.shard_size)]
     done = [cache / f"shard-{i:05d}.jsonl" for i in range(len(shards))]
-    n_done = sum(len(s) for s, d in zip(shards, done) if d.exists())
+    mine = [i for i in range(len(shards)) if i % cfg.dp_size == cfg.dp_rank]
+    n_done = sum(len(shards[i]) for i in mine if done[i].exists())
     if on_start:
-        on_start(len(rows), n_done)
-    backend = make_backend(cfg.backend, lm, token_budget=cfg.token_budget)
+        on_start(sum(len(shards[i]) for i in mine), n_done)
+    backend = None
     t0, computed = time.perf_counter(), 0
-    for i, (shard, path) in enumerate(zip(shards, done)):
+    for i in mine:
+        shard, path = shards[i], done[i]
         if path.exists():
             continue
         if stop_after_shards is not None and computed >= stop_after_shards:
             return {"stopped_early": True, "cache": str(cache)}
+        backend = backend or backend_for(cfg, lm)
         results = backend.score([(p, r) for _, _, p, r in shard], max_length=cfg.max_length, progress=advance)
         write_jsonl(path, ({"id": pid, "k": k, **res} for (pid, k, _, _), res in zip(shard, results)))
         computed += 1
     elapsed = time.perf_counter() - t0
+    missing = [i for i, d in enumerate(done) if not d.exists()]
+    if missing:  # other data-parallel ranks still at work; the last to finish writes the outputs
+        return {"waiting_for": missing, "shards": len(shards), "computed": computed, "cache": str(cache), "key": key,
+                "seconds": round(elapsed, 3), "model": lm.description, "template": tmpl}
     all_rows = [r for path in done for r in _read_shard(path)]
     summary = {
         "candidates": len(all_rows),

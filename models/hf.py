@@ -96,15 +96,20 @@ class HFBackend:
         n: int = 1,
         seed: int = 0,
         progress: Progress | None = None,
-    ) -> list[list[str]]:
-        """n completions per prompt (greedy when temperature == 0), batched and KV-cached."""
+        top_p: float = 1.0,
+        details: bool = False,
+    ) -> list[list]:
+        """n completions per prompt (greedy when temperature == 0), batched and KV-cached.
+
+        With `details`, each completion is a dict of text, n_tokens and finished (it ended with
+        EOS rather than at `max_new_tokens`)."""
         import torch
 
         if temperature == 0 and n > 1:
             raise InputError("greedy decoding (temperature 0) gives one completion per prompt; set a temperature > 0 for n > 1")
         tok, model, dev = self.lm.tokenizer, self.lm.model, self.lm.device
         encoded = [prompt_ids(tok, p) for p in prompts]
-        out: list[list[str]] = [[] for _ in prompts]
+        out: list[list] = [[] for _ in prompts]
         gen = torch.Generator(device="cpu").manual_seed(seed)
         budget = max(1, self.token_budget // max(1, n))
         lengths = [len(e) + max_new_tokens for e in encoded]
@@ -120,17 +125,32 @@ class HFBackend:
             torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
             kwargs = dict(max_new_tokens=max_new_tokens, pad_token_id=pad, num_return_sequences=n)
             if temperature > 0:
-                kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+                kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=top_p)
             else:
                 kwargs.update(do_sample=False)
             with torch.inference_mode():
                 seqs = model.generate(input_ids=ids.to(dev), attention_mask=mask.to(dev), **kwargs)
-            texts = tok.batch_decode(seqs[:, L:], skip_special_tokens=True)
+            new = seqs[:, L:]
+            texts = tok.batch_decode(new, skip_special_tokens=True)
+            if details:
+                comps = [{"text": t, **_finished(row, tok.eos_token_id)} for t, row in zip(texts, new.tolist())]
+            else:
+                comps = texts
             for b, i in enumerate(idx):
-                out[i] = texts[b * n:(b + 1) * n]
+                out[i] = comps[b * n:(b + 1) * n]
             if progress:
                 progress(len(idx))
         return out
+
+
+def _finished(row: list[int], eos: int | None) -> dict:
+    """Tokens generated up to EOS, and whether EOS came (else the row hit max_new_tokens).
+
+    Rows of a batch that stop early are filled with padding after their EOS, so only the part
+    up to the first EOS counts."""
+    if eos is not None and eos in row:
+        return {"n_tokens": row.index(eos) + 1, "finished": True}
+    return {"n_tokens": len(row), "finished": False}
 
 
 def length_batches(lengths: Sequence[int], token_budget: int, max_batch: int) -> list[list[int]]:

@@ -88,20 +88,34 @@ def load_tokenizer(path: str):
     return tok
 
 
-def load_model(spec: str, device: str = "auto", dtype: str = "auto") -> LoadedModel:
-    """Load weights and tokenizer; errors a user can fix become one-line InputErrors."""
+def load_model(spec: str, device: str = "auto", dtype: str = "auto", weights: bool = True) -> LoadedModel:
+    """Load weights and tokenizer; errors a user can fix become one-line InputErrors.
+
+    `weights=False` builds the model on the meta device from its config (no memory, no weight
+    download): enough for the description and the tokenizer, for backends such as vllm that load
+    the weights themselves. `device` is then only used to resolve `dtype`.
+    """
     from transformers import AutoModelForCausalLM
 
     path = resolve_model_path(spec)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     tok = load_tokenizer(path)
+    where = "local folder" if os.path.isdir(path) else "hub id (no local folder of that name)"
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        if weights:
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        else:
+            import torch
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(path)
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     except (OSError, ValueError) as e:
-        where = "local folder" if os.path.isdir(path) else "hub id (no local folder of that name)"
         raise InputError(f"could not load model {spec!r} as a {where}: {_first_line(e)}") from None
-    model.to(dev)
+    if weights:
+        model.to(dev)
     model.eval()
     local = path if os.path.isdir(path) else None
     return LoadedModel(model, tok, dev, spec, local, describe(model, tok, spec, local))

@@ -1,0 +1,175 @@
+"""The vllm backend without vllm: a stand-in engine keeps vLLM's API contract (tests/fake_vllm.py).
+
+Checked here: the clear errors when vllm or a GPU is missing; that scoring asks vLLM for exactly
+the prompt log-probs it needs, aligns them with the response tokens under both prompt renderings
+(plain and chat template), and returns the hf backend's rows and numbers; that generation returns
+the hf backend's layout; and data-parallel scoring over ranks.
+"""
+
+import json
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from advisor.cli import cli
+from advisor.pool import read_pool
+from advisor.scoring import ScoreConfig, score_pool
+from models.errors import InputError
+from models.hf import HFBackend
+from models.loading import load_model
+import fake_vllm
+from test_scoring import PAIRS
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    return fake_vllm.install(monkeypatch)
+
+
+@pytest.fixture(params=["tiny_llama", "tiny_qwen"])
+def model_path(request):
+    return request.getfixturevalue(request.param)
+
+
+def test_missing_vllm_is_one_clear_error(tiny_llama, monkeypatch):
+    from models.vllm import VLLMBackend
+
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail
+    with pytest.raises(InputError, match="needs the vllm package.*--backend hf"):
+        VLLMBackend(load_model(tiny_llama, device="cpu", weights=False))
+
+
+def test_missing_gpu_is_one_clear_error(tiny_llama, fake, monkeypatch):
+    import torch
+
+    from models.vllm import VLLMBackend
+
+    monkeypatch.delenv("ADVISOR_VLLM_ALLOW_CPU")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(InputError, match="needs a CUDA GPU"):
+        VLLMBackend(load_model(tiny_llama, device="cpu", weights=False))
+
+
+def test_cli_without_vllm_exits_2_and_writes_nothing(tiny_llama, tmp_path, monkeypatch):
+    from test_cli import write_pool
+
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    pool = write_pool(tmp_path / "pool.jsonl")
+    r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(pool), "-o", str(tmp_path / "out"), "--backend", "vllm"])
+    assert r.exit_code == 2
+    assert r.output.count("error:") == 1 and "vllm" in r.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_scores_match_hf_backend(model_path, fake):
+    from models.vllm import VLLMBackend
+
+    hf_rows = HFBackend(load_model(model_path, device="cpu")).score(PAIRS)
+    lm = load_model(model_path, device="cpu", weights=False)
+    assert lm.model.device.type == "meta"  # vllm loads the weights itself
+    be = VLLMBackend(lm, tensor_parallel_size=2, token_budget=4096)
+    rows = be.score(PAIRS)
+    assert len(rows) == len(PAIRS)
+    for a, b in zip(rows, hf_rows):
+        assert set(a) == set(b) == {"n_tokens", "logprob_sum", "logprob_mean", "truncated"}
+        assert a["n_tokens"] == b["n_tokens"] > 0
+        assert a["truncated"] is b["truncated"] is False
+        assert abs(a["logprob_sum"] - b["logprob_sum"]) < 1e-4 * max(1, a["n_tokens"])
+        assert abs(a["logprob_mean"] - b["logprob_mean"]) < 1e-4
+    engine = fake_vllm.ENGINES[0]
+    assert engine.args["tensor_parallel_size"] == 2 and engine.args["max_num_batched_tokens"] == 4096
+    assert engine.args["model"] == model_path and engine.args["dtype"] == "float32"
+    (call,) = fake_vllm.CALLS
+    assert call["n_prompts"] == len(PAIRS)
+    for sp in call["params"]:  # only the prompt's own log-probs, nothing decoded, one dummy token
+        assert sp.prompt_logprobs == 0 and sp.detokenize is False and sp.max_tokens == 1
+
+
+def test_truncated_pairs_score_the_kept_tokens(tiny_llama, fake):
+    from models.vllm import VLLMBackend
+
+    prompt, response = PAIRS[1]
+    hf = HFBackend(load_model(tiny_llama, device="cpu")).score([(prompt, response)], max_length=20)[0]
+    vl = VLLMBackend(load_model(tiny_llama, device="cpu", weights=False)).score([(prompt, response)], max_length=20)[0]
+    assert vl["truncated"] is True and vl["n_tokens"] == hf["n_tokens"]
+    assert abs(vl["logprob_sum"] - hf["logprob_sum"]) < 1e-4
+
+
+def test_misaligned_engine_output_is_caught():
+    from models.template import Encoded
+    from models.vllm import response_logprobs
+
+    e = Encoded([1, 5, 6, 7], 2, False)
+    good = [None, {5: fake_vllm.Logprob(-1.0)}, {6: fake_vllm.Logprob(-2.0)}, {7: -0.5}]
+    assert response_logprobs(e, good) == [-2.0, -0.5]
+    with pytest.raises(RuntimeError, match="3 prompt log-probs for 4 tokens"):
+        response_logprobs(e, good[:3])
+    with pytest.raises(RuntimeError, match="no prompt log-probs"):
+        response_logprobs(e, None)
+
+
+def test_generation_layout_matches_hf(model_path, fake):
+    from models.vllm import VLLMBackend
+
+    prompts = ["what is 12 + 35?", "Let us think"]
+    hf = HFBackend(load_model(model_path, device="cpu"))
+    vl = VLLMBackend(load_model(model_path, device="cpu", weights=False))
+    greedy_hf = hf.generate(prompts, max_new_tokens=6, details=True)
+    greedy_vl = vl.generate(prompts, max_new_tokens=6, details=True)
+    assert greedy_vl == greedy_hf  # same model, same rendering, greedy: the same tokens and flags
+    assert hf.generate(prompts, max_new_tokens=6) == vl.generate(prompts, max_new_tokens=6) == [[c["text"]] for c in
+                                                                                            [g[0] for g in greedy_hf]]
+    sampled = vl.generate(prompts, max_new_tokens=5, temperature=1.0, n=3, seed=7, details=True)
+    assert [len(s) for s in sampled] == [3, 3]
+    assert all(set(c) == {"text", "n_tokens", "finished"} and 1 <= c["n_tokens"] <= 5 for s in sampled for c in s)
+    again = vl.generate(prompts[:1], max_new_tokens=5, temperature=1.0, n=3, seed=7, details=True)
+    assert again[0] == sampled[0]  # a request's seed depends on its position, not on what else is batched
+    sp = fake_vllm.CALLS[-1]["params"][0]
+    assert sp.n == 3 and sp.temperature == 1.0 and sp.max_tokens == 5 and sp.seed == 7
+    with pytest.raises(InputError, match="temperature"):
+        vl.generate(prompts, n=2, temperature=0.0)
+
+
+def test_cli_score_with_vllm_backend(tiny_qwen, fake, tmp_path):
+    from test_cli import write_pool
+
+    pool = write_pool(tmp_path / "pool.jsonl")
+    runner = CliRunner()
+    r = runner.invoke(cli, ["score", "-m", tiny_qwen, "-p", str(pool), "-o", str(tmp_path / "v"), "--backend", "vllm",
+                            "--tensor-parallel-size", "2", "--device", "cpu", "--json"])
+    assert r.exit_code == 0, r.output
+    r2 = runner.invoke(cli, ["score", "-m", tiny_qwen, "-p", str(pool), "-o", str(tmp_path / "h"), "--device", "cpu", "--json"])
+    assert r2.exit_code == 0, r2.output
+    v = [json.loads(x) for x in (tmp_path / "v" / "scores.jsonl").read_text().splitlines()]
+    h = [json.loads(x) for x in (tmp_path / "h" / "scores.jsonl").read_text().splitlines()]
+    assert [(a["id"], a["k"], a["n_tokens"]) for a in v] == [(b["id"], b["k"], b["n_tokens"]) for b in h]
+    assert max(abs(a["logprob_mean"] - b["logprob_mean"]) for a, b in zip(v, h)) < 1e-4
+    cfg_v = json.loads((tmp_path / "v" / "config.json").read_text())
+    cfg_h = json.loads((tmp_path / "h" / "config.json").read_text())
+    assert cfg_v["settings"]["backend"] == "vllm" and cfg_v["cache_key"] != cfg_h["cache_key"]
+
+
+def test_tensor_parallel_needs_vllm(tiny_llama, tmp_path):
+    from test_cli import write_pool
+
+    pool = write_pool(tmp_path / "pool.jsonl")
+    r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(pool), "-o", str(tmp_path / "o"),
+                                 "--tensor-parallel-size", "2"])
+    assert r.exit_code == 2 and "applies to --backend vllm only" in r.output
+
+
+def test_data_parallel_ranks_write_the_single_process_file(tiny_llama, tmp_path, monkeypatch):
+    from test_cli import write_pool
+
+    pool = read_pool(write_pool(tmp_path / "pool.jsonl"))
+    lm = load_model(tiny_llama, device="cpu")
+    single = score_pool(pool, ScoreConfig(tiny_llama, device="cpu", shard_size=5), tmp_path / "single", lm=lm)
+    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "dp-home"))  # a cold cache shared by the ranks
+    first = score_pool(pool, ScoreConfig(tiny_llama, device="cpu", shard_size=5, dp_rank=0, dp_size=2), tmp_path / "dp", lm=lm)
+    assert first["waiting_for"] and all(i % 2 == 1 for i in first["waiting_for"])
+    assert not (tmp_path / "dp").exists()
+    last = score_pool(pool, ScoreConfig(tiny_llama, device="cpu", shard_size=5, dp_rank=1, dp_size=2), tmp_path / "dp", lm=lm)
+    assert "waiting_for" not in last and last["from_cache"] == 0
+    assert (tmp_path / "dp" / "scores.jsonl").read_bytes() == (tmp_path / "single" / "scores.jsonl").read_bytes()
+    assert single["key"] == last["key"]

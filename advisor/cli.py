@@ -229,6 +229,79 @@ def probe(model, pool_path, out, scores_path, steps, batch_size, learning_rate, 
         emit_json({"features": report["features"], "cost": report["cost"], "probe": str(Path(out) / "probe.json")})
 
 
+@cli.command()
+@click.option("--teacher", "-t", required=True, help="Teacher: a local HF folder, a hub id, or lab:NAME.")
+@click.option("--problems", "-p", required=True, help="Problems file (JSONL, JSON, Parquet) or datasets folder.")
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Pool to write: .jsonl or .parquet.")
+@click.option("--n", "-n", "n", default=4, show_default=True, help="Candidates per problem.")
+@click.option("--temperature", default=0.6, show_default=True, help="Sampling temperature (0 = greedy, with --n 1).")
+@click.option("--top-p", default=0.95, show_default=True)
+@click.option("--max-new-tokens", default=4096, show_default=True, help="Longer candidates are cut and marked unfinished.")
+@click.option("--checker", default="auto", show_default=True, help="auto | lab | math | none.")
+@click.option("--prompt-field", default=None, help="Field holding the problem text (auto-detected).")
+@click.option("--answer-field", default=None, help="Field holding the reference answer (auto-detected).")
+@click.option("--id-field", default=None, help="Problem id field (auto-detected; else the row number).")
+@click.option("--limit", default=None, type=int, help="Only the first N problems.")
+@click.option("--backend", default="auto", type=click.Choice(["auto", "hf", "vllm"]), show_default=True,
+              help="auto: vllm when it and a GPU are present, else hf.")
+@click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), show_default=True)
+@click.option("--dtype", default="auto", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), show_default=True)
+@click.option("--shard-size", default=64, show_default=True, help="Problems per cached shard (the unit of resume).")
+@click.option("--token-budget", default=8192, show_default=True, help="hf: prompt + new tokens per generation batch.")
+@vllm_options
+@click.option("--dp-rank", default=0, show_default=True)
+@click.option("--dp-size", default=1, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+def generate(teacher, problems, out, n, temperature, top_p, max_new_tokens, checker, prompt_field, answer_field, id_field,
+             limit, backend, device, dtype, shard_size, token_budget, tensor_parallel_size, gpu_memory_utilization,
+             dp_rank, dp_size, seed, as_json):
+    """Sample --n candidate responses per problem from a teacher, check them, write a grouped pool."""
+    from advisor.generate import GenerateConfig, generate_pool
+    from advisor.ui import console, emit_json, kv_table, progress, quiet_libraries
+
+    quiet_libraries()
+    cfg = GenerateConfig(teacher=teacher, problems=problems, out=out, n=n, temperature=temperature, top_p=top_p,
+                         max_new_tokens=max_new_tokens, backend=backend, device=device, dtype=dtype, checker=checker,
+                         prompt_field=prompt_field, answer_field=answer_field, id_field=id_field, limit=limit,
+                         shard_size=shard_size, token_budget=token_budget, tensor_parallel_size=tensor_parallel_size,
+                         gpu_memory_utilization=gpu_memory_utilization, dp_rank=dp_rank, dp_size=dp_size, seed=seed)
+    cfg.validate()
+    with progress("generating", unit="problems") as bar:
+        task = bar.add_task("generating", total=None, rate="")
+        t0 = [time.perf_counter(), 0]
+
+        def on_start(total, done):
+            bar.update(task, total=total, completed=done)
+            t0[1] = done
+
+        def advance(k):
+            bar.advance(task, k)
+            done = bar.tasks[0].completed - t0[1]
+            bar.update(task, rate=f"{done / max(1e-9, time.perf_counter() - t0[0]):.2f}/s")
+
+        summary = generate_pool(cfg, on_start=on_start, advance=advance)
+    if "waiting_for" in summary:
+        if as_json:
+            emit_json(summary)
+        console.print(f"rank {dp_rank}/{dp_size}: generated {summary['computed']} shard(s); {len(summary['waiting_for'])} "
+                      f"of {summary['shards']} shards are with other ranks. The last rank to finish writes {out}.")
+        return
+    if as_json:
+        emit_json(summary)
+    else:
+        t = summary["teacher"]
+        rows = {"teacher": f"{t['spec']} ({t['architecture']}, {t['n_params']:,} params, {t['dtype']})",
+                "backend": summary["backend"], "problems": summary["problems"], "generations": summary["generations"],
+                "mean tokens": summary["mean_tokens"], "unfinished (hit --max-new-tokens)": summary["unfinished"],
+                "checker": summary["checker"]}
+        if summary["correct"] is not None:
+            rows["correct"] = f"{summary['correct']} ({summary['correct'] / max(1, summary['generations']):.1%})"
+            rows["problems with >= 2 correct"] = summary["problems_with_two_correct"]
+        rows.update({"reused from cache": f"{summary['from_cache']} problems", "seconds": summary["seconds"], "written": out})
+        console.print(kv_table("Generated pool", rows))
+
+
 def _cv_table(result: dict) -> None:
     from rich.table import Table
 

@@ -119,10 +119,10 @@ class Pool:
 # ---- reading files -----------------------------------------------------------------------------
 
 
-def read_rows(path: str | Path) -> list[dict]:
+def read_rows(path: str | Path, what: str = "pool") -> list[dict]:
     p = Path(path)
     if not p.exists():
-        raise InputError(f"pool {path} does not exist: pass a JSONL, JSON, Parquet file or a datasets folder")
+        raise InputError(f"{what} {path} does not exist: pass a JSONL, JSON, Parquet file or a datasets folder")
     try:
         if p.is_dir():
             return _read_dataset_dir(p)
@@ -136,10 +136,10 @@ def read_rows(path: str | Path) -> list[dict]:
 
             return pq.read_table(p).to_pylist()
     except ValueError as e:
-        raise InputError(f"{e}: fix or remove that line") if "line" in str(e) else InputError(f"cannot read pool {path}: {e}") from None
+        raise InputError(f"{e}: fix or remove that line") if "line" in str(e) else InputError(f"cannot read {what} {path}: {e}") from None
     except OSError as e:
-        raise InputError(f"cannot read pool {path}: {e}") from None
-    raise InputError(f"pool {path}: unknown file type {p.suffix!r}; use .jsonl, .json, .parquet or a datasets.save_to_disk folder")
+        raise InputError(f"cannot read {what} {path}: {e}") from None
+    raise InputError(f"{what} {path}: unknown file type {p.suffix!r}; use .jsonl, .json, .parquet or a datasets.save_to_disk folder")
 
 
 def _read_json(p: Path) -> list[dict]:

@@ -22,15 +22,20 @@ CHECKERS = ("auto", "lab", "math", "none")
 
 
 def pick_checker(pool: Pool, checker: str = "auto") -> str:
+    return choose_checker(checker, pool.has_answers, pool.tasks)
+
+
+def choose_checker(checker: str, has_answers: bool, tasks: set[str]) -> str:
+    """`auto`: the lab's checker for lab tasks, math for other problems with answers, else none."""
     if checker not in CHECKERS:
         raise InputError(f"--checker {checker!r} is unknown: use one of {', '.join(CHECKERS)}")
     if checker != "auto":
         return checker
-    if not pool.has_answers:
+    if not has_answers:
         return "none"
     from models.lab import FAMILIES
 
-    return "lab" if pool.tasks and pool.tasks <= set(FAMILIES) else "math"
+    return "lab" if tasks and tasks <= set(FAMILIES) else "math"
 
 
 @dataclass

@@ -1,0 +1,275 @@
+"""The generate stage: K candidate responses per problem from a teacher, checked, as a grouped pool.
+
+    advisor generate --teacher deepseek-ai/DeepSeek-R1-Distill-Qwen-7B --problems problems.jsonl --n 4 --out pool.jsonl
+    advisor generate --teacher lab:xl --problems lab-pool.jsonl --n 6 --temperature 1.0 --out pool.jsonl
+
+This is the paper's first step. Problems come from any file `advisor.pool` reads (JSONL, JSON,
+Parquet, a datasets folder) with a problem text field and, optionally, an answer, an id and a
+`task` (the lab's). Each problem's prompt is rendered with the teacher's chat template, exactly
+as the student will later see it when scoring. Candidates are checked against the reference
+answer (the lab's checker for lab tasks, math-verify or a `\\boxed{}` match otherwise) and written
+in the OpenR1 layout: `id`, `problem`, `answer`, `generations`, `correctness`, plus `finished`
+(False when a candidate hit `--max-new-tokens`) and `n_tokens`; every other verb reads it.
+
+Work is cut into shards of `shard_size` problems, each cached under
+`$ADVISOR_HOME/generate/<key>/` as it finishes; the key covers the teacher, the problems, the
+template and every sampling setting. Each shard's sampling is seeded from `seed` and its first
+problem's index, so a killed run resumes at the first missing shard and ends with the same pool
+as an uninterrupted one. With `dp_size` processes, each takes the shards `dp_rank` mod `dp_size`,
+and the last to finish writes the pool, as in `advisor score`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from advisor.pool import ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, read_rows
+from models.errors import InputError
+from models.files import advisor_home, atomic_path, read_jsonl, stable_hash, versions, write_json, write_jsonl
+
+OUT_SUFFIXES = (".jsonl", ".parquet")
+
+
+@dataclass
+class GenerateConfig:
+    teacher: str  # --teacher: a local HF folder, a hub id, or lab:NAME
+    problems: str  # --problems: file or datasets folder of problems
+    out: str  # --out: the pool to write (.jsonl or .parquet)
+    n: int = 4  # --n: candidates per problem
+    temperature: float = 0.6  # --temperature (0 = greedy, needs --n 1)
+    top_p: float = 0.95  # --top-p
+    max_new_tokens: int = 4096  # --max-new-tokens: longer candidates are cut and marked unfinished
+    backend: str = "auto"  # --backend auto|hf|vllm (auto: vllm when it and a GPU are present)
+    device: str = "auto"
+    dtype: str = "auto"
+    checker: str = "auto"  # --checker auto|lab|math|none
+    prompt_field: str | None = None
+    answer_field: str | None = None
+    id_field: str | None = None
+    limit: int | None = None  # --limit: only the first N problems
+    shard_size: int = 64  # --shard-size: problems per cached shard (the unit of resume)
+    token_budget: int = 8192  # --token-budget (hf): tokens per generation batch, prompt + new
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    dp_rank: int = 0
+    dp_size: int = 1
+    seed: int = 0
+
+    def validate(self) -> None:
+        problems = []
+        if self.n < 1:
+            problems.append(f"--n {self.n} must be at least 1")
+        if self.temperature < 0:
+            problems.append(f"--temperature {self.temperature} must be >= 0")
+        if self.temperature == 0 and self.n > 1:
+            problems.append("--temperature 0 is greedy and gives one candidate per problem: set --n 1 or a temperature > 0")
+        if not 0 < self.top_p <= 1:
+            problems.append(f"--top-p {self.top_p} must be in (0, 1]")
+        if self.max_new_tokens < 1:
+            problems.append(f"--max-new-tokens {self.max_new_tokens} must be at least 1")
+        if self.backend not in ("auto", "hf", "vllm"):
+            problems.append(f"--backend {self.backend!r} is unknown: use auto, hf or vllm")
+        if self.shard_size < 1:
+            problems.append(f"--shard-size {self.shard_size} must be at least 1")
+        if self.limit is not None and self.limit < 1:
+            problems.append(f"--limit {self.limit} must be at least 1")
+        if self.dp_size < 1 or not 0 <= self.dp_rank < self.dp_size:
+            problems.append(f"--dp-rank {self.dp_rank} / --dp-size {self.dp_size}: need dp-size >= 1 and 0 <= dp-rank < dp-size")
+        if Path(self.out).suffix.lower() not in OUT_SUFFIXES:
+            problems.append(f"--out {self.out}: write the pool as .jsonl or .parquet")
+        if problems:
+            raise InputError("; ".join(problems))
+
+
+@dataclass
+class ProblemRow:
+    id: str
+    problem: str
+    answer: str | None
+    task: str | None
+
+
+def read_problems(cfg: GenerateConfig) -> tuple[list[ProblemRow], dict]:
+    rows = read_rows(cfg.problems, what="problems file")
+    if not rows:
+        raise InputError(f"problems file {cfg.problems} holds no rows")
+    keys = set().union(*(r.keys() for r in rows[:100]))
+
+    def pick(given, candidates, flag, required=False):
+        if given:
+            if given not in keys:
+                raise InputError(f"{flag} {given!r} is not a field of {cfg.problems}; its fields are {', '.join(sorted(keys))}")
+            return given
+        found = next((k for k in candidates if k in keys), None)
+        if required and found is None:
+            raise InputError(f"no problem text field in {cfg.problems} (looked for {', '.join(candidates)}); "
+                             f"name it with --prompt-field (fields: {', '.join(sorted(keys))})")
+        return found
+
+    fields = {"prompt": pick(cfg.prompt_field, PROMPT_KEYS, "--prompt-field", required=True),
+              "answer": pick(cfg.answer_field, ANSWER_KEYS, "--answer-field"),
+              "id": pick(cfg.id_field, ID_KEYS, "--id-field")}
+    out, seen = [], set()
+    for i, r in enumerate(rows[: cfg.limit] if cfg.limit else rows):
+        where = f"{cfg.problems} row {i + 1}"
+        text = r.get(fields["prompt"])
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f"{where}: field {fields['prompt']!r} is missing or empty; every problem needs its text")
+        pid = str(r[fields["id"]]) if fields["id"] and r.get(fields["id"]) is not None else str(i)
+        if pid in seen:
+            raise InputError(f"{where}: id {pid!r} appears twice; ids must be unique (or pass --id-field)")
+        seen.add(pid)
+        ans = r.get(fields["answer"]) if fields["answer"] else None
+        task = r.get("task") if isinstance(r.get("task"), str) else None
+        out.append(ProblemRow(pid, text, None if ans is None else str(ans), task))
+    return out, fields
+
+
+def resolve_backend(name: str) -> str:
+    """`auto`: vllm where it is importable and a GPU is visible, hf everywhere else."""
+    if name != "auto":
+        return name
+    try:
+        import vllm  # noqa: F401
+        import torch
+    except ImportError:
+        return "hf"
+    return "vllm" if torch.cuda.is_available() else "hf"
+
+
+def _settings_key(cfg: GenerateConfig, backend: str, description: dict, template: str, problems: list[ProblemRow]) -> str:
+    return stable_hash({
+        "teacher": description["fingerprint"], "dtype": description["dtype"], "template": template, "backend": backend,
+        "problems": stable_hash([[p.id, p.problem] for p in problems]),
+        "n": cfg.n, "temperature": cfg.temperature, "top_p": cfg.top_p, "max_new_tokens": cfg.max_new_tokens,
+        "shard_size": cfg.shard_size, "seed": cfg.seed,
+    })
+
+
+def generate_pool(
+    cfg: GenerateConfig,
+    on_start: Callable[[int, int], None] | None = None,
+    advance: Callable[[int], None] | None = None,
+    stop_after_shards: int | None = None,
+    lm=None,
+) -> dict:
+    """Sample, check and write the pool; returns a summary (see the module docstring)."""
+    from advisor.probe import choose_checker
+    from models.loading import load_model
+    from models.metrics import check_answer, math_checker_name
+    from models.template import template_id
+
+    cfg.validate()
+    problems, fields = read_problems(cfg)
+    has_answers = any(p.answer not in (None, "") for p in problems)
+    checker = choose_checker(cfg.checker, has_answers, {p.task for p in problems if p.task})
+    backend_name = resolve_backend(cfg.backend)
+    if backend_name == "vllm":
+        from models.vllm import import_vllm
+
+        import_vllm()
+    lm = lm or load_model(cfg.teacher, device=cfg.device, dtype=cfg.dtype, weights=backend_name != "vllm")
+    tmpl = template_id(lm.tokenizer)
+    key = _settings_key(cfg, backend_name, lm.description, tmpl, problems)
+    cache = advisor_home() / "generate" / key
+    shards = [problems[i:i + cfg.shard_size] for i in range(0, len(problems), cfg.shard_size)]
+    paths = [cache / f"shard-{i:05d}.jsonl" for i in range(len(shards))]
+    mine = [i for i in range(len(shards)) if i % cfg.dp_size == cfg.dp_rank]
+    n_cached = sum(len(shards[i]) for i in mine if paths[i].exists())
+    if on_start:
+        on_start(sum(len(shards[i]) for i in mine), n_cached)
+    backend, computed, t0 = None, 0, time.perf_counter()
+    for i in mine:
+        if paths[i].exists():
+            continue
+        if stop_after_shards is not None and computed >= stop_after_shards:
+            return {"stopped_early": True, "cache": str(cache)}
+        backend = backend or _make_backend(backend_name, lm, cfg)
+        shard = shards[i]
+        comps = backend.generate([p.problem for p in shard], max_new_tokens=cfg.max_new_tokens,
+                                 temperature=cfg.temperature, n=cfg.n, seed=cfg.seed * 1_000_003 + i * cfg.shard_size,
+                                 progress=advance, top_p=cfg.top_p, details=True)
+        write_jsonl(paths[i], ({"id": p.id, "candidates": c} for p, c in zip(shard, comps)))
+        computed += 1
+    elapsed = time.perf_counter() - t0
+    missing = [i for i, p in enumerate(paths) if not p.exists()]
+    if missing:
+        return {"waiting_for": missing, "shards": len(shards), "computed": computed, "cache": str(cache), "key": key}
+
+    generated = {}
+    for path in paths:
+        try:
+            generated.update((r["id"], r["candidates"]) for r in read_jsonl(path))
+        except (ValueError, KeyError):
+            path.unlink()  # written atomically, so this is outside damage: recompute it next time
+            raise InputError(f"cached shard {path} was damaged and has been removed; rerun the same command") from None
+    rows = []
+    for p in problems:
+        cands = generated[p.id]
+        row = {"id": p.id, "problem": p.problem}
+        if p.answer is not None:
+            row["answer"] = p.answer
+        if p.task:
+            row["task"] = p.task
+        row["generations"] = [c["text"] for c in cands]
+        if checker != "none":
+            row["correctness"] = [bool(check_answer(c["text"], p.answer, checker)) for c in cands]
+        row["finished"] = [bool(c["finished"]) for c in cands]
+        row["n_tokens"] = [int(c["n_tokens"]) for c in cands]
+        rows.append(row)
+    n_gen = sum(len(r["generations"]) for r in rows)
+    summary = {
+        "problems": len(rows),
+        "generations": n_gen,
+        "correct": sum(sum(r.get("correctness", [])) for r in rows) if checker != "none" else None,
+        "problems_with_two_correct": sum(sum(r["correctness"]) >= 2 for r in rows) if checker != "none" else None,
+        "unfinished": sum(len(r["finished"]) - sum(r["finished"]) for r in rows),
+        "mean_tokens": sum(sum(r["n_tokens"]) for r in rows) / max(1, n_gen),
+        "checker": math_checker_name() if checker == "math" else checker,
+        "backend": backend_name,
+        "from_cache": n_cached,
+        "seconds": round(elapsed, 3),
+        "cache": str(cache),
+        "key": key,
+        "template": tmpl,
+        "teacher": lm.description,
+        "fields": fields,
+        "out": str(cfg.out),
+    }
+    write_pool_file(rows, cfg.out)
+    write_json(config_path(cfg.out), {"stage": "generate", "versions": versions(), "settings": asdict(cfg), "summary": summary})
+    return summary
+
+
+def _make_backend(name: str, lm, cfg: GenerateConfig):
+    if name == "vllm":
+        from models.vllm import VLLMBackend
+
+        return VLLMBackend(lm, token_budget=max(cfg.token_budget, cfg.max_new_tokens + 1),
+                           tensor_parallel_size=cfg.tensor_parallel_size,
+                           gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)
+    if cfg.tensor_parallel_size != 1:
+        raise InputError("--tensor-parallel-size applies to --backend vllm only; the hf backend uses one device")
+    from models.hf import HFBackend
+
+    return HFBackend(lm, token_budget=cfg.token_budget)
+
+
+def config_path(out: str | Path) -> Path:
+    out = Path(out)
+    return out.with_name(out.stem + ".config.json")
+
+
+def write_pool_file(rows: list[dict], out: str | Path) -> None:
+    out = Path(out)
+    if out.suffix.lower() == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        with atomic_path(out) as tmp:
+            pq.write_table(pa.Table.from_pylist(rows), tmp)
+    else:
+        write_jsonl(out, rows)

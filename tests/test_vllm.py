@@ -173,3 +173,29 @@ def test_data_parallel_ranks_write_the_single_process_file(tiny_llama, tmp_path,
     assert "waiting_for" not in last and last["from_cache"] == 0
     assert (tmp_path / "dp" / "scores.jsonl").read_bytes() == (tmp_path / "single" / "scores.jsonl").read_bytes()
     assert single["key"] == last["key"]
+
+
+def test_gpu_check_script_runs_end_to_end_on_the_stand_in(tmp_path, fake, monkeypatch):
+    """benchmarks/gpu_check.py is for GPU machines; here its whole path runs on the CPU stand-in."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("gpu_check", Path(__file__).parents[1] / "benchmarks" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    res = gpu_check.main(["--device", "cpu", "--vocab", "2048", "--hidden", "64", "--layers", "1", "--pairs", "8",
+                          "--min-response", "8", "--max-response", "24", "--long-tokens", "200", "--gen-prompts", "2",
+                          "--gen-n", "2", "--gen-tokens", "4", "--out", str(tmp_path / "r.json")])
+    assert res["agreement"]["within_bf16_tolerance"] is True  # fp32 on both sides here
+    assert res["agreement"]["max_abs_diff_mean_vllm_vs_hf_bf16"] < 1e-4
+    assert res["scoring"]["hf_tokens_per_s"] > 0 and res["generation"]["vllm_new_tokens"] > 0
+    assert json.loads((tmp_path / "r.json").read_text())["pairs"] == 8
+
+
+def test_gpu_check_says_what_is_missing(capsys):
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).parents[1] / "benchmarks" / "gpu_check.py"
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.startswith("gpu_check: ") and ("CUDA" in r.stderr or "vllm" in r.stderr)

@@ -5,13 +5,14 @@
     python benchmarks/gpu_check.py --json --out results.json
 
 Needs CUDA and vllm (its own environment: docs/vllm.md); without them it says which is missing
-and exits 2. Measured in one run, so the ratios hold on a shared machine:
+and exits 2. `--hf-only` measures the hf backend alone (CUDA without vllm). Measured in one run, so the ratios hold on a shared machine:
 
 1. agreement: per-response mean log-prob from hf in fp32 (the reference), hf in bf16 and vllm in
    bf16 on the same token ids. "Within bf16 tolerance" means vllm's error against the fp32
    reference is no more than twice hf-bf16's own (plus 1e-3), and the high/low picks over groups
    of 4 candidates flip no more often than hf-bf16's do (plus 2 points);
-2. scoring throughput: response tokens per second, hf (bf16, batched, chunked LM head) vs vllm;
+2. scoring throughput: response tokens per second, hf (bf16, batched, chunked LM head) vs vllm,
+   and vs a naive loop (one example at a time, full-vocabulary log-softmax) in the same dtype;
 3. generation throughput: new tokens per second sampling --gen-n completions of --gen-prompts
    prompts, hf `generate` vs vllm;
 4. memory: hf's peak CUDA memory above the weights for one --long-tokens trace (vLLM reserves a
@@ -116,6 +117,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--gen-tokens", type=int, default=256)
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.5)
     ap.add_argument("--device", default="cuda", help="cuda (cpu only with ADVISOR_VLLM_ALLOW_CPU=1, for the tests)")
+    ap.add_argument("--hf-only", action="store_true", help="skip vllm: the hf backend's figures alone")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="also write the results JSON here")
     args = ap.parse_args(argv)
@@ -126,14 +128,15 @@ def main(argv=None) -> dict:
         problem("torch is not installed")
     if args.device == "cuda" and not torch.cuda.is_available():
         problem("no CUDA GPU is visible: run this on a GPU machine (the hf backend's CPU figures are in benchmarks/scoring.py)")
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        problem("vllm is not importable: create its environment first (make vllm-env; docs/vllm.md)")
+    if not args.hf_only:
+        try:
+            import vllm  # noqa: F401
+        except ImportError:
+            problem("vllm is not importable: create its environment first (make vllm-env; docs/vllm.md), "
+                    "or pass --hf-only to measure the hf backend alone")
 
     from models.hf import HFBackend
     from models.loading import load_model
-    from models.vllm import VLLMBackend
 
     tmp = tempfile.mkdtemp(prefix="gpu-check-")
     path = args.model or build_model(Path(tmp) / "model", args.vocab, args.hidden, args.layers)
@@ -152,64 +155,104 @@ def main(argv=None) -> dict:
     hf = HFBackend(hf16, token_budget=32768)
     hf.score_encoded(pairs[:8])  # warm-up
     hf_rows, hf_s = timed(lambda: hf.score_encoded(pairs))
+    naive_sums, naive_s = timed(lambda: naive_score(hf16.model, pairs))
+    hf_m = [r["logprob_mean"] for r in hf_rows]
+    err_hf = max(abs(a - b) for a, b in zip(hf_m, ref))
+    flips_hf = flip_rates(ref, hf_m)
+    res["agreement"] = {"max_abs_diff_mean_hf_bf16_vs_fp32": err_hf, "flip_rate_high_low_hf_bf16": flips_hf,
+                        "max_abs_diff_sum_hf_vs_naive": max(abs(r["logprob_sum"] - x) for r, x in zip(hf_rows, naive_sums))}
+    res["scoring"] = {"hf_tokens_per_s": resp_tokens / hf_s, "naive_tokens_per_s": resp_tokens / naive_s,
+                      "hf_over_naive": naive_s / hf_s}
+    prompts = [f"Problem {i}: what is {i} + {2 * i}? Think step by step." for i in range(args.gen_prompts)]
+    kw = dict(max_new_tokens=args.gen_tokens, temperature=1.0, n=args.gen_n, seed=0, details=True)
+    hf_gen, hf_gs = timed(lambda: hf.generate(prompts, **kw))
+    hf_new = sum(c["n_tokens"] for row in hf_gen for c in row)
+    res["generation"] = {"hf_new_tokens_per_s": hf_new / hf_gs, "hf_new_tokens": hf_new}
+    long = random_pairs(1, used, 1, args.long_tokens - 128, args.long_tokens - 128)
+    if args.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    long_rows, long_s = timed(lambda: hf.score_encoded(long))
+    res["long_trace"] = {
+        "tokens": len(long[0].input_ids),
+        "hf_peak_extra_mb": (torch.cuda.max_memory_allocated() - base) / 2**20 if args.device == "cuda" else None,
+        "naive_logits_fp32_mb": len(long[0].input_ids) * hf16.description["vocab_size"] * 4 / 2**20,
+        "hf_seconds": long_s,
+    }
+    if not args.hf_only:
+        vllm_part(args, res, path, hf16, pairs, ref, hf_m, err_hf, flips_hf, resp_tokens, hf_s, prompts, kw, hf_new, hf_gs,
+                  long, long_rows)
+    report(args, res)
+    return res
+
+
+def naive_score(model, pairs) -> list[float]:
+    """One example at a time, the whole (sequence x vocabulary) log-softmax: what the hf backend replaces."""
+    import torch
+
+    dev = next(model.parameters()).device
+    out = []
+    with torch.inference_mode():
+        for e in pairs:
+            ids = torch.tensor([e.input_ids], device=dev)
+            logp = model(ids).logits.float().log_softmax(-1)[0]
+            tgt = ids[0, e.n_prompt:]
+            out.append(logp[e.n_prompt - 1:-1].gather(1, tgt[:, None]).sum().item())
+    return out
+
+
+def vllm_part(args, res, path, hf16, pairs, ref, hf_m, err_hf, flips_hf, resp_tokens, hf_s, prompts, kw, hf_new, hf_gs,
+              long, long_rows) -> None:
+    from models.loading import load_model
+    from models.vllm import VLLMBackend
+
     # vLLM's memory profiling does not see the (tokens x vocab) prompt-logprob tensors, so keep its batches modest
     vl = VLLMBackend(load_model(path, device=args.device, dtype=hf16.description["dtype"], weights=False),
                      token_budget=8192, gpu_memory_utilization=args.gpu_memory_utilization,
                      max_model_len=max(args.long_tokens, args.max_response + 256) + 8)
     vl.score_encoded(pairs[:8])  # engine start and warm-up
     vl_rows, vl_s = timed(lambda: vl.score_encoded(pairs))
-    hf_m, vl_m = [r["logprob_mean"] for r in hf_rows], [r["logprob_mean"] for r in vl_rows]
-    err_hf = max(abs(a - b) for a, b in zip(hf_m, ref))
+    vl_m = [r["logprob_mean"] for r in vl_rows]
     err_vl = max(abs(a - b) for a, b in zip(vl_m, ref))
-    flips_hf, flips_vl = flip_rates(ref, hf_m), flip_rates(ref, vl_m)
-    res["agreement"] = {
-        "max_abs_diff_mean_hf_bf16_vs_fp32": err_hf,
+    flips_vl = flip_rates(ref, vl_m)
+    res["agreement"].update({
         "max_abs_diff_mean_vllm_vs_fp32": err_vl,
         "max_abs_diff_mean_vllm_vs_hf_bf16": max(abs(a - b) for a, b in zip(hf_m, vl_m)),
-        "flip_rate_high_low_hf_bf16": flips_hf,
         "flip_rate_high_low_vllm": flips_vl,
         "within_bf16_tolerance": err_vl <= 2 * err_hf + 1e-3 and max(flips_vl) <= max(flips_hf) + 0.02,
-    }
-    res["scoring"] = {"hf_tokens_per_s": resp_tokens / hf_s, "vllm_tokens_per_s": resp_tokens / vl_s,
-                      "vllm_over_hf": hf_s / vl_s}
-
-    prompts = [f"Problem {i}: what is {i} + {2 * i}? Think step by step." for i in range(args.gen_prompts)]
-    kw = dict(max_new_tokens=args.gen_tokens, temperature=1.0, n=args.gen_n, seed=0, details=True)
-    hf_gen, hf_gs = timed(lambda: hf.generate(prompts, **kw))
+    })
+    res["scoring"].update({"vllm_tokens_per_s": resp_tokens / vl_s, "vllm_over_hf": hf_s / vl_s})
     vl_gen, vl_gs = timed(lambda: vl.generate(prompts, **kw))
-    hf_new = sum(c["n_tokens"] for row in hf_gen for c in row)
     vl_new = sum(c["n_tokens"] for row in vl_gen for c in row)
-    res["generation"] = {"hf_new_tokens_per_s": hf_new / hf_gs, "vllm_new_tokens_per_s": vl_new / vl_gs,
-                         "vllm_over_hf": (vl_new / vl_gs) / (hf_new / hf_gs), "hf_new_tokens": hf_new, "vllm_new_tokens": vl_new}
-
-    long = random_pairs(1, used, 1, args.long_tokens - 128, args.long_tokens - 128)
-    if args.device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-    long_rows, long_s = timed(lambda: hf.score_encoded(long))
+    res["generation"].update({"vllm_new_tokens_per_s": vl_new / vl_gs, "vllm_new_tokens": vl_new,
+                              "vllm_over_hf": (vl_new / vl_gs) / (hf_new / hf_gs)})
     vl_long, vl_long_s = timed(lambda: vl.score_encoded(long))
-    res["long_trace"] = {
-        "tokens": len(long[0].input_ids),
-        "hf_peak_extra_mb": (torch.cuda.max_memory_allocated() - base) / 2**20 if args.device == "cuda" else None,
-        "naive_logits_fp32_mb": len(long[0].input_ids) * hf16.description["vocab_size"] * 4 / 2**20,
-        "hf_seconds": long_s, "vllm_seconds": vl_long_s,
-        "abs_diff_mean_vllm_vs_hf": abs(long_rows[0]["logprob_mean"] - vl_long[0]["logprob_mean"]),
-    }
+    res["long_trace"].update({"vllm_seconds": vl_long_s,
+                              "abs_diff_mean_vllm_vs_hf": abs(long_rows[0]["logprob_mean"] - vl_long[0]["logprob_mean"])})
+
+
+def report(args, res) -> None:
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
     if args.json:
         print(json.dumps(res, indent=2))
-    else:
-        a, s, g, m = res["agreement"], res["scoring"], res["generation"], res["long_trace"]
-        print(f"model {path} ({res['params'] / 1e6:.0f}M params) on {res['device']}; {res['pairs']} pairs, {resp_tokens} response tokens")
-        print(f"agreement: max |Δ mean log-prob| vs fp32: hf-bf16 {a['max_abs_diff_mean_hf_bf16_vs_fp32']:.2e}, "
-              f"vllm {a['max_abs_diff_mean_vllm_vs_fp32']:.2e}; flips (high, low) hf-bf16 {a['flip_rate_high_low_hf_bf16']}, "
-              f"vllm {a['flip_rate_high_low_vllm']} -> within bf16 tolerance: {a['within_bf16_tolerance']}")
-        print(f"scoring: hf {s['hf_tokens_per_s']:.0f} vs vllm {s['vllm_tokens_per_s']:.0f} response tok/s = vllm {s['vllm_over_hf']:.2f}x hf")
-        print(f"generation: hf {g['hf_new_tokens_per_s']:.0f} vs vllm {g['vllm_new_tokens_per_s']:.0f} new tok/s = vllm {g['vllm_over_hf']:.2f}x hf")
-        print(f"long trace {m['tokens']} tokens: hf peak extra {m['hf_peak_extra_mb']} MB vs {m['naive_logits_fp32_mb']:.0f} MB "
-              f"for the naive fp32 logits alone; |Δ| vllm vs hf {m['abs_diff_mean_vllm_vs_hf']:.2e}")
-    return res
+        return
+    a, s, g, m = res["agreement"], res["scoring"], res["generation"], res["long_trace"]
+    print(f"model {res['model']} ({res['params'] / 1e6:.0f}M params) on {res['device']}; {res['pairs']} pairs, "
+          f"{res['response_tokens']} response tokens")
+    print(f"agreement: max |Δ mean log-prob| vs fp32: hf-bf16 {a['max_abs_diff_mean_hf_bf16_vs_fp32']:.2e}; "
+          f"high/low flips hf-bf16 {a['flip_rate_high_low_hf_bf16']}")
+    print(f"scoring: hf {s['hf_tokens_per_s']:.0f} vs naive loop {s['naive_tokens_per_s']:.0f} response tok/s = "
+          f"{s['hf_over_naive']:.2f}x")
+    print(f"generation: hf {g['hf_new_tokens_per_s']:.0f} new tok/s")
+    print(f"long trace {m['tokens']} tokens: hf peak extra {m['hf_peak_extra_mb']} MB vs {m['naive_logits_fp32_mb']:.0f} MB "
+          f"for the naive fp32 logits alone")
+    if "vllm_tokens_per_s" in s:
+        print(f"vllm: max |Δ mean| vs fp32 {a['max_abs_diff_mean_vllm_vs_fp32']:.2e}, flips {a['flip_rate_high_low_vllm']} "
+              f"-> within bf16 tolerance: {a['within_bf16_tolerance']}")
+        print(f"vllm scoring {s['vllm_tokens_per_s']:.0f} tok/s = {s['vllm_over_hf']:.2f}x hf; generation "
+              f"{g['vllm_new_tokens_per_s']:.0f} new tok/s = {g['vllm_over_hf']:.2f}x hf; long trace |Δ| vs hf "
+              f"{m['abs_diff_mean_vllm_vs_hf']:.2e}")
 
 
 if __name__ == "__main__":

@@ -189,6 +189,7 @@ def test_gpu_check_script_runs_end_to_end_on_the_stand_in(tmp_path, fake, monkey
     assert res["agreement"]["within_bf16_tolerance"] is True  # fp32 on both sides here
     assert res["agreement"]["max_abs_diff_mean_vllm_vs_hf_bf16"] < 1e-4
     assert res["scoring"]["hf_tokens_per_s"] > 0 and res["generation"]["vllm_new_tokens"] > 0
+    assert res["agreement"]["max_abs_diff_sum_hf_vs_naive"] < 1e-3 and res["scoring"]["hf_over_naive"] > 0
     assert json.loads((tmp_path / "r.json").read_text())["pairs"] == 8
 
 

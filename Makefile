@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test bench bench-all vllm-env gpu-check clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,5 +26,23 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/scoring.py
 
+bench-all: $(STAMP)
+	$(BIN)/python benchmarks/scoring.py
+	$(BIN)/python benchmarks/wall_time.py
+
+# vLLM pins its own torch and transformers, so it gets its own environment (GPU machines; docs/vllm.md).
+VLLM_VENV := .venv-vllm
+vllm-env: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: pyproject.toml Makefile
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q vllm
+	$(VLLM_VENV)/bin/python -m pip install -q -e '.[vllm,lora]'
+	touch $@
+
+gpu-check: vllm-env
+	$(VLLM_VENV)/bin/python benchmarks/gpu_check.py
+
 clean:
-	rm -rf $(VENV) demo-out
+	rm -rf $(VENV) $(VLLM_VENV) demo-out

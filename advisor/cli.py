@@ -369,6 +369,8 @@ def calibrate(out, sizes, seeds, tasks, epochs, threads, score_kind, quick, as_j
 @click.option("--model", "-m", required=True, help="Student: a local HF folder, a hub id, or lab:NAME.")
 @click.option("--budget", "-b", required=True, type=float, help="Epochs of the full run you plan.")
 @click.option("--pool", "-p", "pool_path", default=None, help="Pool (default: a lab pool of --lab-n problems).")
+@click.option("--scores", "scores_path", default=None,
+              help="scores.jsonl of --pool under --model (e.g. from `advisor score --backend vllm`); else scored now with hf.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @click.option("--teacher", default=None, help="Teacher model, for the teacher's view in the probe.")
 @click.option("--no-probe", is_flag=True, help="Skip the probe: a prior from parameter count and budget (low confidence).")
@@ -383,7 +385,7 @@ def calibrate(out, sizes, seeds, tasks, epochs, threads, score_kind, quick, as_j
 @click.option("--dtype", default="auto", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), show_default=True)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-def recommend(model, budget, pool_path, out, teacher, no_probe, predictor, probe_steps, lab_task, lab_n, checker,
+def recommend(model, budget, pool_path, scores_path, out, teacher, no_probe, predictor, probe_steps, lab_task, lab_n, checker,
               score_kind, device, dtype, seed, as_json, **kw):
     """Score, select, probe, predict: train on high, low or mixed for this student and budget?"""
     from advisor.recommend import RecommendConfig, print_report, recommend as run
@@ -391,7 +393,7 @@ def recommend(model, budget, pool_path, out, teacher, no_probe, predictor, probe
 
     quiet_libraries()
     opts = _pool_opts(kw)
-    cfg = RecommendConfig(model=model, budget=budget, out=out, pool=pool_path, teacher=teacher, no_probe=no_probe,
+    cfg = RecommendConfig(model=model, budget=budget, out=out, pool=pool_path, scores=scores_path, teacher=teacher, no_probe=no_probe,
                           predictor=predictor, lab_task=lab_task, lab_n=lab_n, probe_steps=probe_steps,
                           checker=checker, score=score_kind, device=device, dtype=dtype, seed=seed,
                           pool_options=vars(opts))

@@ -34,6 +34,7 @@ class RecommendConfig:
     budget: float  # --budget: epochs of the full run
     out: str  # --out
     pool: str | None = None  # --pool; None: a lab pool (--lab-task, --lab-n)
+    scores: str | None = None  # --scores: scores.jsonl of this pool under this model (e.g. from `score --backend vllm`)
     teacher: str | None = None  # --teacher
     no_probe: bool = False  # --no-probe: prior from parameter count and budget alone
     predictor: str | None = None  # --predictor: a folder written by `advisor fit`; None: the shipped one
@@ -58,6 +59,8 @@ class RecommendConfig:
             bad.append(f"--budget {self.budget} must be a positive number of epochs")
         if self.lab_n < self.probe_eval_problems + self.probe_batch + 2:
             bad.append(f"--lab-n {self.lab_n} is too small for the probe's held-out slice")
+        if self.scores and not self.pool:
+            bad.append("--scores needs the --pool they were computed on")
         if self.score not in ("mean", "sum"):
             bad.append(f"--score {self.score!r} is unknown: use mean or sum")
         if not 0 <= self.mix <= 1:
@@ -95,10 +98,13 @@ def recommend(cfg: RecommendConfig, status=None) -> dict:
         if not (out / "pool.jsonl").exists():
             write_pool(out / "pool.jsonl", task=cfg.lab_task, n=cfg.lab_n, seed=cfg.seed)
         pool = read_pool(out / "pool.jsonl")
-    say(f"scoring {pool.n_candidates:,} candidates")
-    max_length = 96 if is_lab else 4096
-    score_pool(pool, ScoreConfig(cfg.model, device=cfg.device, dtype=cfg.dtype, max_length=max_length), out / "score", lm=lm)
-    scores = load_scores(out / "score" / "scores.jsonl")
+    if cfg.scores:
+        scores = load_scores(cfg.scores)
+    else:
+        say(f"scoring {pool.n_candidates:,} candidates")
+        max_length = 96 if is_lab else 4096
+        score_pool(pool, ScoreConfig(cfg.model, device=cfg.device, dtype=cfg.dtype, max_length=max_length), out / "score", lm=lm)
+        scores = load_scores(out / "score" / "scores.jsonl")
     pcfg = ProbeConfig(steps=cfg.probe_steps, batch_size=cfg.probe_batch,
                        eval_every=cfg.probe_eval_every or max(1, cfg.probe_steps // 4),
                        eval_problems=cfg.probe_eval_problems,

@@ -91,3 +91,22 @@ def test_recommend_bad_input(lab_home, tmp_path, synthetic_predictor):
     assert r.exit_code == 2 and "damaged" in r.stderr and not (tmp_path / "b").exists()
     r = run("recommend", "--model", "lab:nope", "--budget", 2, "--out", tmp_path / "c", "--predictor", synthetic_predictor)
     assert r.exit_code == 2 and "nope" in r.stderr and not (tmp_path / "c").exists()
+
+
+def test_recommend_takes_precomputed_scores(lab_home, tmp_path, synthetic_predictor):
+    """Scores made elsewhere (say `advisor score --backend vllm` in its own environment) feed recommend unchanged."""
+    pool = tmp_path / "pool.jsonl"
+    assert run("lab", "pool", "--n", 60, "--out", pool).exit_code == 0
+    r = run("score", "--model", "lab:xs", "--pool", pool, "--out", tmp_path / "s", "--max-length", 96, "--device", "cpu")
+    assert r.exit_code == 0, r.stderr
+    common = ["--model", "lab:xs", "--budget", 2, "--pool", pool, "--predictor", synthetic_predictor, "--no-probe",
+              "--device", "cpu", "--json"]
+    given = run("recommend", *common, "--scores", tmp_path / "s" / "scores.jsonl", "--out", tmp_path / "given")
+    own = run("recommend", *common, "--out", tmp_path / "own")
+    assert given.exit_code == own.exit_code == 0, given.stderr + own.stderr
+    a, b = json.loads(given.stdout), json.loads(own.stdout)
+    assert a["strategy"] == b["strategy"] and a["features"] == b["features"]
+    assert not (tmp_path / "given" / "score").exists() and (tmp_path / "own" / "score").exists()
+    assert (tmp_path / "given" / "train.jsonl").read_bytes() == (tmp_path / "own" / "train.jsonl").read_bytes()
+    r = run("recommend", "--model", "lab:xs", "--budget", 2, "--scores", tmp_path / "s" / "scores.jsonl", "--out", tmp_path / "x")
+    assert r.exit_code == 2 and "--scores needs the --pool" in r.stderr

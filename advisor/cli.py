@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import click
@@ -101,7 +100,7 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
     """Score every candidate response under the student (mean and summed log-prob per response)."""
     from advisor.pool import read_pool
     from advisor.scoring import ScoreConfig, load_for, score_pool
-    from advisor.ui import console, emit_json, kv_table, progress, quiet_libraries
+    from advisor.ui import console, emit_json, kv_table, quiet_libraries, work_progress
 
     quiet_libraries()
     cfg = ScoreConfig(model, device, dtype, backend, max_length, token_budget, shard_size, seed,
@@ -111,19 +110,7 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
     _show_pool(pool)
     with console.status(f"loading {model}"):
         lm = load_for(cfg)
-    with progress("scoring", unit="candidates") as bar:
-        task = bar.add_task("scoring", total=None, rate="")
-        t0 = [time.perf_counter(), 0]
-
-        def on_start(total, done):
-            bar.update(task, total=total, completed=done)
-            t0[1] = done
-
-        def advance(n):
-            bar.advance(task, n)
-            done = bar.tasks[0].completed - t0[1]
-            bar.update(task, rate=f"{done / max(1e-9, time.perf_counter() - t0[0]):.1f}/s")
-
+    with work_progress("scoring", unit="candidates") as (on_start, advance):
         summary = score_pool(pool, cfg, out, lm=lm, on_start=on_start, advance=advance)
     summary["pool"] = pool.summary()
     if "waiting_for" in summary:
@@ -258,7 +245,7 @@ def generate(teacher, problems, out, n, temperature, top_p, max_new_tokens, chec
              dp_rank, dp_size, seed, as_json):
     """Sample --n candidate responses per problem from a teacher, check them, write a grouped pool."""
     from advisor.generate import GenerateConfig, generate_pool
-    from advisor.ui import console, emit_json, kv_table, progress, quiet_libraries
+    from advisor.ui import console, emit_json, kv_table, quiet_libraries, work_progress
 
     quiet_libraries()
     cfg = GenerateConfig(teacher=teacher, problems=problems, out=out, n=n, temperature=temperature, top_p=top_p,
@@ -267,19 +254,7 @@ def generate(teacher, problems, out, n, temperature, top_p, max_new_tokens, chec
                          shard_size=shard_size, token_budget=token_budget, tensor_parallel_size=tensor_parallel_size,
                          gpu_memory_utilization=gpu_memory_utilization, dp_rank=dp_rank, dp_size=dp_size, seed=seed)
     cfg.validate()
-    with progress("generating", unit="problems") as bar:
-        task = bar.add_task("generating", total=None, rate="")
-        t0 = [time.perf_counter(), 0]
-
-        def on_start(total, done):
-            bar.update(task, total=total, completed=done)
-            t0[1] = done
-
-        def advance(k):
-            bar.advance(task, k)
-            done = bar.tasks[0].completed - t0[1]
-            bar.update(task, rate=f"{done / max(1e-9, time.perf_counter() - t0[0]):.2f}/s")
-
+    with work_progress("generating", unit="problems", rate_format="{:.2f}/s") as (on_start, advance):
         summary = generate_pool(cfg, on_start=on_start, advance=advance)
     if "waiting_for" in summary:
         if as_json:

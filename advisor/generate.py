@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from advisor.pool import ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, read_rows
+from advisor.shards import ShardPlan
 from models.errors import InputError
 from models.files import advisor_home, atomic_path, read_jsonl, stable_hash, versions, write_json, write_jsonl
 
@@ -175,32 +176,28 @@ def generate_pool(
     tmpl = template_id(lm.tokenizer)
     key = _settings_key(cfg, backend_name, lm.description, tmpl, problems)
     cache = advisor_home() / "generate" / key
-    shards = [problems[i:i + cfg.shard_size] for i in range(0, len(problems), cfg.shard_size)]
-    paths = [cache / f"shard-{i:05d}.jsonl" for i in range(len(shards))]
-    mine = [i for i in range(len(shards)) if i % cfg.dp_size == cfg.dp_rank]
-    n_cached = sum(len(shards[i]) for i in mine if paths[i].exists())
+    plan = ShardPlan(problems, cfg.shard_size, cache, cfg.dp_rank, cfg.dp_size)
+    n_cached = plan.my_cached_items()
     if on_start:
-        on_start(sum(len(shards[i]) for i in mine), n_cached)
+        on_start(plan.my_items(), n_cached)
     backend, computed, t0 = None, 0, time.perf_counter()
-    for i in mine:
-        if paths[i].exists():
-            continue
+    for i in plan.todo():
         if stop_after_shards is not None and computed >= stop_after_shards:
             return {"stopped_early": True, "cache": str(cache)}
         backend = backend or _make_backend(backend_name, lm, cfg)
-        shard = shards[i]
+        shard = plan.shards[i]
         comps = backend.generate([p.problem for p in shard], max_new_tokens=cfg.max_new_tokens,
                                  temperature=cfg.temperature, n=cfg.n, seed=cfg.seed * 1_000_003 + i * cfg.shard_size,
                                  progress=advance, top_p=cfg.top_p, details=True)
-        write_jsonl(paths[i], ({"id": p.id, "candidates": c} for p, c in zip(shard, comps)))
+        write_jsonl(plan.paths[i], ({"id": p.id, "candidates": c} for p, c in zip(shard, comps)))
         computed += 1
     elapsed = time.perf_counter() - t0
-    missing = [i for i, p in enumerate(paths) if not p.exists()]
+    missing = plan.missing()
     if missing:
-        return {"waiting_for": missing, "shards": len(shards), "computed": computed, "cache": str(cache), "key": key}
+        return {"waiting_for": missing, "shards": len(plan.shards), "computed": computed, "cache": str(cache), "key": key}
 
     generated = {}
-    for path in paths:
+    for path in plan.paths:
         try:
             generated.update((r["id"], r["candidates"]) for r in read_jsonl(path))
         except (ValueError, KeyError):

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from advisor.pool import Pool
+from advisor.shards import ShardPlan
 from models.errors import InputError
 from models.files import advisor_home, read_jsonl, stable_hash, versions, write_json, write_jsonl
 
@@ -137,31 +138,26 @@ def score_pool(
     tmpl = template_id(lm.tokenizer)
     key = cache_key(lm.description, pool, tmpl, cfg)
     cache = advisor_home() / "scores" / key
-    rows = candidate_rows(pool)
-    shards = [rows[i:i + cfg.shard_size] for i in range(0, len(rows), cfg.shard_size)]
-    done = [cache / f"shard-{i:05d}.jsonl" for i in range(len(shards))]
-    mine = [i for i in range(len(shards)) if i % cfg.dp_size == cfg.dp_rank]
-    n_done = sum(len(shards[i]) for i in mine if done[i].exists())
+    plan = ShardPlan(candidate_rows(pool), cfg.shard_size, cache, cfg.dp_rank, cfg.dp_size)
+    n_done = plan.my_cached_items()
     if on_start:
-        on_start(sum(len(shards[i]) for i in mine), n_done)
+        on_start(plan.my_items(), n_done)
     backend = None
     t0, computed = time.perf_counter(), 0
-    for i in mine:
-        shard, path = shards[i], done[i]
-        if path.exists():
-            continue
+    for i in plan.todo():
         if stop_after_shards is not None and computed >= stop_after_shards:
             return {"stopped_early": True, "cache": str(cache)}
         backend = backend or backend_for(cfg, lm)
+        shard = plan.shards[i]
         results = backend.score([(p, r) for _, _, p, r in shard], max_length=cfg.max_length, progress=advance)
-        write_jsonl(path, ({"id": pid, "k": k, **res} for (pid, k, _, _), res in zip(shard, results)))
+        write_jsonl(plan.paths[i], ({"id": pid, "k": k, **res} for (pid, k, _, _), res in zip(shard, results)))
         computed += 1
     elapsed = time.perf_counter() - t0
-    missing = [i for i, d in enumerate(done) if not d.exists()]
+    missing = plan.missing()
     if missing:  # other data-parallel ranks still at work; the last to finish writes the outputs
-        return {"waiting_for": missing, "shards": len(shards), "computed": computed, "cache": str(cache), "key": key,
+        return {"waiting_for": missing, "shards": len(plan.shards), "computed": computed, "cache": str(cache), "key": key,
                 "seconds": round(elapsed, 3), "model": lm.description, "template": tmpl}
-    all_rows = [r for path in done for r in _read_shard(path)]
+    all_rows = [r for path in plan.paths for r in _read_shard(path)]
     summary = {
         "candidates": len(all_rows),
         "problems": len(pool),

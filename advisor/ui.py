@@ -47,6 +47,29 @@ def progress(description: str, unit: str = "items") -> Iterator[Progress]:
         yield bar
 
 
+@contextlib.contextmanager
+def work_progress(description: str, unit: str, rate_format: str = "{:.1f}/s") -> Iterator[tuple]:
+    """A progress bar for resumable work: yields `(on_start(total, already_done), advance(n))`.
+
+    The rate counts only work done in this run, not what was found cached."""
+    import time
+
+    with progress(description, unit=unit) as bar:
+        task = bar.add_task(description, total=None, rate="")
+        t0 = [time.perf_counter(), 0]
+
+        def on_start(total: int, done: int) -> None:
+            bar.update(task, total=total, completed=done)
+            t0[1] = done
+
+        def advance(n: int) -> None:
+            bar.advance(task, n)
+            done = bar.tasks[0].completed - t0[1]
+            bar.update(task, rate=rate_format.format(done / max(1e-9, time.perf_counter() - t0[0])))
+
+        yield on_start, advance
+
+
 def kv_table(title: str, rows: dict[str, Any]) -> Table:
     t = Table(title=title, show_header=False, title_justify="left")
     t.add_column(style="bold")

@@ -88,7 +88,8 @@ def vllm_options(f):
 @click.option("--backend", default="hf", type=click.Choice(["hf", "vllm"]), show_default=True,
               help="hf: transformers, any device. vllm: GPUs, in its own environment (docs/vllm.md).")
 @click.option("--max-length", default=4096, show_default=True, help="Max prompt+response tokens; longer responses are cut and flagged.")
-@click.option("--token-budget", default=8192, show_default=True, help="Padded tokens per forward batch (vllm: max_num_batched_tokens).")
+@click.option("--token-budget", default=None, type=int,
+              help="Padded tokens per forward batch (default: 1,024 on CPU, 8,192 on GPU; vllm: max_num_batched_tokens).")
 @click.option("--shard-size", default=512, show_default=True, help="Candidates per cached shard (the unit of resume).")
 @vllm_options
 @click.option("--dp-rank", default=0, show_default=True, help="This process's index among --dp-size processes sharing the pool.")
@@ -234,7 +235,7 @@ def probe(model, pool_path, out, scores_path, steps, batch_size, learning_rate, 
 @click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), show_default=True)
 @click.option("--dtype", default="auto", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), show_default=True)
 @click.option("--shard-size", default=64, show_default=True, help="Problems per cached shard (the unit of resume).")
-@click.option("--token-budget", default=8192, show_default=True, help="hf: prompt + new tokens per generation batch.")
+@click.option("--token-budget", default=None, type=int, help="Prompt + new tokens per generation batch (default: by device).")
 @vllm_options
 @click.option("--dp-rank", default=0, show_default=True)
 @click.option("--dp-size", default=1, show_default=True)

@@ -52,7 +52,7 @@ class GenerateConfig:
     id_field: str | None = None
     limit: int | None = None  # --limit: only the first N problems
     shard_size: int = 64  # --shard-size: problems per cached shard (the unit of resume)
-    token_budget: int = 8192  # --token-budget (hf): tokens per generation batch, prompt + new
+    token_budget: int | None = None  # --token-budget: tokens per generation batch, prompt + new (None: the backend's default)
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.9
     dp_rank: int = 0
@@ -245,7 +245,7 @@ def _make_backend(name: str, lm, cfg: GenerateConfig):
     if name == "vllm":
         from models.vllm import VLLMBackend
 
-        return VLLMBackend(lm, token_budget=max(cfg.token_budget, cfg.max_new_tokens + 1),
+        return VLLMBackend(lm, token_budget=max(cfg.token_budget or 8192, cfg.max_new_tokens + 1),
                            tensor_parallel_size=cfg.tensor_parallel_size,
                            gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)
     if cfg.tensor_parallel_size != 1:

@@ -38,7 +38,7 @@ class ScoreConfig:
     dtype: str = "auto"  # --dtype auto|float32|bfloat16|float16 (auto: bf16 on GPU, fp32 on CPU)
     backend: str = "hf"  # --backend
     max_length: int = 4096  # --max-length: prompt + response tokens; longer responses are cut and flagged
-    token_budget: int = 8192  # --token-budget: padded tokens per forward batch
+    token_budget: int | None = None  # --token-budget: padded tokens per forward batch (None: 1,024 on CPU, 8,192 on GPU)
     shard_size: int = 512  # --shard-size: candidates per cached shard (the unit of resume)
     seed: int = 0  # --seed (scoring is deterministic; recorded for provenance)
     tensor_parallel_size: int = 1  # --tensor-parallel-size (vllm): GPUs one model is split over
@@ -52,7 +52,7 @@ class ScoreConfig:
             problems.append(f"--backend {self.backend!r} is not available: use one of {', '.join(BACKENDS)}")
         if self.max_length < 2:
             problems.append(f"--max-length {self.max_length} is too small: it must leave room for prompt and response")
-        if self.token_budget < self.max_length:
+        if self.token_budget is not None and self.token_budget < self.max_length:
             problems.append(f"--token-budget {self.token_budget} is below --max-length {self.max_length}: one sequence must fit a batch")
         if self.shard_size < 1:
             problems.append(f"--shard-size {self.shard_size} must be at least 1")
@@ -78,7 +78,7 @@ def make_backend(name: str, lm, **kwargs):
 def backend_for(cfg: ScoreConfig, lm):
     """The scoring backend `cfg` asks for, around an already loaded `lm`."""
     if cfg.backend == "vllm":
-        return make_backend("vllm", lm, token_budget=cfg.token_budget, tensor_parallel_size=cfg.tensor_parallel_size,
+        return make_backend("vllm", lm, token_budget=cfg.token_budget or 8192, tensor_parallel_size=cfg.tensor_parallel_size,
                             gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)
     return make_backend(cfg.backend, lm, token_budget=cfg.token_budget)
 

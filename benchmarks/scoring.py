@@ -173,7 +173,7 @@ def throughput(args, vocab: int) -> dict:
     pairs = make_pairs(args.pairs, vocab)
     resp_tokens = sum(e.n_response for e in pairs)
     flops = useful_flops(lm.model, pairs)
-    be, be_bf = HFBackend(lm, token_budget=args.token_budget), HFBackend(lm_bf, token_budget=args.token_budget)
+    be, be_bf = HFBackend(lm, token_budget=args.token_budget), HFBackend(lm_bf, token_budget=args.token_budget)  # None: the default
     for b, m in ((be, lm), (be_bf, lm_bf)):  # warm-up
         b.score_encoded(pairs[:8])
         naive_score(m, pairs[:2])
@@ -439,7 +439,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=None, help="pairs for throughput (default 96; 12 with --quick)")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds, best kept (default 2; 1 with --quick)")
-    ap.add_argument("--token-budget", type=int, default=16384)
+    ap.add_argument("--token-budget", type=int, default=None, help="hf padded tokens per batch (default: the backend's, 1,024 on CPU)")
     ap.add_argument("--long-tokens", type=lambda s: [int(x) for x in s.split(",")], default=None,
                     help="comma list of trace lengths for the memory test (default 8192,16384; 2048 with --quick)")
     ap.add_argument("--vocab", type=int, default=151_936)

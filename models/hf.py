@@ -22,19 +22,23 @@ from models.template import Encoded, encode_pair, prompt_ids
 Progress = Callable[[int], None]  # called with the number of items just finished
 
 
-# On CPUs large batches lose: activations fall out of cache and the element-wise ops of the
-# block slow down several-fold. benchmarks/scoring.py --budget-sweep measured hf/naive 1.12x at
-# 1,024 padded tokens per batch against 0.82x at 8,192 (2 cores, 15M-param Llama).
+# The default padded tokens per batch. On CPUs large batches lose: activations fall out of cache
+# and the element-wise ops of the block slow down several-fold. benchmarks/scoring.py
+# --budget-sweep measured hf/naive 1.12x at 1,024 against 0.82x at 8,192 (2 cores, 15M-param Llama).
 CPU_TOKEN_BUDGET = 1024
+GPU_TOKEN_BUDGET = 8192
 
 
 class HFBackend:
     name = "hf"
 
-    def __init__(self, lm: LoadedModel, token_budget: int = 8192, chunk_bytes: int = 256 << 20, max_batch: int = 256):
+    def __init__(self, lm: LoadedModel, token_budget: int | None = None, chunk_bytes: int = 256 << 20, max_batch: int = 256):
+        """`token_budget`: padded tokens per batch; None picks the device's default (above)."""
         self.lm = lm
-        on_cpu = getattr(lm.device, "type", str(lm.device)) == "cpu"
-        self.token_budget = min(token_budget, CPU_TOKEN_BUDGET) if on_cpu else token_budget
+        if token_budget is None:
+            on_cpu = getattr(lm.device, "type", str(lm.device)) == "cpu"
+            token_budget = CPU_TOKEN_BUDGET if on_cpu else GPU_TOKEN_BUDGET
+        self.token_budget = token_budget
         self.chunk_bytes = chunk_bytes
         self.max_batch = max_batch
 

@@ -168,6 +168,8 @@ def generate_pool(
     has_answers = any(p.answer not in (None, "") for p in problems)
     checker = choose_checker(cfg.checker, has_answers, {p.task for p in problems if p.task})
     backend_name = resolve_backend(cfg.backend)
+    if backend_name == "hf" and cfg.tensor_parallel_size != 1:
+        raise InputError("--tensor-parallel-size applies to --backend vllm only; the hf backend uses one device")
     if backend_name == "vllm":
         from models.vllm import import_vllm
 
@@ -248,8 +250,6 @@ def _make_backend(name: str, lm, cfg: GenerateConfig):
         return VLLMBackend(lm, token_budget=max(cfg.token_budget or 8192, cfg.max_new_tokens + 1),
                            tensor_parallel_size=cfg.tensor_parallel_size,
                            gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)
-    if cfg.tensor_parallel_size != 1:
-        raise InputError("--tensor-parallel-size applies to --backend vllm only; the hf backend uses one device")
     from models.hf import HFBackend
 
     return HFBackend(lm, token_budget=cfg.token_budget)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 import tempfile
@@ -180,8 +179,31 @@ def main(argv=None) -> dict:
         "hf_seconds": long_s,
     }
     if not args.hf_only:
-        vllm_part(args, res, path, hf16, pairs, ref, hf_m, err_hf, flips_hf, resp_tokens, hf_s, prompts, kw, hf_new, hf_gs,
-                  long, long_rows)
+        from models.vllm import VLLMBackend
+
+        # vLLM's memory profiling does not see the (tokens x vocab) prompt-logprob tensors, so keep its batches modest
+        vl = VLLMBackend(load_model(path, device=args.device, dtype=hf16.description["dtype"], weights=False),
+                         token_budget=8192, gpu_memory_utilization=args.gpu_memory_utilization,
+                         max_model_len=max(args.long_tokens, args.max_response + 256) + 8)
+        vl.score_encoded(pairs[:8])  # engine start and warm-up
+        vl_rows, vl_s = timed(lambda: vl.score_encoded(pairs))
+        vl_m = [r["logprob_mean"] for r in vl_rows]
+        err_vl = max(abs(a - b) for a, b in zip(vl_m, ref))
+        flips_vl = flip_rates(ref, vl_m)
+        res["agreement"].update({
+            "max_abs_diff_mean_vllm_vs_fp32": err_vl,
+            "max_abs_diff_mean_vllm_vs_hf_bf16": max(abs(a - b) for a, b in zip(hf_m, vl_m)),
+            "flip_rate_high_low_vllm": flips_vl,
+            "within_bf16_tolerance": err_vl <= 2 * err_hf + 1e-3 and max(flips_vl) <= max(flips_hf) + 0.02,
+        })
+        res["scoring"].update({"vllm_tokens_per_s": resp_tokens / vl_s, "vllm_over_hf": hf_s / vl_s})
+        vl_gen, vl_gs = timed(lambda: vl.generate(prompts, **kw))
+        vl_new = sum(c["n_tokens"] for row in vl_gen for c in row)
+        res["generation"].update({"vllm_new_tokens_per_s": vl_new / vl_gs, "vllm_new_tokens": vl_new,
+                                  "vllm_over_hf": (vl_new / vl_gs) / (hf_new / hf_gs)})
+        vl_long, vl_long_s = timed(lambda: vl.score_encoded(long))
+        res["long_trace"].update({"vllm_seconds": vl_long_s,
+                                  "abs_diff_mean_vllm_vs_hf": abs(long_rows[0]["logprob_mean"] - vl_long[0]["logprob_mean"])})
     report(args, res)
     return res
 
@@ -199,36 +221,6 @@ def naive_score(model, pairs) -> list[float]:
             tgt = ids[0, e.n_prompt:]
             out.append(logp[e.n_prompt - 1:-1].gather(1, tgt[:, None]).sum().item())
     return out
-
-
-def vllm_part(args, res, path, hf16, pairs, ref, hf_m, err_hf, flips_hf, resp_tokens, hf_s, prompts, kw, hf_new, hf_gs,
-              long, long_rows) -> None:
-    from models.loading import load_model
-    from models.vllm import VLLMBackend
-
-    # vLLM's memory profiling does not see the (tokens x vocab) prompt-logprob tensors, so keep its batches modest
-    vl = VLLMBackend(load_model(path, device=args.device, dtype=hf16.description["dtype"], weights=False),
-                     token_budget=8192, gpu_memory_utilization=args.gpu_memory_utilization,
-                     max_model_len=max(args.long_tokens, args.max_response + 256) + 8)
-    vl.score_encoded(pairs[:8])  # engine start and warm-up
-    vl_rows, vl_s = timed(lambda: vl.score_encoded(pairs))
-    vl_m = [r["logprob_mean"] for r in vl_rows]
-    err_vl = max(abs(a - b) for a, b in zip(vl_m, ref))
-    flips_vl = flip_rates(ref, vl_m)
-    res["agreement"].update({
-        "max_abs_diff_mean_vllm_vs_fp32": err_vl,
-        "max_abs_diff_mean_vllm_vs_hf_bf16": max(abs(a - b) for a, b in zip(hf_m, vl_m)),
-        "flip_rate_high_low_vllm": flips_vl,
-        "within_bf16_tolerance": err_vl <= 2 * err_hf + 1e-3 and max(flips_vl) <= max(flips_hf) + 0.02,
-    })
-    res["scoring"].update({"vllm_tokens_per_s": resp_tokens / vl_s, "vllm_over_hf": hf_s / vl_s})
-    vl_gen, vl_gs = timed(lambda: vl.generate(prompts, **kw))
-    vl_new = sum(c["n_tokens"] for row in vl_gen for c in row)
-    res["generation"].update({"vllm_new_tokens_per_s": vl_new / vl_gs, "vllm_new_tokens": vl_new,
-                              "vllm_over_hf": (vl_new / vl_gs) / (hf_new / hf_gs)})
-    vl_long, vl_long_s = timed(lambda: vl.score_encoded(long))
-    res["long_trace"].update({"vllm_seconds": vl_long_s,
-                              "abs_diff_mean_vllm_vs_hf": abs(long_rows[0]["logprob_mean"] - vl_long[0]["logprob_mean"])})
 
 
 def report(args, res) -> None:

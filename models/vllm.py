@@ -47,7 +47,7 @@ def import_vllm():
     return vllm
 
 
-def _tokens_prompt(vllm, ids: list[int]):
+def _tokens_prompt(ids: list[int]):
     try:
         from vllm.inputs import TokensPrompt
     except ImportError:  # very old releases took a plain dict
@@ -116,7 +116,7 @@ class VLLMBackend:
         step = max(1, min(len(encoded), 256))
         for s in range(0, len(encoded), step):
             chunk = encoded[s:s + step]
-            results = self.engine.generate([_tokens_prompt(self.vllm, e.input_ids) for e in chunk], params, use_tqdm=False)
+            results = self.engine.generate([_tokens_prompt(e.input_ids) for e in chunk], params, use_tqdm=False)
             for e, res in zip(chunk, results):
                 out.append(_row(e, response_logprobs(e, res.prompt_logprobs)))
             if progress:
@@ -140,7 +140,7 @@ class VLLMBackend:
         if temperature == 0 and n > 1:
             raise InputError("greedy decoding (temperature 0) gives one completion per prompt; set a temperature > 0 for n > 1")
         tok = self.lm.tokenizer
-        requests = [_tokens_prompt(self.vllm, prompt_ids(tok, p)) for p in prompts]
+        requests = [_tokens_prompt(prompt_ids(tok, p)) for p in prompts]
         # one seed per request, derived from its position: results do not depend on batching
         params = [self.vllm.SamplingParams(n=n, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
                                            max_tokens=max_new_tokens, seed=seed + i, skip_special_tokens=True)

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from advisor.pool import ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, read_rows
+from advisor.pool import ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, pick_field, read_rows
 from advisor.shards import ShardPlan
 from models.errors import InputError
 from models.files import advisor_home, atomic_path, read_jsonl, stable_hash, versions, write_json, write_jsonl
@@ -99,20 +99,13 @@ def read_problems(cfg: GenerateConfig) -> tuple[list[ProblemRow], dict]:
         raise InputError(f"problems file {cfg.problems} holds no rows")
     keys = set().union(*(r.keys() for r in rows[:100]))
 
-    def pick(given, candidates, flag, required=False):
-        if given:
-            if given not in keys:
-                raise InputError(f"{flag} {given!r} is not a field of {cfg.problems}; its fields are {', '.join(sorted(keys))}")
-            return given
-        found = next((k for k in candidates if k in keys), None)
-        if required and found is None:
-            raise InputError(f"no problem text field in {cfg.problems} (looked for {', '.join(candidates)}); "
-                             f"name it with --prompt-field (fields: {', '.join(sorted(keys))})")
-        return found
-
-    fields = {"prompt": pick(cfg.prompt_field, PROMPT_KEYS, "--prompt-field", required=True),
-              "answer": pick(cfg.answer_field, ANSWER_KEYS, "--answer-field"),
-              "id": pick(cfg.id_field, ID_KEYS, "--id-field")}
+    what = f"problems file {cfg.problems}"
+    fields = {"prompt": pick_field(keys, cfg.prompt_field, PROMPT_KEYS, "--prompt-field", what),
+              "answer": pick_field(keys, cfg.answer_field, ANSWER_KEYS, "--answer-field", what),
+              "id": pick_field(keys, cfg.id_field, ID_KEYS, "--id-field", what)}
+    if fields["prompt"] is None:
+        raise InputError(f"no problem text field in {cfg.problems} (looked for {', '.join(PROMPT_KEYS)}); "
+                         f"name it with --prompt-field (fields: {', '.join(sorted(keys))})")
     out, seen = [], set()
     for i, r in enumerate(rows[: cfg.limit] if cfg.limit else rows):
         where = f"{cfg.problems} row {i + 1}"

@@ -175,10 +175,11 @@ def _read_dataset_dir(p: Path) -> list[dict]:
 # ---- layout detection and normalisation --------------------------------------------------------
 
 
-def _pick(keys: set[str], given: str | None, candidates: tuple[str, ...], flag: str) -> str | None:
+def pick_field(keys: set[str], given: str | None, candidates: tuple[str, ...], flag: str, what: str = "the pool") -> str | None:
+    """The field `given` by a flag (it must exist), else the first of `candidates` present."""
     if given is not None:
         if given not in keys:
-            raise InputError(f"{flag} {given!r} is not a field of the pool (fields: {', '.join(sorted(keys))})")
+            raise InputError(f"{flag} {given!r} is not a field of {what} (fields: {', '.join(sorted(keys))})")
         return given
     return next((k for k in candidates if k in keys), None)
 
@@ -187,17 +188,17 @@ def detect_layout(rows: list[dict], opt: PoolOptions) -> tuple[str, dict[str, st
     keys: set[str] = set()
     for r in rows[:50]:
         keys |= set(r)
-    id_f = _pick(keys, opt.id_field, ID_KEYS, "--id-field")
-    ans_f = _pick(keys, opt.answer_field, ANSWER_KEYS, "--answer-field")
-    cor_f = _pick(keys, opt.correct_field, CORRECT_KEYS, "--correct-field")
+    id_f = pick_field(keys, opt.id_field, ID_KEYS, "--id-field")
+    ans_f = pick_field(keys, opt.answer_field, ANSWER_KEYS, "--answer-field")
+    cor_f = pick_field(keys, opt.correct_field, CORRECT_KEYS, "--correct-field")
     fields: dict[str, str | None] = {"id": id_f, "answer": ans_f, "correct": cor_f}
 
-    resp_f = _pick(keys, opt.responses_field, (), "--responses-field")
+    resp_f = pick_field(keys, opt.responses_field, (), "--responses-field")
     if resp_f is None:
         resp_f = next((k for k in RESPONSES_KEYS if k in keys), None)
     grouped = resp_f is not None and (resp_f in RESPONSES_KEYS or isinstance(rows[0].get(resp_f), list))
     if grouped and not _is_messages(rows[0].get(resp_f)):
-        prompt_f = _pick(keys, opt.prompt_field, PROMPT_KEYS, "--prompt-field")
+        prompt_f = pick_field(keys, opt.prompt_field, PROMPT_KEYS, "--prompt-field")
         if prompt_f is None:
             raise InputError(f"grouped pool has candidates in {resp_f!r} but no prompt field: pass --prompt-field")
         return "grouped", {**fields, "prompt": prompt_f, "responses": resp_f}
@@ -210,8 +211,8 @@ def detect_layout(rows: list[dict], opt: PoolOptions) -> tuple[str, dict[str, st
             return "alpaca", {**fields, "prompt": "instruction", "responses": "output"}
         if "prompt" in keys and "completion" in keys:
             return "trl", {**fields, "prompt": "prompt", "responses": "completion"}
-    prompt_f = _pick(keys, opt.prompt_field, PROMPT_KEYS, "--prompt-field")
-    resp_f = resp_f or _pick(keys, None, RESPONSE_KEYS, "--responses-field")
+    prompt_f = pick_field(keys, opt.prompt_field, PROMPT_KEYS, "--prompt-field")
+    resp_f = resp_f or pick_field(keys, None, RESPONSE_KEYS, "--responses-field")
     if prompt_f is None or resp_f is None:
         raise InputError(
             f"cannot tell the pool layout from its fields ({', '.join(sorted(keys))}): "

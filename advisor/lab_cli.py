@@ -17,15 +17,16 @@ import click
 from models.errors import InputError
 
 
-def _sizes(text: str | None) -> list[str]:
-    from models.lab import LADDER
+def _sizes(text: str | None, teacher: bool = False) -> list[str]:
+    from models.lab import LADDER, TEACHER
 
+    known = [*LADDER, *([TEACHER.name] if teacher else [])]
     if not text:
-        return list(LADDER)
+        return known
     names = [s.strip() for s in text.split(",") if s.strip()]
-    bad = [s for s in names if s not in LADDER]
+    bad = [s for s in names if s not in known]
     if bad or not names:
-        raise InputError(f"--sizes {text!r}: unknown {', '.join(bad) or '(none)'}; use names from {', '.join(LADDER)}")
+        raise InputError(f"--sizes {text!r}: unknown {', '.join(bad) or '(none)'}; use names from {', '.join(known)}")
     return names
 
 
@@ -79,7 +80,7 @@ def build(sizes, threads, as_json):
 
     quiet_libraries()
     set_threads(threads)
-    names = _sizes(sizes)
+    names = _sizes(sizes, teacher=True)
     for name in names:
         if is_built(name):
             console.print(f"{name}: already built")

@@ -1,11 +1,19 @@
-"""The capacity ladder: small Llama students, pretrained by the tool on first use and cached.
+"""The capacity ladder: small Llama students and their teacher, pretrained by the tool on first use and cached.
 
     from models.lab import student_path
-    path = student_path("xs")     # builds (seconds) on first use, then reuses the folder
+    path = student_path("xs")        # builds (seconds) on first use, then reuses the folder
+    path = student_path("teacher")   # the lab's teacher: larger than every student
 
-Each student is pretrained on a synthetic corpus of all task families in which some reasoning
-styles are common and others rare (`CORPUS_STYLES`), with a step budget that grows with its
-size, so bigger students are better base models. A student folder is an ordinary Hugging Face
+Students: ten, from 3.8k to 1.34M parameters (347x). Six are "balanced" (xs .. xxl, layers
+growing with width); at two sizes (~105k and ~375k) a deep-narrow and a shallow-wide student
+sit beside the balanced one, so capacity is not read off one shape. Each student is pretrained on
+a synthetic corpus of all task families in which some reasoning styles are common and others rare
+(`CORPUS_STYLES`), with a step budget that grows with its size, so bigger students are better
+base models.
+
+The teacher (`lab:teacher`, 2.25M parameters) is pretrained on every reasoning procedure of every
+family in equal shares (`TEACHER_STYLES`, no answer-only style): the known mixture its sampled
+pools come from, as the paper's pools come from sampling a larger model. A student folder is an ordinary Hugging Face
 model folder (config.json, model.safetensors, tokenizer files) plus `build.json` (the recipe,
 cost and final loss). The folder name carries a hash of the recipe, so changing the recipe
 never reuses stale weights; a build writes into a temporary folder renamed into place when
@@ -42,17 +50,24 @@ class StudentSpec:
     lr: float
 
 
-# ~4k to ~0.64M parameters (>160x); the pretraining budget grows 4x from the smallest to the largest.
+# 3.8k to 1.34M parameters (347x); the pretraining budget grows 5x from the smallest to the largest.
+# Deep-narrow and shallow-wide students share the budget of the balanced student of their size.
 LADDER: dict[str, StudentSpec] = {
     s.name: s
     for s in (
         StudentSpec("xs", hidden=16, layers=1, heads=2, ffn=48, steps=600, batch=64, lr=3e-3),
         StudentSpec("s", hidden=32, layers=2, heads=2, ffn=96, steps=1000, batch=64, lr=3e-3),
+        StudentSpec("m-wide", hidden=88, layers=1, heads=4, ffn=264, steps=1400, batch=64, lr=2e-3),
+        StudentSpec("m-deep", hidden=40, layers=5, heads=4, ffn=120, steps=1400, batch=64, lr=1.5e-3),
         StudentSpec("m", hidden=64, layers=2, heads=4, ffn=192, steps=1400, batch=64, lr=2e-3),
         StudentSpec("l", hidden=96, layers=3, heads=4, ffn=288, steps=1800, batch=64, lr=1.5e-3),
+        StudentSpec("l-wide", hidden=168, layers=1, heads=4, ffn=504, steps=1800, batch=64, lr=1.5e-3),
+        StudentSpec("l-deep", hidden=64, layers=7, heads=4, ffn=192, steps=1800, batch=64, lr=1e-3),
         StudentSpec("xl", hidden=128, layers=3, heads=4, ffn=384, steps=2400, batch=64, lr=1.2e-3),
+        StudentSpec("xxl", hidden=160, layers=4, heads=4, ffn=480, steps=3000, batch=64, lr=1e-3),
     )
 }
+TEACHER = StudentSpec("teacher", hidden=208, layers=4, heads=4, ffn=624, steps=3000, batch=64, lr=1e-3)
 
 # Pretraining corpus: family weights, and per family how often each procedure appears.
 # Answer-only and terse styles are common, spelled-out procedures rare (a few percent), so the
@@ -63,6 +78,11 @@ CORPUS_STYLES = {
     "addition": {"direct": 0.30, "digits": 0.45, "columns": 0.20, "places": 0.05},
     "listmax": {"direct": 0.30, "running": 0.45, "compare": 0.20, "sort": 0.05},
 }
+# The teacher's corpus: every family equally, every reasoning procedure of a family equally.
+TEACHER_FAMILIES = {name: 1 / len(tasks.FAMILIES) for name in tasks.FAMILIES}
+TEACHER_STYLES = {
+    name: {p: 1 / (len(f.procedures) - 1) for p in f.procedures if p != "direct"} for name, f in tasks.FAMILIES.items()
+}
 MAX_LENGTH = 96
 
 
@@ -71,23 +91,37 @@ def ladder_names() -> list[str]:
 
 
 def spec(name: str) -> StudentSpec:
+    if name == TEACHER.name:
+        return TEACHER
     if name not in LADDER:
-        raise InputError(f"unknown lab student {name!r}: use one of {', '.join(LADDER)}")
+        raise InputError(f"unknown lab model {name!r}: use one of {', '.join([*LADDER, TEACHER.name])}")
     return LADDER[name]
 
 
+def shape(s: StudentSpec) -> str:
+    """balanced, deep-narrow or shallow-wide: hidden size per layer against the balanced students'."""
+    per_layer = s.hidden / s.layers
+    return "deep-narrow" if per_layer < 16 else "shallow-wide" if per_layer > 64 else "balanced"
+
+
+def corpus(name: str) -> tuple[dict, dict]:
+    """(family weights, procedure weights per family) of a model's pretraining corpus."""
+    return (TEACHER_FAMILIES, TEACHER_STYLES) if name == TEACHER.name else (CORPUS_FAMILIES, CORPUS_STYLES)
+
+
 def recipe(name: str, seed: int = DEFAULT_SEED, steps: int | None = None) -> dict:
-    """Everything that determines a student's weights (hashed into its folder name)."""
+    """Everything that determines a model's weights (hashed into its folder name)."""
     s = asdict(spec(name))
     if steps is not None:
         s["steps"] = int(steps)
+    families, styles = corpus(name)
     return {
         "version": RECIPE_VERSION,
         "student": s,
         "seed": seed,
         "alphabet": tasks.ALPHABET,
-        "families": CORPUS_FAMILIES,
-        "styles": CORPUS_STYLES,
+        "families": families,
+        "styles": styles,
         "difficulty": {k: list(f.difficulty_range) for k, f in tasks.FAMILIES.items()},
         "max_length": MAX_LENGTH,
     }
@@ -151,18 +185,19 @@ def make_config(s: StudentSpec, tokenizer):
     )
 
 
-def corpus_batches(seed: int, batch: int):
-    """An endless, seeded stream of pretraining batches of (prompt, response) pairs."""
-    rng = random.Random(f"corpus:{seed}")
-    fams = list(CORPUS_FAMILIES)
-    fw = [CORPUS_FAMILIES[f] for f in fams]
+def corpus_batches(seed: int, batch: int, name: str = "xs"):
+    """An endless, seeded stream of pretraining batches of (prompt, response) pairs for model `name`."""
+    families, corpus_styles = corpus(name)
+    rng = random.Random(f"corpus:{seed}") if name != TEACHER.name else random.Random(f"teacher-corpus:{seed}")
+    fams = list(families)
+    fw = [families[f] for f in fams]
     while True:
         out = []
         for _ in range(batch):
             fam = tasks.FAMILIES[rng.choices(fams, fw)[0]]
             lo, hi = fam.difficulty_range
             p = fam.make(rng, rng.randint(lo, hi))
-            styles = CORPUS_STYLES[fam.name]
+            styles = corpus_styles[fam.name]
             name = rng.choices(list(styles), list(styles.values()))[0]
             out.append((p.prompt, fam.procedures[name](p, rng)))
         yield out
@@ -190,8 +225,8 @@ def build_student(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer()
-    # One thread: these matmuls are too small to gain from more, and a fixed thread count keeps
-    # the float reductions (so the weights) identical from machine to machine.
+    # One thread: these matmuls are too small to gain much from more, and a fixed thread count
+    # keeps the float reductions (so the weights) identical from machine to machine.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -199,7 +234,7 @@ def build_student(
         model = LlamaForCausalLM(make_config(s, tok))
         t0 = time.time()
         losses = train_loop(
-            model, tok, corpus_batches(seed, s.batch), total, s.lr,
+            model, tok, corpus_batches(seed, s.batch, name), total, s.lr,
             completion_only=False, max_length=MAX_LENGTH, warmup=min(100, max(1, total // 10)),
             on_step=(lambda i, loss: progress(i, total, loss)) if progress else None,
         )
@@ -232,12 +267,16 @@ def n_params(name: str) -> int:
     return v * s.hidden + s.layers * per_layer + s.hidden
 
 
-def list_students(seed: int = DEFAULT_SEED) -> list[dict]:
+def list_students(seed: int = DEFAULT_SEED, teacher: bool = True) -> list[dict]:
+    """Every ladder student (and the teacher): name, role, parameters, layers, hidden size, shape, built."""
     rows = []
-    for name in LADDER:
+    for name in [*LADDER, *([TEACHER.name] if teacher else [])]:
         d = student_dir(name, seed)
         built = (d / "build.json").exists()
-        row = {"name": name, "n_params": n_params(name), "built": built, "path": str(d)}
+        s = spec(name)
+        row = {"name": name, "role": "teacher" if name == TEACHER.name else "student", "n_params": n_params(name),
+               "layers": s.layers, "hidden": s.hidden, "shape": shape(s), "built": built,
+               "recipe_hash": recipe_hash(name, seed), "path": str(d)}
         if built:
             import json
 

@@ -1,154 +1,303 @@
-"""`advisor calibrate`: measured runs on the embedded lab, the predictor's training data.
+"""`advisor calibrate`: measured runs on the embedded lab — the predictor's training data.
 
-    advisor calibrate --out calibration               # the full sweep (about an hour on 2 cores)
-    advisor calibrate --out /tmp/cal --quick          # a minute: one tiny student, one seed, one epoch
+    advisor calibrate --out calibration --jobs 2          # the full sweep (about two hours on 2 CPU cores)
+    advisor calibrate --out /tmp/cal --quick              # a minute or two: one tiny student, one seed, one epoch
 
-For each task x ladder size x seed: the seed's teacher pool is scored under the base student; a
-probe (short SFT on D_high and D_low, the same probe `advisor recommend` runs) measures the
-features; full SFT runs on D_high, D_low and D_mixed (mix 0.5) up to the maximum budget,
-evaluated 4 times per epoch, give the outcomes. Each (student, pool, seed, strategy) becomes one
-RunRecord line. The full runs are `advisor lab experiment` runs (same files, same folder layout),
-so a calibration folder resumes — and reuses an experiment's high/low runs — file by file.
+Per task family and seed, the lab teacher (`lab:teacher`, a model) samples `candidates` responses
+per problem at temperature 1; the task's exact checker keeps the correct ones (`advisor generate`'s
+code path). Then per student (and per ranking: `sum`, the paper's, on every seed; `mean`,
+GRAPE's, on `mean_seeds`):
+
+1. every candidate is scored under the base student and D_high / D_low / D_mixed are selected;
+2. a probe — the same `probes.run.run_probe` that `advisor recommend` runs, `probe_steps` long so
+   that shorter probes can be replayed from its prefix — measures the features;
+3. full SFT runs on D_high, D_low and D_mixed (mix 0.5), through `training.sft.run_sft` from a
+   manifest exactly as `advisor train` runs it, `epochs` long, evaluated `evals_per_epoch` times
+   per epoch on a fixed held-out set (pass@1, repetition, teacher view, teacher NLL, ...).
+
+Each full run's RunRecord, with the probe's features attached, is one line of OUT/records.jsonl.
+Everything resumes: pools, scores, probes and runs are skipped when complete and continued from
+their last checkpoint when not, so a killed sweep goes on where it stopped. `jobs` units run in
+parallel processes of one torch thread each.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from models.files import versions, write_json, write_jsonl
+from advisor.predictor import finite
+from models.errors import InputError
+from models.files import read_jsonl, versions, write_json, write_jsonl
 
 STRATEGIES = ("high", "low", "mixed")
+EVAL_SEED = 10_000  # the held-out problems are the same for every pool seed
 
 
 @dataclass
 class CalibrateConfig:
     out: str = "calibration"  # --out: folder (resumable); records go to OUT/records.jsonl
-    sizes: tuple[str, ...] = ("xs", "s", "m", "l", "xl")  # --sizes
-    seeds: tuple[int, ...] = (0, 1)  # --seeds
-    tasks: tuple[str, ...] = ("modchain",)  # --tasks
-    epochs: int = 5  # --epochs: the maximum budget
+    sizes: tuple[str, ...] = ()  # --sizes: ladder names (empty: the whole ladder)
+    seeds: tuple[int, ...] = (0, 1, 2)  # --seeds: pool draw, data order
+    mean_seeds: tuple[int, ...] = (0,)  # --mean-seeds: seeds that also run the mean-ranked arm
+    tasks: tuple[str, ...] = ("modchain", "addition")  # --tasks
+    epochs: int = 5  # --epochs: the longest budget
     n_train: int = 3000  # --n-train: problems per pool
-    n_eval: int = 300  # --n-eval: held-out problems for pass@1
-    n_reference: int = 100  # held-out problems for the experiment's teacher NLL
+    n_eval: int = 200  # --n-eval: held-out problems for the full runs' evaluations
+    candidates: int = 8  # --candidates: teacher samples per problem
     evals_per_epoch: int = 4
     batch: int = 32
-    probe_steps: int = 100  # --probe-steps
+    probe_steps: int = 200  # --probe-steps: the longest probe (shorter ones are its prefixes)
     probe_batch: int = 8
     probe_eval_every: int = 25
-    probe_eval_problems: int = 32
+    probe_eval_problems: int = 128
     max_new_tokens: int = 48
-    threads: int = 1  # --threads
-    score: str = "mean"  # --score: which log-prob ranks candidates (mean per token, or sum)
+    jobs: int = 1  # --jobs: units in parallel (one torch thread each)
+    teacher: str = "lab:teacher"  # --teacher: a lab model that samples the pools, or "program" (the scripted teacher: tests)
     quick: bool = False  # --quick: tiny settings for tests
+
+    def validate(self) -> None:
+        from models.lab import FAMILIES, LADDER
+
+        bad = []
+        unknown = [s for s in self.sizes if s not in LADDER]
+        if unknown:
+            bad.append(f"--sizes {','.join(unknown)}: use names from {', '.join(LADDER)}")
+        unknown = [t for t in self.tasks if t not in FAMILIES]
+        if unknown or not self.tasks:
+            bad.append(f"--tasks {','.join(unknown) or '(none)'}: use names from {', '.join(FAMILIES)}")
+        if not self.seeds:
+            bad.append("--seeds must name at least one seed")
+        if self.epochs < 1 or self.n_train < self.probe_eval_problems + self.probe_batch or self.n_eval < 1:
+            bad.append(f"--epochs {self.epochs}, --n-train {self.n_train}, --n-eval {self.n_eval}: need epochs >= 1, "
+                       f"n-eval >= 1 and n-train >= {self.probe_eval_problems + self.probe_batch}")
+        if not 2 <= self.candidates <= 16:
+            bad.append(f"--candidates {self.candidates} must be between 2 and 16")
+        if self.jobs < 1:
+            bad.append(f"--jobs {self.jobs} must be at least 1")
+        if bad:
+            raise InputError("; ".join(bad))
+
+    @property
+    def ladder(self) -> tuple[str, ...]:
+        from models.lab import LADDER
+
+        return self.sizes or tuple(LADDER)
 
     @classmethod
     def quick_settings(cls, out: str) -> "CalibrateConfig":
-        return cls(out=out, sizes=("xs",), seeds=(0,), epochs=1, n_train=96, n_eval=16, n_reference=8,
-                   evals_per_epoch=2, batch=16, probe_steps=4, probe_batch=4, probe_eval_every=2,
-                   probe_eval_problems=8, max_new_tokens=24, quick=True)
+        return cls(out=out, sizes=("xs",), seeds=(0,), mean_seeds=(), tasks=("modchain",), epochs=1, n_train=64,
+                   n_eval=8, candidates=4, evals_per_epoch=2, batch=16, probe_steps=4, probe_batch=4,
+                   probe_eval_every=2, probe_eval_problems=8, max_new_tokens=24, teacher="program", quick=True)
+
+    @property
+    def teacher_model(self) -> str | None:
+        """The teacher whose view the evaluations report (none for the scripted teacher)."""
+        return None if self.teacher == "program" else self.teacher
 
 
 Log = Callable[[str], None]
 
 
-def run_calibration(cfg: CalibrateConfig, log: Log = print) -> dict:
-    """Run or resume the sweep; rebuild OUT/records.jsonl from every finished run."""
-    from advisor.lab_experiment import ExperimentConfig, _held_out, score_candidates, train_pool, run_one
+@dataclass(frozen=True)
+class Unit:
+    """One student on one pool under one ranking: a probe and a full run per strategy."""
+
+    task: str
+    score: str
+    size: str
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.size}-s{self.seed}"
+
+    def folder(self, out: Path) -> Path:
+        return out / self.task / self.score / self.name
+
+
+def units(cfg: CalibrateConfig) -> list[Unit]:
+    """Every unit: the summed-ranking arm first, and in each arm the most expensive (largest
+    students) first, so that parallel jobs finish together."""
+    from models.lab import n_params
+
+    out = [Unit(t, "sum", s, seed) for t in cfg.tasks for s in cfg.ladder for seed in cfg.seeds]
+    out += [Unit(t, "mean", s, seed) for t in cfg.tasks for s in cfg.ladder for seed in cfg.mean_seeds]
+    return sorted(out, key=lambda u: (u.score != "sum", u.seed, -n_params(u.size), u.task))
+
+
+# ---- pools from the teacher --------------------------------------------------------------------
+
+
+def _problems(task: str, n: int, seed: int, exclude: set[str] = frozenset()) -> list:
+    from models.lab import make_problems
+
+    return [p for p in make_problems(task, n + len(exclude), seed=seed) if p.prompt not in exclude][:n]
+
+
+def teacher_pool(cfg: CalibrateConfig, task: str, seed: int, log: Log) -> tuple[Path, Path]:
+    """(pool file, eval-set file) of one task and seed, sampled from the lab teacher (cached)."""
+    from advisor.generate import GenerateConfig, generate_pool
+
+    folder = Path(cfg.out) / task / "pools"
+    pool_path, eval_path = folder / f"s{seed}.jsonl", folder / "eval.jsonl"
+    evals = _problems(task, cfg.n_eval, EVAL_SEED)
+    todo = [(pool_path, _problems(task, cfg.n_train, seed, {p.prompt for p in evals}), seed)]
+    if not eval_path.exists():
+        todo.append((folder / "eval-pool.jsonl", evals, EVAL_SEED))
+    for path, probs, s in todo:
+        if path.exists():
+            continue
+        t0 = time.time()
+        if cfg.teacher == "program":
+            from models.lab import pool_rows
+
+            write_jsonl(path, pool_rows(task, candidates=min(8, max(4, cfg.candidates)), seed=s, problems=probs))
+            continue
+        problems_file = folder / f"{path.stem}.problems.jsonl"
+        write_jsonl(problems_file, [{"id": f"{task}-{s}-{i}", "problem": p.prompt, "answer": p.answer, "task": task}
+                                    for i, p in enumerate(probs)])
+        summary = generate_pool(GenerateConfig(
+            teacher=cfg.teacher, problems=str(problems_file), out=str(path), n=cfg.candidates, temperature=1.0,
+            top_p=1.0, max_new_tokens=64, device="cpu", dtype="float32", checker="lab", shard_size=500,
+            token_budget=32768, seed=s))
+        log(f"{task} pool s{s}: {summary['generations']} teacher samples, {summary['correct']} correct, "
+            f"{summary['problems_with_two_correct']} problems rankable [{time.time() - t0:.0f}s]")
+    if not eval_path.exists():
+        rows = read_jsonl(folder / "eval-pool.jsonl")
+        # two correct teacher samples per held-out problem: the teacher NLL references
+        write_jsonl(eval_path, [{"prompt": r["problem"], "answer": r["answer"], "task": task,
+                                 "references": {"teacher": [g for g, ok in zip(r["generations"], r["correctness"]) if ok][:2]}}
+                                for r in rows])
+    return pool_path, eval_path
+
+
+# ---- one unit ----------------------------------------------------------------------------------
+
+
+def lab_learning_rate(size: str) -> float:
+    """The lab's SFT rate: half the student's pretraining peak (probes and full runs alike)."""
+    from models.lab import LADDER
+
+    return LADDER[size].lr * 0.5
+
+
+def run_unit(cfg: CalibrateConfig, unit: Unit, pool_path: Path, eval_path: Path) -> str:
+    """Score, select, probe and train one unit (resumable); returns a one-line summary."""
+    import io
+
+    import torch
+
     from advisor.pool import read_pool
     from advisor.probe import build_probe_data
-    from models.lab import student_path
-    from models.lab.train import set_threads
+    from advisor.select import SelectConfig, export, select
+    from models.hf import HFBackend
     from models.loading import load_model
     from probes.run import ProbeConfig, run_probe
+    from training.manifest import EvalSpec, Manifest, TrainingSpec
+    from training.sft import run_sft
 
-    set_threads(cfg.threads)
+    torch.set_num_threads(1)
+    folder = unit.folder(Path(cfg.out))
+    t0 = time.time()
+    lm = load_model(f"lab:{unit.size}", device="cpu", dtype="float32")
+    pool = read_pool(pool_path)
+    scores = _scores(lm, pool, folder / "scores.jsonl", HFBackend)
+    lr = lab_learning_rate(unit.size)
+    pcfg = ProbeConfig(steps=cfg.probe_steps, batch_size=cfg.probe_batch, learning_rate=lr,
+                       eval_every=cfg.probe_eval_every, eval_problems=cfg.probe_eval_problems,
+                       max_new_tokens=cfg.max_new_tokens, max_length=96, seed=unit.seed, device="cpu",
+                       dtype="float32", teacher=cfg.teacher_model, per_problem=True, token_budget=16384)
+    if not (folder / "probe" / "probe.json").exists():
+        split = build_probe_data(pool, scores, pcfg, tokenizer=lm.tokenizer, checker="lab", score=unit.score)
+        run_probe(f"lab:{unit.size}", split.data, pcfg, folder / "probe", lm=lm)
+    probe = json.loads((folder / "probe" / "probe.json").read_text())
+    for strategy in STRATEGIES:
+        run_dir = folder / strategy
+        if (run_dir / "record.json").exists():
+            continue
+        sel = select(pool, scores, SelectConfig(strategy=strategy, mix=0.5, seed=unit.seed, score=unit.score))
+        export(sel, folder / "data" / f"{strategy}.jsonl", "trl")
+        m = Manifest(
+            model={**lm.description, "spec": f"lab:{unit.size}"}, dataset=f"data/{strategy}.jsonl", strategy=strategy,
+            mix=0.5 if strategy == "mixed" else 0.0,
+            eval=EvalSpec(path=os.path.relpath(eval_path, folder), checker="lab", max_new_tokens=cfg.max_new_tokens,
+                          limit=None, teacher=cfg.teacher_model, base_drift=True, view_limit=64, token_budget=16384),
+            training=TrainingSpec(epochs=cfg.epochs, learning_rate=lr, batch_size=cfg.batch, max_length=96,
+                                  evals_per_epoch=cfg.evals_per_epoch, seed=unit.seed, save_total_limit=1),
+            features=probe["features"],
+            pool={"task": unit.task, "source": pool_path.name, "score": unit.score, "fingerprint": pool.fingerprint(),
+                  "teacher": cfg.teacher},
+            base_dir=str(folder),
+        )
+        m.to_json(folder / f"{strategy}.manifest.json")
+        run_sft(m, run_dir, device="cpu", dtype="float32", lm=lm, store=False, stream=io.StringIO())
+        for ckpt in run_dir.glob("checkpoint-*"):  # the weights are not needed once the record is written
+            import shutil
+
+            shutil.rmtree(ckpt, ignore_errors=True)
+    return f"{unit.task} {unit.score} {unit.name}: done [{time.time() - t0:.0f}s]"
+
+
+def _scores(lm, pool, path: Path, backend_cls) -> dict:
+    """Every candidate scored under the base student (cached in the unit folder)."""
+    if not path.exists():
+        items = [(p.id, c.k, p.prompt, c.text) for p in pool.problems for c in p.candidates]
+        rows = backend_cls(lm, token_budget=8192).score([(pr, tx) for _, _, pr, tx in items], max_length=96)
+        write_jsonl(path, [{"id": i, "k": k, **r} for (i, k, _, _), r in zip(items, rows)])
+    return {(str(r["id"]), int(r["k"])): r for r in read_jsonl(path)}
+
+
+# ---- the sweep ---------------------------------------------------------------------------------
+
+
+def run_calibration(cfg: CalibrateConfig, log: Log = print) -> dict:
+    """Run or resume the sweep; rebuild OUT/records.jsonl from every finished run."""
+    from joblib import Parallel, delayed
+
+    from models.lab import student_path
+
+    cfg.validate()
     out = Path(cfg.out)
     write_json(out / "config.json", {"stage": "calibrate", "settings": asdict(cfg), "versions": versions()})
     t_all = time.time()
-    for task in cfg.tasks:
-        ecfg = ExperimentConfig(out=str(out / task), sizes=cfg.sizes, seeds=cfg.seeds, task=task, n_train=cfg.n_train,
-                                n_eval=cfg.n_eval, n_reference=cfg.n_reference, epochs=cfg.epochs,
-                                evals_per_epoch=cfg.evals_per_epoch, batch=cfg.batch, max_new_tokens=cfg.max_new_tokens,
-                                threads=cfg.threads, score=cfg.score)
-        ecfg.validate()
-        evals, reference, ref_styles = _held_out(ecfg)
-        exclude = {e.prompt for e in evals} | {p for p, _ in reference}
-        for size in cfg.sizes:
-            lm = None
-            for seed in cfg.seeds:
-                runs = {s: out / task / "runs" / f"{size}-{s}-s{seed}.json" for s in STRATEGIES}
-                probe_dir = out / task / "probes" / f"{size}-s{seed}"
-                if all(p.exists() for p in runs.values()) and (probe_dir / "probe.json").exists():
-                    continue
-                if lm is None:
-                    lm = load_model(str(student_path(size)), device="cpu", dtype="float32")
-                    lm.description["spec"] = f"lab:{size}"
-                pool = read_pool(train_pool(ecfg, seed, exclude))
-                scores = score_candidates(lm, pool, out / task / "scores" / f"{size}-s{seed}.jsonl")
-                if not (probe_dir / "probe.json").exists():
-                    t0 = time.time()
-                    pcfg = ProbeConfig(steps=cfg.probe_steps, batch_size=cfg.probe_batch, eval_every=cfg.probe_eval_every,
-                                       eval_problems=cfg.probe_eval_problems, max_new_tokens=cfg.max_new_tokens,
-                                       max_length=96, seed=seed, device="cpu")
-                    split = build_probe_data(pool, scores, pcfg, tokenizer=lm.tokenizer, checker="lab", score=cfg.score)
-                    run_probe(f"lab:{size}", split.data, pcfg, probe_dir, lm=lm)
-                    log(f"{task} {size} s{seed}: probe done in {time.time() - t0:.0f}s")
-                for strategy, path in runs.items():
-                    if path.exists():
-                        continue
-                    t0 = time.time()
-                    res = run_one(ecfg, size, strategy, seed, lm, evals, reference, ref_styles, log)
-                    res["wall_seconds"] = time.time() - t0
-                    write_json(path, res)
-                    log(f"{task} {size} {strategy} s{seed}: full run done in {res['wall_seconds']:.0f}s")
+    for name in ([cfg.teacher[len("lab:"):]] if cfg.teacher_model else []) + list(cfg.ladder):
+        student_path(name)
+    pools = {(t, s): teacher_pool(cfg, t, s, log) for t in cfg.tasks for s in sorted(set(cfg.seeds) | set(cfg.mean_seeds))}
+    todo = [u for u in units(cfg) if not all((u.folder(out) / s / "record.json").exists() for s in STRATEGIES)]
+    log(f"{len(todo)} of {len(units(cfg))} units to run, {cfg.jobs} at a time")
+    jobs = Parallel(n_jobs=cfg.jobs, backend="loky", return_as="generator_unordered") if cfg.jobs > 1 else None
+    calls = [delayed(run_unit)(cfg, u, *pools[(u.task, u.seed)]) for u in todo]
+    for line in (jobs(calls) if jobs else (f(*a, **k) for f, a, k in calls)):
+        log(line)
     records = collect_records(cfg)
     write_jsonl(out / "records.jsonl", records)
     return {"records": len(records), "path": str(out / "records.jsonl"), "seconds": round(time.time() - t_all, 1)}
 
 
 def collect_records(cfg: CalibrateConfig) -> list[dict]:
-    """RunRecords from the finished files, in a fixed order (task, size, seed, strategy)."""
+    """The RunRecords of every finished run, in a fixed order, with machine paths removed."""
     out = Path(cfg.out)
     records = []
-    for task in cfg.tasks:
-        for size in cfg.sizes:
-            for seed in cfg.seeds:
-                probe_file = out / task / "probes" / f"{size}-s{seed}" / "probe.json"
-                if not probe_file.exists():
-                    continue
-                probe = json.loads(probe_file.read_text())
-                pool_file = out / task / "pools" / f"{task}-s{seed}.jsonl"
-                for strategy in STRATEGIES:
-                    run_file = out / task / "runs" / f"{size}-{strategy}-s{seed}.json"
-                    if run_file.exists():
-                        records.append(to_record(json.loads(run_file.read_text()), probe, task, pool_file, cfg))
+    for u in sorted(units(cfg), key=lambda u: (u.task, u.score, cfg.ladder.index(u.size), u.seed)):
+        for strategy in STRATEGIES:
+            path = u.folder(out) / strategy / "record.json"
+            if path.exists():
+                records.append(portable(json.loads(path.read_text()), u))
     return records
 
 
-def to_record(run: dict, probe: dict, task: str, pool_file: Path, cfg: CalibrateConfig) -> dict:
-    """A RunRecord (DESIGN.md) from one lab full run and the probe measured on the same student and pool."""
-    evals = [{"epoch": p["epoch"], "step": p["step"], "accuracy": p["accuracy"],
-              "repetition_rate": p.get("repetition_rate"), "answer_rate": p.get("answer_rate")} for p in run["curve"]]
-    accs = [e["accuracy"] for e in evals]
-    return {
-        "version": 1,
-        "source": "calibrate",
-        "model": {**probe["model"], "spec": f"lab:{run['size']}"},
-        "strategy": run["strategy"],
-        "mix": 0.5 if run["strategy"] == "mixed" else None,
-        "n_train": run["n_train"],
-        "epochs": cfg.epochs,
-        "features": {**probe["features"], "score_is_sum": float(cfg.score == "sum")},
-        "pool": {"task": task, "source": pool_file.name, "score": cfg.score,
-                 "fingerprint": f"{task}-s{run['seed']}-n{cfg.n_train}-{cfg.score}"},
-        "settings": {"seed": run["seed"], "lr": run["lr"], "batch": cfg.batch, "evals_per_epoch": cfg.evals_per_epoch},
-        "evals": evals,
-        "best_accuracy": max(accs) if accs else None,
-        "final_accuracy": accs[-1] if accs else None,
-        "seconds": run.get("wall_seconds"),
-    }
-
+def portable(record: dict, unit: Unit) -> dict:
+    """A record that says what ran without saying where: no absolute paths, run-relative names."""
+    r = dict(record)
+    r["model"] = {k: v for k, v in r["model"].items() if k != "path"}
+    r["source"] = "calibrate"
+    r["settings"] = {k: v for k, v in (r.get("settings") or {}).items() if k not in ("manifest", "device")}
+    r["settings"]["seed"] = unit.seed
+    r["final_checkpoint"] = None
+    r["unit"] = {"task": unit.task, "score": unit.score, "size": unit.size, "seed": unit.seed}
+    return finite(r)  # JSON has no NaN: null instead, so any JSON reader takes the records

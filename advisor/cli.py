@@ -139,7 +139,7 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
 @click.option("--scores", "-s", "scores_path", required=True, help="scores.jsonl written by `advisor score`.")
 @click.option("--strategy", default="high", show_default=True, help="high | low | mixed | curriculum.")
 @click.option("--mix", default=0.5, show_default=True, help="mixed: share of problems given their low response.")
-@click.option("--score", "score_kind", default="mean", show_default=True, help="Rank by mean (per-token) or sum log-prob.")
+@click.option("--score", "score_kind", default="sum", show_default=True, type=click.Choice(["sum", "mean"]), help="Rank by summed log-prob (the paper's) or mean per token (GRAPE's).")
 @click.option("--switch-epoch", default=1, show_default=True, help="curriculum: epoch at which training moves to the low set.")
 @click.option("--format", "fmt", default="trl", show_default=True, help="trl (prompt/completion JSONL) | messages (JSONL) | alpaca (JSON).")
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Dataset file to write.")
@@ -283,48 +283,78 @@ def _cv_table(result: dict) -> None:
 
     from advisor.ui import console
 
-    t = Table(title=f"Leave-one-student-out ({result['rows']} rows; labels {result['labels']}; near-ties {result['ties']})",
-              title_justify="left")
-    for col in ("method", "accuracy", "mean regret (acc. points)"):
-        t.add_column(col, justify="left" if col == "method" else "right")
-    for row in sorted(result["cv"], key=lambda r: r["mean_regret_points"]):
-        mark = " ← chosen" if row["method"] == result["chosen"] else ""
-        t.add_row(row["method"] + mark, f"{row['accuracy']:.3f}", f"{row['mean_regret_points']:.2f}")
-    console.print(t)
+    for split, cv in result["cv"].items():
+        arms = sorted({k[4:] for row in cv["methods"].values() for k in row if k.startswith("arm_")})
+        t = Table(title=f"Leave one {split} out ({len(cv['folds'])} folds; {result['rows']} rows; labels {result['labels']}; "
+                        f"near-ties {result['ties']})", title_justify="left")
+        for col in ("method", "accuracy", "mean regret (points)", "90% interval", *[f"regret, {a} ranking" for a in arms]):
+            t.add_column(col, justify="left" if col == "method" else "right")
+        for name, row in sorted(cv["methods"].items(), key=lambda kv: kv[1]["mean_regret_points"]):
+            mark = " ← chosen" if name == result["chosen"] else ""
+            t.add_row(name + mark, f"{row['accuracy']:.3f}", f"{row['mean_regret_points']:.2f}",
+                      f"{row['ci90'][0]:.2f}-{row['ci90'][1]:.2f}",
+                      *[f"{row[f'arm_{a}']['mean_regret_points']:.2f}" if f"arm_{a}" in row else "—" for a in arms])
+        console.print(t)
 
 
 @cli.command()
 @click.option("--records", "-r", "records_path", default=None, help="RunRecords JSONL (default: the records store).")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Predictor folder to write.")
 @click.option("--tie-margin", default=0.01, show_default=True, help="Accuracy gap under which strategies count as tied.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--features", "feature_set", default="probe", show_default=True, type=click.Choice(["probe", "probe+teacher"]),
+              help="probe: inputs every probe measures; probe+teacher: also the teacher view (needs --teacher at recommend).")
+@click.option("--kinds", default="logistic,lightgbm", show_default=True, help="Model kinds to cross-validate; the best is kept.")
+@click.option("--members", default=24, show_default=True, help="Ensemble members (bootstrap resamples of the calibration units).")
+@click.option("--jobs", default=1, show_default=True, help="Processes fitting members in parallel.")
+@click.option("--seed", default=0, show_default=True, help="Bootstrap draws and LightGBM's seed.")
+@click.option("--note", default=None, help="A line stored with the predictor (what the records were).")
 @click.option("--json", "as_json", is_flag=True)
-def fit(records_path, out, tie_margin, seed, as_json):
-    """Fit the predictor on RunRecords; print its cross-validated table against the baselines."""
-    from advisor.predictor import fit_and_save, read_records
+def fit(records_path, out, tie_margin, feature_set, kinds, members, jobs, seed, note, as_json):
+    """Fit the predictor on RunRecords; print its cross-validated tables against the baselines."""
+    from advisor.predictor import KINDS, fit_and_save, read_records
     from advisor.ui import emit_json
     from models.files import advisor_home
 
+    chosen = _names(kinds, "--kinds")
+    bad = [k for k in chosen if k not in KINDS]
+    if bad or not chosen:
+        raise InputError(f"--kinds {kinds!r}: use {', '.join(KINDS)}")
     path = records_path or str(advisor_home() / "records.jsonl")
-    result = fit_and_save(read_records(path), out, tie_margin)
+    result = fit_and_save(read_records(path), out, tie_margin, feature_set, chosen, members, seed, jobs, note)
     if as_json:
         emit_json(result)
     else:
         _cv_table(result)
 
 
+def _names(text: str, flag: str) -> tuple[str, ...]:
+    names = tuple(s.strip() for s in text.split(",") if s.strip())
+    if not names and text:
+        raise InputError(f"{flag} {text!r}: give comma-separated names")
+    return names
+
+
+def _ints(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: give comma-separated integers, e.g. 0,1,2") from None
+
+
 @cli.command()
 @click.option("--out", "-o", default="calibration", show_default=True, type=click.Path(file_okay=False))
-@click.option("--sizes", default="xs,s,m,l,xl", show_default=True)
-@click.option("--seeds", default="0,1", show_default=True)
-@click.option("--tasks", default="modchain", show_default=True)
-@click.option("--epochs", default=5, show_default=True, help="The maximum budget.")
-@click.option("--threads", default=1, show_default=True)
-@click.option("--score", "score_kind", default="mean", show_default=True, help="Selection score of the runs: mean or sum.")
+@click.option("--sizes", default="", help="Comma-separated ladder students (default: the whole ladder).")
+@click.option("--seeds", default="0,1,2", show_default=True, help="Pool draws and data orders, ranked by summed log-prob.")
+@click.option("--mean-seeds", default="0", show_default=True, help="Seeds that also run the mean-ranked (GRAPE) arm; empty for none.")
+@click.option("--tasks", default="modchain,addition", show_default=True)
+@click.option("--epochs", default=5, show_default=True, help="The longest budget.")
+@click.option("--n-train", default=3000, show_default=True, help="Problems per teacher pool.")
+@click.option("--probe-steps", default=200, show_default=True, help="The longest probe; shorter ones are replayed from its prefix.")
+@click.option("--jobs", default=1, show_default=True, help="Units in parallel, one torch thread each.")
 @click.option("--quick", is_flag=True, help="Tiny settings (one small student, one seed, one epoch) for tests.")
 @click.option("--json", "as_json", is_flag=True)
-def calibrate(out, sizes, seeds, tasks, epochs, threads, score_kind, quick, as_json):
-    """Probes plus full high/low/mixed runs over the lab ladder: RunRecords for `advisor fit`."""
+def calibrate(out, sizes, seeds, mean_seeds, tasks, epochs, n_train, probe_steps, jobs, quick, as_json):
+    """The lab sweep: teacher pools, probes and full high/low/mixed runs — RunRecords for `advisor fit`."""
     from advisor.calibrate import CalibrateConfig, run_calibration
     from advisor.ui import console, emit_json, quiet_libraries
 
@@ -332,9 +362,11 @@ def calibrate(out, sizes, seeds, tasks, epochs, threads, score_kind, quick, as_j
     if quick:
         cfg = CalibrateConfig.quick_settings(out)
     else:
-        cfg = CalibrateConfig(out=out, sizes=tuple(sizes.split(",")), seeds=tuple(int(s) for s in seeds.split(",")),
-                              tasks=tuple(tasks.split(",")), epochs=epochs, threads=threads, score=score_kind)
-    result = run_calibration(cfg, log=lambda m: console.print(m))
+        cfg = CalibrateConfig(out=out, sizes=_names(sizes, "--sizes"), seeds=_ints(seeds, "--seeds"),
+                              mean_seeds=_ints(mean_seeds, "--mean-seeds"), tasks=_names(tasks, "--tasks"),
+                              epochs=epochs, n_train=n_train, probe_steps=probe_steps, jobs=jobs)
+    cfg.validate()
+    result = run_calibration(cfg, log=lambda m: console.print(m, highlight=False))
     if as_json:
         emit_json(result)
     else:
@@ -344,24 +376,34 @@ def calibrate(out, sizes, seeds, tasks, epochs, threads, score_kind, quick, as_j
 @cli.command()
 @click.option("--model", "-m", required=True, help="Student: a local HF folder, a hub id, or lab:NAME.")
 @click.option("--budget", "-b", required=True, type=float, help="Epochs of the full run you plan.")
-@click.option("--pool", "-p", "pool_path", default=None, help="Pool (default: a lab pool of --lab-n problems).")
+@click.option("--pool", "-p", "pool_path", default=None, help="Pool (default for lab students: the lab teacher's pool).")
 @click.option("--scores", "scores_path", default=None,
-              help="scores.jsonl of --pool under --model (e.g. from `advisor score --backend vllm`); else scored now with hf.")
+              help="scores.jsonl of --pool under --model (e.g. from `advisor score --backend vllm`); else scored now.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @click.option("--teacher", default=None, help="Teacher model, for the teacher's view in the probe.")
-@click.option("--no-probe", is_flag=True, help="Skip the probe: a prior from parameter count and budget (low confidence).")
+@click.option("--no-probe", is_flag=True,
+              help="Advice from the parameter count and budget alone (the lab's or the paper's findings); low confidence.")
 @click.option("--predictor", default=None, help="Predictor folder from `advisor fit` (default: the shipped one).")
-@click.option("--probe-steps", default=100, show_default=True)
-@click.option("--lab-task", default="modchain", show_default=True)
-@click.option("--lab-n", default=1000, show_default=True)
-@click.option("--checker", default="auto", show_default=True)
-@click.option("--score", "score_kind", default="mean", show_default=True, help="Rank candidates by mean (per token) or sum log-prob.")
+@click.option("--sample", default=None, type=int, help="Rank and probe on N problems drawn with --seed (large pools).")
+@click.option("--max-length", default=None, type=int, help="Scoring: prompt + response tokens (default: by kind of student).")
+@click.option("--probe-max-length", default=None, type=int, help="Probe training: prompt + response tokens.")
+@click.option("--max-new-tokens", default=None, type=int, help="Evaluation generations in the probe and the manifest.")
+@click.option("--probe-steps", default=None, type=int, help="Optimizer steps per probed set (default: by kind of student).")
+@click.option("--probe-eval-problems", default=None, type=int, help="Held-out problems the probe evaluates on.")
+@click.option("--backend", default="hf", show_default=True, type=click.Choice(["hf", "vllm"]),
+              help="Scoring backend (the probe trains with transformers either way).")
+@click.option("--lab-task", default="modchain", show_default=True, type=click.Choice(["modchain", "addition", "listmax"]))
+@click.option("--lab-n", default=1000, show_default=True, help="Problems of the lab pool.")
+@click.option("--checker", default="auto", show_default=True, type=click.Choice(["auto", "lab", "math", "none"]))
+@click.option("--score", "score_kind", default="sum", show_default=True, type=click.Choice(["sum", "mean"]),
+              help="Rank candidates by summed log-prob (the paper's) or mean per token (GRAPE's).")
 @pool_options
 @click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), show_default=True)
 @click.option("--dtype", default="auto", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), show_default=True)
 @click.option("--seed", default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-def recommend(model, budget, pool_path, scores_path, out, teacher, no_probe, predictor, probe_steps, lab_task, lab_n, checker,
+def recommend(model, budget, pool_path, scores_path, out, teacher, no_probe, predictor, sample, max_length,
+              probe_max_length, max_new_tokens, probe_steps, probe_eval_problems, backend, lab_task, lab_n, checker,
               score_kind, device, dtype, seed, as_json, **kw):
     """Score, select, probe, predict: train on high, low or mixed for this student and budget?"""
     from advisor.recommend import RecommendConfig, print_report, recommend as run
@@ -369,10 +411,13 @@ def recommend(model, budget, pool_path, scores_path, out, teacher, no_probe, pre
 
     quiet_libraries()
     opts = _pool_opts(kw)
-    cfg = RecommendConfig(model=model, budget=budget, out=out, pool=pool_path, scores=scores_path, teacher=teacher, no_probe=no_probe,
-                          predictor=predictor, lab_task=lab_task, lab_n=lab_n, probe_steps=probe_steps,
+    cfg = RecommendConfig(model=model, budget=budget, out=out, pool=pool_path, scores=scores_path, teacher=teacher,
+                          no_probe=no_probe, predictor=predictor, lab_task=lab_task, lab_n=lab_n, sample=sample,
+                          max_length=max_length, probe_max_length=probe_max_length, max_new_tokens=max_new_tokens,
+                          probe_steps=probe_steps, probe_eval_problems=probe_eval_problems, backend=backend,
                           checker=checker, score=score_kind, device=device, dtype=dtype, seed=seed,
                           pool_options=vars(opts))
+    cfg.validate()
     with console.status("recommend") as st:
         report = run(cfg, status=lambda m: st.update(m))
     if as_json:

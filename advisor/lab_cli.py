@@ -1,9 +1,9 @@
-"""`advisor lab`: the embedded lab — build the capacity ladder, write pools, run the experiment.
+"""`advisor lab`: the embedded lab — build the ladder and its teacher, write pools, report a calibration sweep.
 
     advisor lab list
     advisor lab build --sizes xs,s
     advisor lab pool --task modchain --n 200 --out pool.jsonl
-    advisor lab experiment --out lab-exp --sizes xs,s,m,l,xl --seeds 0,1 --threads 1
+    advisor lab report calibration
 
 Students are then addressable as `--model lab:NAME` in every verb.
 """
@@ -11,6 +11,7 @@ Students are then addressable as `--model lab:NAME` in every verb.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import click
 
@@ -28,16 +29,6 @@ def _sizes(text: str | None, teacher: bool = False) -> list[str]:
     if bad or not names:
         raise InputError(f"--sizes {text!r}: unknown {', '.join(bad) or '(none)'}; use names from {', '.join(known)}")
     return names
-
-
-def _seeds(text: str) -> tuple[int, ...]:
-    try:
-        seeds = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        raise InputError(f"--seeds {text!r}: give comma-separated integers, e.g. 0,1") from None
-    if not seeds:
-        raise InputError("--seeds must name at least one seed, e.g. 0,1")
-    return seeds
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -58,13 +49,13 @@ def list_cmd(as_json):
         return
     from rich.table import Table
 
-    t = Table(title="Lab students (use as --model lab:NAME)", title_justify="left")
-    for col in ("name", "parameters", "built", "build s", "final loss", "folder"):
+    t = Table(title="Lab models (use as --model lab:NAME)", title_justify="left")
+    for col in ("name", "role", "parameters", "layers", "hidden", "shape", "built", "build s", "final loss"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["name"], f"{r['n_params']:,}", "yes" if r["built"] else "no",
-                  f"{r['build_seconds']:.0f}" if r.get("build_seconds") else "—",
-                  f"{r['final_loss']:.3f}" if r.get("final_loss") else "—", r["path"])
+        t.add_row(r["name"], r["role"], f"{r['n_params']:,}", str(r["layers"]), str(r["hidden"]), r["shape"],
+                  "yes" if r["built"] else "no", f"{r['build_seconds']:.0f}" if r.get("build_seconds") else "—",
+                  f"{r['final_loss']:.3f}" if r.get("final_loss") else "—")
     console.print(t)
 
 
@@ -122,40 +113,38 @@ def pool(task, n, difficulty, candidates, seed, out, as_json):
 
 
 @lab.command()
-@click.option("--out", "-o", default="lab-experiment", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for pools, scores, runs/, results.json and curves.png (a rerun resumes).")
-@click.option("--sizes", default=None, help="Comma-separated ladder names (default: all).")
-@click.option("--seeds", default="0,1", show_default=True, help="Comma-separated seeds (pool draw and data order).")
-@click.option("--task", default="modchain", show_default=True)
-@click.option("--difficulty", default=None, type=int, help="Task difficulty (default: the task's own).")
-@click.option("--n-train", default=3000, show_default=True, help="Problems in the pool (= rows of D_high and D_low).")
-@click.option("--n-eval", default=300, show_default=True, help="Held-out problems for greedy pass@1.")
-@click.option("--epochs", default=5, show_default=True)
-@click.option("--evals-per-epoch", default=4, show_default=True)
-@click.option("--score", "score_kind", default="mean", show_default=True, help="Selection score: mean (per token) or sum.")
-@click.option("--threads", default=1, show_default=True, help="Torch threads (1 leaves a core free).")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary per size as JSON on stdout.")
-def experiment(out, sizes, seeds, task, difficulty, n_train, n_eval, epochs, evals_per_epoch, score_kind, threads, as_json):
-    """D_high vs D_low (chosen by each student's own scores), SFT with 4 evals per epoch, per size."""
-    from advisor.lab_experiment import ExperimentConfig, run_experiment
-    from advisor.ui import console, emit_json, quiet_libraries
+@click.argument("calibration", type=click.Path(file_okay=False))
+@click.option("--out", "-o", default=None, type=click.Path(file_okay=False),
+              help="Folder for results.json, results.md and curves-TASK-RANKING.png (default: CALIBRATION/report).")
+@click.option("--json", "as_json", is_flag=True, help="Print the per-student summary as JSON on stdout.")
+def report(calibration, out, as_json):
+    """What a calibration sweep shows, per student: D_high vs D_low by epoch, teacher view, repetition."""
+    from advisor.lab_report import write_report
+    from advisor.ui import console, emit_json
 
-    quiet_libraries()
-    cfg = ExperimentConfig(out=out, sizes=tuple(_sizes(sizes)), seeds=_seeds(seeds), task=task,
-                           difficulty=difficulty, n_train=n_train, n_eval=n_eval, epochs=epochs,
-                           evals_per_epoch=evals_per_epoch, score=score_kind, threads=threads)
-    results = run_experiment(cfg, log=lambda m: console.print(m, highlight=False))
+    out = out or str(Path(calibration) / "report")
+    results = write_report(calibration, out)
     if as_json:
-        emit_json(results["summary"])
+        emit_json([{k: g[k] for k in ("task", "score", "size", "n_params", "shape", "summary")} for g in results["groups"]])
         return
     from rich.table import Table
 
-    t = Table(title=f"Lab experiment ({out}/curves.png)", title_justify="left")
-    for col in ("size", "params", "acc ep1 high/low", "acc last ep high/low", "repetition high/low", "teacher NLL drop high/low"):
+    t = Table(title=f"Lab report ({out})", title_justify="left")
+    for col in ("task", "ranking", "student", "params", "acc ep1 high/low", "acc last ep high/low", "D_low overtakes",
+                "teacher view moved high/low", "repetition high/low"):
         t.add_column(col)
-    for size, s in results["summary"].items():
-        t.add_row(size, f"{s['n_params']:,}", f"{s['acc_epoch1_high']:.2f} / {s['acc_epoch1_low']:.2f}",
+    for g in results["groups"]:
+        s = g["summary"]
+        if not s:
+            continue
+        t.add_row(g["task"], g["score"], g["size"], f"{g['n_params']:,}",
+                  f"{s['acc_epoch1_high']:.2f} / {s['acc_epoch1_low']:.2f}",
                   f"{s['acc_last_epoch_high']:.2f} / {s['acc_last_epoch_low']:.2f}",
-                  f"{s['mean_repetition_high']:.2f} / {s['mean_repetition_low']:.2f}",
-                  f"{s['teacher_nll_drop_high']:.2f} / {s['teacher_nll_drop_low']:.2f}")
+                  f"{s['low_overtakes_from_epoch']:g}" if s["low_overtakes_from_epoch"] else "never",
+                  f"{_fmt(s['teacher_view_drop_high'])} / {_fmt(s['teacher_view_drop_low'])}",
+                  f"{s['repetition_mean_high']:.2f} / {s['repetition_mean_low']:.2f}")
     console.print(t)
+
+
+def _fmt(v) -> str:
+    return "—" if v is None else f"{v:+.2f}"

@@ -47,7 +47,7 @@ class Split:
 
 
 def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None, checker: str = "auto",
-                     mix: float = 0.5, score: str = "mean") -> Split:
+                     mix: float = 0.5, score: str = "sum") -> Split:
     if len(pool) < cfg.eval_problems + cfg.batch_size:
         raise InputError(
             f"the pool has {len(pool)} rankable problems; a probe needs --eval-problems ({cfg.eval_problems}) "
@@ -70,7 +70,9 @@ def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None,
         "problems": len(pool),
         "train_problems": len(train_ids),
         "eval_problems": len(eval_ids),
+        "score": score,
         "likelihood_gap": high.summary["likelihood_gap"],
+        "likelihood_gap_per_token": high.summary["likelihood_gap_per_token"],
         "length_ratio_low_high": high.summary["length_ratio_low_high"],
         "mean_tokens_high": high.summary["mean_tokens_high"],
         "mean_tokens_low": high.summary["mean_tokens_low"],

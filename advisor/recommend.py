@@ -1,13 +1,18 @@
 """`advisor recommend`: score, select, probe, predict — and write what training needs.
 
     advisor recommend --model lab:m --budget 3 --out runs/rec
-    advisor recommend --model ./qwen-1.5b --budget 5 --pool openr1.parquet --out runs/rec --device cuda
-    advisor recommend --model lab:m --budget 3 --no-probe --out runs/rec   # prior only: low confidence
+    advisor recommend --model ./qwen-1.5b --budget 5 --pool openr1.parquet --sample 2000 --out runs/rec
+    advisor recommend --model ./config-only-folder --budget 5 --no-probe --out runs/rec   # the paper's findings
 
 Writes OUT/recommendation.json (the manifest `advisor train` consumes unchanged), OUT/train.jsonl
-(the selected data, TRL prompt/completion), OUT/eval.jsonl (the held-out slice, when the pool has
-reference answers), OUT/report.png, OUT/config.json; OUT/score/ and OUT/probe/ keep the stages'
-own outputs, so a rerun resumes from them.
+(the selected data, TRL prompt/completion), OUT/eval.jsonl (the probe's held-out slice, when the
+pool has reference answers), OUT/report.png, OUT/config.json; OUT/score/ and OUT/probe/ keep the
+stages' own outputs, so a rerun resumes from them. A folder that holds a recommendation for other
+inputs is refused.
+
+Every setting recommend chooses itself comes from one place (`StudentDefaults`, one per kind of
+student) and is reported with where it came from: a flag, the lab's defaults, the defaults for
+real students, or the model's config.
 """
 
 from __future__ import annotations
@@ -22,10 +27,35 @@ import numpy as np
 
 from advisor.predictor import STRATEGIES, Predictor
 from models.errors import InputError
-from models.files import versions, write_json, write_jsonl
+from models.files import stable_hash, versions, write_json, write_jsonl
 
 SHIPPED = "predictor_data"  # package folder of the default predictor
 BUDGET_GRID = tuple(x / 4 for x in range(2, 41))  # 0.5 .. 10 epochs, for the crossover
+
+
+@dataclass(frozen=True)
+class StudentDefaults:
+    """What recommend uses when a flag is not given, for one kind of student."""
+
+    kind: str
+    max_length: int  # scoring: prompt + response tokens
+    probe_max_length: int  # probe training: prompt + response tokens
+    max_new_tokens: int  # probe and full-run evaluation generations
+    probe_steps: int
+    probe_batch: int
+    probe_eval_every: int
+    probe_eval_problems: int
+    train_batch: int  # the manifest's global batch
+
+
+LAB_DEFAULTS = StudentDefaults("lab", max_length=96, probe_max_length=96, max_new_tokens=48, probe_steps=100,
+                               probe_batch=8, probe_eval_every=25, probe_eval_problems=128, train_batch=32)
+# Reasoning traces run to thousands of tokens; 64 held-out generations of up to 2,048 tokens at
+# each of 9 evaluation points is the probe's largest cost on a GPU.
+REAL_DEFAULTS = StudentDefaults("real", max_length=4096, probe_max_length=2048, max_new_tokens=2048, probe_steps=100,
+                                probe_batch=8, probe_eval_every=25, probe_eval_problems=64, train_batch=16)
+CHOSEN = ("max_length", "probe_max_length", "max_new_tokens", "probe_steps", "probe_batch", "probe_eval_every",
+          "probe_eval_problems")
 
 
 @dataclass
@@ -33,20 +63,24 @@ class RecommendConfig:
     model: str  # --model
     budget: float  # --budget: epochs of the full run
     out: str  # --out
-    pool: str | None = None  # --pool; None: a lab pool (--lab-task, --lab-n)
+    pool: str | None = None  # --pool; None: the lab's teacher pool (lab students only)
     scores: str | None = None  # --scores: scores.jsonl of this pool under this model (e.g. from `score --backend vllm`)
-    teacher: str | None = None  # --teacher
-    no_probe: bool = False  # --no-probe: prior from parameter count and budget alone
+    teacher: str | None = None  # --teacher: a teacher model, for the teacher view in the probe
+    no_probe: bool = False  # --no-probe: a prior from parameter count and budget alone
     predictor: str | None = None  # --predictor: a folder written by `advisor fit`; None: the shipped one
-    lab_task: str = "modchain"
-    lab_n: int = 1000
-    probe_steps: int = 100
-    probe_batch: int = 8
-    probe_eval_every: int | None = None  # None: a quarter of the probe steps
-    probe_eval_problems: int = 32
-    max_new_tokens: int | None = None  # None: 48 for lab students, 256 otherwise
+    lab_task: str = "modchain"  # --lab-task
+    lab_n: int = 1000  # --lab-n: problems of the lab pool
+    sample: int | None = None  # --sample: rank and probe on N problems drawn with --seed
+    max_length: int | None = None  # --max-length (scoring); None: by kind of student, capped by the model config
+    probe_max_length: int | None = None  # --probe-max-length
+    max_new_tokens: int | None = None  # --max-new-tokens (evaluation generations)
+    probe_steps: int | None = None
+    probe_batch: int | None = None
+    probe_eval_every: int | None = None
+    probe_eval_problems: int | None = None
+    backend: str = "hf"  # --backend for scoring (the probe always trains with hf)
     mix: float = 0.5  # the mix written for a "mixed" recommendation
-    score: str = "mean"  # --score: rank candidates by mean (per token) or sum log-prob
+    score: str = "sum"  # --score: rank candidates by summed log-prob (the paper's) or mean per token (GRAPE's)
     checker: str = "auto"
     device: str = "auto"
     dtype: str = "auto"
@@ -57,81 +91,234 @@ class RecommendConfig:
         bad = []
         if not (isinstance(self.budget, (int, float)) and math.isfinite(self.budget) and self.budget > 0):
             bad.append(f"--budget {self.budget} must be a positive number of epochs")
-        if self.lab_n < self.probe_eval_problems + self.probe_batch + 2:
-            bad.append(f"--lab-n {self.lab_n} is too small for the probe's held-out slice")
         if self.scores and not self.pool:
             bad.append("--scores needs the --pool they were computed on")
         if self.score not in ("mean", "sum"):
-            bad.append(f"--score {self.score!r} is unknown: use mean or sum")
+            bad.append(f"--score {self.score!r} is unknown: use sum or mean")
         if not 0 <= self.mix <= 1:
             bad.append(f"--mix {self.mix} is outside [0, 1]")
+        if self.backend not in ("hf", "vllm"):
+            bad.append(f"--backend {self.backend!r} is unknown: use hf or vllm")
+        for name in (*CHOSEN, "sample"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v < 1):
+                bad.append(f"--{name.replace('_', '-')} {v} must be a whole number of at least 1")
+        if self.probe_steps and self.probe_eval_every and self.probe_eval_every > self.probe_steps:
+            bad.append(f"--probe-eval-every {self.probe_eval_every} must not exceed --probe-steps ({self.probe_steps})")
+        if self.lab_n < 1:
+            bad.append(f"--lab-n {self.lab_n} must be at least 1")
+        if not self.pool and not self.model.startswith("lab:") and not self.no_probe:
+            bad.append(f"--pool is needed to probe {self.model} (only lab students have a built-in pool); "
+                       "or pass --no-probe for advice from the parameter count alone")
         if bad:
             raise InputError("; ".join(bad))
+
+
+def predictor_root(path: str | None):
+    return path if path is not None else resources.files("advisor") / SHIPPED
 
 
 def load_predictor(path: str | None) -> Predictor:
     return Predictor.load(predictor_root(path))
 
 
+def resolve_settings(cfg: RecommendConfig, description: dict) -> dict:
+    """Every setting recommend chooses, as {name: {"value", "source"}}."""
+    lab = cfg.model.startswith("lab:")
+    d = LAB_DEFAULTS if lab else REAL_DEFAULTS
+    where = "lab default" if lab else "default for real students"
+    out = {}
+    for name in CHOSEN:
+        given = getattr(cfg, name)
+        out[name] = {"value": given, "source": f"--{name.replace('_', '-')}"} if given is not None else \
+            {"value": getattr(d, name), "source": where}
+    ctx = description.get("max_position_embeddings")
+    for name in ("max_length", "probe_max_length"):
+        if ctx and out[name]["source"] != f"--{name.replace('_', '-')}" and ctx < out[name]["value"]:
+            out[name] = {"value": int(ctx), "source": "model config (max_position_embeddings)"}
+    if out["probe_eval_every"]["value"] > out["probe_steps"]["value"]:
+        out["probe_eval_every"] = {"value": out["probe_steps"]["value"], "source": "capped at the probe steps"}
+    lr, lr_source = learning_rate(cfg.model, description["n_params"])
+    out["learning_rate"] = {"value": lr, "source": lr_source}
+    out["train_batch"] = {"value": d.train_batch, "source": where}
+    out["score"] = {"value": cfg.score, "source": "--score" if cfg.score != "sum" else "default (the paper's ranking)"}
+    return out
+
+
+def learning_rate(spec: str, n_params: int) -> tuple[float, str]:
+    """The SFT rate a probe and the full run share: the lab recipe's, or a size default."""
+    if spec.startswith("lab:"):
+        from models.lab import LADDER
+        from models.lab.ladder import parse_name
+
+        name, _ = parse_name(spec[len("lab:"):])
+        if name in LADDER:
+            return LADDER[name].lr * 0.5, "lab recipe (half the pretraining peak)"
+    from probes.run import auto_learning_rate
+
+    return auto_learning_rate(n_params), "size default"
+
+
+def inputs_key(cfg: RecommendConfig, description: dict) -> str:
+    """What a recommendation folder was made from; a folder is reused only for the same inputs."""
+    d = asdict(cfg)
+    for informational in ("out", "predictor", "device"):
+        d.pop(informational)
+    return stable_hash({"config": d, "model": description.get("fingerprint")})
+
+
+def _check_out(out: Path, key: str) -> None:
+    import json
+
+    path = out / "config.json"
+    if not path.exists():
+        return
+    try:
+        old = json.loads(path.read_text(encoding="utf-8")).get("inputs_key")
+    except (json.JSONDecodeError, AttributeError, UnicodeDecodeError):
+        old = None
+    if old != key:
+        raise InputError(f"{out} holds a recommendation made from other inputs (model, pool or settings); "
+                         "pass a new --out, or delete that folder to start over")
+
+
+TEACHER_SAMPLING = dict(n=8, temperature=1.0, top_p=1.0, max_new_tokens=64, seed=0)  # as calibration samples pools
+
+
+def lab_pool(task: str, n: int, out: Path, say=lambda m: None) -> Path:
+    """`n` problems of the lab teacher's pool for `task`, written to OUT/pool.jsonl.
+
+    The first 1,000 problems of each task ship with the package (sampled from `lab:teacher` by
+    `advisor generate` with `TEACHER_SAMPLING`); a larger pool is sampled the same way on demand.
+    """
+    import gzip
+    import json
+
+    from models.lab import FAMILIES
+
+    if task not in FAMILIES:
+        raise InputError(f"--lab-task {task!r} is unknown: use one of {', '.join(FAMILIES)}")
+    src = resources.files("models.lab") / "data" / f"{task}-teacher-pool.jsonl.gz"
+    rows = []
+    if src.is_file():
+        with gzip.open(src, "rt", encoding="utf-8") as f:
+            rows = [json.loads(line) for line, _ in zip(f, range(n))]
+    if len(rows) < n:
+        from advisor.generate import GenerateConfig, generate_pool
+        from models.lab import write_pool
+
+        say(f"sampling a {n}-problem {task} pool from lab:teacher (built on first use)")
+        write_pool(out / "problems.jsonl", task=task, n=n, seed=TEACHER_SAMPLING["seed"])
+        generate_pool(GenerateConfig(teacher="lab:teacher", problems=str(out / "problems.jsonl"), out=str(out / "pool.jsonl"),
+                                     device="cpu", dtype="float32", checker="lab", token_budget=32768,
+                                     **TEACHER_SAMPLING))
+        return out / "pool.jsonl"
+    write_jsonl(out / "pool.jsonl", rows)
+    return out / "pool.jsonl"
+
+
 def recommend(cfg: RecommendConfig, status=None) -> dict:
-    from advisor.pool import PoolOptions, read_pool
+    from models.loading import describe_config
+
+    cfg.validate()
+    say = status or (lambda msg: None)
+    out = Path(cfg.out)
+    t0 = time.time()
+    predictor = load_predictor(cfg.predictor)
+    desc = describe_config(cfg.model)  # the config on the meta device: no weights, no tokenizer
+    key = inputs_key(cfg, desc)
+    _check_out(out, key)
+    settings = resolve_settings(cfg, desc)
+    if cfg.no_probe and not cfg.pool:
+        return _advice_only(cfg, desc, predictor, settings, key, out, t0)
+    return _full(cfg, desc, predictor, settings, key, out, t0, say)
+
+
+def _prior(cfg: RecommendConfig, desc: dict, predictor: Predictor) -> tuple[dict, np.ndarray]:
+    from advisor.priors import prior_advice
+
+    advice = prior_advice(desc["n_params"], cfg.budget, predictor)
+    curve = np.array([[prior_advice(desc["n_params"], b, predictor)["probabilities"][s] for s in STRATEGIES]
+                      for b in BUDGET_GRID])
+    return advice, curve
+
+
+def _crossover(curve: np.ndarray) -> float | None:
+    return next((b for b, p in zip(BUDGET_GRID, curve) if p[1] > p[0] + 1e-9), None)
+
+
+def _advice_only(cfg, desc, predictor, settings, key, out: Path, t0: float) -> dict:
+    """`--no-probe` without a pool: advice from the parameter count, nothing scored, no weights read."""
+    advice, curve = _prior(cfg, desc, predictor)
+    report = _report(cfg, desc, advice, curve, settings, features={"budget": float(cfg.budget)}, probe=None,
+                     predictor=predictor, selection=None, train_rows=0, eval_rows=0, t0=t0)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "recommendation.json", {"version": 1, "advice_only": True, **{k: report[k] for k in (
+        "strategy", "answer", "probabilities", "crossover_epoch", "confidence", "confidence_reasons", "prior", "model",
+        "budget")}, "dataset": None, "next": "rerun with --pool to get the selected dataset and a training manifest"})
+    write_json(out / "config.json", {"stage": "recommend", "inputs_key": key, "settings": asdict(cfg),
+                                     "chosen": settings, "versions": versions()})
+    plot_report(report, curve, None, predictor, out / "report.png")
+    return report
+
+
+def _full(cfg, desc, predictor, settings, key, out: Path, t0: float, say) -> dict:
+    from advisor.pool import Pool, PoolOptions, read_pool
     from advisor.probe import build_probe_data
     from advisor.scoring import ScoreConfig, score_pool
     from advisor.select import SelectConfig, export, load_scores, select
     from models.loading import load_model
     from probes.run import ProbeConfig, run_probe
 
-    cfg.validate()
-    say = status or (lambda msg: None)
-    predictor = load_predictor(cfg.predictor)
-    prior = Predictor.load(Path(predictor_root(cfg.predictor)) / "prior") if cfg.no_probe else None
-    out = Path(cfg.out)
-    t0 = time.time()
-    is_lab = cfg.model.startswith("lab:")
-    pool = read_pool(cfg.pool, PoolOptions(**cfg.pool_options)) if cfg.pool else None
+    v = {k: s["value"] for k, s in settings.items()}
+    pool_path = cfg.pool or None
+    if pool_path is None:
+        pool_path = lab_pool(cfg.lab_task, cfg.lab_n, out, say)
+    pool = read_pool(pool_path, PoolOptions(**cfg.pool_options))
+    if cfg.sample and cfg.sample < len(pool):
+        import random
+
+        keep = set(random.Random(cfg.seed).sample([p.id for p in pool.problems], cfg.sample))
+        pool = Pool([p for p in pool.problems if p.id in keep], pool.source, pool.layout, pool.fields, pool.n_rows,
+                    pool.skipped_candidates, pool.skipped_problems, pool.skipped_examples)
+    need = v["probe_eval_problems"] + v["probe_batch"]
+    if len(pool) < 2 * need and settings["probe_eval_problems"]["source"] != "--probe-eval-problems":
+        v["probe_eval_problems"] = max(1, len(pool) // 4)
+        settings["probe_eval_problems"] = {"value": v["probe_eval_problems"],
+                                           "source": f"capped at a quarter of the pool's {len(pool)} problems"}
+    pcfg = ProbeConfig(steps=v["probe_steps"], batch_size=v["probe_batch"], learning_rate=v["learning_rate"],
+                       eval_every=v["probe_eval_every"], eval_problems=v["probe_eval_problems"],
+                       max_new_tokens=v["max_new_tokens"], max_length=v["probe_max_length"], seed=cfg.seed,
+                       device=cfg.device, dtype=cfg.dtype, teacher=cfg.teacher)
+    pcfg.validate()
     say(f"loading {cfg.model}")
     lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
-    desc = lm.description
-    if pool is None:  # no pool given: the lab's, written where the user can see what was used
-        from models.lab import write_pool
-
-        if not (out / "pool.jsonl").exists():
-            write_pool(out / "pool.jsonl", task=cfg.lab_task, n=cfg.lab_n, seed=cfg.seed)
-        pool = read_pool(out / "pool.jsonl")
     if cfg.scores:
         scores = load_scores(cfg.scores)
     else:
         say(f"scoring {pool.n_candidates:,} candidates")
-        max_length = 96 if is_lab else 4096
-        score_pool(pool, ScoreConfig(cfg.model, device=cfg.device, dtype=cfg.dtype, max_length=max_length), out / "score", lm=lm)
+        score_pool(pool, ScoreConfig(cfg.model, device=cfg.device, dtype=cfg.dtype, backend=cfg.backend,
+                                     max_length=v["max_length"]), out / "score", lm=lm if cfg.backend == "hf" else None)
         scores = load_scores(out / "score" / "scores.jsonl")
-    pcfg = ProbeConfig(steps=cfg.probe_steps, batch_size=cfg.probe_batch,
-                       eval_every=cfg.probe_eval_every or max(1, cfg.probe_steps // 4),
-                       eval_problems=cfg.probe_eval_problems,
-                       max_new_tokens=cfg.max_new_tokens or (48 if is_lab else 256),
-                       max_length=96 if is_lab else 2048, seed=cfg.seed, device=cfg.device, dtype=cfg.dtype,
-                       teacher=cfg.teacher)
     split = build_probe_data(pool, scores, pcfg, tokenizer=lm.tokenizer, checker=cfg.checker, score=cfg.score)
-    features = {"log10_params": math.log10(desc["n_params"]), "budget": float(cfg.budget),
-                "score_is_sum": float(cfg.score == "sum"),
-                "likelihood_gap": split.data.context["likelihood_gap"],
+    features = {"budget": float(cfg.budget), "ranking_sum": float(cfg.score == "sum"),
+                "likelihood_gap_per_token": split.data.context["likelihood_gap_per_token"],
                 "length_ratio_low_high": split.data.context["length_ratio_low_high"]}
     probe = None
-    if not cfg.no_probe:
+    if cfg.no_probe:
+        advice, curve = _prior(cfg, desc, predictor)
+    else:
         say("probing D_high and D_low")
         probe = run_probe(cfg.model, split.data, pcfg, out / "probe", lm=lm)
         features.update(probe["features"])
-        features["budget"] = float(cfg.budget)
-        features["score_is_sum"] = float(cfg.score == "sum")
-    model = prior if cfg.no_probe else predictor
-    proba = model.predict_proba([features])[0]
-    probs = {s: float(p) for s, p in zip(STRATEGIES, proba)}
-    strategy = max(probs, key=probs.get)
-    curve = model.predict_proba([{**features, "budget": b} for b in BUDGET_GRID])
-    crossover = next((b for b, p in zip(BUDGET_GRID, curve) if p[1] > p[0]), None)
-    confidence = "low" if cfg.no_probe else ("high" if max(proba) >= 0.75 else "medium" if max(proba) >= 0.5 else "low")
-    reasons = model.reasons(features)
-    baselines = baseline_advice(predictor, features)
+        advice = predictor.advise(features)
+        advice["reasons"] = predictor.reasons(features)
+        curve = predictor.predict_proba([{**features, "budget": b} for b in BUDGET_GRID])
+        if desc["n_params"] >= 1e8:  # what the paper found for students of this size, beside the measurement
+            from advisor.priors import paper_prior_advice
+
+            advice["paper_prior"] = paper_prior_advice(desc["n_params"], cfg.budget)
+    strategy = advice["strategy"]
 
     # the dataset: every problem outside the probe's held-out slice, which becomes the eval set
     held = set(split.eval_ids)
@@ -142,82 +329,91 @@ def recommend(cfg: RecommendConfig, status=None) -> dict:
                  for i in split.eval_ids if pool.get(i).answer is not None]
     if eval_rows:
         write_jsonl(out / "eval.jsonl", eval_rows)
-    report = {
-        "strategy": strategy,
-        "mix": cfg.mix if strategy == "mixed" else 0.0,
-        "probabilities": probs,
-        "crossover_epoch": crossover,
-        "confidence": confidence,
-        "reasons": [_reason_text(r) for r in reasons],
-        "baselines": baselines,
-        "model": desc,
-        "budget": cfg.budget,
-        "features": features,
-        "predictor": model.kind if not cfg.no_probe else "prior",
-        "selection": sel.summary,
-        "train_rows": len(sel.rows),
-        "eval_rows": len(eval_rows),
-        "probe_cost": probe["cost"] if probe else None,
-        "seconds": round(time.time() - t0, 1),
-    }
-    write_manifest(report, pool, split.data.checker if eval_rows else "none", cfg, out, is_lab)
-    write_json(out / "config.json", {"stage": "recommend", "settings": asdict(cfg), "versions": versions()})
-    plot_report(report, BUDGET_GRID, curve, probe, out / "report.png")
+    report = _report(cfg, desc, advice, curve, settings, features, probe, predictor, sel.summary, len(sel.rows),
+                     len(eval_rows), t0)
+    report["pool"] = {**pool.summary(), "source": Path(str(pool.source)).name,
+                      **({"sampled": cfg.sample} if cfg.sample else {})}
+    write_manifest(report, split.data.checker if eval_rows else "none", cfg, settings, out)
+    write_json(out / "config.json", {"stage": "recommend", "inputs_key": key, "settings": asdict(cfg),
+                                     "chosen": settings, "versions": versions()})
+    plot_report(report, curve, probe, predictor, out / "report.png")
     return report
 
 
-def predictor_root(path: str | None):
-    return path if path is not None else resources.files("advisor") / SHIPPED
+def _report(cfg, desc, advice, curve, settings, features, probe, predictor, selection, train_rows, eval_rows, t0) -> dict:
+    return {
+        "strategy": advice["strategy"],
+        "answer": advice.get("answer", advice["strategy"]),
+        "mix": cfg.mix if advice["strategy"] == "mixed" else 0.0,
+        "probabilities": advice["probabilities"],
+        "interval": advice.get("interval"),
+        "crossover_epoch": _crossover(curve),
+        "confidence": advice["confidence"],
+        "confidence_reasons": advice.get("confidence_reasons", []),
+        "range": advice.get("range"),
+        "neighbours": advice.get("neighbours"),
+        "reasons": [_reason_text(r) for r in advice.get("reasons", [])],
+        "paper_prior": advice.get("paper_prior"),
+        "prior": advice.get("prior"),
+        "predictor": advice.get("prior") and f"{advice['prior']} prior" or predictor.kind,
+        "baselines": baseline_advice(predictor, desc["n_params"], cfg.budget),
+        "model": desc,
+        "budget": cfg.budget,
+        "features": features,
+        "settings": settings,
+        "selection": selection,
+        "train_rows": train_rows,
+        "eval_rows": eval_rows,
+        "probe_cost": probe["cost"] if probe else None,
+        "seconds": round(time.time() - t0, 1),
+    }
 
 
-def baseline_advice(predictor: Predictor, features: dict) -> dict:
+def baseline_advice(predictor: Predictor, n_params: float, budget: float) -> dict:
+    out = {"GRAPE (always high)": "high", "always low": "low", "always mixed": "mixed"}
     rule = predictor.meta.get("rule_of_thumb") or {}
-    out = {"GRAPE (always high)": "high", "always hardest (low)": "low"}
     if rule:
-        tp, te = rule["log10_params"], rule["budget"]
-        low = features["log10_params"] >= tp and features["budget"] >= te
-        name = (f"rule of thumb (low if params ≥ 10^{tp:.2f} and epochs ≥ {te:g})" if math.isfinite(tp) and math.isfinite(te)
-                else "rule of thumb (fitted on the records: always high)")
-        out[name] = "low" if low else "high"
+        tp, te = rule.get("t_params"), rule.get("t_budget")
+        if isinstance(tp, (int, float)) and isinstance(te, (int, float)):
+            low = math.log10(max(1, n_params)) >= tp and budget >= te
+            name = (f"lab rule of thumb (low if params ≥ 10^{tp:.2f} and epochs ≥ {te:g})"
+                    if math.isfinite(tp) and math.isfinite(te) else "lab rule of thumb (always high)")
+            out[name] = "low" if low else "high"
     return out
 
 
 def _reason_text(r: dict) -> str:
-    v = r["value"]
-    val = "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3g}"
-    return f"{r['feature']} = {val} (pushes toward {r['toward']}, weight {r['weight']:+.2f})"
+    val = r["value"]
+    val = "n/a" if val is None or (isinstance(val, float) and math.isnan(val)) else f"{val:.3g}"
+    return f"{r['feature']} = {val} (moves P(D_{r['toward'].replace('not ', '')}) by {r['weight']:+.2f})"
 
 
-def write_manifest(report: dict, pool, checker: str, cfg: RecommendConfig, out: Path, is_lab: bool) -> None:
-    from probes.run import auto_learning_rate
+def write_manifest(report: dict, checker: str, cfg: RecommendConfig, settings: dict, out: Path) -> None:
     from training.manifest import EvalSpec, Manifest, TrainingSpec
 
-    lr = auto_learning_rate(report["model"]["n_params"])
-    if is_lab:
-        from models.lab import LADDER
-
-        name = cfg.model[len("lab:"):]
-        lr = LADDER[name].lr * 0.5 if name in LADDER else lr  # the lab experiment's SFT rate
+    v = {k: s["value"] for k, s in settings.items()}
     manifest = Manifest(
-        model={**report["model"], "spec": cfg.model},
+        model={**{k: x for k, x in report["model"].items() if k != "path"}, "spec": cfg.model},
         dataset="train.jsonl",
         strategy=report["strategy"],
         mix=report["mix"],
         probabilities=report["probabilities"],
         crossover_epoch=report["crossover_epoch"],
         confidence=report["confidence"],
-        reasons=report["reasons"],
+        reasons=report["reasons"] + report["confidence_reasons"],
         eval=EvalSpec(path="eval.jsonl" if report["eval_rows"] else None, checker=checker,
-                      max_new_tokens=48 if is_lab else 1024),
-        training=TrainingSpec(epochs=float(cfg.budget), learning_rate=lr, batch_size=32 if is_lab else 16,
-                              max_length=96 if is_lab else 4096, seed=cfg.seed),
+                      max_new_tokens=v["max_new_tokens"], teacher=cfg.teacher),
+        training=TrainingSpec(epochs=float(cfg.budget), learning_rate=v["learning_rate"], batch_size=v["train_batch"],
+                              max_length=v["max_length"], seed=cfg.seed),
         features=report["features"],
-        pool=pool.summary(),
+        pool=report["pool"],
     )
     manifest.to_json(out / "recommendation.json")
 
 
-def plot_report(report: dict, grid, curve: np.ndarray, probe: dict | None, path: Path) -> None:
+def plot_report(report: dict, curve: np.ndarray, probe: dict | None, predictor: Predictor, path: Path) -> None:
+    """Left: P(strategy) by budget. Middle: the probe. Right: where the student sits among the
+    calibrated students (parameters against the input that moved the advice most)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -225,31 +421,57 @@ def plot_report(report: dict, grid, curve: np.ndarray, probe: dict | None, path:
 
     from models.files import atomic_path
 
-    panels = 2 if probe else 1
-    fig, axes = plt.subplots(1, panels, figsize=(5.5 * panels, 3.4), squeeze=False)
+    panels = 3 if probe else 1
+    fig, axes = plt.subplots(1, panels, figsize=(5.0 * panels, 3.4), squeeze=False)
     ax = axes[0][0]
     colors = {"high": "tab:blue", "low": "tab:red", "mixed": "tab:purple"}
     for j, s in enumerate(STRATEGIES):
-        ax.plot(grid, curve[:, j], label=f"P({s})", color=colors[s])
+        ax.plot(BUDGET_GRID, curve[:, j], label=f"P(D_{s})", color=colors[s])
     ax.axvline(report["budget"], color="gray", ls="--", lw=1)
     if report["crossover_epoch"]:
         ax.axvline(report["crossover_epoch"], color="tab:red", ls=":", lw=1)
     ax.set_xlabel("epoch budget")
-    ax.set_title(f"recommendation at {report['budget']:g} epochs: {report['strategy']}", fontsize=9)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title(f"at {report['budget']:g} epochs: D_{report['strategy']} ({report['confidence']} confidence)", fontsize=9)
     ax.legend(fontsize=7)
     if probe:
         ax = axes[0][1]
         for s, c in probe["curves"].items():
-            key = "accuracy" if c[-1].get("accuracy") is not None else "teacher_nll"
+            key = "answer_logprob" if c[-1].get("answer_logprob") is not None else "teacher_nll"
             ax.plot([p["step"] for p in c], [p[key] for p in c], marker="o", ms=3, label=f"D_{s}", color=colors.get(s))
             ax.set_ylabel(key)
         ax.set_xlabel("probe step")
         ax.set_title("probe", fontsize=9)
         ax.legend(fontsize=7)
+        ax = axes[0][2]
+        feature = next((r.split(" = ")[0] for r in report["reasons"]), None) or "gap_answer_logprob_area_gain"
+        j = predictor.features.index(feature) if feature in predictor.features else None
+        budget = f"{min(BUDGETS_SHOWN, key=lambda b: abs(b - report['budget'])):g}"
+        for u in predictor.units:
+            if j is None or u.get("n_params") is None:
+                continue
+            zj = u["z"][[k for k in predictor.features if k not in ("budget", "ranking_sum")].index(feature)] \
+                if feature not in ("budget", "ranking_sum") else None
+            if zj is None:
+                continue
+            y = zj * predictor.range[feature]["sd"] + predictor.range[feature]["mean"]
+            label = (u.get("outcomes", {}).get(budget) or {}).get("label", "high")
+            ax.scatter(u["n_params"], y, s=12, color=colors.get(label), alpha=0.6)
+        y_student = report["features"].get(feature)
+        if y_student is not None and not (isinstance(y_student, float) and math.isnan(y_student)):
+            ax.scatter(report["model"]["n_params"], y_student, s=80, marker="*", color="black", label="this student")
+            ax.legend(fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("parameters")
+        ax.set_ylabel(feature, fontsize=8)
+        ax.set_title(f"calibrated students, coloured by best set at {budget} epochs", fontsize=8)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=80, format="png")
     plt.close(fig)
+
+
+BUDGETS_SHOWN = (0.5, 1, 2, 3, 4, 5)
 
 
 def print_report(report: dict, out: str) -> None:
@@ -259,38 +481,61 @@ def print_report(report: dict, out: str) -> None:
     from advisor.ui import console, fmt
 
     m = report["model"]
+    answer = report.get("answer", report["strategy"])
     head = (f"[bold]Train on: D_{report['strategy']}[/bold]"
             + (f" (mix {report['mix']:g} of problems on their low response)" if report["strategy"] == "mixed" else "")
-            + f"   confidence: {report['confidence']}   ({report['predictor']} predictor)\n"
+            + (" — the evidence is silent here; mixed is the hedge" if answer == "uncertain" else "")
+            + f"   confidence: {report['confidence']}   ({report['predictor']})\n"
             + f"student {m['spec']} ({m['n_params']:,} params), budget {report['budget']:g} epochs")
     co = report["crossover_epoch"]
     head += ("\npredicted crossover: D_low overtakes D_high from about epoch " + f"{co:g}") if co else \
         "\npredicted crossover: none within 10 epochs (D_high stays ahead)"
     console.print(Panel(head, title="capacity-advisor", expand=False))
-    t = Table(title="Probabilities", title_justify="left")
+    t = Table(title="Probabilities" + (" (10-90% interval over the ensemble)" if report.get("interval") else ""),
+              title_justify="left")
     for s in report["probabilities"]:
         t.add_column(f"D_{s}", justify="right")
-    t.add_row(*[f"{p:.2f}" for p in report["probabilities"].values()])
+    iv = report.get("interval") or {}
+    t.add_row(*[f"{p:.2f}" + (f" ({iv[s][0]:.2f}-{iv[s][1]:.2f})" if s in iv else "")
+                for s, p in report["probabilities"].items()])
     console.print(t)
+    for line in report.get("confidence_reasons") or []:
+        console.print(f"[bold]confidence[/bold]: {line}")
     if report["reasons"]:
         console.print("[bold]Why[/bold]: " + "; ".join(report["reasons"]))
-    f = report["features"]
-    keys = ("likelihood_gap", "length_ratio_low_high", "high_teacher_nll_drop_rel", "low_teacher_nll_drop_rel",
-            "low_repetition_end", "high_accuracy_end", "low_accuracy_end")
-    shown = {k: f[k] for k in keys if k in f}
-    if shown:
-        t = Table(title="Measurements", title_justify="left", show_header=False)
-        for k, v in shown.items():
-            t.add_row(k, fmt(v))
+    if report.get("neighbours"):
+        t = Table(title="Nearest calibrated students (what they measured at this budget)", title_justify="left")
+        for col in ("student", "task", "ranking", "distance", "best", "high", "low", "mixed"):
+            t.add_column(col)
+        b = f"{min(BUDGETS_SHOWN, key=lambda x: abs(x - report['budget'])):g}"
+        for n in report["neighbours"]:
+            o = n.get("outcomes", {}).get(b, {})
+            t.add_row(n["student"], str(n["task"]), str(n["score"]), f"{n['distance']:.2f}", o.get("label", "—"),
+                      *[fmt(o.get(s)) for s in ("high", "low", "mixed")])
         console.print(t)
+    outside = [r for r in (report.get("range") or []) if r["inside"] is False]
+    if outside:
+        console.print("[bold]outside the calibrated range[/bold]: " + ", ".join(
+            f"{r['feature']} = {r['value']:.3g} ({r['min']:.3g} to {r['max']:.3g})" for r in outside))
+    if report.get("paper_prior"):
+        pp = report["paper_prior"]
+        console.print(f"[bold]the paper, for students of this size[/bold]: {pp['answer']} — {pp['confidence_reasons'][0]}")
     t = Table(title="What the rules would say", title_justify="left", show_header=False)
     for rule, choice in report["baselines"].items():
         t.add_row(rule, choice)
+    console.print(t)
+    t = Table(title="Settings chosen (and where from)", title_justify="left", show_header=False)
+    for k, s in report["settings"].items():
+        t.add_row(k, fmt(s["value"]), s["source"])
     console.print(t)
     cost = report.get("probe_cost")
     spent = f"{report['seconds']}s"
     if cost and cost.get("share_of_full_run"):
         spent += f"; probe {cost['probe_tokens']:,} tokens"
-    console.print(f"compute: {spent}. Wrote {out}/recommendation.json, train.jsonl ({report['train_rows']} rows)"
-                  + (", eval.jsonl" if report["eval_rows"] else "") + ", report.png. "
-                  + f"Next: advisor train {out}/recommendation.json --out RUN")
+    if report["train_rows"]:
+        console.print(f"compute: {spent}. Wrote {out}/recommendation.json, train.jsonl ({report['train_rows']} rows)"
+                      + (", eval.jsonl" if report["eval_rows"] else "") + ", report.png. "
+                      + f"Next: advisor train {out}/recommendation.json --out RUN")
+    else:
+        console.print(f"compute: {spent}. Wrote {out}/recommendation.json (advice only) and report.png; "
+                      "rerun with --pool for the selected dataset and a training manifest.")

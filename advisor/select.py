@@ -7,8 +7,8 @@
 candidate index, so the choice is deterministic). `mixed` gives a fraction `mix` of the problems
 (drawn with `seed`) their low response and the rest their high one, so it is the same size as the
 others. `curriculum` is the high set followed by the low set; each row carries its `phase`, and
-the trainer switches at `switch_epoch`. The score is `logprob_mean` (per token) unless
-`score="sum"`.
+the trainer switches at `switch_epoch`. The score is the summed log-probability of the response
+(the paper's π(y|x), its Eq. 4-5) unless `score="mean"` (per token, GRAPE's convention).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ REQUIRED_SCORE_FIELDS = ("id", "k", "n_tokens", "logprob_sum", "logprob_mean", "
 class SelectConfig:
     strategy: str = "high"  # --strategy: high | low | mixed | curriculum
     mix: float = 0.5  # --mix: share of problems that take their low response (mixed)
-    score: str = "mean"  # --score: mean (per token) | sum
+    score: str = "sum"  # --score: sum (the paper's log-likelihood) | mean (per token, GRAPE's)
     seed: int = 0  # --seed: which problems are "low" in a mixed set
     switch_epoch: int = 1  # --switch-epoch: curriculum epoch at which training moves to the low set
 
@@ -137,6 +137,8 @@ def _summary(chosen: Sequence[tuple[str, dict, dict]], rows: list[dict], field: 
         "mean_score_high": mean(hi_scores),
         "mean_score_low": mean(lo_scores),
         "likelihood_gap": mean(h - lo for h, lo in zip(hi_scores, lo_scores)),
+        # per token whatever ranked the candidates, so it means the same for 40- and 4,000-token responses
+        "likelihood_gap_per_token": mean(h["logprob_mean"] - lo["logprob_mean"] for _, h, lo in chosen),
         "mean_tokens_high": hi_len,
         "mean_tokens_low": lo_len,
         "length_ratio_low_high": lo_len / hi_len if hi_len else float("nan"),

@@ -122,10 +122,14 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", weights: bo
 
 
 def describe(model, tokenizer, spec: str, path: str | None) -> dict:
-    """Parameter count, family, size and a fingerprint that changes when the weights do."""
+    """Parameter count, family, size and a fingerprint that changes when the weights do.
+
+    A lab student is named by `lab:NAME` and its recipe hash, never by its cache folder, so
+    descriptions (and the records and manifests that carry them) hold no machine paths.
+    """
     cfg = model.config
     n_params = sum(p.numel() for p in model.parameters())
-    return {
+    out = {
         "spec": spec,
         "path": path,
         "architecture": (cfg.architectures or [type(model).__name__])[0],
@@ -134,10 +138,40 @@ def describe(model, tokenizer, spec: str, path: str | None) -> dict:
         "n_layers": getattr(cfg, "num_hidden_layers", None),
         "hidden_size": getattr(cfg, "hidden_size", None),
         "vocab_size": getattr(cfg, "vocab_size", None),
+        "max_position_embeddings": getattr(cfg, "max_position_embeddings", None),
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
-        "chat_template": bool(getattr(tokenizer, "chat_template", None)),
+        "chat_template": bool(getattr(tokenizer, "chat_template", None)) if tokenizer is not None else None,
         "fingerprint": fingerprint(path, model) if path else stable_hash({"spec": spec, "cfg": cfg.to_dict()}),
     }
+    if spec.startswith("lab:"):
+        from models.lab.ladder import parse_name, recipe_hash
+
+        name, steps = parse_name(spec[len("lab:"):])
+        out["path"] = None
+        out["recipe_hash"] = recipe_hash(name, steps=steps)
+    return out
+
+
+def describe_config(spec: str) -> dict:
+    """`describe()` from the model's config alone, built on the meta device: no weights are read
+    and no tokenizer is needed (a folder holding only config.json is enough)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = resolve_model_path(spec)
+    try:
+        config = AutoConfig.from_pretrained(path)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except (OSError, ValueError, KeyError) as e:
+        raise InputError(f"could not read a model config for {spec!r}: {_first_line(e)}") from None
+    local = path if os.path.isdir(path) else None
+    desc = describe(model, None, spec, local)
+    desc["dtype"] = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "unknown").replace("torch.", "")
+    has_weights = local is not None and any(p.suffix in _WEIGHT_SUFFIXES for p in Path(local).iterdir())
+    if local and not has_weights:
+        desc["fingerprint"] = stable_hash({"config": config.to_dict()})
+    return desc
 
 
 def fingerprint(path: str, model=None) -> str:

@@ -44,7 +44,7 @@ def test_score_then_select(tiny_llama, tmp_path):
     for row in rows:
         by_id.setdefault(row["id"], []).append(row)
     for o in out:
-        assert o["k"] == min(by_id[o["id"]], key=lambda x: x["logprob_mean"])["k"]
+        assert o["k"] == min(by_id[o["id"]], key=lambda x: x["logprob_sum"])["k"]  # the paper's ranking by default
     assert json.loads(r.stdout)["rows"] == 12
     assert (tmp_path / "low.config.json").exists()
 

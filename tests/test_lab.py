@@ -167,7 +167,7 @@ def test_same_seed_same_weights(tmp_path):
 
 
 def test_unknown_student_is_one_line_input_error(tmp_path):
-    with pytest.raises(InputError, match="xs, s, m, l, xl"):
+    with pytest.raises(InputError, match="xs, s, m-wide, m-deep, m, l, l-wide, l-deep, xl, xxl, teacher"):
         student_path("huge")
     assert not (tmp_path / "advisor-home" / "lab").exists()
 
@@ -233,8 +233,15 @@ def test_cli_list_pool_and_errors(shared_home, tmp_path):
     res = runner.invoke(lab, ["list", "--json"])
     assert res.exit_code == 0, res.output
     rows = json.loads(res.stdout)
-    assert [r["name"] for r in rows] == ["xs", "s", "m", "l", "xl"]
-    assert rows[0]["built"] is True and rows[0]["n_params"] < rows[-1]["n_params"] / 100
+    students = [r for r in rows if r["role"] == "student"]
+    assert len(students) >= 8 and rows[-1]["name"] == "teacher"
+    assert rows[0]["built"] is True and max(r["n_params"] for r in students) >= 300 * min(r["n_params"] for r in students)
+    assert all(r["n_params"] < rows[-1]["n_params"] for r in students)  # the teacher is larger than every student
+    shapes = {}
+    for r in students:
+        shapes.setdefault(r["shape"], []).append(r)
+        assert {"name", "n_params", "layers", "hidden", "built"} <= set(r)
+    assert len(shapes["deep-narrow"]) >= 2 and len(shapes["shallow-wide"]) >= 2
 
     out = tmp_path / "pool.jsonl"
     res = runner.invoke(lab, ["pool", "--task", "addition", "--n", "12", "--out", str(out), "--json"])
@@ -247,19 +254,87 @@ def test_cli_list_pool_and_errors(shared_home, tmp_path):
     assert isinstance(res.exception, InputError)
 
 
-def test_tiny_experiment_runs_and_resumes(shared_home, tmp_path):
-    from advisor.lab_experiment import ExperimentConfig, run_experiment
+def test_quick_calibration_report(shared_home, tmp_path):
+    from advisor.calibrate import CalibrateConfig, run_calibration
+    from advisor.lab_report import write_report
 
-    cfg = ExperimentConfig(out=str(tmp_path / "exp"), sizes=("xs",), seeds=(0,), n_train=64, n_eval=16,
-                           n_reference=4, epochs=1, evals_per_epoch=2, batch=16)
-    res = run_experiment(cfg, log=lambda m: None)
-    curve = res["sizes"]["xs"]["strategies"]["high"]["curve"]
-    assert len(curve) == 2 and curve[-1]["epoch"] == 1.0
-    for key in ("accuracy", "repetition_rate", "teacher_nll"):
-        assert key in curve[0]
-    assert (tmp_path / "exp" / "curves.png").stat().st_size > 1000
-    run_file = tmp_path / "exp" / "runs" / "xs-low-s0.json"
-    mtime = run_file.stat().st_mtime
-    logs = []
-    run_experiment(cfg, log=logs.append)
-    assert run_file.stat().st_mtime == mtime and any("skipped" in m for m in logs)
+    run_calibration(CalibrateConfig.quick_settings(str(tmp_path / "cal")), log=lambda m: None)
+    res = write_report(tmp_path / "cal", tmp_path / "rep")
+    (g,) = res["groups"]
+    assert (g["task"], g["score"], g["size"]) == ("modchain", "sum", "xs")
+    curve = g["strategies"]["high"]
+    assert [r["epoch"] for r in curve] == [0.0, 0.5, 1.0]
+    assert all(0 <= r["accuracy"] <= 1 for r in curve) and g["summary"]["acc_epoch1_high"] is not None
+    assert (tmp_path / "rep" / "curves-modchain-sum.png").stat().st_size > 1000
+    assert "| xs |" in (tmp_path / "rep" / "results.md").read_text()
+
+
+# ---------------------------------------------------------------- the teacher
+
+
+@pytest.fixture(scope="module")
+def quick_teacher(tmp_path_factory):
+    """The lab teacher's recipe with a 40-step budget: a real model, built in seconds."""
+    import os
+
+    home = tmp_path_factory.mktemp("teacher-home")
+    old = os.environ.get("ADVISOR_HOME")
+    os.environ["ADVISOR_HOME"] = str(home)
+    try:
+        student_path("teacher@40")
+    finally:
+        if old is None:
+            os.environ.pop("ADVISOR_HOME", None)
+        else:
+            os.environ["ADVISOR_HOME"] = old
+    return home
+
+
+def test_teacher_samples_checked_pools_deterministically(quick_teacher, tmp_path, monkeypatch):
+    from advisor.generate import GenerateConfig, generate_pool
+    from models.lab import write_pool
+
+    monkeypatch.setenv("ADVISOR_HOME", str(quick_teacher))
+    write_pool(tmp_path / "problems.jsonl", task="modchain", n=6)
+    pools = []
+    for name in ("a", "b"):
+        cfg = GenerateConfig(teacher="lab:teacher@40", problems=str(tmp_path / "problems.jsonl"),
+                             out=str(tmp_path / f"{name}.jsonl"), n=6, temperature=1.0, top_p=1.0, max_new_tokens=40,
+                             device="cpu", checker="lab", seed=3, shard_size=4)
+        summary = generate_pool(cfg)
+        assert summary["generations"] == 36 and summary["checker"] == "lab"
+        pools.append([json.loads(x) for x in (tmp_path / f"{name}.jsonl").read_text().splitlines()])
+        monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / f"fresh-{name}"))  # the second run must not read the first's cache
+        import shutil
+
+        shutil.copytree(quick_teacher / "lab", tmp_path / f"fresh-{name}" / "lab")
+    assert pools[0] == pools[1]  # same seed, same samples, without any cache
+    for row in pools[0]:
+        assert row["correctness"] == [check(g, row["answer"]) for g in row["generations"]]
+        assert len(row["generations"]) == 6
+
+
+def test_teacher_view_is_the_teacher_models_own_nll(quick_teacher, monkeypatch):
+    import torch
+
+    from models.loading import load_model
+    from models.template import encode_pair
+    from training.evaluate import Evaluator
+
+    monkeypatch.setenv("ADVISOR_HOME", str(quick_teacher))
+    teacher = load_model("lab:teacher@40", device="cpu")
+    student = load_model("lab:teacher@40", device="cpu")  # any model generates; the teacher judges
+    rows = [{"prompt": "C3+4*9-2=", "answer": "1"}, {"prompt": "C7-8+1=", "answer": "0"}]
+    ev = Evaluator(rows, checker="lab", max_new_tokens=24, max_length=96, teacher=teacher)
+    gens = ev.generate(student, [0, 1])
+    row = ev.measure(student, gens)
+    direct = []
+    for r, g in zip(rows, gens):
+        if not g["text"].strip():
+            continue
+        e = encode_pair(teacher.tokenizer, r["prompt"], g["text"], 96)
+        ids = torch.tensor([e.input_ids])
+        with torch.no_grad():
+            logp = teacher.model(ids).logits.float().log_softmax(-1)[0]
+        direct.append(-logp[e.n_prompt - 1:-1].gather(1, ids[0, e.n_prompt:, None]).mean().item())
+    assert row["teacher_view"] == pytest.approx(sum(direct) / len(direct), abs=1e-4)

@@ -14,7 +14,7 @@ from advisor.select import load_scores
 from models import metrics
 from models.loading import load_model
 from models.template import encode_pair
-from probes.run import ProbeConfig, data_order, run_probe
+from probes.run import ProbeConfig, run_probe, truncate
 
 LOOP = "First 3+4=7. Then 7*2=14. Then 14-1=13. Then 13-1=12. Then 12-1=11. " + "Then 11-1=10. " * 8
 CLEAN = "First 3+4=7. Then 7*2=14. Then 14-1=13. So the answer is \\boxed{13}."
@@ -49,12 +49,6 @@ def test_answers_on_handmade_strings():
     assert metrics.check_answer("|3,7,4;A4", "4", "lab") and not metrics.check_answer("|3,7,4", "4", "lab")
 
 
-def test_data_order_is_shared_and_covers_every_row():
-    order = data_order(10, steps=5, batch=4, seed=3)
-    assert order == data_order(10, steps=5, batch=4, seed=3)
-    assert sorted(order[0] + order[1] + order[2][:2]) == list(range(10))
-
-
 def _pool(tmp_path, n=24):
     rng = random.Random(0)
     rows = []
@@ -69,7 +63,8 @@ def _pool(tmp_path, n=24):
     return read_pool(path)
 
 
-CFG = dict(steps=8, batch_size=4, eval_every=4, eval_problems=6, max_new_tokens=12, learning_rate=3e-3, device="cpu")
+CFG = dict(steps=8, batch_size=4, eval_every=4, eval_problems=6, max_new_tokens=12, learning_rate=3e-3, device="cpu",
+           warmup_steps=2)
 
 
 def _data(tiny_llama, tmp_path, cfg):
@@ -103,23 +98,53 @@ def test_probe_report_numbers(tiny_llama, tmp_path):
     assert start["teacher_nll"] == pytest.approx(sum(direct) / len(direct), abs=1e-4)
     assert start == report["curves"]["low"][0]  # same base, same point
     f = report["features"]
-    assert f["high_teacher_nll_drop"] == pytest.approx(start["teacher_nll"] - report["curves"]["high"][-1]["teacher_nll"])
-    assert f["high_teacher_nll_drop"] > 0  # training on teacher responses moves the student toward them
-    assert math.isfinite(f["teacher_nll_drop_ratio_low_high"]) and f["log10_params"] == pytest.approx(math.log10(lm.description["n_params"]))
+    end = report["curves"]["high"][-1]["teacher_nll"]
+    assert f["high_teacher_nll_drop_rel"] == pytest.approx((start["teacher_nll"] - end) / start["teacher_nll"])
+    assert f["high_teacher_nll_drop_rel"] > 0  # training on teacher responses moves the student toward them
+    assert math.isfinite(f["gap_teacher_nll_drop_rel"]) and "log10_params" not in f and "n_params" not in f
+    assert f["high_train_loss_drop_rel"] > 0 and math.isfinite(f["likelihood_gap_per_token"])
+    # base drift at step 0 is the base model's own NLL of its generations; it rises as training moves away
+    assert start["base_drift"] > 0 and math.isfinite(f["high_drift_rel"])
+    assert start["answer_logprob"] < 0 and math.isfinite(f["high_answer_logprob_gain"])
     assert report["cost"]["probe_train_tokens"] > 0 and report["cost"]["share_of_full_run"]["5"] > 0
+    # a shorter probe is the prefix of a longer one: its features come from the truncated curves
+    short = truncate(report["curves"], 8)
+    assert [p["step"] for p in short["low"]] == [0, 4, 8]
+
+
+class _Killed(Exception):
+    pass
 
 
 def test_killed_probe_resumes_to_the_same_report(tiny_llama, tmp_path):
     cfg = ProbeConfig(**CFG)
     lm, data = _data(tiny_llama, tmp_path, cfg)
     whole = run_probe(tiny_llama, data, cfg, tmp_path / "whole", lm=lm)
-    assert run_probe(tiny_llama, data, cfg, tmp_path / "resumed", lm=lm, stop_after_points=1) == {"stopped_early": True}
-    assert (tmp_path / "resumed" / "state" / "high" / "ckpt.pt").exists()
+
+    def kill(strategy, step, total):
+        if strategy == "low" and step == 6:  # after the checkpoint at step 4
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        run_probe(tiny_llama, data, cfg, tmp_path / "resumed", lm=lm, progress=kill)
+    assert (tmp_path / "resumed" / "high" / "record.json").exists()
+    assert (tmp_path / "resumed" / "low" / "checkpoint-4").is_dir()
     assert not (tmp_path / "resumed" / "probe.json").exists()
     resumed = run_probe(tiny_llama, data, cfg, tmp_path / "resumed", lm=lm)
     same = lambda a, b: json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # NaN-safe equality
     assert same(resumed["curves"], whole["curves"])
-    assert same(resumed["features"], whole["features"]) and resumed["cost"] == whole["cost"]
+    assert same(resumed["features"], whole["features"])
+
+
+def test_probe_folder_of_another_model_is_refused(tiny_llama, tiny_qwen, tmp_path):
+    from models.errors import InputError
+
+    cfg = ProbeConfig(**{**CFG, "steps": 4})
+    lm, data = _data(tiny_llama, tmp_path, cfg)
+    run_probe(tiny_llama, data, cfg, tmp_path / "p", lm=lm)
+    other = load_model(tiny_qwen, device="cpu")
+    with pytest.raises(InputError, match="another manifest"):
+        run_probe(tiny_qwen, data, cfg, tmp_path / "p", lm=other)
 
 
 def test_probe_cli_bad_settings(tiny_llama, tmp_path):

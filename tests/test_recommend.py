@@ -1,6 +1,8 @@
-"""calibrate -> fit -> recommend on the smallest lab student, and the manifest feeding training."""
+"""calibrate -> fit -> recommend on the smallest lab student, the priors, and the manifest feeding training."""
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -16,11 +18,21 @@ def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
+PAPER = Path(__file__).resolve().parent.parent / "benchmarks" / "paper_students"
+
+
 @pytest.fixture(scope="module")
 def synthetic_predictor(tmp_path_factory):
     out = tmp_path_factory.mktemp("pred")
-    fit_and_save(make_records(), out)
+    fit_and_save(make_records(), out, n_members=4, kinds=("logistic",))
     return out
+
+
+@pytest.fixture
+def lab_pool_file(lab_home, tmp_path):
+    pool = tmp_path / "labpool.jsonl"
+    assert run("lab", "pool", "--n", 120, "--out", pool).exit_code == 0
+    return pool
 
 
 def test_quick_calibration_writes_records_and_resumes(lab_home, tmp_path):
@@ -29,56 +41,102 @@ def test_quick_calibration_writes_records_and_resumes(lab_home, tmp_path):
     records = [json.loads(x) for x in (tmp_path / "cal" / "records.jsonl").read_text().splitlines()]
     assert [x["strategy"] for x in records] == ["high", "low", "mixed"]
     for rec in records:
-        assert rec["model"]["spec"] == "lab:xs" and rec["model"]["n_params"] > 0
-        assert [e["epoch"] for e in rec["evals"]] == [0.5, 1.0]  # two evaluations per epoch in --quick
+        assert rec["model"]["spec"] == "lab:xs" and rec["model"]["n_params"] > 0 and "path" not in rec["model"]
+        assert [e["epoch"] for e in rec["evals"]] == [0.0, 0.5, 1.0]  # the base, then two evaluations per epoch
         assert all(0 <= e["accuracy"] <= 1 for e in rec["evals"])
-        assert "low_teacher_nll_drop_rel" in rec["features"] and rec["best_accuracy"] == max(e["accuracy"] for e in rec["evals"])
-    stamp = {p: p.stat().st_mtime_ns for p in (tmp_path / "cal").rglob("runs/*.json")}
+        assert "low_teacher_nll_drop_rel" in rec["features"] and rec["unit"]["score"] == "sum"
+        assert rec["best_accuracy"] == max(e["accuracy"] for e in rec["evals"] if e["step"] > 0)
+    text = (tmp_path / "cal" / "records.jsonl").read_text()
+    assert str(tmp_path) not in text and "NaN" not in text
+    stamp = {p: p.stat().st_mtime_ns for p in (tmp_path / "cal").rglob("record.json")}
     again = run("calibrate", "--quick", "--out", tmp_path / "cal", "--json")
     assert again.exit_code == 0 and {p: p.stat().st_mtime_ns for p in stamp} == stamp  # nothing recomputed
 
 
-def test_fit_cli_prints_the_table_and_saves(tmp_path):
+def test_fit_cli_prints_the_tables_and_saves(tmp_path):
     path = tmp_path / "records.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in make_records()))
-    r = run("fit", "--records", path, "--out", tmp_path / "pred", "--json")
+    r = run("fit", "--records", path, "--out", tmp_path / "pred", "--members", 4, "--json")
     assert r.exit_code == 0, r.stderr
     res = json.loads(r.stdout)
-    methods = {row["method"] for row in res["cv"]}
-    assert {"lightgbm", "logistic", "always high (GRAPE)", "always low (hardest)", "rule of thumb (fitted thresholds)"} <= methods
-    assert Predictor.load(tmp_path / "pred").kind == res["chosen"]
-    assert Predictor.load(tmp_path / "pred" / "prior").features == ("log10_params", "budget")
+    methods = set(res["cv"]["student"]["methods"])
+    assert {"lightgbm", "logistic", "always high (GRAPE)", "always low", "always mixed",
+            "rule of thumb (fitted thresholds)"} <= methods
+    pred = Predictor.load(tmp_path / "pred")
+    assert pred.kind == res["chosen"] and len(pred.members) == 4
+    assert pred.meta["lab_prior"]["features"] == ["log10_params", "budget", "log10_params_x_budget"]
+    r = run("fit", "--records", path, "--out", tmp_path / "p2", "--kinds", "forest")
+    assert r.exit_code == 2 and "--kinds" in r.stderr
 
 
-def test_recommend_end_to_end_on_the_smallest_lab_student(lab_home, tmp_path, synthetic_predictor):
+def test_recommend_end_to_end_on_the_smallest_lab_student(lab_pool_file, tmp_path, synthetic_predictor):
     out = tmp_path / "rec"
-    r = run("recommend", "--model", "lab:xs", "--budget", 3, "--out", out, "--predictor", synthetic_predictor,
-            "--lab-n", 120, "--probe-steps", 8, "--device", "cpu", "--json")
+    common = ["--model", "lab:xs", "--pool", lab_pool_file, "--predictor", synthetic_predictor, "--probe-steps", 8,
+              "--probe-eval-problems", 32, "--device", "cpu", "--json"]
+    r = run("recommend", "--budget", 3, "--out", out, *common)
     assert r.exit_code == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["strategy"] in ("high", "low", "mixed") and abs(sum(rep["probabilities"].values()) - 1) < 1e-6
     assert rep["strategy"] == max(rep["probabilities"], key=rep["probabilities"].get)
     assert rep["features"]["budget"] == 3.0 and "low_teacher_nll_drop_rel" in rep["features"]
+    assert rep["confidence"] in ("high", "medium", "low") and rep["confidence_reasons"]
+    assert set(rep["interval"]) == {"high", "low", "mixed"} and rep["range"] and rep["neighbours"]
+    assert rep["settings"]["probe_steps"] == {"value": 8, "source": "--probe-steps"}
+    assert rep["settings"]["max_length"]["source"] == "lab default"
     for name in ("recommendation.json", "train.jsonl", "eval.jsonl", "report.png", "probe/probe.json"):
         assert (out / name).exists(), name
     m = load_manifest(out / "recommendation.json")  # what `advisor train` reads, unchanged
     assert m.strategy == rep["strategy"] and m.training.epochs == 3 and m.model_spec == "lab:xs"
+    assert str(tmp_path) not in (out / "recommendation.json").read_text()
     train = [json.loads(x) for x in (out / "train.jsonl").read_text().splitlines()]
     evals = [json.loads(x) for x in (out / "eval.jsonl").read_text().splitlines()]
     assert len(train) == 120 - 32 and len(evals) == 32 and m.eval.checker == "lab"
     assert not {t["prompt"] for t in train} & {e["prompt"] for e in evals}
     # more budget never makes the synthetic predictor less keen on low for the same student
-    more = run("recommend", "--model", "lab:xs", "--budget", 10, "--out", tmp_path / "rec10", "--predictor",
-               synthetic_predictor, "--lab-n", 120, "--probe-steps", 8, "--device", "cpu", "--json")
+    more = run("recommend", "--budget", 10, "--out", tmp_path / "rec10", *common)
     assert json.loads(more.stdout)["probabilities"]["low"] >= rep["probabilities"]["low"] - 1e-9
+    # the same folder with another student is refused, not silently reused
+    again = run("recommend", "--budget", 3, "--out", out, *[("lab:s" if a == "lab:xs" else a) for a in common])
+    assert again.exit_code == 2 and "other inputs" in again.stderr
 
 
-def test_recommend_without_probe_is_low_confidence(lab_home, tmp_path, synthetic_predictor):
+def test_recommend_without_probe_uses_the_lab_prior(lab_pool_file, tmp_path, synthetic_predictor):
     r = run("recommend", "--model", "lab:xs", "--budget", 1, "--out", tmp_path / "rec", "--predictor",
-            synthetic_predictor, "--lab-n", 120, "--no-probe", "--device", "cpu", "--json")
+            synthetic_predictor, "--pool", lab_pool_file, "--no-probe", "--device", "cpu", "--json")
     assert r.exit_code == 0, r.stderr
     rep = json.loads(r.stdout)
-    assert rep["confidence"] == "low" and rep["predictor"] == "prior" and not (tmp_path / "rec" / "probe").exists()
+    assert rep["confidence"] == "low" and rep["predictor"] == "lab prior" and not (tmp_path / "rec" / "probe").exists()
+    assert (tmp_path / "rec" / "train.jsonl").exists()
+
+
+@pytest.mark.parametrize("student,budget,answer", [
+    ("qwen2.5-1.5b", 1, "high"), ("qwen2.5-1.5b", 5, "high"),
+    ("qwen2.5-3b-instruct", 1, "high"), ("qwen2.5-3b-instruct", 5, "high"),
+    ("qwen2.5-math-7b", 1, "high"), ("qwen2.5-math-7b", 5, "low"),
+    ("qwen3-8b", 1, "high"), ("qwen3-8b", 5, "low"),
+    ("qwen3-4b", 5, "uncertain"),
+])
+def test_a_config_only_folder_gets_the_papers_findings_without_weights(tmp_path, synthetic_predictor, student, budget,
+                                                                      answer):
+    folder = tmp_path / student
+    folder.mkdir()
+    shutil.copy(PAPER / student / "config.json", folder / "config.json")  # no weights, no tokenizer
+    r = run("recommend", "--model", folder, "--budget", budget, "--no-probe", "--out", tmp_path / "rec",
+            "--predictor", synthetic_predictor, "--json")
+    assert r.exit_code == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["prior"] == "paper" and rep["answer"] == answer and rep["model"]["n_params"] > 1e9
+    assert any("2608.13721" in x for x in rep["confidence_reasons"])
+    saved = json.loads((tmp_path / "rec" / "recommendation.json").read_text())
+    assert saved["advice_only"] is True and saved["dataset"] is None and sorted(p.name for p in folder.iterdir()) == ["config.json"]
+
+
+def test_a_real_student_needs_a_pool_to_be_probed(tmp_path, synthetic_predictor):
+    folder = tmp_path / "s"
+    folder.mkdir()
+    shutil.copy(PAPER / "qwen2.5-1.5b" / "config.json", folder / "config.json")
+    r = run("recommend", "--model", folder, "--budget", 2, "--out", tmp_path / "rec", "--predictor", synthetic_predictor)
+    assert r.exit_code == 2 and "--pool is needed" in r.stderr and not (tmp_path / "rec").exists()
 
 
 def test_recommend_bad_input(lab_home, tmp_path, synthetic_predictor):
@@ -96,7 +154,7 @@ def test_recommend_bad_input(lab_home, tmp_path, synthetic_predictor):
 def test_recommend_takes_precomputed_scores(lab_home, tmp_path, synthetic_predictor):
     """Scores made elsewhere (say `advisor score --backend vllm` in its own environment) feed recommend unchanged."""
     pool = tmp_path / "pool.jsonl"
-    assert run("lab", "pool", "--n", 60, "--out", pool).exit_code == 0
+    assert run("lab", "pool", "--n", 200, "--out", pool).exit_code == 0
     r = run("score", "--model", "lab:xs", "--pool", pool, "--out", tmp_path / "s", "--max-length", 96, "--device", "cpu")
     assert r.exit_code == 0, r.stderr
     common = ["--model", "lab:xs", "--budget", 2, "--pool", pool, "--predictor", synthetic_predictor, "--no-probe",
@@ -105,7 +163,7 @@ def test_recommend_takes_precomputed_scores(lab_home, tmp_path, synthetic_predic
     own = run("recommend", *common, "--out", tmp_path / "own")
     assert given.exit_code == own.exit_code == 0, given.stderr + own.stderr
     a, b = json.loads(given.stdout), json.loads(own.stdout)
-    assert a["strategy"] == b["strategy"] and a["features"] == b["features"]
+    assert a["strategy"] == b["strategy"] and a["features"] == b["features"] and a["predictor"] == "lab prior"
     assert not (tmp_path / "given" / "score").exists() and (tmp_path / "own" / "score").exists()
     assert (tmp_path / "given" / "train.jsonl").read_bytes() == (tmp_path / "own" / "train.jsonl").read_bytes()
     r = run("recommend", "--model", "lab:xs", "--budget", 2, "--scores", tmp_path / "s" / "scores.jsonl", "--out", tmp_path / "x")

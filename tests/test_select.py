@@ -27,8 +27,8 @@ def pool_and_scores(tmp_path):
 
 def test_high_and_low_are_argmax_and_argmin(pool_and_scores):
     pool, scores = pool_and_scores
-    high = select(pool, scores, SelectConfig("high"))
-    low = select(pool, scores, SelectConfig("low"))
+    high = select(pool, scores, SelectConfig("high", score="mean"))
+    low = select(pool, scores, SelectConfig("low", score="mean"))
     for i, (h, lo) in enumerate(zip(high.rows, low.rows)):
         assert (h["id"], h["k"]) == (f"q{i}", i % 4)
         assert (lo["id"], lo["k"]) == (f"q{i}", (i + 1) % 4)
@@ -42,20 +42,21 @@ def test_sum_ranking_differs_from_mean(pool_and_scores):
     for k in range(4):  # make longer responses win on the sum while mean is unchanged
         scores[("q0", k)]["logprob_sum"] = -100.0 + 10 * k
     assert select(pool, scores, SelectConfig("high", score="sum")).rows[0]["k"] == 3
-    assert select(pool, scores, SelectConfig("high")).rows[0]["k"] == 0
+    assert select(pool, scores, SelectConfig("high", score="mean")).rows[0]["k"] == 0
+    assert SelectConfig().score == "sum"  # the paper's ranking is the default
 
 
 def test_mixed_and_curriculum(pool_and_scores):
     pool, scores = pool_and_scores
-    mixed = select(pool, scores, SelectConfig("mixed", mix=0.3, seed=1))
+    mixed = select(pool, scores, SelectConfig("mixed", score="mean", mix=0.3, seed=1))
     assert len(mixed.rows) == 10 and sum(r["phase"] == "low" for r in mixed.rows) == 3
     for r in mixed.rows:
         i = int(r["id"][1:])
         assert r["k"] == ((i + 1) % 4 if r["phase"] == "low" else i % 4)
-    again = select(pool, scores, SelectConfig("mixed", mix=0.3, seed=1))
+    again = select(pool, scores, SelectConfig("mixed", score="mean", mix=0.3, seed=1))
     assert [r["k"] for r in again.rows] == [r["k"] for r in mixed.rows]
-    assert sum(r["phase"] == "low" for r in select(pool, scores, SelectConfig("mixed", mix=0.0)).rows) == 0
-    cur = select(pool, scores, SelectConfig("curriculum"))
+    assert sum(r["phase"] == "low" for r in select(pool, scores, SelectConfig("mixed", score="mean", mix=0.0)).rows) == 0
+    cur = select(pool, scores, SelectConfig("curriculum", score="mean"))
     assert [r["phase"] for r in cur.rows] == ["high"] * 10 + ["low"] * 10
 
 
@@ -79,7 +80,7 @@ def test_bad_settings_and_mismatched_scores(pool_and_scores):
     with pytest.raises(InputError, match="--strategy 'best' is unknown"):
         select(pool, scores, SelectConfig("best"))
     with pytest.raises(InputError, match=r"--mix -0.2 is outside \[0, 1\]"):
-        select(pool, scores, SelectConfig("mixed", mix=-0.2))
+        select(pool, scores, SelectConfig("mixed", score="mean", mix=-0.2))
     del scores[("q3", 2)]
     with pytest.raises(InputError, match="scores do not cover 1 of 10 problems.*q3"):
-        select(pool, scores, SelectConfig("high"))
+        select(pool, scores, SelectConfig("high", score="mean"))

@@ -18,7 +18,7 @@ from training.callbacks import eval_schedule
 from training.manifest import EvalSpec, Manifest, TrainingSpec, load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORD_KEYS = {"version", "run_id", "model", "strategy", "mix", "n_train", "epochs", "features", "pool", "evals",
+RECORD_KEYS = {"version", "run_id", "model", "strategy", "mix", "n_train", "epochs", "features", "pool", "evals", "train_tokens",
                "best_accuracy", "final_accuracy", "seconds", "settings", "final_checkpoint"}
 
 

@@ -1,10 +1,10 @@
 """Trainer callbacks: checkpoint evaluation on the paper's schedule, curriculum, one progress line.
 
 Evaluation (`EvalCallback`): at step 0 (the base model) and at `evals_per_epoch` evenly spaced
-steps per epoch (step round(k * steps_per_epoch / evals_per_epoch), plus the last step), right
-after that step's checkpoint is written, every
+steps per epoch (step round(k * steps_per_epoch / evals_per_epoch), plus the last step) — or,
+for probes, every `eval_every` steps — right after that step's checkpoint is written, every
 process generates for its own slice of the held-out prompts (rows rank, rank + world, ...); the
-texts are gathered on rank 0, which scores them and writes the row. A checkpoint is saved at each
+texts are gathered on rank 0, which measures them (`training.evaluate.Evaluator`) and writes the row. A checkpoint is saved at each
 of those steps, and a marker (`advisor_state.json`: the eval row and the time spent so far) is
 written into it last, so a checkpoint without its marker is known to be incomplete.
 
@@ -23,6 +23,7 @@ from transformers import TrainerCallback
 
 from models.files import read_jsonl, write_json, write_jsonl
 from training import metrics
+from training.evaluate import Evaluator
 
 MARKER = "advisor_state.json"
 
@@ -65,8 +66,11 @@ def gather_to_main(obj):
 
 
 # ---- schedule ----------------------------------------------------------------------------
-def eval_schedule(steps_per_epoch: int, max_steps: int, evals_per_epoch: int) -> list[int]:
-    """Steps at which to evaluate and checkpoint: evals_per_epoch per epoch, and the last step."""
+def eval_schedule(steps_per_epoch: int, max_steps: int, evals_per_epoch: int, every: int | None = None) -> list[int]:
+    """Steps at which to evaluate and checkpoint: evals_per_epoch per epoch (or every `every`
+    steps), and the last step."""
+    if every:
+        return sorted(set(range(every, max_steps + 1, every)) | {max_steps})
     n = math.ceil(max_steps / steps_per_epoch * evals_per_epoch)
     steps = {int(k * steps_per_epoch / evals_per_epoch + 0.5) for k in range(1, n + 1)}  # round half up
     return sorted({s for s in steps if 1 <= s <= max_steps} | {max_steps})
@@ -78,12 +82,13 @@ def steps_per_epoch_of(dataloader, grad_accum: int) -> int:
 
 
 # ---- eval rows ---------------------------------------------------------------------------
-def read_eval_rows(path: Path) -> list[dict]:
+def read_curve(path: Path) -> list[dict]:
+    """The rows of a run's eval.jsonl (one per evaluation point), or none yet."""
     return read_jsonl(path) if path.exists() else []
 
 
 def upsert_eval_row(path: Path, row: dict) -> list[dict]:
-    rows = {r["step"]: r for r in read_eval_rows(path)}
+    rows = {r["step"]: r for r in read_curve(path)}
     rows[row["step"]] = row
     out = [rows[s] for s in sorted(rows)]
     write_jsonl(path, out)
@@ -92,7 +97,7 @@ def upsert_eval_row(path: Path, row: dict) -> list[dict]:
 
 def truncate_eval_rows(path: Path, last_step: int) -> None:
     """Drop rows past the checkpoint a run resumes from (they are recomputed)."""
-    rows = read_eval_rows(path)
+    rows = read_curve(path)
     keep = [r for r in rows if r["step"] <= last_step]
     if len(keep) != len(rows):
         write_jsonl(path, keep)
@@ -101,16 +106,17 @@ def truncate_eval_rows(path: Path, last_step: int) -> None:
 class EvalCallback(TrainerCallback):
     """Generation-based evaluation at the scheduled steps; see the module doc."""
 
-    def __init__(self, run_dir: Path, eval_rows: list[dict] | None, checker: str, max_new_tokens: int,
-                 temperature: float, evals_per_epoch: int, grad_accum: int, seed: int, tokenizer, spec: str,
-                 elapsed_before: float = 0.0, log=None):
+    def __init__(self, run_dir: Path, evaluator: Evaluator, evals_per_epoch: int, grad_accum: int, seed: int,
+                 tokenizer, spec: str, eval_every: int | None = None, elapsed_before: float = 0.0, log=None,
+                 step0_row: dict | None = None):
         self.run_dir = Path(run_dir)
         self.eval_file = self.run_dir / "eval.jsonl"
-        self.eval_rows = eval_rows or []
-        self.checker = checker
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
+        self.evaluator = evaluator
+        self.eval_rows = evaluator.rows
+        self.checker = evaluator.checker
         self.evals_per_epoch = evals_per_epoch
+        self.eval_every = eval_every
+        self.step0_row = step0_row
         self.grad_accum = grad_accum
         self.seed = seed
         self.tokenizer = tokenizer
@@ -131,11 +137,14 @@ class EvalCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kw):
         self.steps_per_epoch = steps_per_epoch_of(train_dataloader, self.grad_accum)
-        self.schedule = eval_schedule(self.steps_per_epoch, state.max_steps, self.evals_per_epoch)
+        self.schedule = eval_schedule(self.steps_per_epoch, state.max_steps, self.evals_per_epoch, self.eval_every)
         if state.global_step == 0:
             # rank 0's view decides for all ranks, since every rank must join the evaluation
-            done = gather_to_main(0 in {r["step"] for r in read_eval_rows(self.eval_file)} if rank() == 0 else None)[0]
-            if not done:
+            done = gather_to_main(0 in {r["step"] for r in read_curve(self.eval_file)} if rank() == 0 else None)[0]
+            if not done and self.step0_row is not None:
+                if rank() == 0:
+                    upsert_eval_row(self.eval_file, {**self.step0_row, "step": 0, "epoch": 0.0})
+            elif not done:
                 self._evaluate(model, state, args)
 
     def on_log(self, args, state, control, logs=None, **kw):
@@ -168,12 +177,18 @@ class EvalCallback(TrainerCallback):
         t0 = time.perf_counter()
         row = {"step": step, "epoch": step / self.steps_per_epoch}
         if self.eval_rows:
-            texts = self._generate(model, args, step)
+            gens = self._generate(model, args, step)
             if rank() == 0:
-                answers = [r.get("answer") for r in self.eval_rows]
-                row.update(metrics.generation_metrics(texts, answers, self.checker))
-                row["examples"] = [{"prompt": r["prompt"], "answer": r.get("answer"), "generation": t}
-                                   for r, t in zip(self.eval_rows[:3], texts[:3])]
+                was_training = model.training
+                model.eval()
+                try:
+                    with _full_params(self.trainer):
+                        row.update(self.evaluator.measure(self._lm(model, args), gens))
+                finally:
+                    if was_training:
+                        model.train()
+                row["examples"] = [{"prompt": r["prompt"], "answer": r.get("answer"), "generation": g["text"]}
+                                   for r, g in zip(self.eval_rows[:3], gens[:3])]
         else:
             row.update({"accuracy": None, "repetition_rate": None, "answer_rate": None, "mean_chars": None})
         row["train_loss"] = sum(self.losses) / len(self.losses) if self.losses else None
@@ -191,29 +206,29 @@ class EvalCallback(TrainerCallback):
                      f"{'—' if acc is None else f'{acc:.3f}'}, repetition {_f(row.get('repetition_rate'))}, "
                      f"answers {_f(row.get('answer_rate'))} [{row['eval_seconds']:.1f}s]")
 
-    def _generate(self, model, args, step: int) -> list[str]:
-        """Generations for every eval prompt, in order, on rank 0 (sharded over ranks)."""
-        from models.hf import HFBackend
+    def _lm(self, model, args):
         from models.loading import LoadedModel
 
+        return LoadedModel(model, self.tokenizer, args.device, self.spec, None, {})
+
+    def _generate(self, model, args, step: int) -> list[dict]:
+        """Generations for every eval prompt, in order, on rank 0 (sharded over ranks)."""
         r, w = rank(), world()
         mine = list(range(r, len(self.eval_rows), w))
         was_training = model.training
         model.eval()
         try:
             with _full_params(self.trainer):
-                lm = LoadedModel(model, self.tokenizer, args.device, self.spec, None, {})
-                out = HFBackend(lm).generate([self.eval_rows[i]["prompt"] for i in mine], self.max_new_tokens,
-                                             temperature=self.temperature, seed=self.seed + step) if mine else []
+                out = self.evaluator.generate(self._lm(model, args), mine, seed=self.seed + step)
         finally:
             if was_training:
                 model.train()
-        parts = gather_to_main([(i, o[0]) for i, o in zip(mine, out)])
-        texts = [""] * len(self.eval_rows)
+        parts = gather_to_main(list(zip(mine, out)))
+        gens: list[dict] = [{"text": "", "n_tokens": 0, "finished": True}] * len(self.eval_rows)
         for part in parts:
-            for i, t in part:
-                texts[i] = t
-        return texts
+            for i, g in part:
+                gens[i] = g
+        return gens
 
 
 class _NullCtx:

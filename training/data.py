@@ -35,7 +35,8 @@ def read_sft_rows(path: str | Path) -> list[dict]:
     return rows
 
 
-def read_eval_rows(path: str | Path, limit: int | None) -> list[dict]:
+def read_eval_set(path: str | Path, limit: int | None) -> list[dict]:
+    """The held-out rows: string `prompt`, optional `answer`, optional `references` (teacher responses)."""
     try:
         rows = read_jsonl(path)
     except ValueError as e:
@@ -46,6 +47,10 @@ def read_eval_rows(path: str | Path, limit: int | None) -> list[dict]:
             raise InputError(f"eval set {path} row {i}: needs a string 'prompt' (and 'answer' for accuracy)")
         if r.get("answer") is not None:
             r["answer"] = str(r["answer"])
+        refs = r.get("references")
+        if refs is not None and not (isinstance(refs, dict) and all(
+                isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v)) for v in refs.values())):
+            raise InputError(f"eval set {path} row {i}: 'references' must map a kind to a response or a list of responses")
     if not rows:
         raise InputError(f"eval set {path} has no rows")
     return rows
@@ -84,15 +89,17 @@ class SFTDataset:
 
 
 class CompletionCollator:
-    """Pads a batch; labels cover the response and its EOS only."""
+    """Pads a batch; labels cover the response and its EOS only. Counts the tokens it served."""
 
     def __init__(self, tokenizer, max_length: int):
         self.tokenizer = tokenizer
         self.max_length = max_length
+        self.tokens = 0
 
     def __call__(self, features: list[dict]) -> dict:
         from models.template import collate
 
         ids, mask, labels = collate(self.tokenizer, [(f["prompt"], f["completion"]) for f in features],
                                     self.max_length, completion_only=True, add_eos=True)
+        self.tokens += int(mask.sum())
         return {"input_ids": ids, "attention_mask": mask, "labels": labels}

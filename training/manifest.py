@@ -39,6 +39,11 @@ class EvalSpec:
     max_new_tokens: int = 256  # generation bound (a loop that hits it counts as repetition)
     temperature: float = 0.0  # 0 = greedy pass@1; > 0 samples one completion per prompt
     limit: int | None = 200  # first `limit` rows of the eval file; None = all
+    teacher: str | None = None  # a teacher model (folder, hub id, lab:NAME): its NLL of the generations is teacher_view
+    base_drift: bool = False  # report the frozen base student's NLL of the generations (one more model in memory)
+    per_problem: bool = False  # keep each problem's correctness and answer log-likelihood in eval.jsonl
+    view_limit: int | None = None  # teacher_view / base_drift on the first N generations only; None = all
+    token_budget: int | None = None  # padded tokens per generation / scoring batch; None = the backend's default
 
 
 @dataclass
@@ -53,6 +58,9 @@ class TrainingSpec:
     evals_per_epoch: int = 4  # evaluations (and checkpoints) per epoch
     lr_scheduler: str = "cosine"
     warmup_ratio: float = 0.03  # share of all steps spent warming up
+    warmup_steps: int | None = None  # warm-up in steps, instead of warmup_ratio (probes: so a shorter probe is a prefix of a longer one)
+    max_steps: int | None = None  # stop after this many optimizer steps (probes); None: the epochs decide
+    eval_every: int | None = None  # evaluate every N steps (probes) instead of evals_per_epoch per epoch
     weight_decay: float = 0.0
     seed: int = 0  # data order, init of LoRA weights, sampling
     lora: dict | None = None  # None = full-parameter SFT; {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear"}
@@ -133,6 +141,10 @@ class Manifest:
             bad.append(f"training.lr_scheduler: {t.lr_scheduler!r} is unknown (use {', '.join(SCHEDULERS)})")
         if not _num(t.warmup_ratio) or not 0 <= t.warmup_ratio < 1:
             bad.append(f"training.warmup_ratio: must be in [0, 1), got {t.warmup_ratio!r}")
+        for name in ("warmup_steps", "max_steps", "eval_every"):
+            v = getattr(t, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "warmup_steps" else 1)):
+                bad.append(f"training.{name}: must be a whole number ≥ {0 if name == 'warmup_steps' else 1} or null, got {v!r}")
         if not _num(t.weight_decay) or t.weight_decay < 0:
             bad.append(f"training.weight_decay: must be ≥ 0, got {t.weight_decay!r}")
         if t.save_total_limit is not None and (not isinstance(t.save_total_limit, int) or t.save_total_limit < 1):
@@ -159,6 +171,15 @@ class Manifest:
             bad.append(f"eval.temperature: must be ≥ 0 (0 = greedy), got {e.temperature!r}")
         if e.limit is not None and (not isinstance(e.limit, int) or e.limit < 1):
             bad.append(f"eval.limit: must be ≥ 1 or null (all rows), got {e.limit!r}")
+        if e.teacher is not None and (not isinstance(e.teacher, str) or not e.teacher.strip()):
+            bad.append(f"eval.teacher: a model (folder, hub id or lab:NAME) or null, got {e.teacher!r}")
+        for name in ("view_limit", "token_budget"):
+            v = getattr(e, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                bad.append(f"eval.{name}: must be a whole number ≥ 1 or null, got {v!r}")
+        for name in ("base_drift", "per_problem"):
+            if not isinstance(getattr(e, name), bool):
+                bad.append(f"eval.{name}: must be true or false, got {getattr(e, name)!r}")
         return bad
 
     def validate(self, check_files: bool = True, where: str = "manifest") -> "Manifest":

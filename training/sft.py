@@ -52,6 +52,22 @@ def run_key(m: Manifest) -> str:
     return stable_hash(d)
 
 
+def _check_run_folder(run_dir: Path, key: str) -> None:
+    """A run folder is resumed only by the run that made it (same manifest, same data files)."""
+    import json
+
+    config_path = run_dir / "config.json"
+    if not config_path.exists():
+        return
+    try:
+        old = json.loads(config_path.read_text(encoding="utf-8")).get("run_key")
+    except (json.JSONDecodeError, AttributeError):
+        old = None
+    if old != key:
+        raise InputError(f"{run_dir} holds a run of another manifest or dataset; pass a new --out "
+                         "(or delete that folder to start over)")
+
+
 def checkpoints(run_dir: Path) -> list[tuple[int, Path, bool]]:
     """(step, path, complete) for every checkpoint folder, oldest first."""
     from training.callbacks import MARKER
@@ -82,13 +98,35 @@ def precision(dtype: str, cuda: bool) -> tuple[str, bool, bool]:
     return "float32", False, False
 
 
+_LOADED: dict[tuple, object] = {}  # teachers kept in memory across the runs of one process (calibration)
+
+
+def _load_cached(spec: str, dtype: str):
+    from models.loading import load_model
+
+    key = (spec, dtype)
+    if key not in _LOADED:
+        _LOADED[key] = load_model(spec, device="cpu", dtype=dtype)
+    return _LOADED[key]
+
+
 def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, records: str | None = None,
-            device: str = "auto", dtype: str = "auto", threads: int = 0, callbacks=(), stream=None) -> dict:
-    """Train, evaluate, checkpoint, resume; return the RunRecord (also written to RUN/record.json)."""
+            device: str = "auto", dtype: str = "auto", threads: int = 0, callbacks=(), stream=None,
+            lm=None, store: bool = True, step0_row: dict | None = None) -> dict:
+    """Train, evaluate, checkpoint, resume; return the RunRecord (also written to RUN/record.json).
+
+    `lm`: the base student already in memory (a `LoadedModel`); a copy of it is trained, so
+    callers that run several trainings from one base (probes, calibration) load it once.
+    `store=False` keeps the record out of the records store (probe runs are not full runs).
+    `step0_row`: the base model's evaluation, when another run from the same base and eval set
+    already measured it (probes); it is written instead of evaluating step 0 again.
+    """
     m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
     manifest_file = None if isinstance(manifest, Manifest) else str(Path(manifest).resolve())
     run_dir = Path(out)
     stream = stream or sys.stderr
+    key = run_key(m)
+    _check_run_folder(run_dir, key)
     done = run_dir / "record.json"
     if done.exists():
         import json
@@ -103,7 +141,8 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     from transformers.utils import logging as hf_logging
 
     from training import callbacks as cbs
-    from training.data import CompletionCollator, SFTDataset, read_eval_rows, read_sft_rows
+    from training.data import CompletionCollator, SFTDataset, read_eval_set, read_sft_rows
+    from training.evaluate import Evaluator
     from training.metrics import checker_name
     from training.record import build_record, plot_curve, write_record
 
@@ -125,16 +164,18 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
 
     rows = read_sft_rows(m.dataset_path)
     train_set = SFTDataset(rows, t.switch_epoch, where=str(m.dataset_path))
-    eval_rows = read_eval_rows(m.eval_path, e.limit) if m.eval_path else []
+    eval_rows = read_eval_set(m.eval_path, e.limit) if m.eval_path else []
 
     args = TrainingArguments(
         output_dir=str(run_dir),
         per_device_train_batch_size=per_device,
         gradient_accumulation_steps=t.grad_accum,
         num_train_epochs=float(t.epochs),
+        max_steps=t.max_steps or -1,
         learning_rate=t.learning_rate,
         lr_scheduler_type=t.lr_scheduler,
-        warmup_steps=float(t.warmup_ratio),  # < 1: a share of all steps
+        # transformers 5 reads a warmup_steps below 1 as a share of all steps
+        warmup_steps=t.warmup_steps if t.warmup_steps is not None else float(t.warmup_ratio),
         weight_decay=t.weight_decay,
         logging_strategy="steps",
         logging_steps=1,
@@ -156,17 +197,9 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     _ = args.device  # sets up the process group under torchrun / accelerate launch
     is_main = args.process_index == 0
     progress = cbs.ProgressCallback(stream)
-    key = run_key(m)
 
-    # ---- the run folder: same run, or refuse; resume point ------------------------------
+    # ---- the run folder: resume point ------------------------------------------------------
     config_path = run_dir / "config.json"
-    if config_path.exists():
-        import json
-
-        old = json.loads(config_path.read_text(encoding="utf-8"))
-        if old.get("run_key") != key:
-            raise InputError(f"{run_dir} holds a run of another manifest or dataset; pass a new --out "
-                             "(or delete that folder to start over)")
     ckpts = cbs.gather_to_main(checkpoints(run_dir) if is_main else None)[0]
     complete = [c for c in ckpts if c[2]]
     resume = complete[-1] if complete else None
@@ -182,12 +215,24 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     resume_marker = cbs.marker_of(resume[1]) if resume else None
 
     # ---- model ----------------------------------------------------------------------------
+    import copy
+
     from models.loading import load_model
 
-    with args.main_process_first(desc="load model"):  # a lab student is built once, by rank 0
-        lm = load_model(m.model_spec, device="cpu", dtype=load_dtype)
+    if lm is None:
+        with args.main_process_first(desc="load model"):  # a lab student is built once, by rank 0
+            lm = load_model(m.model_spec, device="cpu", dtype=load_dtype)
+        base = copy.deepcopy(lm) if e.base_drift else None
+    else:
+        base = lm if e.base_drift else None
+        lm = copy.copy(lm)
+        lm.model = copy.deepcopy(lm.model)
     model, tok = lm.model, lm.tokenizer
     description = lm.description
+    teacher = None
+    if e.teacher and eval_rows:
+        with args.main_process_first(desc="load teacher"):
+            teacher = _load_cached(e.teacher, load_dtype)
     if t.lora:
         model = _lora(model, t.lora, t.seed)
 
@@ -205,10 +250,14 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
                                  "manifest": m.to_dict(), "dataset": str(m.dataset_path),
                                  "eval_set": str(m.eval_path) if m.eval_path else None})
 
-    evaluator = cbs.EvalCallback(run_dir, eval_rows, e.checker, e.max_new_tokens, e.temperature, t.evals_per_epoch,
-                                 t.grad_accum, t.seed, tok, m.model_spec,
-                                 elapsed_before=(resume_marker or {}).get("elapsed", 0.0), log=progress.note)
-    trainer = Trainer(model=model, args=args, data_collator=CompletionCollator(tok, t.max_length),
+    measure = Evaluator(eval_rows, e.checker, e.max_new_tokens, e.temperature, max_length=t.max_length,
+                        base=base, teacher=teacher, token_budget=e.token_budget, per_problem=e.per_problem,
+                        view_limit=e.view_limit)
+    evaluator = cbs.EvalCallback(run_dir, measure, t.evals_per_epoch, t.grad_accum, t.seed, tok, m.model_spec,
+                                 eval_every=t.eval_every, elapsed_before=(resume_marker or {}).get("elapsed", 0.0),
+                                 log=progress.note, step0_row=step0_row)
+    collator = CompletionCollator(tok, t.max_length)
+    trainer = Trainer(model=model, args=args, data_collator=collator,
                       train_dataset=train_set, processing_class=tok,
                       callbacks=[evaluator, cbs.CurriculumCallback(train_set), progress, *callbacks])
     for noisy in (PrinterCallback, HFProgress):
@@ -222,19 +271,24 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
 
     # ---- the record -------------------------------------------------------------------------
     record = None
+    train_tokens = sum(cbs.gather_to_main(collator.tokens))
     if is_main:
-        rows_done = cbs.read_eval_rows(run_dir / "eval.jsonl")
+        rows_done = cbs.read_curve(run_dir / "eval.jsonl")
         last = checkpoints(run_dir)
         settings.update({"steps_per_epoch": evaluator.steps_per_epoch, "max_steps": trainer.state.max_steps,
                          "eval_steps": evaluator.schedule, "resumed_from_step": resume[0] if resume else None})
         record = build_record(run_id=f"{key}-{int(time.time())}", description=description, manifest=m,
                               n_train=len(train_set), eval_rows=rows_done, seconds=evaluator.elapsed(),
                               settings=settings, final_checkpoint=str(last[-1][1]) if last else None)
+        record["train_tokens"] = train_tokens if not resume else None  # a resumed run saw only part of them here
         plot_curve(rows_done, run_dir / "curve.png",
                    f"{m.model_spec} · {m.strategy} · {len(train_set)} rows · {t.epochs} epochs")
-        store = write_record(run_dir, record, records)
-        progress.note(f"done: best accuracy {_fmt(record['best_accuracy'])}, final {_fmt(record['final_accuracy'])}; "
-                      f"{run_dir / 'record.json'} (appended to {store})")
+        if store:
+            where = write_record(run_dir, record, records)
+            progress.note(f"done: best accuracy {_fmt(record['best_accuracy'])}, final "
+                          f"{_fmt(record['final_accuracy'])}; {run_dir / 'record.json'} (appended to {where})")
+        else:
+            write_json(run_dir / "record.json", record)
     cbs.barrier()
     return record if record is not None else {}
 

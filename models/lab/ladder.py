@@ -143,17 +143,28 @@ def is_built(name: str, seed: int = DEFAULT_SEED) -> bool:
     return (student_dir(name, seed) / "build.json").exists()
 
 
-def student_path(name: str, seed: int = DEFAULT_SEED, progress: Callable[[int, int, float], None] | None = None) -> Path:
-    """The folder of lab student `name`, pretraining it on first use (cached, reused after)."""
+def parse_name(text: str) -> tuple[str, int | None]:
+    """`NAME` or `NAME@STEPS` (a shorter or longer pretraining budget, e.g. a quick teacher in tests)."""
+    name, _, steps = text.partition("@")
+    if steps and not (steps.isdigit() and int(steps) > 0):
+        raise InputError(f"lab model {text!r}: write NAME or NAME@STEPS with a positive number of pretraining steps")
+    return name, int(steps) if steps else None
+
+
+def student_path(name: str, seed: int = DEFAULT_SEED, progress: Callable[[int, int, float], None] | None = None,
+                 steps: int | None = None) -> Path:
+    """The folder of lab model `name` (`NAME` or `NAME@STEPS`), pretraining it on first use (cached, reused after)."""
+    name, at_steps = parse_name(name)
+    steps = steps if steps is not None else at_steps
     spec(name)  # validate first: an unknown name must not create folders
-    final = student_dir(name, seed)
+    final = student_dir(name, seed, steps)
     if (final / "build.json").exists():
         return final
     tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     try:
-        build_student(name, tmp, seed=seed, progress=progress)
+        build_student(name, tmp, seed=seed, steps=steps, progress=progress)
         try:
             os.rename(tmp, final)
         except OSError:

@@ -1,14 +1,14 @@
-"""The lab's small training loops (pretraining, completion-only SFT) and per-checkpoint evaluation.
+"""The lab's pretraining loop: how the ladder's students and the teacher are made.
 
-Sequences are encoded with `models.template.encode_pair` — the rule the scorer uses — so what a
-student is trained on is exactly what it is scored on. Everything runs on the CPU in float32;
-a 1M-parameter student does ~10 optimizer steps a second on one core.
+Fine-tuning is not done here: probes, calibration runs and `advisor train` all go through
+`training.sft`. Sequences are encoded with `models.template.encode_pair`'s rule, so a student is
+pretrained on exactly the rendering it is later scored and fine-tuned on. Everything runs on the
+CPU in float32, on one thread (a fixed thread count keeps the weights identical across machines).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from typing import Callable, Iterable, Sequence
 
 from models.template import Encoded, encode_pair, has_chat_template
@@ -17,7 +17,7 @@ IGNORE = -100
 
 
 def set_threads(n: int | None) -> None:
-    """Pin torch's intra-op threads (1 leaves a core free on a shared 2-core machine)."""
+    """Pin torch's intra-op threads (None: torch's own choice)."""
     import torch
 
     if n:
@@ -113,46 +113,3 @@ def train_loop(
             model.train()
     model.eval()
     return losses
-
-
-def repeats(text: str, hit_limit: bool, min_unit: int = 3, min_times: int = 3) -> bool:
-    """A generation caught in a loop: it ran to the token limit, or a chunk of >= `min_unit`
-    characters repeats >= `min_times` times back to back."""
-    if hit_limit:
-        return True
-    pat = re.compile(r"(.{%d,}?)\1{%d,}" % (min_unit, min_times - 1))
-    return bool(pat.search(text))
-
-
-def evaluate(backend, problems, check: Callable[[str, str], bool], extract: Callable[[str], str | None],
-             reference: Sequence[tuple[str, str]] = (), reference_styles: Sequence[str] = (),
-             max_new_tokens: int = 48, max_length: int = 96) -> dict:
-    """Greedy pass@1, answer and repetition rates on `problems`; teacher NLL on `reference` pairs.
-
-    `backend` is a `models.hf.HFBackend` around the student being trained (the same code path
-    as any model folder). Teacher NLL is the mean per-token NLL of the reference responses,
-    averaged per style first (so no style dominates by its length) and also pooled.
-    """
-    outs = backend.generate([p.prompt for p in problems], max_new_tokens=max_new_tokens, temperature=0.0)
-    texts = [o[0] for o in outs]
-    n = max(1, len(problems))
-    acc = sum(check(t, p.answer) for t, p in zip(texts, problems)) / n
-    ans = sum(extract(t) is not None for t in texts) / n
-    # a generation as long as the budget never emitted EOS (one token per character here)
-    rep = sum(repeats(t, len(t) >= max_new_tokens) for t in texts) / n
-    row = {"accuracy": acc, "answer_rate": ans, "repetition_rate": rep,
-           "mean_length": sum(len(t) for t in texts) / n}
-    if reference:
-        scores = backend.score(list(reference), max_length=max_length)
-        tot_lp = sum(s["logprob_sum"] for s in scores)
-        tot_n = sum(s["n_tokens"] for s in scores)
-        row["teacher_nll_pooled"] = -tot_lp / max(1, tot_n)
-        by: dict[str, list[float]] = {}
-        for s, st in zip(scores, reference_styles or ["all"] * len(scores)):
-            by.setdefault(st, []).append(-s["logprob_mean"])
-        per = {k: sum(v) / len(v) for k, v in sorted(by.items())}
-        row["teacher_nll_by_style"] = per
-        row["teacher_nll"] = sum(per.values()) / len(per)
-    row["samples"] = texts[:3]
-    row["all_texts"] = texts
-    return row

@@ -1,0 +1,189 @@
+"""`advisor lab report`: what a calibration sweep shows about the paper's pattern, per student.
+
+    advisor lab report calibration --out docs/lab           # results.json, curves.png, results.md
+
+From the full runs of `advisor calibrate` (one folder per task, ranking, student and seed), per
+student, strategy and checkpoint: pass@1 (mean and spread over seeds), the teacher view (the lab
+teacher's NLL per token of the student's generations: lower is closer to the teacher), repetition
+and the held-out teacher NLL. And per student a summary: who leads in the first epoch, who at the
+end, the epoch where D_low first overtakes D_high, and how far each set moved the student toward
+the teacher. Nothing is recomputed: the numbers are read from each run's eval.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from statistics import mean, pstdev
+
+from models.errors import InputError
+from models.files import atomic_path, read_jsonl, write_json
+
+STRATEGIES = ("high", "low", "mixed")
+METRICS = ("accuracy", "teacher_view", "repetition_rate", "teacher_nll", "answer_logprob", "base_drift")
+
+
+def _runs(cal: Path) -> dict:
+    """{(task, score, size): {strategy: [eval rows per seed]}} from the finished runs."""
+    out: dict = {}
+    for rec in sorted(cal.glob("*/*/*/*/record.json")):
+        run = rec.parent
+        strategy, unit, score, task = run.name, run.parent.name, run.parent.parent.name, run.parent.parent.parent.name
+        if strategy not in STRATEGIES or "-s" not in unit:
+            continue
+        size = unit.rsplit("-s", 1)[0]
+        out.setdefault((task, score, size), {}).setdefault(strategy, []).append(read_jsonl(run / "eval.jsonl"))
+    return out
+
+
+def _n_params(cal: Path, task: str, score: str, size: str) -> int | None:
+    for rec in cal.glob(f"{task}/{score}/{size}-s*/high/record.json"):
+        return json.loads(rec.read_text())["model"]["n_params"]
+    return None
+
+
+def aggregate(cal: str | Path) -> dict:
+    cal = Path(cal)
+    runs = _runs(cal)
+    if not runs:
+        raise InputError(f"{cal} holds no finished calibration runs: run `advisor calibrate --out {cal}` first")
+    from models.lab import LADDER, n_params
+    from models.lab.ladder import shape
+
+    order = {name: i for i, name in enumerate(LADDER)}
+    groups = []
+    for (task, score, size), by in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], order.get(kv[0][2], 99))):
+        entry = {"task": task, "score": score, "size": size, "n_params": n_params(size) if size in LADDER else None,
+                 "shape": shape(LADDER[size]) if size in LADDER else None, "strategies": {}}
+        for strategy, seeds in by.items():
+            n = min(len(s) for s in seeds)
+            curve = []
+            for i in range(n):
+                row = {"epoch": round(seeds[0][i]["epoch"], 4), "seeds": len(seeds)}
+                for m in METRICS:
+                    vals = [s[i].get(m) for s in seeds if s[i].get(m) is not None]
+                    row[m] = mean(vals) if vals else None
+                    row[f"{m}_sd"] = pstdev(vals) if len(vals) > 1 else 0.0 if vals else None
+                curve.append(row)
+            entry["strategies"][strategy] = curve
+        entry["summary"] = summarize(entry["strategies"])
+        groups.append(entry)
+    return {"groups": groups}
+
+
+def _at(curve: list[dict], epoch: float, key: str = "accuracy") -> float | None:
+    near = min(curve, key=lambda r: abs(r["epoch"] - epoch)) if curve else None
+    return near.get(key) if near and abs(near["epoch"] - epoch) < 0.13 else None
+
+
+def summarize(strategies: dict) -> dict:
+    hi, lo = strategies.get("high"), strategies.get("low")
+    if not hi or not lo:
+        return {}
+    trained_hi = [r for r in hi if r["epoch"] > 0]
+    trained_lo = [r for r in lo if r["epoch"] > 0]
+    first_hi = mean(r["accuracy"] for r in trained_hi if r["epoch"] <= 1.0001)
+    first_lo = mean(r["accuracy"] for r in trained_lo if r["epoch"] <= 1.0001)
+    last = max(r["epoch"] for r in hi)
+    end_hi = mean(r["accuracy"] for r in trained_hi if r["epoch"] > last - 1.0001)
+    end_lo = mean(r["accuracy"] for r in trained_lo if r["epoch"] > last - 1.0001)
+    over = next((a["epoch"] for a, b in zip(trained_lo, trained_hi) if a["accuracy"] > b["accuracy"] + 0.02
+                 and all(x["accuracy"] >= y["accuracy"] for x, y in zip(trained_lo, trained_hi) if x["epoch"] >= a["epoch"])),
+                None)
+
+    def moved(curve, key):
+        start, end = curve[0].get(key), curve[-1].get(key)
+        return None if start is None or end is None else start - end
+
+    return {
+        "acc_epoch1_high": first_hi, "acc_epoch1_low": first_lo,
+        "acc_last_epoch_high": end_hi, "acc_last_epoch_low": end_lo,
+        "best_high": max(r["accuracy"] for r in trained_hi), "best_low": max(r["accuracy"] for r in trained_lo),
+        "high_ahead_in_epoch1": first_hi > first_lo, "low_ahead_at_end": end_lo > end_hi,
+        "low_overtakes_from_epoch": over,
+        "teacher_view_drop_high": moved(hi, "teacher_view"), "teacher_view_drop_low": moved(lo, "teacher_view"),
+        "repetition_mean_high": mean(r["repetition_rate"] for r in trained_hi),
+        "repetition_mean_low": mean(r["repetition_rate"] for r in trained_lo),
+        "repetition_peak_low": max(r["repetition_rate"] for r in trained_lo),
+    }
+
+
+def plot(results: dict, path: Path, task: str, score: str) -> None:
+    """pass@1, teacher view and repetition by epoch: one column per student, D_high vs D_low (± sd over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = [g for g in results["groups"] if g["task"] == task and g["score"] == score]
+    if not groups:
+        return
+    rows = (("accuracy", "pass@1"), ("teacher_view", "teacher view (NLL/token)"), ("repetition_rate", "repetition"))
+    fig, axes = plt.subplots(len(rows), len(groups), figsize=(2.3 * len(groups), 6.6), squeeze=False, sharex=True)
+    colors = {"high": "tab:blue", "low": "tab:red", "mixed": "tab:purple"}
+    for j, g in enumerate(groups):
+        for i, (metric, label) in enumerate(rows):
+            ax = axes[i][j]
+            for st in ("high", "low"):
+                c = g["strategies"].get(st) or []
+                pts = [(r["epoch"], r[metric], r.get(f"{metric}_sd") or 0.0) for r in c if r.get(metric) is not None]
+                if not pts:
+                    continue
+                xs, ys, sd = zip(*pts)
+                ax.plot(xs, ys, color=colors[st], lw=1.5, label=f"D_{st}")
+                ax.fill_between(xs, [y - s for y, s in zip(ys, sd)], [y + s for y, s in zip(ys, sd)], color=colors[st],
+                                alpha=0.15, lw=0)
+            if i == 0:
+                ax.set_title(f"{g['size']} ({g['n_params'] / 1e3:.0f}k)", fontsize=8)
+            if j == 0:
+                ax.set_ylabel(label, fontsize=8)
+            if i == len(rows) - 1:
+                ax.set_xlabel("epoch", fontsize=8)
+            ax.tick_params(labelsize=6)
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(f"lab, {task}, D_high / D_low by each student's {score} log-prob: mean ± sd over seeds", fontsize=9)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=80, format="png")
+    plt.close(fig)
+
+
+def markdown(results: dict, epochs: tuple[float, ...] = (0.25, 1, 2, 3, 5)) -> str:
+    """Per task and ranking: pass@1 by epoch (D_high / D_low), teacher view moved, repetition."""
+    out = []
+    keys = sorted({(g["task"], g["score"]) for g in results["groups"]})
+    for task, score in keys:
+        out += [f"**{task}, ranked by {score} log-prob** — pass@1 D_high / D_low (mean over seeds), "
+                "the epoch D_low overtakes for good, teacher view (NLL/token) moved toward the teacher by "
+                "each set (base − end; positive = closer), repetition (mean over checkpoints, peak on D_low):", "",
+                "| student | params | shape | seeds | " + " | ".join(f"ep {e:g}" for e in epochs)
+                + " | D_low overtakes | teacher view moved high / low | repetition high / low (peak) |",
+                "|---|---|---|---|" + "---|" * len(epochs) + "---|---|---|"]
+        for g in (g for g in results["groups"] if g["task"] == task and g["score"] == score):
+            hi, lo, s = g["strategies"].get("high") or [], g["strategies"].get("low") or [], g["summary"]
+            if not s:
+                continue
+            cells = [f"{_f(_at(hi, e))} / {_f(_at(lo, e))}" for e in epochs]
+            out.append(f"| {g['size']} | {g['n_params']:,} | {g['shape']} | {hi[0]['seeds'] if hi else 0} | "
+                       + " | ".join(cells) + f" | {_f(s['low_overtakes_from_epoch'], 2) if s['low_overtakes_from_epoch'] else 'never'} | "
+                       f"{_f(s['teacher_view_drop_high'])} / {_f(s['teacher_view_drop_low'])} | "
+                       f"{_f(s['repetition_mean_high'])} / {_f(s['repetition_mean_low'])} ({_f(s['repetition_peak_low'])}) |")
+        out.append("")
+    return "\n".join(out)
+
+
+def _f(v, digits: int = 2) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+def write_report(cal: str | Path, out: str | Path) -> dict:
+    results = aggregate(cal)
+    out = Path(out)
+    write_json(out / "results.json", results)
+    for task, score in sorted({(g["task"], g["score"]) for g in results["groups"]}):
+        plot(results, out / f"curves-{task}-{score}.png", task, score)
+    with atomic_path(out / "results.md") as tmp:
+        tmp.write_text(markdown(results), encoding="utf-8")
+    return results

@@ -267,6 +267,45 @@ def test_exports_for_trl_llamafactory_axolotl(tmp_path):
     compile((out / "trl_sft.py").read_text(), "trl_sft.py", "exec")
 
 
+HOSTILE = '"); import os; os.system("touch PWNED") #\nx: 1\n\'\'\'"""\u2028y: [\x85z: {'
+
+
+def test_exported_files_keep_manifest_values_literal(tmp_path, monkeypatch):
+    """A crafted manifest cannot add code to trl_sft.py nor keys to the YAML files."""
+    import ast
+
+    import yaml
+
+    from training.export import _y, export
+
+    for v in [HOSTILE, 1e-05, 2.5e20, 0.0, 3, True, None, "no", "1e-05", "#", ["assistant"], "\ud83d\ude00 ok"]:
+        assert yaml.safe_load(f"k: {_y(v)}  # c\n")["k"] == v
+    path = make_manifest(tmp_path / "rec", "lab:s", lora={"r": 4, "alpha": HOSTILE})
+    d = json.loads(path.read_text())
+    d["model"] = {"spec": HOSTILE, "path": HOSTILE, "chat_template": True, "model_type": "qwen2"}
+    path.write_text(json.dumps(d))
+    out = tmp_path / "out \"'#: x"
+    export(load_manifest(path), out)
+
+    src = (out / "trl_sft.py").read_text()
+    tree = ast.parse(src)
+    strings = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    assert any(n.value == HOSTILE for n in strings)
+    for n in strings:
+        n.value = ""
+    assert "PWNED" not in ast.unparse(tree) and "system" not in ast.unparse(tree)
+    monkeypatch.chdir(tmp_path)
+    compile(src, "trl_sft.py", "exec")
+    assert not (tmp_path / "PWNED").exists()
+
+    lf = yaml.safe_load((out / "llamafactory_sft.yaml").read_text())
+    assert lf["model_name_or_path"] == HOSTILE and lf["lora_alpha"] == HOSTILE and lf["dataset_dir"] == str(out)
+    assert not {"x", "y"} & set(lf)
+    ax = yaml.safe_load((out / "axolotl_sft.yaml").read_text())
+    assert ax["base_model"] == HOSTILE and ax["lora_alpha"] == HOSTILE and not {"x", "y"} & set(ax)
+    assert ax["datasets"][0]["path"] == str(out / "train_messages.jsonl")
+
+
 def test_curriculum_trains_high_rows_then_low_rows(tmp_path, tiny_llama, monkeypatch):
     import io
 

@@ -10,12 +10,16 @@ Writes into the folder: `train.jsonl` (prompt/completion) and, per format,
 They save checkpoints on the same schedule (evals_per_epoch per epoch); our generation-based
 evaluation is not part of them — score their checkpoints with `advisor` afterwards. Curriculum
 sets need two runs in those tools (phase=high, then phase=low); the snippets say so.
+
+Every value from the manifest or the command line enters the generated files as a literal (Python
+`repr`, a double-quoted YAML scalar), so a crafted manifest cannot add code or keys to them.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 from models.errors import InputError
@@ -26,9 +30,21 @@ from training.manifest import Manifest
 FORMATS = ("trl", "llamafactory", "axolotl")
 
 
+# Characters a YAML reader treats as line breaks or refuses, which json.dumps leaves unescaped.
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]")
+
+
 def _y(v) -> str:
-    """A YAML scalar (JSON scalars are valid YAML)."""
-    return json.dumps(v)
+    """`v` as one YAML scalar (or flow collection) that reads back as exactly `v`."""
+    if isinstance(v, bool) or v is None:
+        return json.dumps(v)
+    if isinstance(v, float) and math.isfinite(v):
+        r = repr(v)
+        # YAML 1.1 readers (PyYAML) take 1e-05 for a string: the mantissa needs a dot.
+        return r.replace("e", ".0e", 1) if "e" in r and "." not in r else r
+    if isinstance(v, (int, float, str, list, dict)):
+        return _YAML_UNSAFE.sub(lambda c: f"\\u{ord(c.group()):04x}", json.dumps(v, ensure_ascii=False))
+    raise TypeError(f"no YAML literal for {type(v).__name__}")
 
 
 def save_steps(m: Manifest, n_rows: int) -> int:
@@ -48,7 +64,7 @@ def export(m: Manifest, out: str | Path, formats=FORMATS) -> list[Path]:
                               **({"phase": r["phase"]} if "phase" in r else {})} for r in rows))
     t = m.training
     chat = bool(m.model.get("chat_template"))
-    note = (f"# curriculum: train on rows with phase=high for {t.switch_epoch} epochs, then on phase=low for the rest\n"
+    note = (f"# curriculum: train on rows with phase=high for {float(t.switch_epoch)!r} epochs, then on phase=low for the rest\n"
             if t.switch_epoch else "")
     steps = save_steps(m, len(rows))
     spec = m.model.get("path") or m.model_spec  # a lab:NAME spec means nothing to other tools
@@ -60,25 +76,25 @@ def export(m: Manifest, out: str | Path, formats=FORMATS) -> list[Path]:
 {note}from datasets import load_dataset
 from trl import SFTConfig, SFTTrainer
 
-data = load_dataset("json", data_files="{(out / 'train.jsonl').resolve()}", split="train")
+data = load_dataset("json", data_files={str((out / 'train.jsonl').resolve())!r}, split="train")
 args = SFTConfig(
     output_dir="trl-run",
-    num_train_epochs={t.epochs},
-    learning_rate={t.learning_rate},
-    per_device_train_batch_size={max(1, t.batch_size // t.grad_accum)},  # divide by the number of GPUs
-    gradient_accumulation_steps={t.grad_accum},
-    lr_scheduler_type="{t.lr_scheduler}",
-    warmup_ratio={t.warmup_ratio},
-    weight_decay={t.weight_decay},
-    max_length={t.max_length},
+    num_train_epochs={float(t.epochs)!r},
+    learning_rate={float(t.learning_rate)!r},
+    per_device_train_batch_size={max(1, t.batch_size // t.grad_accum)!r},  # divide by the number of GPUs
+    gradient_accumulation_steps={t.grad_accum!r},
+    lr_scheduler_type={t.lr_scheduler!r},
+    warmup_ratio={float(t.warmup_ratio)!r},
+    weight_decay={float(t.weight_decay)!r},
+    max_length={t.max_length!r},
     completion_only_loss=True,  # loss on the completion only, as advisor trains
     save_strategy="steps",
-    save_steps={steps},  # {t.evals_per_epoch} checkpoints per epoch
-    save_total_limit={t.save_total_limit},
-    seed={t.seed},
+    save_steps={steps!r},  # {t.evals_per_epoch} checkpoints per epoch
+    save_total_limit={t.save_total_limit!r},
+    seed={t.seed!r},
     bf16=True,  # False on CPU
 )
-SFTTrainer(model="{spec}", args=args, train_dataset=data).train()
+SFTTrainer(model={spec!r}, args=args, train_dataset=data).train()
 ''', encoding="utf-8")
         written.append(p)
     if "llamafactory" in formats:
@@ -92,18 +108,18 @@ SFTTrainer(model="{spec}", args=args, train_dataset=data).train()
             f"model_name_or_path: {_y(spec)}\n",
             "stage: sft\ndo_train: true\n",
             f"finetuning_type: {'lora' if lora else 'full'}\n",
-            *([f"lora_rank: {lora['r']}\n", f"lora_alpha: {lora.get('alpha', 2 * lora['r'])}\n", "lora_target: all\n"] if lora else []),
+            *([f"lora_rank: {_y(lora['r'])}\n", f"lora_alpha: {_y(lora.get('alpha', 2 * lora['r']))}\n", "lora_target: all\n"] if lora else []),
             "dataset: capacity_advisor\n", f"dataset_dir: {_y(str(out.resolve()))}\n",
             f"template: {'empty' if not chat else 'CHANGE_ME  # the chat template of the student, e.g. qwen, llama3'}\n",
-            f"cutoff_len: {t.max_length}\n", "train_on_prompt: false\n",
+            f"cutoff_len: {_y(t.max_length)}\n", "train_on_prompt: false\n",
             "output_dir: llamafactory-run\n",
-            f"per_device_train_batch_size: {max(1, t.batch_size // t.grad_accum)}  # divide by the number of GPUs\n",
-            f"gradient_accumulation_steps: {t.grad_accum}\n", f"learning_rate: {t.learning_rate}\n",
-            f"num_train_epochs: {float(t.epochs)}\n", f"lr_scheduler_type: {t.lr_scheduler}\n",
-            f"warmup_ratio: {t.warmup_ratio}\n", f"weight_decay: {t.weight_decay}\n",
-            f"save_steps: {steps}  # {t.evals_per_epoch} checkpoints per epoch\n",
-            *([f"save_total_limit: {t.save_total_limit}\n"] if t.save_total_limit else []),
-            f"seed: {t.seed}\n", "bf16: true\n", "logging_steps: 10\n",
+            f"per_device_train_batch_size: {_y(max(1, t.batch_size // t.grad_accum))}  # divide by the number of GPUs\n",
+            f"gradient_accumulation_steps: {_y(t.grad_accum)}\n", f"learning_rate: {_y(float(t.learning_rate))}\n",
+            f"num_train_epochs: {_y(float(t.epochs))}\n", f"lr_scheduler_type: {_y(t.lr_scheduler)}\n",
+            f"warmup_ratio: {_y(float(t.warmup_ratio))}\n", f"weight_decay: {_y(float(t.weight_decay))}\n",
+            f"save_steps: {_y(steps)}  # {t.evals_per_epoch} checkpoints per epoch\n",
+            *([f"save_total_limit: {_y(t.save_total_limit)}\n"] if t.save_total_limit else []),
+            f"seed: {_y(t.seed)}\n", "bf16: true\n", "logging_steps: 10\n",
         ]), encoding="utf-8")
         written += [info, p]
     if "axolotl" in formats:
@@ -122,16 +138,17 @@ SFTTrainer(model="{spec}", args=args, train_dataset=data).train()
         p.write_text("".join([
             "# axolotl train axolotl_sft.yaml\n", note,
             f"base_model: {_y(spec)}\n", ds, "train_on_inputs: false\n",
-            f"sequence_len: {t.max_length}\n",
-            *([f"adapter: lora\nlora_r: {t.lora['r']}\nlora_alpha: {t.lora.get('alpha', 2 * t.lora['r'])}\n"
+            f"sequence_len: {_y(t.max_length)}\n",
+            *([f"adapter: lora\nlora_r: {_y(t.lora['r'])}\nlora_alpha: {_y(t.lora.get('alpha', 2 * t.lora['r']))}\n"
                "lora_target_linear: true\n"] if t.lora else []),
-            f"micro_batch_size: {max(1, t.batch_size // t.grad_accum)}  # divide by the number of GPUs\n",
-            f"gradient_accumulation_steps: {t.grad_accum}\n",
-            f"num_epochs: {t.epochs}\n", f"learning_rate: {t.learning_rate}\n", f"lr_scheduler: {t.lr_scheduler}\n",
-            f"warmup_ratio: {t.warmup_ratio}\n", f"weight_decay: {t.weight_decay}\n",
-            f"saves_per_epoch: {t.evals_per_epoch}\n",
-            *([f"save_total_limit: {t.save_total_limit}\n"] if t.save_total_limit else []),
-            f"seed: {t.seed}\n", "bf16: auto\n", "output_dir: axolotl-run\n",
+            f"micro_batch_size: {_y(max(1, t.batch_size // t.grad_accum))}  # divide by the number of GPUs\n",
+            f"gradient_accumulation_steps: {_y(t.grad_accum)}\n",
+            f"num_epochs: {_y(float(t.epochs))}\n", f"learning_rate: {_y(float(t.learning_rate))}\n",
+            f"lr_scheduler: {_y(t.lr_scheduler)}\n",
+            f"warmup_ratio: {_y(float(t.warmup_ratio))}\n", f"weight_decay: {_y(float(t.weight_decay))}\n",
+            f"saves_per_epoch: {_y(t.evals_per_epoch)}\n",
+            *([f"save_total_limit: {_y(t.save_total_limit)}\n"] if t.save_total_limit else []),
+            f"seed: {_y(t.seed)}\n", "bf16: auto\n", "output_dir: axolotl-run\n",
         ]), encoding="utf-8")
         written.append(p)
     return written

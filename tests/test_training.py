@@ -247,24 +247,146 @@ def test_nproc_builds_the_launch_command(tmp_path):
         launch_command(str(path), "RUN", 2, "accelerate", cuda=False)
 
 
-def test_exports_for_trl_llamafactory_axolotl(tmp_path):
+def test_exports_for_trl_llamafactory_axolotl(tmp_path, tiny_qwen, tiny_llama):
     import yaml
 
     from advisor.train_cli import train
 
-    path = make_manifest(tmp_path / "rec", "lab:s")
+    path = make_manifest(tmp_path / "rec", tiny_qwen)
     out = tmp_path / "export"
     r = CliRunner().invoke(train, [str(path), "--export", str(out)])
     assert r.exit_code == 0, r.output
     rows = [json.loads(x) for x in (out / "train.jsonl").read_text().splitlines()]
     assert len(rows) == 16 and set(rows[0]) == {"prompt", "completion"}
+    chat = json.loads((out / "train_chat.jsonl").read_text().splitlines()[0])
+    assert chat == {"prompt": [{"role": "user", "content": rows[0]["prompt"]}],
+                    "completion": [{"role": "assistant", "content": rows[0]["completion"]}]}
     lf = yaml.safe_load((out / "llamafactory_sft.yaml").read_text())
     assert lf["stage"] == "sft" and lf["num_train_epochs"] == 2.0 and lf["dataset"] == "capacity_advisor"
+    assert lf["template"] == "qwen" and lf["default_system"] == "" and lf["bf16"] is False  # ChatML, no system turn
     info = json.loads((out / "dataset_info.json").read_text())
-    assert info["capacity_advisor"]["columns"] == {"prompt": "prompt", "response": "completion"}
+    assert info["capacity_advisor"] == {"file_name": "train.jsonl", "columns": {"prompt": "prompt", "response": "completion"}}
     ax = yaml.safe_load((out / "axolotl_sft.yaml").read_text())
-    assert ax["train_on_inputs"] is False and ax["saves_per_epoch"] == 4
-    compile((out / "trl_sft.py").read_text(), "trl_sft.py", "exec")
+    assert ax["train_on_inputs"] is False and ax["saves_per_epoch"] == 4 and ax["chat_template"] == "tokenizer_default"
+    assert ax["bf16"] == "auto" and ax["fp16"] is False
+
+    # A student without a chat template: LLaMA-Factory's empty template, BOS and EOS carried in the rows.
+    path = make_manifest(tmp_path / "plain", tiny_llama)
+    r = CliRunner().invoke(train, [str(path), "--export", str(tmp_path / "plain-export"), "--format", "llamafactory"])
+    assert r.exit_code == 0, r.output
+    lf = yaml.safe_load((tmp_path / "plain-export" / "llamafactory_sft.yaml").read_text())
+    assert lf["template"] == "empty" and "default_system" not in lf
+    row = json.loads((tmp_path / "plain-export" / "train_llamafactory.jsonl").read_text().splitlines()[0])
+    assert row == {"prompt": "<s>" + rows[0]["prompt"], "completion": rows[0]["completion"] + "</s>"}
+
+
+def test_llamafactory_template_is_named_after_the_students_chat_template(tiny_qwen):
+    from transformers import AutoTokenizer
+
+    from training.export import Student, llamafactory_template
+
+    tok = AutoTokenizer.from_pretrained(tiny_qwen)
+    turns = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    tok.chat_template = ("{% if messages[0]['role'] != 'system' %}<|im_start|>system\nBe brief.<|im_end|>\n{% endif %}"
+                         + turns + "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    assert llamafactory_template(Student("m", tok, "qwen2", True))[:2] == ("qwen", "Be brief.")
+    assert llamafactory_template(Student("m", tok, "olmo2", True))[:2] == ("chatml", "Be brief.")
+    tok.chat_template = "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>{% endfor %}"
+    assert llamafactory_template(Student("m", tok, "llama", True))[:2] == ("llama3", None)
+    tok.chat_template = "{% for m in messages %}<｜User｜>{{ m['content'] }}<｜Assistant｜><think>\n{% endfor %}"
+    assert llamafactory_template(Student("m", tok, "qwen2", True))[0] == "deepseekr1"  # R1's distilled Qwen
+    tok.chat_template = "{% for m in messages %}### {{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    name, _, why = llamafactory_template(Student("m", tok, "llama", True))
+    assert name is None and "parses the tokenizer's own" in why
+    assert llamafactory_template(Student("org/m", None, "qwen3", True))[0] == "qwen3"  # tokenizer not readable here
+    name, _, why = llamafactory_template(Student("org/m", None, "rwkv", True))
+    assert name is None and "could not be read" in why
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen"])
+def test_trl_export_trains_the_pairs_as_they_were_scored(tmp_path, arch, request, monkeypatch):
+    """The exported script, run as `python trl_sft.py --max_steps 2`, trains on the scored tokens."""
+    import math
+    import runpy
+
+    from transformers import AutoTokenizer
+    from trl import SFTTrainer
+
+    from models.template import encode_pair
+    from training.data import read_sft_rows
+    from training.export import export
+
+    model = request.getfixturevalue(f"tiny_{arch}")
+    m = load_manifest(make_manifest(tmp_path / "rec", model))
+    script = next(p for p in export(m, tmp_path / "export", ("trl",)) if p.name == "trl_sft.py")
+    trainers = []
+    real_train = SFTTrainer.train
+
+    def spy(self, *args, **kwargs):
+        trainers.append(self)
+        return real_train(self, *args, **kwargs)
+
+    monkeypatch.setattr(SFTTrainer, "train", spy)
+    monkeypatch.setattr(sys, "argv", ["trl_sft.py", "--max_steps", "2", "--output_dir", str(tmp_path / "run"),
+                                      "--save_strategy", "no"])
+    runpy.run_path(str(script), run_name="__main__")
+    (trainer,) = trainers
+    assert trainer.state.global_step == 2 and math.isfinite(trainer.state.log_history[-1]["train_loss"])
+
+    tok = AutoTokenizer.from_pretrained(model)
+    tail = "\n" if arch == "qwen" else ""  # what the chat template writes after its end-of-turn token
+    rows = read_sft_rows(m.dataset_path)
+    assert len(trainer.train_dataset) == len(rows)
+    for r, ex in zip(rows, trainer.train_dataset):
+        scored = encode_pair(tok, r["prompt"], r["completion"], m.training.max_length)
+        ids, labels = ex["input_ids"], ex["labels"]
+        n = len(scored.input_ids)
+        assert ids[:n] == scored.input_ids and ids[n] == tok.eos_token_id  # the scored tokens, then EOS
+        assert tok.decode(ids) == tok.decode(scored.input_ids) + tok.eos_token + tail
+        assert labels[:scored.n_prompt] == [-100] * scored.n_prompt  # completion-only loss
+        assert labels[scored.n_prompt:] == ids[scored.n_prompt:]
+    batch = trainer.data_collator([trainer.train_dataset[0]])
+    assert batch["labels"][0].tolist() == trainer.train_dataset[0]["labels"]
+
+
+HOSTILE = '"); import os; os.system("touch PWNED") #\nx: 1\n\'\'\'"""\u2028y: [\x85z: {'
+
+
+def test_exported_files_keep_manifest_values_literal(tmp_path, monkeypatch):
+    """A crafted manifest cannot add code to trl_sft.py nor keys to the YAML files."""
+    import ast
+    import runpy
+
+    import yaml
+
+    from training.export import _y, export
+
+    for v in [HOSTILE, 1e-05, 2.5e20, 0.0, 3, True, None, "no", "1e-05", "#", ["assistant"], "\ud83d\ude00 ok"]:
+        assert yaml.safe_load(f"k: {_y(v)}  # c\n")["k"] == v
+    path = make_manifest(tmp_path / "rec", "lab:s", lora={"r": 4, "alpha": HOSTILE})
+    d = json.loads(path.read_text())
+    d["model"] = {"spec": HOSTILE, "path": HOSTILE, "chat_template": True, "model_type": "qwen2"}
+    path.write_text(json.dumps(d))
+    out = tmp_path / "out \"'#: x"
+    export(load_manifest(path), out)
+
+    src = (out / "trl_sft.py").read_text()
+    tree = ast.parse(src)
+    strings = [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    assert any(n.value == HOSTILE for n in strings)
+    for n in strings:
+        n.value = ""
+    assert "PWNED" not in ast.unparse(tree) and "system" not in ast.unparse(tree)
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path(str(out / "trl_sft.py"))  # the module's top level: settings, imports
+    assert not (tmp_path / "PWNED").exists()
+
+    lf = yaml.safe_load((out / "llamafactory_sft.yaml").read_text())
+    assert lf["model_name_or_path"] == HOSTILE and lf["lora_alpha"] == HOSTILE and lf["dataset_dir"] == str(out)
+    assert lf["template"] == "qwen" and not {"x", "y"} & set(lf)
+    ax = yaml.safe_load((out / "axolotl_sft.yaml").read_text())
+    assert ax["base_model"] == HOSTILE and ax["lora_alpha"] == HOSTILE and not {"x", "y"} & set(ax)
+    assert ax["datasets"][0]["path"] == str(out / "train_messages.jsonl")
 
 
 def test_curriculum_trains_high_rows_then_low_rows(tmp_path, tiny_llama, monkeypatch):

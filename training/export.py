@@ -1,21 +1,39 @@
-"""Exports for people with their own launchers: the dataset and a config snippet for TRL,
-LLaMA-Factory and axolotl, carrying the manifest's settings.
+"""Exports for people with their own launchers: the dataset and a config for TRL, LLaMA-Factory
+and axolotl, carrying the manifest's settings and the student's rendering of each pair.
 
     advisor train rec/recommendation.json --export out/ --format all
 
-Writes into the folder: `train.jsonl` (prompt/completion) and, per format,
-- trl:          `trl_sft.py` — SFTTrainer on the prompt/completion file (completion-only loss);
-- llamafactory: `dataset_info.json` (maps our columns, no conversion) + `llamafactory_sft.yaml`;
+Writes into the folder `train.jsonl` (prompt/completion strings) and, per format,
+- trl:          `trl_sft.py` (SFTTrainer, completion-only loss, bf16 decided where it runs). A student
+                with a chat template gets `train_chat.jsonl`, prompt and completion as chat messages,
+                so TRL renders the chat template the candidates were scored under;
+- llamafactory: `dataset_info.json` + `llamafactory_sft.yaml`, naming the LLaMA-Factory template
+                that matches the student's chat template (or saying why none could be named). A
+                student without a chat template gets `train_llamafactory.jsonl`, whose rows carry
+                the tokenizer's BOS and EOS as text: LLaMA-Factory's `empty` template adds neither;
 - axolotl:      `axolotl_sft.yaml` (+ `train_messages.jsonl` when the student has a chat template).
+
+The student's tokenizer is read here (a local folder, a built lab student, or a hub id already in
+the local cache) to decide chat or plain; when it cannot be, the manifest's description decides.
+Scoring renders a pair as prompt + response; the launchers train on that plus EOS, as advisor does,
+with the prompt masked. TRL and LLaMA-Factory also train whatever the chat template writes after
+the end-of-turn token (ChatML's newline after `<|im_end|>`); axolotl leaves it unlabelled.
+
 They save checkpoints on the same schedule (evals_per_epoch per epoch); our generation-based
-evaluation is not part of them — score their checkpoints with `advisor` afterwards. Curriculum
-sets need two runs in those tools (phase=high, then phase=low); the snippets say so.
+evaluation is not part of them: score their checkpoints with `advisor` afterwards. Curriculum sets
+need two runs in those tools (phase=high, then phase=low); the files say so.
+
+Every value from the manifest or the command line enters the generated files as a literal (Python
+`repr`, a double-quoted YAML scalar), so a crafted manifest cannot add code or keys to them.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from models.errors import InputError
@@ -25,15 +43,114 @@ from training.manifest import Manifest
 
 FORMATS = ("trl", "llamafactory", "axolotl")
 
+# Characters a YAML reader treats as line breaks or refuses, which json.dumps leaves unescaped.
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]")
+
 
 def _y(v) -> str:
-    """A YAML scalar (JSON scalars are valid YAML)."""
-    return json.dumps(v)
+    """`v` as one YAML scalar (or flow collection) that reads back as exactly `v`."""
+    if isinstance(v, bool) or v is None:
+        return json.dumps(v)
+    if isinstance(v, float) and math.isfinite(v):
+        r = repr(v)
+        # YAML 1.1 readers (PyYAML) take 1e-05 for a string: the mantissa needs a dot.
+        return r.replace("e", ".0e", 1) if "e" in r and "." not in r else r
+    if isinstance(v, (int, float, str, list, dict)):
+        return _YAML_UNSAFE.sub(lambda c: f"\\u{ord(c.group()):04x}", json.dumps(v, ensure_ascii=False))
+    raise TypeError(f"no YAML literal for {type(v).__name__}")
 
 
 def save_steps(m: Manifest, n_rows: int) -> int:
     per_epoch = max(1, math.ceil(n_rows / m.training.batch_size))
     return max(1, round(per_epoch / m.training.evals_per_epoch))
+
+
+@dataclass(frozen=True)
+class Student:
+    ref: str  # what the launchers load: a local folder or a hub id
+    tokenizer: object | None  # None: not readable here
+    model_type: str | None
+    chat: bool
+
+
+def read_student(m: Manifest) -> Student:
+    from models.loading import resolve_model_path
+
+    spec, path = m.model_spec, m.model.get("path")
+    if isinstance(path, str) and os.path.isdir(path):
+        ref = path
+    elif spec.startswith("lab:"):
+        ref = resolve_model_path(spec)  # builds the lab student if needed, as `advisor train` would
+    else:
+        ref = os.path.expanduser(spec) if os.path.isdir(os.path.expanduser(spec)) else spec
+    model_type = m.model.get("model_type")
+    tok, model_type = None, model_type if isinstance(model_type, str) else None
+    try:
+        from transformers import AutoConfig, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(ref, local_files_only=True)
+        model_type = AutoConfig.from_pretrained(ref, local_files_only=True).model_type
+    except (OSError, ValueError):
+        pass  # a hub id not cached here, or a folder of another machine: the manifest's description decides
+    chat = bool(getattr(tok, "chat_template", None)) if tok is not None else bool(m.model.get("chat_template"))
+    return Student(ref, tok, model_type, chat)
+
+
+# LLaMA-Factory's names for chat templates, recognised by a marker the student's template writes.
+_LF_BY_MARKER = (
+    ("<｜Assistant｜>", lambda t, mt: "deepseekr1" if "<think>" in t else "deepseek3"),  # also R1's distilled Qwen/Llama
+    ("<|start_header_id|>", lambda t, mt: "llama3"),
+    ("<start_of_turn>", lambda t, mt: {"gemma2": "gemma2", "gemma3": "gemma3", "gemma3_text": "gemma3"}.get(mt, "gemma")),
+    ("<|im_sep|>", lambda t, mt: "phi4"),
+    ("<|im_start|>", lambda t, mt: "qwen3" if "<think>" in t else "qwen" if (mt or "").startswith("qwen") else "chatml"),
+    ("<|assistant|>", lambda t, mt: "phi"),
+    ("[INST]", lambda t, mt: "llama2" if "<<SYS>>" in t else "mistral"),
+)
+# When the tokenizer cannot be read here, the model type is the only clue (R1's distilled Qwen would be misnamed).
+_LF_BY_MODEL_TYPE = {"qwen2": "qwen", "qwen3": "qwen3", "llama": "llama3", "mistral": "mistral", "gemma": "gemma",
+                     "gemma2": "gemma2", "gemma3": "gemma3", "gemma3_text": "gemma3", "phi3": "phi"}
+_CHATML_SYSTEM = re.compile(r"<\|im_start\|>system\n(.*?)<\|im_end\|>\n<\|im_start\|>user\n", re.S)
+
+
+def llamafactory_template(st: Student) -> tuple[str | None, str | None, str]:
+    """(template name or None, default system prompt or None, a comment line saying where it came from)."""
+    if not st.chat:
+        return "empty", None, ("# template: empty (the student has no chat template; BOS and EOS are in the rows)"
+                               if st.tokenizer is not None else
+                               "# template: empty; the tokenizer could not be read where this was exported, so the "
+                               "rows lack the BOS and EOS advisor trains with")
+    text = getattr(st.tokenizer, "chat_template", None)
+    if isinstance(text, str):
+        for marker, name_of in _LF_BY_MARKER:
+            if marker in text:
+                name = name_of(text, st.model_type)
+                system = None
+                if marker == "<|im_start|>":
+                    # ChatML templates differ only in their default system prompt: carry the student's exactly.
+                    shown = st.tokenizer.apply_chat_template([{"role": "user", "content": "x"}],
+                                                             add_generation_prompt=True, tokenize=False)
+                    found = _CHATML_SYSTEM.search(shown)
+                    system = found.group(1) if found else ""
+                return name, system, (f"# template: {name}, LLaMA-Factory's copy of the student's chat template "
+                                      f"({marker} turns)")
+        return None, None, ("# template: not set: the student's chat template matches none that advisor can name, so "
+                            "LLaMA-Factory parses the tokenizer's own (or set `template: NAME`)")
+    if st.model_type in _LF_BY_MODEL_TYPE:
+        name = _LF_BY_MODEL_TYPE[st.model_type]
+        return name, None, (f"# template: {name}, from the student's model type (its tokenizer could not be read where "
+                            "this was exported): check it matches the student's chat template")
+    return None, None, ("# template: not set: the tokenizer could not be read where this was exported and the model "
+                        "type is not one advisor can name; LLaMA-Factory then parses the tokenizer's chat template "
+                        "(or set `template: NAME`, e.g. qwen, llama3)")
+
+
+def _bos_eos(tok) -> tuple[str, str]:
+    """The text of the special tokens the tokenizer puts before a prompt, and its EOS (scoring's rule)."""
+    from models.template import prompt_ids
+
+    ids = prompt_ids(tok, "x")
+    lead = ids[: len(ids) - len(tok("x", add_special_tokens=False)["input_ids"])]
+    return tok.decode(lead), tok.eos_token or ""
 
 
 def export(m: Manifest, out: str | Path, formats=FORMATS) -> list[Path]:
@@ -43,95 +160,167 @@ def export(m: Manifest, out: str | Path, formats=FORMATS) -> list[Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = read_sft_rows(m.dataset_path)
-    written = [out / "train.jsonl"]
-    write_jsonl(written[0], ({"prompt": r["prompt"], "completion": r["completion"],
-                              **({"phase": r["phase"]} if "phase" in r else {})} for r in rows))
+    phase = [({"phase": r["phase"]} if "phase" in r else {}) for r in rows]
+    train = out / "train.jsonl"
+    write_jsonl(train, ({"prompt": r["prompt"], "completion": r["completion"], **ph} for r, ph in zip(rows, phase)))
+    written = [train]
+    st = read_student(m)
     t = m.training
-    chat = bool(m.model.get("chat_template"))
-    note = (f"# curriculum: train on rows with phase=high for {t.switch_epoch} epochs, then on phase=low for the rest\n"
-            if t.switch_epoch else "")
+    per_device = max(1, t.batch_size // t.grad_accum)
     steps = save_steps(m, len(rows))
-    spec = m.model.get("path") or m.model_spec  # a lab:NAME spec means nothing to other tools
+    note = (f"# curriculum: train on rows with phase=high for {float(t.switch_epoch)!r} epochs, "
+            "then on phase=low for the rest\n" if t.switch_epoch else "")
+    lora = t.lora
     if "trl" in formats:
+        data = train
+        if st.chat:
+            data = out / "train_chat.jsonl"
+            write_jsonl(data, ({"prompt": [{"role": "user", "content": r["prompt"]}],
+                                "completion": [{"role": "assistant", "content": r["completion"]}], **ph}
+                               for r, ph in zip(rows, phase)))
+            written.append(data)
         p = out / "trl_sft.py"
-        p.write_text(f'''"""SFT with TRL on the selected data, with the recommendation's settings.
-    pip install trl; accelerate launch trl_sft.py   (or: python trl_sft.py)
-"""
-{note}from datasets import load_dataset
-from trl import SFTConfig, SFTTrainer
-
-data = load_dataset("json", data_files="{(out / 'train.jsonl').resolve()}", split="train")
-args = SFTConfig(
-    output_dir="trl-run",
-    num_train_epochs={t.epochs},
-    learning_rate={t.learning_rate},
-    per_device_train_batch_size={max(1, t.batch_size // t.grad_accum)},  # divide by the number of GPUs
-    gradient_accumulation_steps={t.grad_accum},
-    lr_scheduler_type="{t.lr_scheduler}",
-    warmup_ratio={t.warmup_ratio},
-    weight_decay={t.weight_decay},
-    max_length={t.max_length},
-    completion_only_loss=True,  # loss on the completion only, as advisor trains
-    save_strategy="steps",
-    save_steps={steps},  # {t.evals_per_epoch} checkpoints per epoch
-    save_total_limit={t.save_total_limit},
-    seed={t.seed},
-    bf16=True,  # False on CPU
-)
-SFTTrainer(model="{spec}", args=args, train_dataset=data).train()
-''', encoding="utf-8")
+        p.write_text(_trl_script(st, data, t, per_device, steps, note), encoding="utf-8")
         written.append(p)
     if "llamafactory" in formats:
+        name, system, why = llamafactory_template(st)
+        lf_data = train
+        if not st.chat and st.tokenizer is not None:
+            bos, eos = _bos_eos(st.tokenizer)
+            lf_data = out / "train_llamafactory.jsonl"
+            write_jsonl(lf_data, ({"prompt": bos + r["prompt"], "completion": r["completion"] + eos, **ph}
+                                  for r, ph in zip(rows, phase)))
+            written.append(lf_data)
         info = out / "dataset_info.json"
         info.write_text(json.dumps({"capacity_advisor": {
-            "file_name": "train.jsonl", "columns": {"prompt": "prompt", "response": "completion"}}}, indent=2) + "\n")
+            "file_name": lf_data.name, "columns": {"prompt": "prompt", "response": "completion"}}}, indent=2) + "\n")
         p = out / "llamafactory_sft.yaml"
-        lora = t.lora
         p.write_text("".join([
-            "# llamafactory-cli train llamafactory_sft.yaml\n", note,
-            f"model_name_or_path: {_y(spec)}\n",
+            "# llamafactory-cli train llamafactory_sft.yaml   (any key can be overridden after it: bf16=true)\n", note,
+            f"model_name_or_path: {_y(st.ref)}\n",
             "stage: sft\ndo_train: true\n",
             f"finetuning_type: {'lora' if lora else 'full'}\n",
-            *([f"lora_rank: {lora['r']}\n", f"lora_alpha: {lora.get('alpha', 2 * lora['r'])}\n", "lora_target: all\n"] if lora else []),
+            *([f"lora_rank: {_y(lora['r'])}\n", f"lora_alpha: {_y(lora.get('alpha', 2 * lora['r']))}\n",
+               f"lora_dropout: {_y(lora.get('dropout', 0.0))}\n", "lora_target: all\n"] if lora else []),
             "dataset: capacity_advisor\n", f"dataset_dir: {_y(str(out.resolve()))}\n",
-            f"template: {'empty' if not chat else 'CHANGE_ME  # the chat template of the student, e.g. qwen, llama3'}\n",
-            f"cutoff_len: {t.max_length}\n", "train_on_prompt: false\n",
+            why + "\n",
+            *([f"template: {_y(name)}\n"] if name else []),
+            *([f"default_system: {_y(system)}\n"] if system is not None else []),
+            f"cutoff_len: {_y(t.max_length)}\n", "train_on_prompt: false\n",
             "output_dir: llamafactory-run\n",
-            f"per_device_train_batch_size: {max(1, t.batch_size // t.grad_accum)}  # divide by the number of GPUs\n",
-            f"gradient_accumulation_steps: {t.grad_accum}\n", f"learning_rate: {t.learning_rate}\n",
-            f"num_train_epochs: {float(t.epochs)}\n", f"lr_scheduler_type: {t.lr_scheduler}\n",
-            f"warmup_ratio: {t.warmup_ratio}\n", f"weight_decay: {t.weight_decay}\n",
-            f"save_steps: {steps}  # {t.evals_per_epoch} checkpoints per epoch\n",
-            *([f"save_total_limit: {t.save_total_limit}\n"] if t.save_total_limit else []),
-            f"seed: {t.seed}\n", "bf16: true\n", "logging_steps: 10\n",
+            f"per_device_train_batch_size: {_y(per_device)}  # divide by the number of GPUs\n",
+            f"gradient_accumulation_steps: {_y(t.grad_accum)}\n", f"learning_rate: {_y(float(t.learning_rate))}\n",
+            f"num_train_epochs: {_y(float(t.epochs))}\n", f"lr_scheduler_type: {_y(t.lr_scheduler)}\n",
+            f"warmup_ratio: {_y(float(t.warmup_ratio))}\n", f"weight_decay: {_y(float(t.weight_decay))}\n",
+            f"disable_gradient_checkpointing: {_y(not t.gradient_checkpointing)}\n",
+            "save_strategy: steps\n", f"save_steps: {_y(steps)}  # {t.evals_per_epoch} checkpoints per epoch\n",
+            *([f"save_total_limit: {_y(t.save_total_limit)}\n"] if t.save_total_limit else []),
+            f"seed: {_y(t.seed)}\n",
+            # YAML has no "when supported": fp32 runs anywhere; GPUs want bf16=true (or fp16=true) on the command line.
+            "bf16: false  # on GPUs with bf16 (A100, H100, ...): llamafactory-cli train llamafactory_sft.yaml bf16=true\n",
+            "logging_steps: 10\n", "report_to: none\n",
         ]), encoding="utf-8")
         written += [info, p]
     if "axolotl" in formats:
         p = out / "axolotl_sft.yaml"
-        if chat:
+        if st.chat:
             msgs = out / "train_messages.jsonl"
             write_jsonl(msgs, ({"messages": [{"role": "user", "content": r["prompt"]},
-                                             {"role": "assistant", "content": r["completion"]}]} for r in rows))
+                                             {"role": "assistant", "content": r["completion"]}], **ph}
+                               for r, ph in zip(rows, phase)))
             written.append(msgs)
-            ds = ("datasets:\n  - path: " + _y(str(msgs.resolve())) + "\n    ds_type: json\n    type: chat_template\n"
+            ds = (f"datasets:\n  - path: {_y(str(msgs.resolve()))}\n    ds_type: json\n    type: chat_template\n"
                   "    field_messages: messages\n    roles_to_train: [\"assistant\"]\nchat_template: tokenizer_default\n")
         else:
-            ds = ("datasets:\n  - path: " + _y(str((out / 'train.jsonl').resolve())) + "\n    ds_type: json\n    type:\n"
+            ds = (f"datasets:\n  - path: {_y(str(train.resolve()))}\n    ds_type: json\n    type:\n"
                   "      field_instruction: prompt\n      field_output: completion\n"
                   "      format: \"{instruction}\"\n      no_input_format: \"{instruction}\"\n")
         p.write_text("".join([
             "# axolotl train axolotl_sft.yaml\n", note,
-            f"base_model: {_y(spec)}\n", ds, "train_on_inputs: false\n",
-            f"sequence_len: {t.max_length}\n",
-            *([f"adapter: lora\nlora_r: {t.lora['r']}\nlora_alpha: {t.lora.get('alpha', 2 * t.lora['r'])}\n"
-               "lora_target_linear: true\n"] if t.lora else []),
-            f"micro_batch_size: {max(1, t.batch_size // t.grad_accum)}  # divide by the number of GPUs\n",
-            f"gradient_accumulation_steps: {t.grad_accum}\n",
-            f"num_epochs: {t.epochs}\n", f"learning_rate: {t.learning_rate}\n", f"lr_scheduler: {t.lr_scheduler}\n",
-            f"warmup_ratio: {t.warmup_ratio}\n", f"weight_decay: {t.weight_decay}\n",
-            f"saves_per_epoch: {t.evals_per_epoch}\n",
-            *([f"save_total_limit: {t.save_total_limit}\n"] if t.save_total_limit else []),
-            f"seed: {t.seed}\n", "bf16: auto\n", "output_dir: axolotl-run\n",
+            f"base_model: {_y(st.ref)}\n", ds, "train_on_inputs: false\n",
+            f"sequence_len: {_y(t.max_length)}\n",
+            *([f"adapter: lora\nlora_r: {_y(lora['r'])}\nlora_alpha: {_y(lora.get('alpha', 2 * lora['r']))}\n"
+               f"lora_dropout: {_y(lora.get('dropout', 0.0))}\nlora_target_linear: true\n"] if lora else []),
+            f"micro_batch_size: {_y(per_device)}  # divide by the number of GPUs\n",
+            f"gradient_accumulation_steps: {_y(t.grad_accum)}\n",
+            f"num_epochs: {_y(float(t.epochs))}\n", f"learning_rate: {_y(float(t.learning_rate))}\n",
+            f"lr_scheduler: {_y(t.lr_scheduler)}\n",
+            f"warmup_ratio: {_y(float(t.warmup_ratio))}\n", f"weight_decay: {_y(float(t.weight_decay))}\n",
+            *(["gradient_checkpointing: true\n"] if t.gradient_checkpointing else []),
+            f"saves_per_epoch: {_y(t.evals_per_epoch)}\n",
+            *([f"save_total_limit: {_y(t.save_total_limit)}\n"] if t.save_total_limit else []),
+            f"seed: {_y(t.seed)}\n",
+            # auto: bf16 where the GPU has it; fp16 off, else axolotl falls back to it and fails on a CPU.
+            "bf16: auto\nfp16: false\n", "output_dir: axolotl-run\n",
         ]), encoding="utf-8")
         written.append(p)
     return written
+
+
+def _trl_script(st: Student, data: Path, t, per_device: int, steps: int, note: str) -> str:
+    settings = [
+        ("output_dir", "trl-run", ""),
+        ("num_train_epochs", float(t.epochs), ""),
+        ("learning_rate", float(t.learning_rate), ""),
+        ("per_device_train_batch_size", per_device, "divide by the number of GPUs"),
+        ("gradient_accumulation_steps", t.grad_accum, ""),
+        ("lr_scheduler_type", t.lr_scheduler, ""),
+        ("warmup_steps", float(t.warmup_ratio), "below 1: a share of all steps"),
+        ("weight_decay", float(t.weight_decay), ""),
+        ("max_length", t.max_length, "longer pairs keep their start"),
+        ("completion_only_loss", True, "loss on the completion (and EOS) only, as advisor trains"),
+        ("gradient_checkpointing", bool(t.gradient_checkpointing), ""),
+        ("save_strategy", "steps", ""),
+        ("save_steps", steps, f"{t.evals_per_epoch} checkpoints per epoch"),
+        ("save_total_limit", t.save_total_limit, ""),
+        ("seed", t.seed, ""),
+        ("data_seed", t.seed, ""),
+        ("report_to", "none", ""),
+    ]
+    lines = "".join(f"    {k!r}: {v!r},{'  # ' + c if c else ''}\n" for k, v, c in settings)
+    lora = t.lora
+    peft, peft_arg = "", ""
+    if lora:
+        peft = ("    from peft import LoraConfig\n\n"
+                f"    peft_config = LoraConfig(r={lora['r']!r}, lora_alpha={lora.get('alpha', 2 * lora['r'])!r}, "
+                f"lora_dropout={lora.get('dropout', 0.0)!r},\n"
+                f"                             target_modules={lora.get('target_modules', 'all-linear')!r}, "
+                "task_type='CAUSAL_LM')\n")
+        peft_arg = ", peft_config=peft_config"
+    kind = ("prompt/completion as chat messages, so TRL renders the student's chat template as scoring did"
+            if st.chat else "prompt/completion strings: TRL joins them, BOS from the tokenizer, EOS appended")
+    return f'''"""SFT with TRL on the data advisor selected, with the recommendation's settings.
+
+    pip install 'trl>=1.16' 'transformers>=5'
+    python trl_sft.py                      # one process: a CPU, or a GPU (bf16 where it is supported)
+    accelerate launch trl_sft.py           # several GPUs
+    python trl_sft.py --max_steps 2 --output_dir /tmp/try   # any SFTConfig field, on the command line
+
+Data: {kind}.
+"""
+{note}
+import torch
+from datasets import load_dataset
+from transformers import HfArgumentParser
+from trl import SFTConfig, SFTTrainer
+
+MODEL = {st.ref!r}
+DATA = {str(data.resolve())!r}
+BF16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+SETTINGS = {{
+{lines}    'bf16': BF16,
+    'fp16': torch.cuda.is_available() and not BF16,  # GPUs without bf16 (V100, T4)
+}}
+
+
+def build_trainer(argv=None):
+    parser = HfArgumentParser(SFTConfig)
+    parser.set_defaults(**SETTINGS)
+    (args,) = parser.parse_args_into_dataclasses(argv)
+{peft}    data = load_dataset("json", data_files=DATA, split="train")
+    return SFTTrainer(model=MODEL, args=args, train_dataset=data{peft_arg})
+
+
+if __name__ == "__main__":
+    build_trainer().train()
+'''

@@ -116,6 +116,8 @@ def paper_prior_advice(n_params: float, budget: float) -> dict:
         reasons.append(f"{budget:g} epochs is past the paper's 5-epoch runs")
     if answer == "uncertain":
         confidence = "uncertain"
+    reasons.append("no probe: nothing was measured on this student; the finding is the paper's, on its pool "
+                   f"({data['setting']['pool']}) and teachers")
     probs = {"high": 1.0, "low": 0.0, "mixed": 0.0} if answer == "high" else \
         {"high": 0.0, "low": 1.0, "mixed": 0.0} if answer == "low" else {"high": 1 / 3, "low": 1 / 3, "mixed": 1 / 3}
     return {"prior": "paper", "answer": answer,

@@ -1,0 +1,109 @@
+"""The probe's cost-quality curve: held-out regret against what the probe costs.
+
+    .venv/bin/python benchmarks/probe_cost.py calibration [--json out.json]
+
+Calibration probes run `probe_steps` (200) steps with a fixed warm-up and a constant rate after
+it, so a probe of 25, 50 or 100 steps is exactly the prefix of that curve; and they keep every
+held-out problem's result, so an evaluation on fewer problems is replayed from the first N of
+them (the teacher-NLL and drift columns stay at the full slice: they are cheap scoring passes).
+For every (steps, eval problems) setting this recomputes each unit's features, refits the
+predictor's model kind leave-one-student-out, and prints its mean regret next to the probe's
+cost as a share of the full 5-epoch run it advises on (tokens, measured). The cheapest setting
+within 0.5 points of the best is marked: it is the one `advisor recommend` should default to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from statistics import mean
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from advisor.predictor import PROBE_FEATURES, cross_validate, label_rows, read_records  # noqa: E402
+from probes.run import features, truncate  # noqa: E402
+
+STEPS = (25, 50, 100, 200)
+EVAL_PROBLEMS = (32, 64, 128)
+
+
+def replay_curves(curves: dict, steps: int, n_eval: int) -> dict:
+    """The curves a probe of `steps` steps evaluated on the first `n_eval` held-out problems would have measured."""
+    out = {}
+    for s, c in truncate(curves, steps).items():
+        rows = []
+        for p in c:
+            p = dict(p)
+            per = p.get("per_problem") or {}
+            if per.get("correct") is not None:
+                p["accuracy"] = mean(per["correct"][:n_eval])
+            if per.get("answered") is not None:
+                p["answer_rate"] = mean(per["answered"][:n_eval])
+            if per.get("repetitive") is not None:
+                p["repetition_rate"] = mean(per["repetitive"][:n_eval])
+            if per.get("answer_logprob"):
+                p["answer_logprob"] = mean(per["answer_logprob"][:n_eval])
+            rows.append(p)
+        out[s] = rows
+    return out
+
+
+def probe_cost(probe: dict, steps: int, n_eval: int, epochs: float = 5.0) -> float:
+    """Tokens of the replayed probe over the tokens of an `epochs`-epoch full run."""
+    total = probe["settings"]["steps"]
+    full_eval = probe["settings"]["eval_problems"]
+    curves = probe["curves"]
+    train = probe["cost"]["probe_train_tokens"] * steps / total
+    first = next(iter(curves.values()))[0]
+    ev = (first.get("eval_tokens") or 0) + sum(p.get("eval_tokens") or 0 for c in curves.values() for p in c[1:]
+                                               if p["step"] <= steps)
+    per_epoch = probe["cost"]["full_run_tokens_per_epoch"]
+    return (train + ev * n_eval / full_eval) / (per_epoch * epochs)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("calibration", type=Path)
+    ap.add_argument("--kind", default="logistic")
+    ap.add_argument("--members", type=int, default=8)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    records = read_records(args.calibration / "records.jsonl")
+    probes = {}
+    for rec in records:
+        u = rec["unit"]
+        key = (u["task"], u["score"], u["size"], u["seed"])
+        if key not in probes:
+            path = args.calibration / u["task"] / u["score"] / f"{u['size']}-s{u['seed']}" / "probe" / "probe.json"
+            probes[key] = json.loads(path.read_text())
+    table = []
+    for steps in STEPS:
+        for n_eval in EVAL_PROBLEMS:
+            recs, costs = [], []
+            for rec in records:
+                u = rec["unit"]
+                probe = probes[(u["task"], u["score"], u["size"], u["seed"])]
+                f = features(replay_curves(probe["curves"], steps, n_eval), probe["context"])
+                recs.append({**rec, "features": f})
+                costs.append(probe_cost(probe, steps, n_eval))
+            cv = cross_validate(label_rows(recs), "student", (args.kind,), PROBE_FEATURES, n_members=args.members)
+            m = cv["methods"][args.kind]
+            table.append({"steps": steps, "eval_problems": n_eval, "mean_regret_points": m["mean_regret_points"],
+                          "ci90": m["ci90"], "accuracy": m["accuracy"], "cost_share_of_5_epochs": mean(costs)})
+            print(f"steps {steps:>4}  eval {n_eval:>4}: regret {m['mean_regret_points']:.2f} "
+                  f"({m['ci90'][0]:.2f}-{m['ci90'][1]:.2f})  accuracy {m['accuracy']:.3f}  "
+                  f"cost {100 * mean(costs):.1f}% of a 5-epoch run", flush=True)
+    best = min(t["mean_regret_points"] for t in table)
+    pick = min((t for t in table if t["mean_regret_points"] <= best + 0.5), key=lambda t: t["cost_share_of_5_epochs"])
+    print(f"cheapest within 0.5 points of the best ({best:.2f}): {pick['steps']} steps, {pick['eval_problems']} "
+          f"problems ({pick['mean_regret_points']:.2f} points, {100 * pick['cost_share_of_5_epochs']:.1f}% of the run)")
+    if args.json:
+        args.json.write_text(json.dumps({"table": table, "chosen": pick}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

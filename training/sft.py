@@ -250,6 +250,10 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
                                  "manifest": m.to_dict(), "dataset": str(m.dataset_path),
                                  "eval_set": str(m.eval_path) if m.eval_path else None})
 
+    for judge in (base, teacher):  # the models that score generations sit where the student trains
+        if judge is not None and str(judge.device) != str(args.device):
+            judge.model.to(args.device)
+            judge.device = args.device
     measure = Evaluator(eval_rows, e.checker, e.max_new_tokens, e.temperature, max_length=t.max_length,
                         base=base, teacher=teacher, token_budget=e.token_budget, per_problem=e.per_problem,
                         view_limit=e.view_limit)

@@ -6,22 +6,64 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import click
 
-from models.errors import InputError
+from models.errors import InputError, one_line
+
+
+class UsageLine(click.ClickException):
+    """A click usage error shown as the same one `error:` line as any other mistake (click's own
+    shows four: usage, hint, blank, error)."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.message}", err=True)
+
+
+def _usage_line(e: click.UsageError) -> UsageLine:
+    where = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
+    return UsageLine(one_line(e.format_message()).rstrip(".") + where)
 
 
 class AdvisorGroup(click.Group):
-    """Turns a user mistake (InputError) into one line and exit code 2, never a traceback."""
+    """Turns a user mistake (InputError, a usage error, an unwritable path) into one `error:` line
+    and exit code 2, never a traceback. It wraps every verb, subgroups' verbs included."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # bare `advisor`: the help text is the answer
+        except click.UsageError as e:
+            raise _usage_line(e) from None
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as e:
+            raise _usage_line(e) from None
         except InputError as e:
             click.echo(f"error: {e}", err=True)
             ctx.exit(2)
+        except OSError as e:
+            if e.errno not in _FILESYSTEM_ERRNOS:
+                raise
+            # The last line of defence; verbs check their outputs up front (models.files.check_writable_*).
+            where = f"{e.filename}: " if e.filename else ""
+            click.echo(f"error: {one_line(where + (e.strerror or str(e)))}; check the path and its permissions", err=True)
+            ctx.exit(2)
+
+
+# Faults of the user's filesystem (a path under a file, no permission, a read-only or full disk),
+# not of this program.
+_FILESYSTEM_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.ENOSPC,
+                      errno.EDQUOT, errno.ENAMETOOLONG, errno.EEXIST}
 
 
 @click.group(cls=AdvisorGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from advisor.pool import ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, pick_field, read_rows
+from advisor.pool import ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, given_ids, pick_field, read_rows, stand_in_id
 from advisor.shards import ShardPlan
 from models.errors import InputError
 from models.files import advisor_home, atomic_path, read_jsonl, stable_hash, versions, write_json, write_jsonl
@@ -106,20 +106,30 @@ def read_problems(cfg: GenerateConfig) -> tuple[list[ProblemRow], dict]:
     if fields["prompt"] is None:
         raise InputError(f"no problem text field in {cfg.problems} (looked for {', '.join(PROMPT_KEYS)}); "
                          f"name it with --prompt-field (fields: {', '.join(sorted(keys))})")
+    rows = rows[: cfg.limit] if cfg.limit else rows
+    try:
+        return _problem_rows(cfg, rows, fields), fields
+    except RecursionError:  # a field nested just under the parser's limit can still overflow str()
+        raise InputError(f"problems file {cfg.problems} is nested too deeply to read; flatten its fields") from None
+
+
+def _problem_rows(cfg: GenerateConfig, rows: list[dict], fields: dict) -> list[ProblemRow]:
+    ids = given_ids(rows, fields["id"])
+    taken = {pid for pid in ids if pid is not None}
     out, seen = [], set()
-    for i, r in enumerate(rows[: cfg.limit] if cfg.limit else rows):
+    for i, (r, pid) in enumerate(zip(rows, ids)):
         where = f"{cfg.problems} row {i + 1}"
         text = r.get(fields["prompt"])
         if not isinstance(text, str) or not text.strip():
             raise InputError(f"{where}: field {fields['prompt']!r} is missing or empty; every problem needs its text")
-        pid = str(r[fields["id"]]) if fields["id"] and r.get(fields["id"]) is not None else str(i)
         if pid in seen:
             raise InputError(f"{where}: id {pid!r} appears twice; ids must be unique (or pass --id-field)")
+        pid = pid if pid is not None else stand_in_id(i, taken)
         seen.add(pid)
         ans = r.get(fields["answer"]) if fields["answer"] else None
         task = r.get("task") if isinstance(r.get("task"), str) else None
         out.append(ProblemRow(pid, text, None if ans is None else str(ans), task))
-    return out, fields
+    return out
 
 
 def resolve_backend(name: str) -> str:

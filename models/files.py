@@ -53,19 +53,31 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
     return n
 
 
+class JSONLError(ValueError):
+    """A line of a JSONL file that is not one JSON object; the message names the file and line."""
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read a JSONL file; a bad line raises ValueError naming the file and line."""
+    """Read a JSONL file; a bad line raises JSONLError naming the file and line."""
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise JSONLError(f"{path} line {lineno}: not valid UTF-8 (byte {e.start} of the line)") from None
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path} line {lineno}: not valid JSON ({e.msg})") from None
+                raise JSONLError(f"{path} line {lineno}: not valid JSON ({e.msg})") from None
+            except RecursionError:
+                raise JSONLError(f"{path} line {lineno}: nested too deeply to read") from None
+            except ValueError as e:  # e.g. an integer of more digits than Python converts
+                raise JSONLError(f"{path} line {lineno}: not readable JSON ({e})") from None
             if not isinstance(row, dict):
-                raise ValueError(f"{path} line {lineno}: expected a JSON object, got {type(row).__name__}")
+                raise JSONLError(f"{path} line {lineno}: expected a JSON object, got {type(row).__name__}")
             rows.append(row)
     return rows
 

@@ -140,3 +140,57 @@ def test_missing_and_unknown_files(tmp_path):
     (tmp_path / "x.csv").write_text("a,b")
     with pytest.raises(InputError, match="unknown file type"):
         read_pool(tmp_path / "x.csv")
+
+
+@pytest.mark.parametrize("layout", ["flat", "grouped"])
+def test_rows_without_an_id_never_take_another_problems_id(tmp_path, layout):
+    # Row 3's number is "2", which row 1 already uses as its real id.
+    if layout == "flat":
+        rows = [{"id": "2", "question": "A", "response": r} for r in ("a1", "a2")] + \
+               [{"id": None, "question": "B", "response": r} for r in ("b1", "b2")]
+    else:
+        rows = [{"id": "2", "problem": "A", "generations": ["a1", "a2"]}, {"id": "1", "problem": "C", "generations": ["c1", "c2"]},
+                {"id": None, "problem": "B", "generations": ["b1", "b2"]}]
+    pool = read_pool(_jsonl(tmp_path / "p.jsonl", rows))
+    ids = [p.id for p in pool.problems]
+    assert len(set(ids)) == len(ids) == len(rows) // (2 if layout == "flat" else 1)
+    assert [c.text for c in pool.get("2").candidates] == ["a1", "a2"]
+    assert sorted(c.text for p in pool.problems for c in p.candidates) == sorted(
+        c for r in rows for c in ([r["response"]] if layout == "flat" else r["generations"]))
+
+
+def test_selection_from_a_pool_with_missing_ids_takes_each_problem_once(tmp_path):
+    from advisor.select import SelectConfig, select
+
+    rows = [{"id": "2", "question": "A", "response": r} for r in ("a1", "a2")] + \
+           [{"id": None, "question": "B", "response": r} for r in ("b1", "b2")]
+    pool = read_pool(_jsonl(tmp_path / "p.jsonl", rows))
+    scores = {(p.id, c.k): {"id": p.id, "k": c.k, "n_tokens": 2, "logprob_sum": -float(c.k), "logprob_mean": -float(c.k),
+                            "truncated": False} for p in pool.problems for c in p.candidates}
+    out = select(pool, scores, SelectConfig("high")).rows
+    assert sorted(r["response"] for r in out) == ["a1", "b1"]
+
+
+def test_problems_without_an_id_never_take_another_problems_id(tmp_path):
+    from advisor.generate import GenerateConfig, read_problems
+
+    _jsonl(tmp_path / "p.jsonl", [{"id": "2", "problem": "A"}, {"id": None, "problem": "B"}, {"problem": "C"}])
+    problems, _ = read_problems(GenerateConfig(teacher="unused", problems=str(tmp_path / "p.jsonl"), out="pool.jsonl"))
+    assert [p.problem for p in problems] == ["A", "B", "C"] and len({p.id for p in problems}) == 3
+
+
+@pytest.mark.parametrize("name,text", [
+    ("deep.jsonl", '{"problem": "a", "generations": ' + "[" * 100_000 + "]" * 100_000 + "}\n"),
+    ("deep.json", "[" * 100_000 + "]" * 100_000),
+    ("deep-field.jsonl", json.dumps({"id": "x", "problem": "a", "generations": ["x", "y"], "answer": 0})
+     .replace("0}", "[" * 900 + "]" * 900 + "}") + "\n"),
+    ("bad-utf8.jsonl", b'{"problem": "a", "generations": ["x", "\xff\xfe"]}\n'),
+    ("huge-int.jsonl", '{"problem": "a", "generations": ["x", "y"], "answer": ' + "9" * 5000 + "}\n"),
+])
+def test_hostile_files_are_one_input_error(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    try:
+        read_pool(path)
+    except InputError as e:
+        assert "\n" not in str(e)

@@ -150,11 +150,14 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
                       tensor_parallel_size, gpu_memory_utilization, dp_rank, dp_size)
     cfg.validate()
     pool = read_pool(pool_path, _pool_opts(kw))
-    _show_pool(pool)
     with console.status(f"loading {model}"):
         lm = load_for(cfg)
     with work_progress("scoring", unit="candidates") as (on_start, advance):
-        summary = score_pool(pool, cfg, out, lm=lm, on_start=on_start, advance=advance)
+        def start(total: int, done: int) -> None:  # inputs, model and cache are all usable by now
+            _show_pool(pool)
+            on_start(total, done)
+
+        summary = score_pool(pool, cfg, out, lm=lm, on_start=start, advance=advance)
     summary["pool"] = pool.summary()
     if "waiting_for" in summary:
         msg = (f"rank {dp_rank}/{dp_size}: scored {summary['computed']} shard(s); {len(summary['waiting_for'])} of "

@@ -13,7 +13,8 @@ in the OpenR1 layout: `id`, `problem`, `answer`, `generations`, `correctness`, p
 
 Work is cut into shards of `shard_size` problems, each cached under
 `$ADVISOR_HOME/generate/<key>/` as it finishes; the key covers the teacher, the problems, the
-template and every sampling setting. Each shard's sampling is seeded from `seed` and its first
+template, every sampling setting, the batch budget and the device, and the folder records them
+(`producer.json`) and refuses to serve another run. Each shard's sampling is seeded from `seed` and its first
 problem's index, so a killed run resumes at the first missing shard and ends with the same pool
 as an uninterrupted one. With `dp_size` processes, each takes the shards `dp_rank` mod `dp_size`,
 and the last to finish writes the pool, as in `advisor score`.
@@ -27,9 +28,9 @@ from pathlib import Path
 from typing import Callable
 
 from advisor.pool import ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, given_ids, pick_field, read_rows, stand_in_id
-from advisor.shards import ShardPlan
+from advisor.shards import ShardPlan, cache_folder
 from models.errors import InputError
-from models.files import advisor_home, atomic_path, read_jsonl, stable_hash, versions, write_json, write_jsonl
+from models.files import FORMAT_VERSION, atomic_path, read_jsonl, stable_hash, versions, write_json, write_jsonl
 
 OUT_SUFFIXES = (".jsonl", ".parquet")
 
@@ -144,13 +145,16 @@ def resolve_backend(name: str) -> str:
     return "vllm" if torch.cuda.is_available() else "hf"
 
 
-def _settings_key(cfg: GenerateConfig, backend: str, description: dict, template: str, problems: list[ProblemRow]) -> str:
-    return stable_hash({
-        "teacher": description["fingerprint"], "dtype": description["dtype"], "template": template, "backend": backend,
+def cache_parts(cfg: GenerateConfig, backend: str, lm, template: str, problems: list[ProblemRow]) -> dict:
+    """What a cached shard of generations depends on; the cache folder is named by its hash and
+    records it. The batch budget and the device change which random draws each prompt gets."""
+    return {
+        "teacher": lm.description["fingerprint"], "dtype": lm.description["dtype"], "template": template, "backend": backend,
         "problems": stable_hash([[p.id, p.problem] for p in problems]),
         "n": cfg.n, "temperature": cfg.temperature, "top_p": cfg.top_p, "max_new_tokens": cfg.max_new_tokens,
-        "shard_size": cfg.shard_size, "seed": cfg.seed,
-    })
+        "shard_size": cfg.shard_size, "seed": cfg.seed, "token_budget": cfg.token_budget,
+        "device": getattr(lm.device, "type", str(lm.device)), "format": FORMAT_VERSION,
+    }
 
 
 def generate_pool(
@@ -179,9 +183,11 @@ def generate_pool(
         import_vllm()
     lm = lm or load_model(cfg.teacher, device=cfg.device, dtype=cfg.dtype, weights=backend_name != "vllm")
     tmpl = template_id(lm.tokenizer)
-    key = _settings_key(cfg, backend_name, lm.description, tmpl, problems)
-    cache = advisor_home() / "generate" / key
+    parts = cache_parts(cfg, backend_name, lm, tmpl, problems)
+    cache = cache_folder("generate", parts)
+    key = cache.name
     plan = ShardPlan(problems, cfg.shard_size, cache, cfg.dp_rank, cfg.dp_size)
+    plan.claim(parts)
     n_cached = plan.my_cached_items()
     if on_start:
         on_start(plan.my_items(), n_cached)
@@ -202,12 +208,16 @@ def generate_pool(
         return {"waiting_for": missing, "shards": len(plan.shards), "computed": computed, "cache": str(cache), "key": key}
 
     generated = {}
-    for path in plan.paths:
+    for path, shard in zip(plan.paths, plan.shards):
         try:
-            generated.update((r["id"], r["candidates"]) for r in read_jsonl(path))
-        except (ValueError, KeyError):
+            cached = read_jsonl(path)
+        except ValueError:
+            cached = None
+        if cached is None or [r.get("id") for r in cached] != [p.id for p in shard] or \
+                not all(isinstance(r.get("candidates"), list) for r in cached):
             path.unlink()  # written atomically, so this is outside damage: recompute it next time
-            raise InputError(f"cached shard {path} was damaged and has been removed; rerun the same command") from None
+            raise InputError(f"cached shard {path} was damaged and has been removed; rerun the same command")
+        generated.update((r["id"], r["candidates"]) for r in cached)
     rows = []
     for p in problems:
         cands = generated[p.id]

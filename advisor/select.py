@@ -46,8 +46,9 @@ class SelectConfig:
             problems.append(f"--mix {self.mix} is outside [0, 1]: it is the share of problems given their low response")
         if self.score not in SCORE_FIELDS:
             problems.append(f"--score {self.score!r} is unknown: use mean or sum")
-        if self.switch_epoch < 0:
-            problems.append(f"--switch-epoch {self.switch_epoch} is negative")
+        if self.switch_epoch < 1:  # training.switch_epoch must lie in (0, epochs); this flag counts whole epochs
+            problems.append(f"--switch-epoch {self.switch_epoch} must be at least 1: the epoch at which a curriculum "
+                            "moves from the high to the low set")
         if problems:
             raise InputError("; ".join(problems))
 

@@ -144,11 +144,13 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
     from advisor.pool import read_pool
     from advisor.scoring import ScoreConfig, load_for, score_pool
     from advisor.ui import console, emit_json, kv_table, quiet_libraries, work_progress
+    from models.files import check_writable_dir
 
     quiet_libraries()
     cfg = ScoreConfig(model, device, dtype, backend, max_length, token_budget, shard_size, seed,
                       tensor_parallel_size, gpu_memory_utilization, dp_rank, dp_size)
     cfg.validate()
+    check_writable_dir(out, "--out")
     pool = read_pool(pool_path, _pool_opts(kw))
     with console.status(f"loading {model}"):
         lm = load_for(cfg)
@@ -196,12 +198,13 @@ def select(pool_path, scores_path, strategy, mix, score_kind, switch_epoch, fmt,
     from advisor import select as sel_mod
     from advisor.pool import read_pool
     from advisor.ui import console, emit_json, kv_table
-    from models.files import versions, write_json
+    from models.files import check_writable_file, versions, write_json
 
     cfg = sel_mod.SelectConfig(strategy, mix, score_kind, seed, switch_epoch)
     cfg.validate()
     if fmt not in sel_mod.FORMATS:
         raise InputError(f"--format {fmt!r} is unknown: use one of {', '.join(sel_mod.FORMATS)}")
+    check_writable_file(out, "--out")
     pool = read_pool(pool_path, _pool_opts(kw))
     selection = sel_mod.select(pool, sel_mod.load_scores(scores_path), cfg)
     n = sel_mod.export(selection, out, fmt)
@@ -348,8 +351,9 @@ def fit(records_path, out, tie_margin, seed, as_json):
     """Fit the predictor on RunRecords; print its cross-validated table against the baselines."""
     from advisor.predictor import fit_and_save, read_records
     from advisor.ui import emit_json
-    from models.files import advisor_home
+    from models.files import advisor_home, check_writable_dir
 
+    check_writable_dir(out, "--out")
     path = records_path or str(advisor_home() / "records.jsonl")
     result = fit_and_save(read_records(path), out, tie_margin)
     if as_json:

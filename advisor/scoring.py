@@ -28,7 +28,7 @@ from typing import Callable
 from advisor.pool import Pool
 from advisor.shards import ShardPlan, cache_folder
 from models.errors import InputError
-from models.files import FORMAT_VERSION, read_jsonl, stable_hash, versions, write_json, write_jsonl
+from models.files import FORMAT_VERSION, check_writable_dir, read_jsonl, stable_hash, versions, write_json, write_jsonl
 
 BACKENDS = {"hf": "models.hf:HFBackend", "vllm": "models.vllm:VLLMBackend"}
 
@@ -142,6 +142,8 @@ def score_pool(
     from models.template import template_id
 
     cfg.validate()
+    if out_dir is not None:
+        check_writable_dir(out_dir, "--out")
     lm = lm or load_for(cfg)
     tmpl = template_id(lm.tokenizer)
     parts = cache_parts(lm.description, pool, tmpl, cfg)

@@ -99,7 +99,7 @@ def _show_pool(pool) -> None:
     from advisor.ui import console, kv_table
 
     s = pool.summary()
-    rows = {"pool": s["source"], "layout": s["layout"], "problems": s["problems"], "candidates": s["candidates"],
+    rows = {"pool": pool.source, "layout": s["layout"], "problems": s["problems"], "candidates": s["candidates"],
             "per problem": s["candidates_per_problem"], "with answers": s["with_answers"]}
     if s["skipped_candidates"]:
         rows["skipped candidates"] = s["skipped_candidates"]

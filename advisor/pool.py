@@ -101,8 +101,11 @@ class Pool:
         return self._index[pid]
 
     def summary(self) -> dict:
+        """What the pool holds. Stable for the same content: `source` is the file's name, not its
+        path, so outputs that copy this (recommendation.json) do not depend on where it lies;
+        `Pool.source` keeps the path as given."""
         return {
-            "source": self.source,
+            "source": Path(self.source).name,
             "layout": self.layout,
             "fields": self.fields,
             "rows": self.n_rows,

@@ -188,7 +188,7 @@ def score_pool(
         write_jsonl(out / "scores.jsonl", all_rows)
         write_json(out / "config.json", {
             "stage": "score", "versions": versions(), "settings": asdict(cfg),
-            "pool": pool.summary(), "model": lm.description, "template": tmpl, "cache_key": key,
+            "pool": pool.summary(), "pool_path": pool.source, "model": lm.description, "template": tmpl, "cache_key": key,
         })
         summary["scores"] = str(out / "scores.jsonl")
     return summary

@@ -194,3 +194,13 @@ def test_hostile_files_are_one_input_error(tmp_path, name, text):
         read_pool(path)
     except InputError as e:
         assert "\n" not in str(e)
+
+
+def test_summary_is_the_same_wherever_the_pool_lies(tmp_path):
+    # recommendation.json copies the summary: it must not change with the --out folder of a generated pool
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = read_pool(_jsonl(tmp_path / "a" / "pool.jsonl", grouped_rows()))
+    b = read_pool(_jsonl(tmp_path / "b" / "pool.jsonl", grouped_rows()))
+    assert a.summary() == b.summary() and a.summary()["source"] == "pool.jsonl"
+    assert a.source == str(tmp_path / "a" / "pool.jsonl")  # the path itself stays available for provenance

@@ -92,3 +92,110 @@ def test_hostile_strings_are_shown_short_and_on_one_line(tmp_path):
         load_manifest(write(tmp_path, json.dumps(d)))
     msg = str(e.value)
     assert "strategy:" in msg and "\n" not in msg and "\x1b" not in msg and len(msg) < 2000
+
+
+# ---- model folders whose config points at code -------------------------------------------------
+
+EVIL_CODE = """
+import pathlib
+pathlib.Path({marker!r}).write_text("code from the model folder ran")
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+class EvilConfig(LlamaConfig):
+    model_type = "evil"
+class EvilModel(LlamaForCausalLM):
+    config_class = EvilConfig
+class EvilTokenizer(PreTrainedTokenizerFast):
+    pass
+"""
+
+
+def evil_folder(src, dest, marker, model_type=None):
+    """A copy of a tiny model whose config.json and tokenizer_config.json map every Auto class to
+    evil.py, which leaves `marker` behind when imported."""
+    import shutil
+
+    shutil.copytree(src, dest)
+    (dest / "evil.py").write_text(EVIL_CODE.format(marker=str(marker)))
+    cfg = json.loads((dest / "config.json").read_text())
+    cfg["auto_map"] = {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}
+    if model_type:
+        cfg["model_type"] = model_type
+    (dest / "config.json").write_text(json.dumps(cfg))
+    tok = json.loads((dest / "tokenizer_config.json").read_text())
+    tok["auto_map"] = {"AutoTokenizer": ["evil.EvilTokenizer", "evil.EvilTokenizer"]}
+    (dest / "tokenizer_config.json").write_text(json.dumps(tok))
+    return dest
+
+
+@pytest.mark.parametrize("weights", [True, False])
+def test_a_known_architecture_with_auto_map_loads_the_stock_class(tiny_llama, tmp_path, monkeypatch, weights):
+    from pathlib import Path
+
+    from models.loading import load_model
+
+    monkeypatch.setattr("sys.stdin", None)  # transformers would ask "run the custom code? [y/N]" on a terminal
+    folder = evil_folder(Path(tiny_llama), tmp_path / "model", tmp_path / "MARKER")
+    lm = load_model(str(folder), device="cpu", weights=weights)
+    assert type(lm.model).__name__ == "LlamaForCausalLM" and "Evil" not in type(lm.tokenizer).__name__
+    assert not (tmp_path / "MARKER").exists()
+
+
+def test_an_unknown_architecture_with_auto_map_is_refused_in_one_line(tiny_llama, tmp_path):
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from advisor.cli import cli
+
+    folder = evil_folder(Path(tiny_llama), tmp_path / "model", tmp_path / "MARKER", model_type="evil")
+    (tmp_path / "pool.jsonl").write_text('{"problem": "1+1?", "generations": ["2", "two"]}\n')
+    r = CliRunner().invoke(cli, ["score", "-m", str(folder), "-p", str(tmp_path / "pool.jsonl"), "-o", str(tmp_path / "out")],
+                           input="y\ny\n")  # were transformers to ask, it would be told yes
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "never does" in r.stderr, r.stderr
+    assert not (tmp_path / "MARKER").exists() and not (tmp_path / "out").exists()
+
+
+def test_vllm_is_told_not_to_run_model_code(tiny_llama, monkeypatch):
+    import fake_vllm
+    from models.loading import load_model
+    from models.vllm import VLLMBackend
+
+    fake_vllm.install(monkeypatch)
+    assert VLLMBackend(load_model(tiny_llama, device="cpu", weights=False))._engine_args["trust_remote_code"] is False
+
+
+# ---- chat templates that try to leave the Jinja sandbox ------------------------------------------
+
+TEMPLATES = {
+    "class walk": "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "cycler globals": "{{ cycler.__init__.__globals__.os.popen('touch MARKER').read() }}",
+    "lipsum globals": "{{ lipsum.__globals__['os'].system('touch MARKER') }}",
+    "joiner globals": "{{ joiner.__init__.__globals__.__builtins__.open('MARKER', 'w') }}",
+    "attr filter": "{{ (messages|attr('__class__')).__base__.__subclasses__() }}",
+    "format escape": "{{ '{0.__class__.__base__.__subclasses__}'.format(messages) }}x{{ raise_exception('no') }}",
+    "raise_exception": "{{ raise_exception('this template refuses') }}",
+    "syntax error": "{% for m in messages %}",
+    "division by zero": "{{ 1 / 0 }}",
+    "huge range": "{% for i in range(10 ** 9) %}{% endfor %}",
+    "endless recursion": "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
+    "endless loops": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("name", list(TEMPLATES))
+def test_hostile_chat_templates_are_one_input_error(tiny_qwen, tmp_path, monkeypatch, name):
+    import shutil
+    import time
+
+    from models.loading import load_model
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("models.template.TEMPLATE_SECONDS", 1.0)
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_qwen, folder)
+    (folder / "chat_template.jinja").write_text(TEMPLATES[name])
+    t0 = time.perf_counter()
+    with pytest.raises(InputError) as e:
+        load_model(str(folder), device="cpu")
+    assert "chat template" in str(e.value) and "\n" not in str(e.value)
+    assert time.perf_counter() - t0 < 30 and not (tmp_path / "MARKER").exists()

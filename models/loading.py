@@ -70,6 +70,21 @@ def resolve_model_path(spec: str) -> str:
         from models.lab import student_path  # builds the lab student on first use
 
         return str(student_path(spec[len("lab:"):]))
+    return _local_or_hub(spec)
+
+
+def check_model_spec(spec: str) -> None:
+    """What resolve_model_path refuses, refused without building a lab student or using the network:
+    for verbs that must reject a bad --model before they print or start anything."""
+    if spec.startswith("lab:"):
+        from models.lab.ladder import spec as lab_spec
+
+        lab_spec(spec[len("lab:"):])
+    else:
+        _local_or_hub(spec)
+
+
+def _local_or_hub(spec: str) -> str:
     expanded = os.path.expanduser(spec)
     if os.path.isdir(expanded):
         if not os.path.exists(os.path.join(expanded, "config.json")):
@@ -80,7 +95,7 @@ def resolve_model_path(spec: str) -> str:
     looks_like_path = spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or os.sep + os.sep in spec
     if looks_like_path:
         raise InputError(f"model path {spec} does not exist: check the path, or pass a hub id like org/name or lab:NAME")
-    return spec  # a hub id; from_pretrained tells us if it cannot be reached
+    return spec  # a hub id; hub_options checks the hub can be reached
 
 
 def hub_options(path: str) -> dict:

@@ -38,18 +38,25 @@ def check_one_error_line(result, fragment, out=None):
         assert not out.exists()
 
 
+FIXTURES = {"afile", "pool.jsonl", "empty", "bad.jsonl", "no-model.json", "no-lab.json", "lab.json"}
+
+
 def invoke(args, tmp_path):
     """OUT: a fresh path; FILE: a regular file (so FILE/x cannot be made); POOL: a good pool;
-    EMPTY: a folder with no model in it; BAD: a file with a broken JSON line; MISSING: no such file."""
+    EMPTY: a folder with no model in it; BAD: a file with a broken JSON line; MISSING: no such file;
+    NOMODEL, NOLAB, MANIFEST: manifests whose model is a missing folder, an unknown or a good lab student."""
     out = tmp_path / "out"
     (tmp_path / "afile").write_text("not a folder")
     pool = tmp_path / "pool.jsonl"
     pool.write_text('{"id": "a", "problem": "1+1?", "generations": ["2", "two"], "answer": "2"}\n')
     (tmp_path / "empty").mkdir(exist_ok=True)
     (tmp_path / "bad.jsonl").write_text('{"id": "a", "problem": \n')
+    for name, spec in (("no-model.json", str(tmp_path / "no-model")), ("no-lab.json", "lab:nosuch"), ("lab.json", "lab:xs")):
+        (tmp_path / name).write_text(f'{{"version": 1, "model": {{"spec": "{spec}"}}, "dataset": "pool.jsonl"}}')
     names = {"OUT": out, "FILE": tmp_path / "afile", "POOL": pool, "EMPTY": tmp_path / "empty",
-             "BAD": tmp_path / "bad.jsonl", "MISSING": tmp_path / "missing.jsonl"}
-    args = [re.sub(r"^(OUT|FILE|POOL|EMPTY|BAD|MISSING)", lambda m: str(names[m[1]]), a) for a in args]
+             "BAD": tmp_path / "bad.jsonl", "MISSING": tmp_path / "missing.jsonl", "NOMODEL": tmp_path / "no-model.json",
+             "NOLAB": tmp_path / "no-lab.json", "MANIFEST": tmp_path / "lab.json"}
+    args = [re.sub(r"^(OUT|FILE|POOL|EMPTY|BAD|MISSING|NOMODEL|NOLAB|MANIFEST)", lambda m: str(names[m[1]]), a) for a in args]
     return CliRunner().invoke(cli, args), out
 
 
@@ -85,7 +92,7 @@ def test_unwritable_outputs_fail_before_any_work(tmp_path, args, fragment):
     result, _ = invoke(args, tmp_path)
     check_one_error_line(result, fragment)
     # nothing written, not even a lab student built in the cache home (tmp_path / "advisor-home")
-    assert {p.name for p in tmp_path.iterdir()} <= {"afile", "pool.jsonl", "empty", "bad.jsonl", "out"}
+    assert {p.name for p in tmp_path.iterdir()} <= FIXTURES | {"out"}
 
 
 @pytest.mark.skipif(read_only_dir() is None, reason="no read-only folder on this machine")
@@ -151,6 +158,10 @@ BAD_INPUT = [
     # verbs whose modules others own: their argument errors, as far as they reach today
     (["train", "MISSING", "-o", "OUT"], "not found"),
     (["train", "POOL", "-o", "OUT"], "unknown top-level keys"),
+    (["train", "NOMODEL", "-o", "OUT"], "does not exist"),
+    (["train", "NOLAB", "-o", "OUT", "--nproc", "2"], "unknown lab student 'nosuch'"),
+    (["train", "MANIFEST", "-o", "FILE/run"], "--out"),
+    (["train", "MANIFEST", "-o", "FILE/run", "--dry-run"], "--out"),
     (["recommend", "-m", "lab:xs", "-b", "-1", "-o", "OUT", "--no-probe"], "--budget -1.0 must be a positive"),
     (["recommend", "-m", "EMPTY", "-b", "2", "-o", "OUT", "--no-probe"], "has no config.json"),
     (["probe", "-m", "EMPTY", "-p", "POOL", "-o", "OUT"], "has no config.json"),

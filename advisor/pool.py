@@ -249,9 +249,20 @@ def _is_messages(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and isinstance(value[0], dict) and "content" in value[0]
 
 
+def _utf8(value: str, where: str, what: str) -> str:
+    """`value`, if it is text UTF-8 can hold: JSON escapes can carry half a surrogate pair, which
+    no tokenizer and no output file accepts."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"{where}: {what} holds an unpaired surrogate ({value[e.start]!r}, character {e.start}); "
+                         "fix that escape in the file") from None
+    return value
+
+
 def _text(value: Any, where: str, what: str) -> str:
     if isinstance(value, str):
-        return value
+        return _utf8(value, where, what)
     if value is None:
         return ""
     raise InputError(f"{where}: {what} must be a string, got {type(value).__name__}")
@@ -303,15 +314,15 @@ def _as_bool(v: Any, where: str) -> bool | None:
     raise InputError(f"{where}: correctness mark {v!r} is not true/false")
 
 
-def _answer(row: dict, f: dict) -> str | None:
+def _answer(row: dict, f: dict, where: str) -> str | None:
     if f["answer"] is None or row.get(f["answer"]) is None:
         return None
-    return str(row[f["answer"]])
+    return _utf8(str(row[f["answer"]]), where, f["answer"])
 
 
-def _task(row: dict) -> str | None:
+def _task(row: dict, where: str) -> str | None:
     task = row.get("task")
-    return task if isinstance(task, str) else None
+    return _utf8(task, where, "task") if isinstance(task, str) else None
 
 
 def stand_in_id(n: int, taken: set[str]) -> str:
@@ -324,8 +335,9 @@ def stand_in_id(n: int, taken: set[str]) -> str:
     return pid
 
 
-def given_ids(rows: list[dict], id_field: str | None) -> list[str | None]:
-    return [str(r[id_field]) if id_field and r.get(id_field) is not None else None for r in rows]
+def given_ids(rows: list[dict], id_field: str | None, what: str = "pool") -> list[str | None]:
+    return [_utf8(str(r[id_field]), f"{what} row {n + 1}", id_field) if id_field and r.get(id_field) is not None else None
+            for n, r in enumerate(rows)]
 
 
 def read_pool(path: str | Path, opt: PoolOptions | None = None) -> Pool:
@@ -341,7 +353,7 @@ def read_pool(path: str | Path, opt: PoolOptions | None = None) -> Pool:
 
 def _normalise(path, rows: list[dict], opt: PoolOptions) -> Pool:
     layout, f = detect_layout(rows, opt)
-    ids = given_ids(rows, f["id"])
+    ids = given_ids(rows, f["id"], f"pool {Path(path).name}")
     taken = {pid for pid in ids if pid is not None}
     drafts: dict[tuple[str, str], Problem] = {}
     for n, (row, pid) in enumerate(zip(rows, ids)):
@@ -360,13 +372,14 @@ def _normalise(path, rows: list[dict], opt: PoolOptions) -> Pool:
                 raise InputError(f"{where}: {f['correct']!r} must be a list as long as {f['responses']!r} ({len(gens)})")
             cands = [Candidate(k, _text(g, where, f"candidate {k}"), _as_bool(marks[k], where) if marks else None)
                      for k, g in enumerate(gens)]
-            drafts[("id", pid)] = Problem(pid, _text(row[f["prompt"]], where, f["prompt"]), cands, _answer(row, f), _task(row))
+            drafts[("id", pid)] = Problem(pid, _text(row[f["prompt"]], where, f["prompt"]), cands, _answer(row, f, where), _task(row, where))
             continue
         prompt, response = _flat_pair(row, layout, f, where)
         key = ("id", pid) if pid is not None else ("prompt", prompt)  # rows without an id are grouped by prompt
         mark = _as_bool(row.get(f["correct"]), where) if f["correct"] else None
         if key not in drafts:
-            drafts[key] = Problem(pid if pid is not None else stand_in_id(n, taken), prompt, [], _answer(row, f), _task(row))
+            drafts[key] = Problem(pid if pid is not None else stand_in_id(n, taken), prompt, [], _answer(row, f, where),
+                                  _task(row, where))
         prob = drafts[key]
         prob.candidates.append(Candidate(len(prob.candidates), response, mark))
     return _filter(path, layout, f, len(rows), list(drafts.values()), opt)

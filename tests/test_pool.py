@@ -186,12 +186,13 @@ def test_problems_without_an_id_never_take_another_problems_id(tmp_path):
      .replace("0}", "[" * 900 + "]" * 900 + "}") + "\n"),
     ("bad-utf8.jsonl", b'{"problem": "a", "generations": ["x", "\xff\xfe"]}\n'),
     ("huge-int.jsonl", '{"problem": "a", "generations": ["x", "y"], "answer": ' + "9" * 5000 + "}\n"),
+    ("surrogate.jsonl", '{"problem": "a", "generations": ["x", "half a pair: \\ud800"]}\n'),
 ])
 def test_hostile_files_are_one_input_error(tmp_path, name, text):
     path = tmp_path / name
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
     try:
-        read_pool(path)
+        json.dumps(read_pool(path).summary()).encode("utf-8")  # a clean result must be fit to write out
     except InputError as e:
         assert "\n" not in str(e)
 

@@ -38,25 +38,28 @@ def check_one_error_line(result, fragment, out=None):
         assert not out.exists()
 
 
-FIXTURES = {"afile", "pool.jsonl", "empty", "bad.jsonl", "no-model.json", "no-lab.json", "lab.json"}
+FIXTURES = {"afile", "pool.jsonl", "empty", "bad.jsonl", "scores.jsonl", "no-model.json", "no-lab.json", "lab.json"}
 
 
 def invoke(args, tmp_path):
     """OUT: a fresh path; FILE: a regular file (so FILE/x cannot be made); POOL: a good pool;
     EMPTY: a folder with no model in it; BAD: a file with a broken JSON line; MISSING: no such file;
-    NOMODEL, NOLAB, MANIFEST: manifests whose model is a missing folder, an unknown or a good lab student."""
+    NOMODEL, NOLAB, MANIFEST: manifests whose model is a missing folder, an unknown or a good lab student;
+    SCORES: a scores file with values of the wrong type."""
     out = tmp_path / "out"
     (tmp_path / "afile").write_text("not a folder")
     pool = tmp_path / "pool.jsonl"
     pool.write_text('{"id": "a", "problem": "1+1?", "generations": ["2", "two"], "answer": "2"}\n')
     (tmp_path / "empty").mkdir(exist_ok=True)
     (tmp_path / "bad.jsonl").write_text('{"id": "a", "problem": \n')
+    (tmp_path / "scores.jsonl").write_text('{"id": "a", "k": "0", "n_tokens": 1, "logprob_sum": -1.0, "logprob_mean": "high", '
+                                           '"truncated": false}\n')
     for name, spec in (("no-model.json", str(tmp_path / "no-model")), ("no-lab.json", "lab:nosuch"), ("lab.json", "lab:xs")):
         (tmp_path / name).write_text(f'{{"version": 1, "model": {{"spec": "{spec}"}}, "dataset": "pool.jsonl"}}')
     names = {"OUT": out, "FILE": tmp_path / "afile", "POOL": pool, "EMPTY": tmp_path / "empty",
              "BAD": tmp_path / "bad.jsonl", "MISSING": tmp_path / "missing.jsonl", "NOMODEL": tmp_path / "no-model.json",
-             "NOLAB": tmp_path / "no-lab.json", "MANIFEST": tmp_path / "lab.json"}
-    args = [re.sub(r"^(OUT|FILE|POOL|EMPTY|BAD|MISSING|NOMODEL|NOLAB|MANIFEST)", lambda m: str(names[m[1]]), a) for a in args]
+             "NOLAB": tmp_path / "no-lab.json", "MANIFEST": tmp_path / "lab.json", "SCORES": tmp_path / "scores.jsonl"}
+    args = [re.sub(r"^(OUT|FILE|POOL|EMPTY|BAD|MISSING|NOMODEL|NOLAB|MANIFEST|SCORES)", lambda m: str(names[m[1]]), a) for a in args]
     return CliRunner().invoke(cli, args), out
 
 
@@ -142,6 +145,7 @@ BAD_INPUT = [
     (SELECT + ["-s", "BAD"], "the scores file is damaged"),
     (SELECT + ["-s", "POOL"], "is this a file written by `advisor score`?"),
     (SELECT + ["-s", "POOL", "--strategy", "hardest"], "--strategy 'hardest' is unknown"),
+    (SELECT + ["-s", "SCORES"], "line 1: k, logprob_mean of the wrong type"),
     (SELECT + ["-s", "POOL", "--strategy", "curriculum", "--switch-epoch", "0"], "--switch-epoch 0 must be at least 1"),
     (SELECT + ["-s", "POOL", "--mix", "2"], "--mix 2.0 is outside [0, 1]"),
     (SELECT + ["-s", "POOL", "--format", "csv"], "--format 'csv' is unknown"),

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from advisor.pool import ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, given_ids, pick_field, read_rows, stand_in_id
+from advisor.pool import ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, given_ids, pick_field, read_rows, stand_in_id, utf8_text
 from advisor.shards import ShardPlan, cache_folder
 from models.errors import InputError
 from models.files import (FORMAT_VERSION, atomic_path, check_writable_file, read_jsonl, stable_hash, versions, write_json,
@@ -116,7 +116,7 @@ def read_problems(cfg: GenerateConfig) -> tuple[list[ProblemRow], dict]:
 
 
 def _problem_rows(cfg: GenerateConfig, rows: list[dict], fields: dict) -> list[ProblemRow]:
-    ids = given_ids(rows, fields["id"])
+    ids = given_ids(rows, fields["id"], f"problems file {cfg.problems}")
     taken = {pid for pid in ids if pid is not None}
     out, seen = [], set()
     for i, (r, pid) in enumerate(zip(rows, ids)):
@@ -124,13 +124,14 @@ def _problem_rows(cfg: GenerateConfig, rows: list[dict], fields: dict) -> list[P
         text = r.get(fields["prompt"])
         if not isinstance(text, str) or not text.strip():
             raise InputError(f"{where}: field {fields['prompt']!r} is missing or empty; every problem needs its text")
+        text = utf8_text(text, where, fields["prompt"])
         if pid in seen:
             raise InputError(f"{where}: id {pid!r} appears twice; ids must be unique (or pass --id-field)")
         pid = pid if pid is not None else stand_in_id(i, taken)
         seen.add(pid)
         ans = r.get(fields["answer"]) if fields["answer"] else None
-        task = r.get("task") if isinstance(r.get("task"), str) else None
-        out.append(ProblemRow(pid, text, None if ans is None else str(ans), task))
+        task = utf8_text(r["task"], where, "task") if isinstance(r.get("task"), str) else None
+        out.append(ProblemRow(pid, text, None if ans is None else utf8_text(str(ans), where, fields["answer"]), task))
     return out
 
 

@@ -249,7 +249,7 @@ def _is_messages(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and isinstance(value[0], dict) and "content" in value[0]
 
 
-def _utf8(value: str, where: str, what: str) -> str:
+def utf8_text(value: str, where: str, what: str) -> str:
     """`value`, if it is text UTF-8 can hold: JSON escapes can carry half a surrogate pair, which
     no tokenizer and no output file accepts."""
     try:
@@ -262,7 +262,7 @@ def _utf8(value: str, where: str, what: str) -> str:
 
 def _text(value: Any, where: str, what: str) -> str:
     if isinstance(value, str):
-        return _utf8(value, where, what)
+        return utf8_text(value, where, what)
     if value is None:
         return ""
     raise InputError(f"{where}: {what} must be a string, got {type(value).__name__}")
@@ -317,12 +317,12 @@ def _as_bool(v: Any, where: str) -> bool | None:
 def _answer(row: dict, f: dict, where: str) -> str | None:
     if f["answer"] is None or row.get(f["answer"]) is None:
         return None
-    return _utf8(str(row[f["answer"]]), where, f["answer"])
+    return utf8_text(str(row[f["answer"]]), where, f["answer"])
 
 
 def _task(row: dict, where: str) -> str | None:
     task = row.get("task")
-    return _utf8(task, where, "task") if isinstance(task, str) else None
+    return utf8_text(task, where, "task") if isinstance(task, str) else None
 
 
 def stand_in_id(n: int, taken: set[str]) -> str:
@@ -336,7 +336,7 @@ def stand_in_id(n: int, taken: set[str]) -> str:
 
 
 def given_ids(rows: list[dict], id_field: str | None, what: str = "pool") -> list[str | None]:
-    return [_utf8(str(r[id_field]), f"{what} row {n + 1}", id_field) if id_field and r.get(id_field) is not None else None
+    return [utf8_text(str(r[id_field]), f"{what} row {n + 1}", id_field) if id_field and r.get(id_field) is not None else None
             for n, r in enumerate(rows)]
 
 

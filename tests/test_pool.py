@@ -179,6 +179,17 @@ def test_problems_without_an_id_never_take_another_problems_id(tmp_path):
     assert [p.problem for p in problems] == ["A", "B", "C"] and len({p.id for p in problems}) == 3
 
 
+@pytest.mark.parametrize("field", ["problem", "answer", "id"])
+def test_problems_with_half_a_surrogate_pair_are_one_input_error(tmp_path, field):
+    from advisor.generate import GenerateConfig, read_problems
+
+    row = {"id": "1", "problem": "1+1?", "answer": "2"}
+    row[field] = "half a pair: \ud800"
+    _jsonl(tmp_path / "p.jsonl", [row])
+    with pytest.raises(InputError, match=f"row 1: {field} holds an unpaired surrogate"):
+        read_problems(GenerateConfig(teacher="unused", problems=str(tmp_path / "p.jsonl"), out="pool.jsonl"))
+
+
 @pytest.mark.parametrize("name,text", [
     ("deep.jsonl", '{"problem": "a", "generations": ' + "[" * 100_000 + "]" * 100_000 + "}\n"),
     ("deep.json", "[" * 100_000 + "]" * 100_000),

@@ -144,13 +144,14 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
     from advisor.pool import read_pool
     from advisor.scoring import ScoreConfig, load_for, score_pool
     from advisor.ui import console, emit_json, kv_table, quiet_libraries, work_progress
-    from models.files import check_writable_dir
+    from models.files import advisor_home, check_writable_dir
 
     quiet_libraries()
     cfg = ScoreConfig(model, device, dtype, backend, max_length, token_budget, shard_size, seed,
                       tensor_parallel_size, gpu_memory_utilization, dp_rank, dp_size)
     cfg.validate()
     check_writable_dir(out, "--out")
+    check_writable_dir(advisor_home(), "ADVISOR_HOME (the score cache)")
     pool = read_pool(pool_path, _pool_opts(kw))
     with console.status(f"loading {model}"):
         lm = load_for(cfg)

@@ -30,8 +30,8 @@ from typing import Callable
 from advisor.pool import ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, given_ids, pick_field, read_rows, stand_in_id, utf8_text
 from advisor.shards import ShardPlan, cache_folder
 from models.errors import InputError
-from models.files import (FORMAT_VERSION, atomic_path, check_writable_file, read_jsonl, stable_hash, versions, write_json,
-                          write_jsonl)
+from models.files import (FORMAT_VERSION, advisor_home, atomic_path, check_writable_dir, check_writable_file, read_jsonl,
+                          stable_hash, versions, write_json, write_jsonl)
 
 OUT_SUFFIXES = (".jsonl", ".parquet")
 
@@ -174,6 +174,7 @@ def generate_pool(
 
     cfg.validate()
     check_writable_file(cfg.out, "--out")
+    check_writable_dir(advisor_home(), "ADVISOR_HOME (the generation cache)")
     problems, fields = read_problems(cfg)
     has_answers = any(p.answer not in (None, "") for p in problems)
     checker = choose_checker(cfg.checker, has_answers, {p.task for p in problems if p.task})

@@ -177,3 +177,33 @@ def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, args, fragment):
     result, out = invoke(args, tmp_path)
     check_one_error_line(result, fragment)
     assert not list(tmp_path.glob("out*")) and not (tmp_path / "advisor-home").exists()
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["score", "-m", "lab:xs", "-p", "POOL", "-o", "OUT"], "ADVISOR_HOME (the score cache)"),
+    (["generate", "-t", "lab:xs", "-p", "POOL", "-o", "OUT.jsonl"], "ADVISOR_HOME (the generation cache)"),
+])
+def test_a_cache_home_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, args, fragment):
+    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "afile" / "home"))
+    result, out = invoke(args, tmp_path)
+    check_one_error_line(result, fragment)
+    assert {p.name for p in tmp_path.iterdir()} <= FIXTURES
+
+
+def test_a_filesystem_fault_anywhere_else_is_one_line():
+    import errno
+
+    from advisor.cli import AdvisorGroup
+
+    group = AdvisorGroup()
+
+    @group.command()
+    def denied():
+        raise PermissionError(errno.EACCES, "Permission denied", "/some/where")
+
+    @group.command()
+    def bug():
+        raise OSError(errno.EBADF, "Bad file descriptor")  # not the user's filesystem: a bug keeps its traceback
+
+    check_one_error_line(CliRunner().invoke(group, ["denied"]), "/some/where: Permission denied")
+    assert isinstance(CliRunner().invoke(group, ["bug"]).exception, OSError)

@@ -224,9 +224,13 @@ def fingerprint(path: str, model=None) -> str:
 
 
 def _why(e: Exception) -> str:
-    text = str(e).strip().splitlines()
     if "custom code" in str(e):  # transformers' refusal when trust_remote_code is off
         return ("its config.json or tokenizer_config.json asks to run Python code from the model folder (auto_map), "
                 "which this tool never does; use a model whose architecture transformers ships")
+    return _first_line(e)
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
 

@@ -7,7 +7,6 @@ import pytest
 from click.testing import CliRunner
 
 from advisor.cli import cli
-from advisor.pool import read_pool
 
 
 def write_pool(path, n=10):

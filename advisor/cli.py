@@ -6,22 +6,64 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import click
 
-from models.errors import InputError
+from models.errors import InputError, one_line
+
+
+class UsageLine(click.ClickException):
+    """A click usage error shown as the same one `error:` line as any other mistake (click's own
+    shows four: usage, hint, blank, error)."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.message}", err=True)
+
+
+def _usage_line(e: click.UsageError) -> UsageLine:
+    where = f" (see {e.ctx.command_path} --help)" if e.ctx is not None else ""
+    return UsageLine(one_line(e.format_message()).rstrip(".") + where)
 
 
 class AdvisorGroup(click.Group):
-    """Turns a user mistake (InputError) into one line and exit code 2, never a traceback."""
+    """Turns a user mistake (InputError, a usage error, an unwritable path) into one `error:` line
+    and exit code 2, never a traceback. It wraps every verb, subgroups' verbs included."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # bare `advisor`: the help text is the answer
+        except click.UsageError as e:
+            raise _usage_line(e) from None
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as e:
+            raise _usage_line(e) from None
         except InputError as e:
             click.echo(f"error: {e}", err=True)
             ctx.exit(2)
+        except OSError as e:
+            if e.errno not in _FILESYSTEM_ERRNOS:
+                raise
+            # The last line of defence; verbs check their outputs up front (models.files.check_writable_*).
+            where = f"{e.filename}: " if e.filename else ""
+            click.echo(f"error: {one_line(where + (e.strerror or str(e)))}; check the path and its permissions", err=True)
+            ctx.exit(2)
+
+
+# Faults of the user's filesystem (a path under a file, no permission, a read-only or full disk),
+# not of this program.
+_FILESYSTEM_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.ENOSPC,
+                      errno.EDQUOT, errno.ENAMETOOLONG, errno.EEXIST}
 
 
 @click.group(cls=AdvisorGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -57,7 +99,7 @@ def _show_pool(pool) -> None:
     from advisor.ui import console, kv_table
 
     s = pool.summary()
-    rows = {"pool": s["source"], "layout": s["layout"], "problems": s["problems"], "candidates": s["candidates"],
+    rows = {"pool": pool.source, "layout": s["layout"], "problems": s["problems"], "candidates": s["candidates"],
             "per problem": s["candidates_per_problem"], "with answers": s["with_answers"]}
     if s["skipped_candidates"]:
         rows["skipped candidates"] = s["skipped_candidates"]
@@ -102,17 +144,23 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
     from advisor.pool import read_pool
     from advisor.scoring import ScoreConfig, load_for, score_pool
     from advisor.ui import console, emit_json, kv_table, quiet_libraries, work_progress
+    from models.files import advisor_home, check_writable_dir
 
     quiet_libraries()
     cfg = ScoreConfig(model, device, dtype, backend, max_length, token_budget, shard_size, seed,
                       tensor_parallel_size, gpu_memory_utilization, dp_rank, dp_size)
     cfg.validate()
+    check_writable_dir(out, "--out")
+    check_writable_dir(advisor_home(), "ADVISOR_HOME (the score cache)")
     pool = read_pool(pool_path, _pool_opts(kw))
-    _show_pool(pool)
     with console.status(f"loading {model}"):
         lm = load_for(cfg)
     with work_progress("scoring", unit="candidates") as (on_start, advance):
-        summary = score_pool(pool, cfg, out, lm=lm, on_start=on_start, advance=advance)
+        def start(total: int, done: int) -> None:  # inputs, model and cache are all usable by now
+            _show_pool(pool)
+            on_start(total, done)
+
+        summary = score_pool(pool, cfg, out, lm=lm, on_start=start, advance=advance)
     summary["pool"] = pool.summary()
     if "waiting_for" in summary:
         msg = (f"rank {dp_rank}/{dp_size}: scored {summary['computed']} shard(s); {len(summary['waiting_for'])} of "
@@ -151,12 +199,13 @@ def select(pool_path, scores_path, strategy, mix, score_kind, switch_epoch, fmt,
     from advisor import select as sel_mod
     from advisor.pool import read_pool
     from advisor.ui import console, emit_json, kv_table
-    from models.files import versions, write_json
+    from models.files import check_writable_file, versions, write_json
 
     cfg = sel_mod.SelectConfig(strategy, mix, score_kind, seed, switch_epoch)
     cfg.validate()
     if fmt not in sel_mod.FORMATS:
         raise InputError(f"--format {fmt!r} is unknown: use one of {', '.join(sel_mod.FORMATS)}")
+    check_writable_file(out, "--out")
     pool = read_pool(pool_path, _pool_opts(kw))
     selection = sel_mod.select(pool, sel_mod.load_scores(scores_path), cfg)
     n = sel_mod.export(selection, out, fmt)
@@ -313,12 +362,13 @@ def fit(records_path, out, tie_margin, feature_set, kinds, members, jobs, seed, 
     """Fit the predictor on RunRecords; print its cross-validated tables against the baselines."""
     from advisor.predictor import KINDS, fit_and_save, read_records
     from advisor.ui import emit_json
-    from models.files import advisor_home
+    from models.files import advisor_home, check_writable_dir
 
     chosen = _names(kinds, "--kinds")
     bad = [k for k in chosen if k not in KINDS]
     if bad or not chosen:
         raise InputError(f"--kinds {kinds!r}: use {', '.join(KINDS)}")
+    check_writable_dir(out, "--out")
     path = records_path or str(advisor_home() / "records.jsonl")
     result = fit_and_save(read_records(path), out, tie_margin, feature_set, chosen, members, seed, jobs, note)
     if as_json:

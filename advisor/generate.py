@@ -13,7 +13,8 @@ in the OpenR1 layout: `id`, `problem`, `answer`, `generations`, `correctness`, p
 
 Work is cut into shards of `shard_size` problems, each cached under
 `$ADVISOR_HOME/generate/<key>/` as it finishes; the key covers the teacher, the problems, the
-template and every sampling setting. Each shard's sampling is seeded from `seed` and its first
+template, every sampling setting, the batch budget and the device, and the folder records them
+(`producer.json`) and refuses to serve another run. Each shard's sampling is seeded from `seed` and its first
 problem's index, so a killed run resumes at the first missing shard and ends with the same pool
 as an uninterrupted one. With `dp_size` processes, each takes the shards `dp_rank` mod `dp_size`,
 and the last to finish writes the pool, as in `advisor score`.
@@ -26,10 +27,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from advisor.pool import ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, pick_field, read_rows
-from advisor.shards import ShardPlan
+from advisor.pool import ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, given_ids, pick_field, read_rows, stand_in_id, utf8_text
+from advisor.shards import ShardPlan, cache_folder
 from models.errors import InputError
-from models.files import advisor_home, atomic_path, read_jsonl, stable_hash, versions, write_json, write_jsonl
+from models.files import (FORMAT_VERSION, advisor_home, atomic_path, check_writable_dir, check_writable_file, read_jsonl,
+                          stable_hash, versions, write_json, write_jsonl)
 
 OUT_SUFFIXES = (".jsonl", ".parquet")
 
@@ -106,20 +108,31 @@ def read_problems(cfg: GenerateConfig) -> tuple[list[ProblemRow], dict]:
     if fields["prompt"] is None:
         raise InputError(f"no problem text field in {cfg.problems} (looked for {', '.join(PROMPT_KEYS)}); "
                          f"name it with --prompt-field (fields: {', '.join(sorted(keys))})")
+    rows = rows[: cfg.limit] if cfg.limit else rows
+    try:
+        return _problem_rows(cfg, rows, fields), fields
+    except RecursionError:  # a field nested just under the parser's limit can still overflow str()
+        raise InputError(f"problems file {cfg.problems} is nested too deeply to read; flatten its fields") from None
+
+
+def _problem_rows(cfg: GenerateConfig, rows: list[dict], fields: dict) -> list[ProblemRow]:
+    ids = given_ids(rows, fields["id"], f"problems file {cfg.problems}")
+    taken = {pid for pid in ids if pid is not None}
     out, seen = [], set()
-    for i, r in enumerate(rows[: cfg.limit] if cfg.limit else rows):
+    for i, (r, pid) in enumerate(zip(rows, ids)):
         where = f"{cfg.problems} row {i + 1}"
         text = r.get(fields["prompt"])
         if not isinstance(text, str) or not text.strip():
             raise InputError(f"{where}: field {fields['prompt']!r} is missing or empty; every problem needs its text")
-        pid = str(r[fields["id"]]) if fields["id"] and r.get(fields["id"]) is not None else str(i)
+        text = utf8_text(text, where, fields["prompt"])
         if pid in seen:
             raise InputError(f"{where}: id {pid!r} appears twice; ids must be unique (or pass --id-field)")
+        pid = pid if pid is not None else stand_in_id(i, taken)
         seen.add(pid)
         ans = r.get(fields["answer"]) if fields["answer"] else None
-        task = r.get("task") if isinstance(r.get("task"), str) else None
-        out.append(ProblemRow(pid, text, None if ans is None else str(ans), task))
-    return out, fields
+        task = utf8_text(r["task"], where, "task") if isinstance(r.get("task"), str) else None
+        out.append(ProblemRow(pid, text, None if ans is None else utf8_text(str(ans), where, fields["answer"]), task))
+    return out
 
 
 def resolve_backend(name: str) -> str:
@@ -134,13 +147,16 @@ def resolve_backend(name: str) -> str:
     return "vllm" if torch.cuda.is_available() else "hf"
 
 
-def _settings_key(cfg: GenerateConfig, backend: str, description: dict, template: str, problems: list[ProblemRow]) -> str:
-    return stable_hash({
-        "teacher": description["fingerprint"], "dtype": description["dtype"], "template": template, "backend": backend,
+def cache_parts(cfg: GenerateConfig, backend: str, lm, template: str, problems: list[ProblemRow]) -> dict:
+    """What a cached shard of generations depends on; the cache folder is named by its hash and
+    records it. The batch budget and the device change which random draws each prompt gets."""
+    return {
+        "teacher": lm.description["fingerprint"], "dtype": lm.description["dtype"], "template": template, "backend": backend,
         "problems": stable_hash([[p.id, p.problem] for p in problems]),
         "n": cfg.n, "temperature": cfg.temperature, "top_p": cfg.top_p, "max_new_tokens": cfg.max_new_tokens,
-        "shard_size": cfg.shard_size, "seed": cfg.seed,
-    })
+        "shard_size": cfg.shard_size, "seed": cfg.seed, "token_budget": cfg.token_budget,
+        "device": getattr(lm.device, "type", str(lm.device)), "format": FORMAT_VERSION,
+    }
 
 
 def generate_pool(
@@ -157,6 +173,8 @@ def generate_pool(
     from models.template import template_id
 
     cfg.validate()
+    check_writable_file(cfg.out, "--out")
+    check_writable_dir(advisor_home(), "ADVISOR_HOME (the generation cache)")
     problems, fields = read_problems(cfg)
     has_answers = any(p.answer not in (None, "") for p in problems)
     checker = choose_checker(cfg.checker, has_answers, {p.task for p in problems if p.task})
@@ -169,9 +187,11 @@ def generate_pool(
         import_vllm()
     lm = lm or load_model(cfg.teacher, device=cfg.device, dtype=cfg.dtype, weights=backend_name != "vllm")
     tmpl = template_id(lm.tokenizer)
-    key = _settings_key(cfg, backend_name, lm.description, tmpl, problems)
-    cache = advisor_home() / "generate" / key
+    parts = cache_parts(cfg, backend_name, lm, tmpl, problems)
+    cache = cache_folder("generate", parts)
+    key = cache.name
     plan = ShardPlan(problems, cfg.shard_size, cache, cfg.dp_rank, cfg.dp_size)
+    plan.claim(parts)
     n_cached = plan.my_cached_items()
     if on_start:
         on_start(plan.my_items(), n_cached)
@@ -192,12 +212,16 @@ def generate_pool(
         return {"waiting_for": missing, "shards": len(plan.shards), "computed": computed, "cache": str(cache), "key": key}
 
     generated = {}
-    for path in plan.paths:
+    for path, shard in zip(plan.paths, plan.shards):
         try:
-            generated.update((r["id"], r["candidates"]) for r in read_jsonl(path))
-        except (ValueError, KeyError):
+            cached = read_jsonl(path)
+        except ValueError:
+            cached = None
+        if cached is None or [r.get("id") for r in cached] != [p.id for p in shard] or \
+                not all(isinstance(r.get("candidates"), list) for r in cached):
             path.unlink()  # written atomically, so this is outside damage: recompute it next time
-            raise InputError(f"cached shard {path} was damaged and has been removed; rerun the same command") from None
+            raise InputError(f"cached shard {path} was damaged and has been removed; rerun the same command")
+        generated.update((r["id"], r["candidates"]) for r in cached)
     rows = []
     for p in problems:
         cands = generated[p.id]

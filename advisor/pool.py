@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from models.errors import InputError
-from models.files import read_jsonl, stable_hash
+from models.files import JSONLError, read_jsonl, stable_hash
 
 PROMPT_KEYS = ("problem", "prompt", "question", "instruction", "query", "input")
 RESPONSES_KEYS = ("generations", "responses", "candidates", "completions", "outputs")
@@ -101,8 +101,11 @@ class Pool:
         return self._index[pid]
 
     def summary(self) -> dict:
+        """What the pool holds. Stable for the same content: `source` is the file's name, not its
+        path, so outputs that copy this (recommendation.json) do not depend on where it lies;
+        `Pool.source` keeps the path as given."""
         return {
-            "source": self.source,
+            "source": Path(self.source).name,
             "layout": self.layout,
             "fields": self.fields,
             "rows": self.n_rows,
@@ -120,29 +123,32 @@ class Pool:
 
 
 def read_rows(path: str | Path, what: str = "pool") -> list[dict]:
+    """The rows of a JSONL, JSON, Parquet file or datasets folder; any fault is one InputError."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"{what} {path} does not exist: pass a JSONL, JSON, Parquet file or a datasets folder")
+    suffix = p.suffix.lower()
+    if not p.is_dir() and suffix not in (".jsonl", ".ndjson", ".json", ".parquet", ".pq"):
+        raise InputError(f"{what} {path}: unknown file type {p.suffix!r}; use .jsonl, .json, .parquet or a datasets.save_to_disk folder")
     try:
         if p.is_dir():
-            return _read_dataset_dir(p)
-        suffix = p.suffix.lower()
+            return _read_dataset_dir(p, what)
         if suffix in (".jsonl", ".ndjson"):
             return read_jsonl(p)
         if suffix == ".json":
-            return _read_json(p)
-        if suffix in (".parquet", ".pq"):
-            import pyarrow.parquet as pq
-
-            return pq.read_table(p).to_pylist()
-    except ValueError as e:
-        raise InputError(f"{e}: fix or remove that line") if "line" in str(e) else InputError(f"cannot read {what} {path}: {e}") from None
-    except OSError as e:
+            return _read_json(p, what)
+        return _read_parquet(p)
+    except JSONLError as e:
+        raise InputError(f"{e}: fix or remove that line") from None
+    except RecursionError:
+        raise InputError(f"{what} {path} is nested too deeply to read; flatten its fields") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{what} {path} is not valid UTF-8 (byte {e.start}); save it as UTF-8") from None
+    except (OSError, ValueError, TypeError) as e:
         raise InputError(f"cannot read {what} {path}: {e}") from None
-    raise InputError(f"{what} {path}: unknown file type {p.suffix!r}; use .jsonl, .json, .parquet or a datasets.save_to_disk folder")
 
 
-def _read_json(p: Path) -> list[dict]:
+def _read_json(p: Path, what: str) -> list[dict]:
     text = p.read_text(encoding="utf-8")
     try:
         data = json.loads(text)
@@ -154,22 +160,40 @@ def _read_json(p: Path) -> list[dict]:
                 data = data[key]
                 break
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-        raise InputError(f"pool {p}: expected a JSON array of objects (one per row)")
+        raise InputError(f"{what} {p}: expected a JSON array of objects (one per row)")
     return data
 
 
-def _read_dataset_dir(p: Path) -> list[dict]:
+def _read_parquet(p: Path) -> list[dict]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(p).to_pylist()
+    except pa.ArrowException as e:  # some (ArrowNotImplementedError) are neither ValueError nor OSError
+        raise ValueError(f"not a readable Parquet file ({e})") from None
+
+
+def _read_dataset_dir(p: Path, what: str) -> list[dict]:
     if not ((p / "dataset_info.json").exists() or (p / "dataset_dict.json").exists() or (p / "state.json").exists()):
-        raise InputError(f"pool folder {p} is not a datasets.save_to_disk folder (no dataset_info.json / dataset_dict.json)")
+        raise InputError(f"{what} folder {p} is not a datasets.save_to_disk folder (no dataset_info.json / dataset_dict.json)")
     import datasets
 
-    ds = datasets.load_from_disk(str(p))
+    try:
+        ds = datasets.load_from_disk(str(p))
+    except (InputError, RecursionError):
+        raise
+    except Exception as e:  # a damaged folder fails anywhere inside datasets and pyarrow, with any type
+        raise InputError(f"cannot read {what} folder {p} ({type(e).__name__}: {e}); save it again with save_to_disk") from None
     if isinstance(ds, datasets.DatasetDict):
         split = "train" if "train" in ds else (next(iter(ds)) if len(ds) == 1 else None)
         if split is None:
-            raise InputError(f"pool folder {p} holds splits {list(ds)}: save the one split to score, or name it 'train'")
+            raise InputError(f"{what} folder {p} holds splits {list(ds)}: save the one split to score, or name it 'train'")
         ds = ds[split]
-    return ds.to_list()
+    try:
+        return ds.to_list()
+    except Exception as e:
+        raise InputError(f"cannot read {what} folder {p} ({type(e).__name__}: {e}); save it again with save_to_disk") from None
 
 
 # ---- layout detection and normalisation --------------------------------------------------------
@@ -225,9 +249,20 @@ def _is_messages(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and isinstance(value[0], dict) and "content" in value[0]
 
 
+def utf8_text(value: str, where: str, what: str) -> str:
+    """`value`, if it is text UTF-8 can hold: JSON escapes can carry half a surrogate pair, which
+    no tokenizer and no output file accepts."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"{where}: {what} holds an unpaired surrogate ({value[e.start]!r}, character {e.start}); "
+                         "fix that escape in the file") from None
+    return value
+
+
 def _text(value: Any, where: str, what: str) -> str:
     if isinstance(value, str):
-        return value
+        return utf8_text(value, where, what)
     if value is None:
         return ""
     raise InputError(f"{where}: {what} must be a string, got {type(value).__name__}")
@@ -279,15 +314,30 @@ def _as_bool(v: Any, where: str) -> bool | None:
     raise InputError(f"{where}: correctness mark {v!r} is not true/false")
 
 
-def _answer(row: dict, f: dict) -> str | None:
+def _answer(row: dict, f: dict, where: str) -> str | None:
     if f["answer"] is None or row.get(f["answer"]) is None:
         return None
-    return str(row[f["answer"]])
+    return utf8_text(str(row[f["answer"]]), where, f["answer"])
 
 
-def _task(row: dict) -> str | None:
+def _task(row: dict, where: str) -> str | None:
     task = row.get("task")
-    return task if isinstance(task, str) else None
+    return utf8_text(task, where, "task") if isinstance(task, str) else None
+
+
+def stand_in_id(n: int, taken: set[str]) -> str:
+    """An id for row `n` (0-based), which has none: its number, unless the file already uses that
+    as a real id (`taken`), then prefixed until it is free. Adds it to `taken`."""
+    pid = str(n)
+    while pid in taken:
+        pid = "row-" + pid
+    taken.add(pid)
+    return pid
+
+
+def given_ids(rows: list[dict], id_field: str | None, what: str = "pool") -> list[str | None]:
+    return [utf8_text(str(r[id_field]), f"{what} row {n + 1}", id_field) if id_field and r.get(id_field) is not None else None
+            for n, r in enumerate(rows)]
 
 
 def read_pool(path: str | Path, opt: PoolOptions | None = None) -> Pool:
@@ -295,16 +345,23 @@ def read_pool(path: str | Path, opt: PoolOptions | None = None) -> Pool:
     rows = read_rows(path)
     if not rows:
         raise InputError(f"pool {path} is empty")
+    try:
+        return _normalise(path, rows, opt)
+    except RecursionError:  # a field nested just under the parser's limit can still overflow str()
+        raise InputError(f"pool {path} is nested too deeply to read; flatten its fields") from None
+
+
+def _normalise(path, rows: list[dict], opt: PoolOptions) -> Pool:
     layout, f = detect_layout(rows, opt)
-    drafts: dict[str, Problem] = {}
-    order: list[str] = []
-    for n, row in enumerate(rows):
+    ids = given_ids(rows, f["id"], f"pool {Path(path).name}")
+    taken = {pid for pid in ids if pid is not None}
+    drafts: dict[tuple[str, str], Problem] = {}
+    for n, (row, pid) in enumerate(zip(rows, ids)):
         where = f"pool {Path(path).name} row {n + 1}"
-        pid = str(row[f["id"]]) if f["id"] and row.get(f["id"]) is not None else None
         if layout == "grouped":
-            pid = pid if pid is not None else str(n)
-            if pid in drafts:
+            if ("id", pid) in drafts:
                 raise InputError(f"{where}: id {pid!r} repeats an earlier row; ids must be unique per problem (or pass --id-field)")
+            pid = pid if pid is not None else stand_in_id(n, taken)
             if f["prompt"] not in row:
                 raise InputError(f"{where}: missing field {f['prompt']!r}; pass --prompt-field")
             gens = row.get(f["responses"])
@@ -315,18 +372,17 @@ def read_pool(path: str | Path, opt: PoolOptions | None = None) -> Pool:
                 raise InputError(f"{where}: {f['correct']!r} must be a list as long as {f['responses']!r} ({len(gens)})")
             cands = [Candidate(k, _text(g, where, f"candidate {k}"), _as_bool(marks[k], where) if marks else None)
                      for k, g in enumerate(gens)]
-            drafts[pid] = Problem(pid, _text(row[f["prompt"]], where, f["prompt"]), cands, _answer(row, f), _task(row))
-            order.append(pid)
+            drafts[("id", pid)] = Problem(pid, _text(row[f["prompt"]], where, f["prompt"]), cands, _answer(row, f, where), _task(row, where))
             continue
         prompt, response = _flat_pair(row, layout, f, where)
-        key = pid if pid is not None else "prompt:" + prompt
+        key = ("id", pid) if pid is not None else ("prompt", prompt)  # rows without an id are grouped by prompt
         mark = _as_bool(row.get(f["correct"]), where) if f["correct"] else None
         if key not in drafts:
-            drafts[key] = Problem(pid if pid is not None else str(n), prompt, [], _answer(row, f), _task(row))
-            order.append(key)
+            drafts[key] = Problem(pid if pid is not None else stand_in_id(n, taken), prompt, [], _answer(row, f, where),
+                                  _task(row, where))
         prob = drafts[key]
         prob.candidates.append(Candidate(len(prob.candidates), response, mark))
-    return _filter(path, layout, f, len(rows), [drafts[k] for k in order], opt)
+    return _filter(path, layout, f, len(rows), list(drafts.values()), opt)
 
 
 def _filter(path, layout: str, f: dict, n_rows: int, problems: list[Problem], opt: PoolOptions) -> Pool:

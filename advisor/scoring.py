@@ -4,10 +4,12 @@
 
 Work is cut into fixed shards of `shard_size` candidates in pool order. Each finished shard is
 written atomically under `$ADVISOR_HOME/scores/<key>/`, where the key covers the model
-fingerprint, the pool fingerprint, the prompt template, the max length and the dtype. A rerun
-(after a kill, or with a new `--out`) skips finished shards; since a shard's contents and its
-batching depend only on its own candidates, a resumed run ends with the same file as an
-uninterrupted one. `OUT/scores.jsonl` and `OUT/config.json` appear only once all shards exist.
+fingerprint, the pool fingerprint, the prompt template, the max length and the dtype; the folder
+records them (`producer.json`) and refuses to serve another run. A rerun (after a kill, or with a
+new `--out`) skips finished shards; since a shard's contents and its batching depend only on its
+own candidates, a resumed run ends with the same file as an uninterrupted one. Shards are named
+by their candidate range and checked against it when read, so another `--shard-size` reuses only
+what matches. `OUT/scores.jsonl` and `OUT/config.json` appear only once all shards exist.
 
 Data parallelism: `dp_size` processes (one per GPU, say) each score the shards whose index is
 `dp_rank` modulo `dp_size`, into the same cache; whichever finishes last finds every shard there
@@ -24,9 +26,9 @@ from pathlib import Path
 from typing import Callable
 
 from advisor.pool import Pool
-from advisor.shards import ShardPlan
+from advisor.shards import ShardPlan, cache_folder
 from models.errors import InputError
-from models.files import advisor_home, read_jsonl, stable_hash, versions, write_json, write_jsonl
+from models.files import FORMAT_VERSION, check_writable_dir, read_jsonl, stable_hash, versions, write_json, write_jsonl
 
 BACKENDS = {"hf": "models.hf:HFBackend", "vllm": "models.vllm:VLLMBackend"}
 
@@ -95,17 +97,23 @@ def load_for(cfg: ScoreConfig):
     return load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, weights=cfg.backend != "vllm")
 
 
-def cache_key(description: dict, pool: Pool, template: str, cfg: ScoreConfig) -> str:
+def cache_parts(description: dict, pool: Pool, template: str, cfg: ScoreConfig) -> dict:
+    """What a cached score depends on; the cache folder is named by its hash and records it."""
     parts = {
         "model": description["fingerprint"],
         "pool": pool.fingerprint(),
         "template": template,
         "max_length": cfg.max_length,
         "dtype": description["dtype"],
+        "format": FORMAT_VERSION,
     }
     if cfg.backend != "hf":  # backends agree only within their dtype's tolerance: keep their caches apart
         parts["backend"] = cfg.backend
-    return stable_hash(parts)
+    return parts
+
+
+def cache_key(description: dict, pool: Pool, template: str, cfg: ScoreConfig) -> str:
+    return stable_hash(cache_parts(description, pool, template, cfg))
 
 
 def candidate_rows(pool: Pool) -> list[tuple[str, int, str, str]]:
@@ -134,11 +142,15 @@ def score_pool(
     from models.template import template_id
 
     cfg.validate()
+    if out_dir is not None:
+        check_writable_dir(out_dir, "--out")
     lm = lm or load_for(cfg)
     tmpl = template_id(lm.tokenizer)
-    key = cache_key(lm.description, pool, tmpl, cfg)
-    cache = advisor_home() / "scores" / key
+    parts = cache_parts(lm.description, pool, tmpl, cfg)
+    cache = cache_folder("scores", parts)
+    key = cache.name
     plan = ShardPlan(candidate_rows(pool), cfg.shard_size, cache, cfg.dp_rank, cfg.dp_size)
+    plan.claim(parts)
     n_done = plan.my_cached_items()
     if on_start:
         on_start(plan.my_items(), n_done)
@@ -157,7 +169,7 @@ def score_pool(
     if missing:  # other data-parallel ranks still at work; the last to finish writes the outputs
         return {"waiting_for": missing, "shards": len(plan.shards), "computed": computed, "cache": str(cache), "key": key,
                 "seconds": round(elapsed, 3), "model": lm.description, "template": tmpl}
-    all_rows = [r for path in plan.paths for r in _read_shard(path)]
+    all_rows = [r for path, shard in zip(plan.paths, plan.shards) for r in _read_shard(path, shard)]
     summary = {
         "candidates": len(all_rows),
         "problems": len(pool),
@@ -176,15 +188,18 @@ def score_pool(
         write_jsonl(out / "scores.jsonl", all_rows)
         write_json(out / "config.json", {
             "stage": "score", "versions": versions(), "settings": asdict(cfg),
-            "pool": pool.summary(), "model": lm.description, "template": tmpl, "cache_key": key,
+            "pool": pool.summary(), "pool_path": pool.source, "model": lm.description, "template": tmpl, "cache_key": key,
         })
         summary["scores"] = str(out / "scores.jsonl")
     return summary
 
 
-def _read_shard(path: Path) -> list[dict]:
+def _read_shard(path: Path, shard) -> list[dict]:
     try:
-        return read_jsonl(path)
+        rows = read_jsonl(path)
     except ValueError:
+        rows = None
+    if rows is None or [(r.get("id"), r.get("k")) for r in rows] != [(pid, k) for pid, k, _, _ in shard]:
         path.unlink()  # shards are written atomically, so this is outside damage: recompute next time
-        raise InputError(f"cached shard {path} was damaged and has been removed; rerun the same command to recompute it") from None
+        raise InputError(f"cached shard {path} was damaged and has been removed; rerun the same command to recompute it")
+    return rows

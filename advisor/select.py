@@ -46,8 +46,9 @@ class SelectConfig:
             problems.append(f"--mix {self.mix} is outside [0, 1]: it is the share of problems given their low response")
         if self.score not in SCORE_FIELDS:
             problems.append(f"--score {self.score!r} is unknown: use mean or sum")
-        if self.switch_epoch < 0:
-            problems.append(f"--switch-epoch {self.switch_epoch} is negative")
+        if self.switch_epoch < 1:  # training.switch_epoch must lie in (0, epochs); this flag counts whole epochs
+            problems.append(f"--switch-epoch {self.switch_epoch} must be at least 1: the epoch at which a curriculum "
+                            "moves from the high to the low set")
         if problems:
             raise InputError("; ".join(problems))
 
@@ -72,8 +73,21 @@ def load_scores(path: str | Path) -> dict[tuple[str, int], dict]:
         missing = [f for f in REQUIRED_SCORE_FIELDS if f not in r]
         if missing:
             raise InputError(f"{path} line {n}: missing {', '.join(missing)}; is this a file written by `advisor score`?")
-        out[(str(r["id"]), int(r["k"]))] = r
+        wrong = [f for f, ok in (("id", isinstance(r["id"], str) or _whole(r["id"])), ("k", _whole(r["k"])), ("n_tokens", _whole(r["n_tokens"])),
+                                 ("logprob_sum", _number(r["logprob_sum"])), ("logprob_mean", _number(r["logprob_mean"])),
+                                 ("truncated", isinstance(r["truncated"], bool))) if not ok]
+        if wrong:
+            raise InputError(f"{path} line {n}: {', '.join(wrong)} of the wrong type; is this a file written by `advisor score`?")
+        out[(str(r["id"]), r["k"])] = r
     return out
+
+
+def _whole(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def extremes(values: Mapping[int, float]) -> tuple[int, int]:

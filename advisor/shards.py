@@ -1,20 +1,35 @@
 """Resumable, data-parallel work in fixed shards, each cached as one atomically written file.
 
-    plan = ShardPlan(items, shard_size=512, cache=advisor_home() / "scores" / key, dp_rank=0, dp_size=1)
+    producer = {"model": ..., "pool": ...}      # everything the results depend on
+    plan = ShardPlan(items, shard_size=512, cache=cache_folder("scores", producer), dp_rank=0, dp_size=1)
+    plan.claim(producer)                        # records it in the folder; refuses another producer
     for i in plan.todo():
         write_jsonl(plan.paths[i], work(plan.shards[i]))
     if plan.missing(): ...   # other ranks still at work
 
 Shards are cut in item order, so a shard's contents depend only on the items and the shard size:
-a resumed run (or another rank) recomputes exactly what an uninterrupted one would have. Rank r
-of n owns the shards whose index is r modulo n; every rank writes into the same cache folder.
+a resumed run (or another rank) recomputes exactly what an uninterrupted one would have. A shard
+file is named by the item range it holds (`shard-00000020-00000027.jsonl`), so runs with another
+shard size never take each other's files for their own. Rank r of n owns the shards whose index
+is r modulo n; every rank writes into the same cache folder.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
+
+from models.errors import InputError
+from models.files import advisor_home, stable_hash, write_json
+
+PRODUCER = "producer.json"
+
+
+def cache_folder(kind: str, producer: dict) -> Path:
+    """`$ADVISOR_HOME/<kind>/<hash of producer>`: one folder per distinct piece of work."""
+    return advisor_home() / kind / stable_hash(producer)
 
 
 @dataclass
@@ -29,9 +44,28 @@ class ShardPlan:
     mine: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.shards = [self.items[i:i + self.shard_size] for i in range(0, len(self.items), self.shard_size)]
-        self.paths = [Path(self.cache) / f"shard-{i:05d}.jsonl" for i in range(len(self.shards))]
+        starts = range(0, len(self.items), self.shard_size)
+        self.shards = [self.items[i:i + self.shard_size] for i in starts]
+        self.paths = [Path(self.cache) / f"shard-{i:08d}-{i + len(s):08d}.jsonl" for i, s in zip(starts, self.shards)]
         self.mine = [i for i in range(len(self.shards)) if i % self.dp_size == self.dp_rank]
+
+    def claim(self, producer: dict) -> None:
+        """Record what fills this cache (JSON-plain values), or check it is what filled it before.
+
+        The folder's name is a hash of `producer`, so a mismatch means a hand-copied folder, a
+        collision or a stale layout; its shards would be wrong answers, so they are never used."""
+        path = Path(self.cache) / PRODUCER
+        if not path.exists():
+            write_json(path, producer)
+            return
+        try:
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            recorded = None
+        if recorded != producer:
+            differs = sorted(k for k in producer if not isinstance(recorded, dict) or recorded.get(k) != producer[k])
+            raise InputError(f"cache folder {self.cache} was filled by another run (different {', '.join(differs)}); "
+                             "delete that folder to compute afresh")
 
     def my_items(self) -> int:
         return sum(len(self.shards[i]) for i in self.mine)

@@ -68,6 +68,11 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
         return
     if not out:
         raise InputError("--out is required (the run folder), unless --export is given")
+    from models.files import check_writable_dir
+    from models.loading import check_model_spec
+
+    check_model_spec(m.model_spec)  # before the launch command is printed, so a mistake is the only line
+    check_writable_dir(out, "--out")
     if nproc > 1 or accelerate_config:
         import torch
 

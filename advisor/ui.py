@@ -30,9 +30,8 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-@contextlib.contextmanager
-def progress(description: str, unit: str = "items") -> Iterator[Progress]:
-    bar = Progress(
+def _progress_bar(unit: str) -> Progress:
+    return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -43,7 +42,11 @@ def progress(description: str, unit: str = "items") -> Iterator[Progress]:
         console=console,
         transient=False,
     )
-    with bar:
+
+
+@contextlib.contextmanager
+def progress(description: str, unit: str = "items") -> Iterator[Progress]:
+    with _progress_bar(unit) as bar:
         yield bar
 
 
@@ -51,23 +54,30 @@ def progress(description: str, unit: str = "items") -> Iterator[Progress]:
 def work_progress(description: str, unit: str, rate_format: str = "{:.1f}/s") -> Iterator[tuple]:
     """A progress bar for resumable work: yields `(on_start(total, already_done), advance(n))`.
 
-    The rate counts only work done in this run, not what was found cached."""
+    The bar appears at `on_start`, once the work is known to be possible: a mistake found while
+    reading inputs or loading the model prints its one error line and nothing else. The rate
+    counts only work done in this run, not what was found cached."""
     import time
 
-    with progress(description, unit=unit) as bar:
-        task = bar.add_task(description, total=None, rate="")
-        t0 = [time.perf_counter(), 0]
+    bar = _progress_bar(unit)
+    task = bar.add_task(description, total=None, rate="")
+    t0 = [time.perf_counter(), 0]
 
-        def on_start(total: int, done: int) -> None:
-            bar.update(task, total=total, completed=done)
-            t0[1] = done
+    def on_start(total: int, done: int) -> None:
+        bar.update(task, total=total, completed=done)
+        t0[:] = [time.perf_counter(), done]
+        bar.start()
 
-        def advance(n: int) -> None:
-            bar.advance(task, n)
-            done = bar.tasks[0].completed - t0[1]
-            bar.update(task, rate=rate_format.format(done / max(1e-9, time.perf_counter() - t0[0])))
+    def advance(n: int) -> None:
+        bar.advance(task, n)
+        done = bar.tasks[0].completed - t0[1]
+        bar.update(task, rate=rate_format.format(done / max(1e-9, time.perf_counter() - t0[0])))
 
+    try:
         yield on_start, advance
+    finally:
+        if bar.live.is_started:
+            bar.stop()
 
 
 def kv_table(title: str, rows: dict[str, Any]) -> Table:

@@ -1,7 +1,11 @@
 """Small file helpers every room needs: atomic writes, JSONL, fingerprints, the cache home.
 
 Outputs are written to a temporary name beside the target and renamed into place, so a killed run
-never leaves a half-written file under the final name.
+never leaves a half-written file under the final name. A verb checks its outputs can be written
+before it starts any work, so a bad `--out` costs nothing:
+
+    check_writable_dir(out, "--out")        # a folder to create or write into
+    check_writable_file(out, "--out")       # a file to create or replace
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+
+from models.errors import InputError
 
 FORMAT_VERSION = 1
 
@@ -27,8 +33,12 @@ def advisor_home() -> Path:
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError:
+        check_writable_file(target, "output")  # says in one line which part of the path is in the way
+        raise
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -37,6 +47,46 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def check_writable_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """Raise InputError unless `path` is, or can be made, a folder this process can write into."""
+    p = Path(os.path.expanduser(path))
+    if _exists(p, flag) and not p.is_dir():
+        raise InputError(f"{flag} {path} is a file, not a folder: give a folder path")
+    _check_can_create_in(p, path, flag)
+    return p
+
+
+def check_writable_file(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """Raise InputError unless a file can be written (created or replaced) at `path`."""
+    p = Path(os.path.expanduser(path))
+    if _exists(p, flag) and p.is_dir():
+        raise InputError(f"{flag} {path} is a folder: give a file path")
+    _check_can_create_in(p.parent, path, flag)
+    return p
+
+
+def _exists(p: Path, flag: str) -> bool:
+    try:
+        return p.exists()
+    except OSError as e:  # e.g. a name too long for the filesystem
+        raise InputError(f"{flag} {p}: {e.strerror}") from None
+
+
+def _check_can_create_in(folder: Path, given, flag: str) -> None:
+    """Writes go through a temporary file beside the target (atomic_path), so probe with one."""
+    anc = folder.absolute()
+    while not _exists(anc, flag):
+        anc = anc.parent
+    if not anc.is_dir():
+        raise InputError(f"{flag} {given}: {anc} is a file, so nothing can be written under it; choose another path")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".advisor-write-check-", dir=anc)
+    except OSError as e:
+        raise InputError(f"{flag} {given}: cannot write in {anc} ({e.strerror}); choose a writable path") from None
+    os.close(fd)
+    os.unlink(tmp)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
@@ -53,19 +103,31 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
     return n
 
 
+class JSONLError(ValueError):
+    """A line of a JSONL file that is not one JSON object; the message names the file and line."""
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read a JSONL file; a bad line raises ValueError naming the file and line."""
+    """Read a JSONL file; a bad line raises JSONLError naming the file and line."""
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise JSONLError(f"{path} line {lineno}: not valid UTF-8 (byte {e.start} of the line)") from None
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path} line {lineno}: not valid JSON ({e.msg})") from None
+                raise JSONLError(f"{path} line {lineno}: not valid JSON ({e.msg})") from None
+            except RecursionError:
+                raise JSONLError(f"{path} line {lineno}: nested too deeply to read") from None
+            except ValueError as e:  # e.g. an integer of more digits than Python converts
+                raise JSONLError(f"{path} line {lineno}: not readable JSON ({e})") from None
             if not isinstance(row, dict):
-                raise ValueError(f"{path} line {lineno}: expected a JSON object, got {type(row).__name__}")
+                raise JSONLError(f"{path} line {lineno}: expected a JSON object, got {type(row).__name__}")
             rows.append(row)
     return rows
 

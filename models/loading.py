@@ -3,11 +3,18 @@
     from models.loading import load_model
     lm = load_model("lab:tiny", device="cpu")
     lm.description["n_params"]
+
+Model folders are data, never code: `trust_remote_code` is always off, so a config.json whose
+`auto_map` points at Python files loads the stock transformers class for its `model_type`, or is
+refused in one line when transformers has none. A hub id is fetched only if the hub answers within
+HUB_PROBE_SECONDS; otherwise it loads from the local Hugging Face cache (as with HF_HUB_OFFLINE=1)
+or fails at once, saying how to use a local folder, instead of retrying for a minute.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +25,7 @@ from models.files import file_digest, stable_hash
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 _HEAD_TAIL = 4 << 20  # hash 4 MiB at each end of a weight file: exact for small files, fast for 70B
+HUB_PROBE_SECONDS = 2.0
 
 
 @dataclass
@@ -62,6 +70,21 @@ def resolve_model_path(spec: str) -> str:
         from models.lab import student_path  # builds the lab student on first use
 
         return str(student_path(spec[len("lab:"):]))
+    return _local_or_hub(spec)
+
+
+def check_model_spec(spec: str) -> None:
+    """What resolve_model_path refuses, refused without building a lab student or using the network:
+    for verbs that must reject a bad --model before they print or start anything."""
+    if spec.startswith("lab:"):
+        from models.lab.ladder import spec as lab_spec
+
+        lab_spec(spec[len("lab:"):])
+    else:
+        _local_or_hub(spec)
+
+
+def _local_or_hub(spec: str) -> str:
     expanded = os.path.expanduser(spec)
     if os.path.isdir(expanded):
         if not os.path.exists(os.path.join(expanded, "config.json")):
@@ -72,19 +95,65 @@ def resolve_model_path(spec: str) -> str:
     looks_like_path = spec.startswith(("/", ".", "~")) or spec.count("/") > 1 or os.sep + os.sep in spec
     if looks_like_path:
         raise InputError(f"model path {spec} does not exist: check the path, or pass a hub id like org/name or lab:NAME")
-    return spec  # a hub id; from_pretrained tells us if it cannot be reached
+    return spec  # a hub id; hub_options checks the hub can be reached
 
 
-def load_tokenizer(path: str):
+def hub_options(path: str) -> dict:
+    """`from_pretrained` keywords for `path`: never run the folder's code; for a hub id with the
+    hub out of reach, the local cache only (or one InputError when it is not there)."""
+    opts = {"trust_remote_code": False}
+    if os.path.isdir(path):
+        return opts
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    offline = constants.HF_HUB_OFFLINE or not _hub_answers(constants.ENDPOINT)
+    if not offline:
+        return opts
+    if not isinstance(try_to_load_from_cache(path, "config.json"), str):
+        why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else f"the hub at {constants.ENDPOINT} does not answer"
+        raise InputError(f"model {path!r} is not in the local Hugging Face cache and {why}: download it where there is "
+                         f"network (`hf download {path} --local-dir DIR`) and pass --model DIR")
+    # Some lookups (transformers' adapter_config.json probe) ignore local_files_only and would retry
+    # for a minute; offline mode, which huggingface_hub reads at each request, stops them at once.
+    constants.HF_HUB_OFFLINE = True
+    return {**opts, "local_files_only": True}
+
+
+def _hub_answers(endpoint: str) -> bool:
+    """Whether the hub answers an HTTP request within HUB_PROBE_SECONDS (a thread bounds DNS too)."""
+    import urllib.error
+    import urllib.request
+
+    answered = []
+
+    def probe() -> None:
+        try:
+            urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=HUB_PROBE_SECONDS).close()
+            answered.append(True)
+        except urllib.error.HTTPError:  # an error status is still an answer
+            answered.append(True)
+        except (OSError, ValueError):  # refused, unresolved, timed out, or a malformed HF_ENDPOINT
+            pass
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(HUB_PROBE_SECONDS + 0.5)
+    return bool(answered)
+
+
+def load_tokenizer(path: str, opts: dict | None = None):
     from transformers import AutoTokenizer
 
+    from models.template import check_chat_template
+
     try:
-        tok = AutoTokenizer.from_pretrained(path)
+        tok = AutoTokenizer.from_pretrained(path, **(opts if opts is not None else hub_options(path)))
     except (OSError, ValueError) as e:
-        raise InputError(f"could not load a tokenizer for {path!r}: {_first_line(e)}") from None
+        raise InputError(f"could not load a tokenizer for {path!r}: {_why(e)}") from None
     if tok.pad_token_id is None:
         # Padding positions are masked out everywhere; any id works, EOS is the usual choice.
         tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.convert_ids_to_tokens(0)
+    check_chat_template(tok)
     return tok
 
 
@@ -100,20 +169,21 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", weights: bo
     path = resolve_model_path(spec)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
-    tok = load_tokenizer(path)
+    opts = hub_options(path)
+    tok = load_tokenizer(path, opts)
     where = "local folder" if os.path.isdir(path) else "hub id (no local folder of that name)"
     try:
         if weights:
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **opts)
         else:
             import torch
             from transformers import AutoConfig
 
-            config = AutoConfig.from_pretrained(path)
+            config = AutoConfig.from_pretrained(path, **opts)
             with torch.device("meta"):
-                model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
+                model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype, trust_remote_code=False)
     except (OSError, ValueError) as e:
-        raise InputError(f"could not load model {spec!r} as a {where}: {_first_line(e)}") from None
+        raise InputError(f"could not load model {spec!r} as a {where}: {_why(e)}") from None
     if weights:
         model.to(dev)
     model.eval()
@@ -160,11 +230,11 @@ def describe_config(spec: str) -> dict:
 
     path = resolve_model_path(spec)
     try:
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path, **hub_options(path))
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
     except (OSError, ValueError, KeyError) as e:
-        raise InputError(f"could not read a model config for {spec!r}: {_first_line(e)}") from None
+        raise InputError(f"could not read a model config for {spec!r}: {_why(e)}") from None
     local = path if os.path.isdir(path) else None
     desc = describe(model, None, spec, local)
     desc["dtype"] = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "unknown").replace("torch.", "")
@@ -185,6 +255,13 @@ def fingerprint(path: str, model=None) -> str:
         elif p.suffix in (".json", ".model", ".txt", ".jinja"):
             parts[p.name] = file_digest(p)
     return stable_hash(parts)
+
+
+def _why(e: Exception) -> str:
+    if "custom code" in str(e):  # transformers' refusal when trust_remote_code is off
+        return ("its config.json or tokenizer_config.json asks to run Python code from the model folder (auto_map), "
+                "which this tool never does; use a model whose architecture transformers ships")
+    return _first_line(e)
 
 
 def _first_line(e: Exception) -> str:

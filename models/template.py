@@ -6,13 +6,24 @@ tokenizer's own special tokens (usually BOS) and the response follows directly, 
 prompt/completion data. The response is always tokenized on its own (`add_special_tokens=False`)
 and appended, so the boundary between the two is exact. `add_eos=True` (for training) appends EOS
 so the student learns to stop; scoring leaves it off and scores only the response's own tokens.
+
+A chat template is Jinja code from the model folder. Transformers renders it in Jinja's sandbox;
+whatever it does wrong there (reach for `__class__`, raise, divide by zero, recurse) becomes one
+InputError, and `check_chat_template` renders it once at load under a time limit, so a broken or
+endless template stops the run before any work.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 from dataclasses import dataclass
 
+from models.errors import InputError
 from models.files import stable_hash
+
+TEMPLATE_SECONDS = 10.0  # a real chat template renders in milliseconds
 
 
 @dataclass(frozen=True)
@@ -37,12 +48,49 @@ def template_id(tokenizer) -> str:
     return "plain"
 
 
+class TemplateTimeout(Exception):
+    pass
+
+
+def render_prompt(tokenizer, prompt: str) -> str:
+    """The prompt as one user turn with the generation prompt, through the model's chat template."""
+    try:
+        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+    except Exception as e:  # the template is the model folder's code: any fault in it is the folder's
+        name = getattr(tokenizer, "name_or_path", "") or "this model"
+        raise InputError(f"the chat template of {name} cannot be rendered ({type(e).__name__}: {e}); "
+                         "fix or remove chat_template (tokenizer_config.json or chat_template.jinja)") from None
+
+
+def check_chat_template(tokenizer) -> None:
+    """Render one prompt now, within TEMPLATE_SECONDS, so a failing or endless template fails at load."""
+    if has_chat_template(tokenizer):
+        with _time_limit(TEMPLATE_SECONDS):
+            render_prompt(tokenizer, "What is 1 + 1?")
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    # SIGALRM exists on POSIX and reaches only the main thread; elsewhere the template runs unbounded.
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TemplateTimeout(f"still rendering after {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def prompt_ids(tokenizer, prompt: str) -> list[int]:
     if has_chat_template(tokenizer):
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-        )
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        return list(tokenizer(render_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"])
     ids = list(tokenizer(prompt, add_special_tokens=True)["input_ids"])
     eos = tokenizer.eos_token_id
     if ids and eos is not None and ids[-1] == eos and tokenizer.bos_token_id != eos:

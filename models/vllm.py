@@ -85,6 +85,7 @@ class VLLMBackend:
             gpu_memory_utilization=gpu_memory_utilization,
             dtype=lm.description.get("dtype", "auto"),
             seed=seed,
+            trust_remote_code=False,  # model folders are data: never run their auto_map code
             max_num_batched_tokens=token_budget,
             enable_chunked_prefill=True,
             **({"max_model_len": max_model_len} if max_model_len else {}),

@@ -66,7 +66,7 @@ class RequestOutput:
 
 
 ENGINE_ARGS = {"model", "tokenizer", "tensor_parallel_size", "gpu_memory_utilization", "dtype", "seed",
-               "max_num_batched_tokens", "enable_chunked_prefill", "max_model_len"}
+               "max_num_batched_tokens", "enable_chunked_prefill", "max_model_len", "trust_remote_code"}
 
 
 class LLM:

@@ -81,7 +81,7 @@ def test_damaged_shard_is_removed_with_a_clear_error(tiny_llama, tmp_path):
     pool = write_pool(tmp_path / "pool.jsonl")
     args = ["score", "--model", tiny_llama, "--pool", pool, "--device", "cpu", "--shard-size", "5"]
     assert run(*args, "--out", tmp_path / "a").exit_code == 0
-    shard = next((tmp_path / "advisor-home" / "scores").glob("*/shard-00001.jsonl"))
+    shard = sorted((tmp_path / "advisor-home" / "scores").glob("*/shard-*.jsonl"))[1]
     shard.write_text("{broken\n")
     r = run(*args, "--out", tmp_path / "b")
     assert r.exit_code == 2 and "damaged and has been removed" in r.stderr and not (tmp_path / "b").exists()

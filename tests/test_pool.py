@@ -140,3 +140,79 @@ def test_missing_and_unknown_files(tmp_path):
     (tmp_path / "x.csv").write_text("a,b")
     with pytest.raises(InputError, match="unknown file type"):
         read_pool(tmp_path / "x.csv")
+
+
+@pytest.mark.parametrize("layout", ["flat", "grouped"])
+def test_rows_without_an_id_never_take_another_problems_id(tmp_path, layout):
+    # Row 3's number is "2", which row 1 already uses as its real id.
+    if layout == "flat":
+        rows = [{"id": "2", "question": "A", "response": r} for r in ("a1", "a2")] + \
+               [{"id": None, "question": "B", "response": r} for r in ("b1", "b2")]
+    else:
+        rows = [{"id": "2", "problem": "A", "generations": ["a1", "a2"]}, {"id": "1", "problem": "C", "generations": ["c1", "c2"]},
+                {"id": None, "problem": "B", "generations": ["b1", "b2"]}]
+    pool = read_pool(_jsonl(tmp_path / "p.jsonl", rows))
+    ids = [p.id for p in pool.problems]
+    assert len(set(ids)) == len(ids) == len(rows) // (2 if layout == "flat" else 1)
+    assert [c.text for c in pool.get("2").candidates] == ["a1", "a2"]
+    assert sorted(c.text for p in pool.problems for c in p.candidates) == sorted(
+        c for r in rows for c in ([r["response"]] if layout == "flat" else r["generations"]))
+
+
+def test_selection_from_a_pool_with_missing_ids_takes_each_problem_once(tmp_path):
+    from advisor.select import SelectConfig, select
+
+    rows = [{"id": "2", "question": "A", "response": r} for r in ("a1", "a2")] + \
+           [{"id": None, "question": "B", "response": r} for r in ("b1", "b2")]
+    pool = read_pool(_jsonl(tmp_path / "p.jsonl", rows))
+    scores = {(p.id, c.k): {"id": p.id, "k": c.k, "n_tokens": 2, "logprob_sum": -float(c.k), "logprob_mean": -float(c.k),
+                            "truncated": False} for p in pool.problems for c in p.candidates}
+    out = select(pool, scores, SelectConfig("high")).rows
+    assert sorted(r["response"] for r in out) == ["a1", "b1"]
+
+
+def test_problems_without_an_id_never_take_another_problems_id(tmp_path):
+    from advisor.generate import GenerateConfig, read_problems
+
+    _jsonl(tmp_path / "p.jsonl", [{"id": "2", "problem": "A"}, {"id": None, "problem": "B"}, {"problem": "C"}])
+    problems, _ = read_problems(GenerateConfig(teacher="unused", problems=str(tmp_path / "p.jsonl"), out="pool.jsonl"))
+    assert [p.problem for p in problems] == ["A", "B", "C"] and len({p.id for p in problems}) == 3
+
+
+@pytest.mark.parametrize("field", ["problem", "answer", "id"])
+def test_problems_with_half_a_surrogate_pair_are_one_input_error(tmp_path, field):
+    from advisor.generate import GenerateConfig, read_problems
+
+    row = {"id": "1", "problem": "1+1?", "answer": "2"}
+    row[field] = "half a pair: \ud800"
+    _jsonl(tmp_path / "p.jsonl", [row])
+    with pytest.raises(InputError, match=f"row 1: {field} holds an unpaired surrogate"):
+        read_problems(GenerateConfig(teacher="unused", problems=str(tmp_path / "p.jsonl"), out="pool.jsonl"))
+
+
+@pytest.mark.parametrize("name,text", [
+    ("deep.jsonl", '{"problem": "a", "generations": ' + "[" * 100_000 + "]" * 100_000 + "}\n"),
+    ("deep.json", "[" * 100_000 + "]" * 100_000),
+    ("deep-field.jsonl", json.dumps({"id": "x", "problem": "a", "generations": ["x", "y"], "answer": 0})
+     .replace("0}", "[" * 900 + "]" * 900 + "}") + "\n"),
+    ("bad-utf8.jsonl", b'{"problem": "a", "generations": ["x", "\xff\xfe"]}\n'),
+    ("huge-int.jsonl", '{"problem": "a", "generations": ["x", "y"], "answer": ' + "9" * 5000 + "}\n"),
+    ("surrogate.jsonl", '{"problem": "a", "generations": ["x", "half a pair: \\ud800"]}\n'),
+])
+def test_hostile_files_are_one_input_error(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    try:
+        json.dumps(read_pool(path).summary()).encode("utf-8")  # a clean result must be fit to write out
+    except InputError as e:
+        assert "\n" not in str(e)
+
+
+def test_summary_is_the_same_wherever_the_pool_lies(tmp_path):
+    # recommendation.json copies the summary: it must not change with the --out folder of a generated pool
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = read_pool(_jsonl(tmp_path / "a" / "pool.jsonl", grouped_rows()))
+    b = read_pool(_jsonl(tmp_path / "b" / "pool.jsonl", grouped_rows()))
+    assert a.summary() == b.summary() and a.summary()["source"] == "pool.jsonl"
+    assert a.source == str(tmp_path / "a" / "pool.jsonl")  # the path itself stays available for provenance

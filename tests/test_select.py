@@ -84,3 +84,11 @@ def test_bad_settings_and_mismatched_scores(pool_and_scores):
     del scores[("q3", 2)]
     with pytest.raises(InputError, match="scores do not cover 1 of 10 problems.*q3"):
         select(pool, scores, SelectConfig("high", score="mean"))
+
+
+def test_a_curriculum_must_switch_after_at_least_one_epoch(pool_and_scores):
+    pool, scores = pool_and_scores
+    for epoch in (0, -1):  # a manifest refuses training.switch_epoch outside (0, epochs)
+        with pytest.raises(InputError, match=f"--switch-epoch {epoch} must be at least 1"):
+            select(pool, scores, SelectConfig("curriculum", switch_epoch=epoch))
+    assert select(pool, scores, SelectConfig("curriculum", switch_epoch=1)).summary["switch_epoch"] == 1

@@ -363,12 +363,15 @@ def test_exported_files_keep_manifest_values_literal(tmp_path, monkeypatch):
 
     for v in [HOSTILE, 1e-05, 2.5e20, 0.0, 3, True, None, "no", "1e-05", "#", ["assistant"], "\ud83d\ude00 ok"]:
         assert yaml.safe_load(f"k: {_y(v)}  # c\n")["k"] == v
-    path = make_manifest(tmp_path / "rec", "lab:s", lora={"r": 4, "alpha": HOSTILE})
-    d = json.loads(path.read_text())
-    d["model"] = {"spec": HOSTILE, "path": HOSTILE, "chat_template": True, "model_type": "qwen2"}
-    path.write_text(json.dumps(d))
+    from dataclasses import replace
+
+    path = make_manifest(tmp_path / "rec", "lab:s", lora={"r": 4, "alpha": 8})
+    m = load_manifest(path)
+    # loading refuses such values (one-line specs, numeric alpha); the export must quote them even so
+    m = replace(m, model={"spec": HOSTILE, "path": HOSTILE, "chat_template": True, "model_type": "qwen2"},
+                training=replace(m.training, lora={"r": 4, "alpha": HOSTILE}))
     out = tmp_path / "out \"'#: x"
-    export(load_manifest(path), out)
+    export(m, out)
 
     src = (out / "trl_sft.py").read_text()
     tree = ast.parse(src)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -109,78 +110,69 @@ class Manifest:
 
     # ---- validation --------------------------------------------------------------------
     def problems(self, check_files: bool = True) -> list[str]:
-        """Every field that must change, as 'field: what is wrong' strings."""
+        """Every field that must change, as 'field: what is wrong' strings. Any JSON value, of any
+        type or size, in any field gives a problem here, never an exception."""
         bad: list[str] = []
         t, e = self.training, self.eval
-        if self.version != MANIFEST_VERSION:
-            bad.append(f"version: {self.version!r} is not supported (this tool reads version {MANIFEST_VERSION})")
-        if not isinstance(self.model, dict) or not self.model.get("spec"):
+        if not (_num(self.version) and self.version == MANIFEST_VERSION):
+            bad.append(f"version: {_show(self.version)} is not supported (this tool reads version {MANIFEST_VERSION})")
+        spec = self.model.get("spec") if isinstance(self.model, dict) else None
+        if not isinstance(self.model, dict):
+            bad.append(f"model: expected an object with a spec, got {_show(self.model)}")
+        elif not spec:
             bad.append("model.spec: missing (a local HF folder, a hub id, or lab:NAME)")
-        if not self.dataset:
-            bad.append("dataset: missing (the selected training set, TRL prompt/completion JSONL)")
-        elif check_files and not self.dataset_path.is_file():
-            bad.append(f"dataset: file {self.dataset_path} not found")
-        if self.strategy not in STRATEGIES:
-            bad.append(f"strategy: {self.strategy!r} is unknown (use {', '.join(STRATEGIES)})")
+        elif not _line(spec):
+            bad.append(f"model.spec: must be one line of text (a local HF folder, a hub id, or lab:NAME), got {_show(spec)}")
+        bad += self._path_problems("dataset", self.dataset, "the selected training set, TRL prompt/completion JSONL",
+                                   check_files, required=True)
+        if not _one_of(self.strategy, STRATEGIES):
+            bad.append(f"strategy: {_show(self.strategy)} is unknown (use {', '.join(STRATEGIES)})")
         if not _num(self.mix) or not 0 <= self.mix <= 1:
-            bad.append(f"mix: {self.mix!r} must be between 0 and 1")
-        if not _num(t.epochs) or not t.epochs > 0:
-            bad.append(f"training.epochs: the budget must be > 0, got {t.epochs!r}")
-        if not _num(t.learning_rate) or not t.learning_rate > 0:
-            bad.append(f"training.learning_rate: must be > 0, got {t.learning_rate!r}")
-        for name in ("batch_size", "grad_accum", "evals_per_epoch"):
-            v = getattr(t, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                bad.append(f"training.{name}: must be a whole number ≥ 1, got {v!r}")
-        if isinstance(t.batch_size, int) and isinstance(t.grad_accum, int) and t.grad_accum >= 1 \
-                and t.batch_size >= 1 and t.batch_size % t.grad_accum:
-            bad.append(f"training.batch_size: {t.batch_size} must be a multiple of training.grad_accum ({t.grad_accum})")
-        if not isinstance(t.max_length, int) or t.max_length < 8:
-            bad.append(f"training.max_length: must be a whole number ≥ 8, got {t.max_length!r}")
-        if t.lr_scheduler not in SCHEDULERS:
-            bad.append(f"training.lr_scheduler: {t.lr_scheduler!r} is unknown (use {', '.join(SCHEDULERS)})")
-        if not _num(t.warmup_ratio) or not 0 <= t.warmup_ratio < 1:
-            bad.append(f"training.warmup_ratio: must be in [0, 1), got {t.warmup_ratio!r}")
-        for name in ("warmup_steps", "max_steps", "eval_every"):
-            v = getattr(t, name)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < (0 if name == "warmup_steps" else 1)):
-                bad.append(f"training.{name}: must be a whole number ≥ {0 if name == 'warmup_steps' else 1} or null, got {v!r}")
-        if not _num(t.weight_decay) or t.weight_decay < 0:
-            bad.append(f"training.weight_decay: must be ≥ 0, got {t.weight_decay!r}")
-        if t.save_total_limit is not None and (not isinstance(t.save_total_limit, int) or t.save_total_limit < 1):
-            bad.append(f"training.save_total_limit: must be ≥ 1 or null, got {t.save_total_limit!r}")
-        if t.switch_epoch is not None:
-            if not _num(t.switch_epoch) or not 0 < t.switch_epoch < (t.epochs if _num(t.epochs) else math.inf):
-                bad.append(f"training.switch_epoch: must lie between 0 and training.epochs ({t.epochs}), got {t.switch_epoch!r}")
-        if t.lora is not None:
-            if not isinstance(t.lora, dict) or not isinstance(t.lora.get("r"), int) or t.lora["r"] < 1:
-                bad.append(f"training.lora: null for full SFT, or an object with an integer r ≥ 1, got {t.lora!r}")
-            else:
-                extra = set(t.lora) - {"r", "alpha", "dropout", "target_modules"}
-                if extra:
-                    bad.append(f"training.lora: unknown keys {', '.join(sorted(extra))} (use r, alpha, dropout, target_modules)")
-        if e.checker not in CHECKERS:
-            bad.append(f"eval.checker: {e.checker!r} is unknown (use {', '.join(CHECKERS)})")
-        if e.path is None and e.checker in ("lab", "math"):
+            bad.append(f"mix: {_show(self.mix)} must be between 0 and 1")
+        for name, kind, what in (("probabilities", dict, "an object"), ("reasons", list, "an array"),
+                                 ("features", dict, "an object"), ("pool", dict, "an object")):
+            if not isinstance(getattr(self, name), kind):
+                bad.append(f"{name}: must be {what}, got {_show(getattr(self, name))}")
+        if self.crossover_epoch is not None and not _num(self.crossover_epoch):
+            bad.append(f"crossover_epoch: must be a number or null, got {_show(self.crossover_epoch)}")
+        if self.confidence is not None and not isinstance(self.confidence, str):
+            bad.append(f"confidence: must be text or null, got {_show(self.confidence)}")
+        bad += _training_problems(t)
+        bad += self._path_problems("eval.path", e.path, "a held-out JSONL of prompt/answer rows", check_files, required=False)
+        if not _one_of(e.checker, CHECKERS):
+            bad.append(f"eval.checker: {_show(e.checker)} is unknown (use {', '.join(CHECKERS)})")
+        elif e.path is None and e.checker in ("lab", "math"):
             bad.append(f"eval.path: missing, but eval.checker is {e.checker!r} (give a held-out JSONL of prompt/answer rows, or checker none)")
-        elif e.path is not None and check_files and not self.eval_path.is_file():
-            bad.append(f"eval.path: file {self.eval_path} not found")
-        if not isinstance(e.max_new_tokens, int) or e.max_new_tokens < 1:
-            bad.append(f"eval.max_new_tokens: must be a whole number ≥ 1, got {e.max_new_tokens!r}")
+        if not _int(e.max_new_tokens) or e.max_new_tokens < 1:
+            bad.append(f"eval.max_new_tokens: must be a whole number ≥ 1, got {_show(e.max_new_tokens)}")
         if not _num(e.temperature) or e.temperature < 0:
-            bad.append(f"eval.temperature: must be ≥ 0 (0 = greedy), got {e.temperature!r}")
-        if e.limit is not None and (not isinstance(e.limit, int) or e.limit < 1):
-            bad.append(f"eval.limit: must be ≥ 1 or null (all rows), got {e.limit!r}")
-        if e.teacher is not None and (not isinstance(e.teacher, str) or not e.teacher.strip()):
-            bad.append(f"eval.teacher: a model (folder, hub id or lab:NAME) or null, got {e.teacher!r}")
+            bad.append(f"eval.temperature: must be ≥ 0 (0 = greedy), got {_show(e.temperature)}")
+        if e.limit is not None and (not _int(e.limit) or e.limit < 1):
+            bad.append(f"eval.limit: must be ≥ 1 or null (all rows), got {_show(e.limit)}")
+        if e.teacher is not None and not _line(e.teacher):
+            bad.append(f"eval.teacher: a model (folder, hub id or lab:NAME) on one line of text, or null; got {_show(e.teacher)}")
         for name in ("view_limit", "token_budget"):
             v = getattr(e, name)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-                bad.append(f"eval.{name}: must be a whole number ≥ 1 or null, got {v!r}")
+            if v is not None and (not _int(v) or v < 1):
+                bad.append(f"eval.{name}: must be a whole number ≥ 1 or null, got {_show(v)}")
         for name in ("base_drift", "per_problem"):
             if not isinstance(getattr(e, name), bool):
-                bad.append(f"eval.{name}: must be true or false, got {getattr(e, name)!r}")
+                bad.append(f"eval.{name}: must be true or false, got {_show(getattr(e, name))}")
         return bad
+
+    def _path_problems(self, name: str, value: Any, what: str, check_files: bool, required: bool) -> list[str]:
+        if value is None or (required and value == ""):
+            return [f"{name}: missing ({what})"] if required else []
+        if not _line(value):
+            return [f"{name}: must be a file path on one line ({what}), got {_show(value)}"]
+        if not check_files:
+            return []
+        path = self.resolve(value)
+        try:
+            found = path.is_file()
+        except OSError as err:  # e.g. a name longer than the filesystem allows
+            return [f"{name}: {_show(value)} cannot be a file here ({err.strerror})"]
+        return [] if found else [f"{name}: file {_show(str(path))} not found"]
 
     def validate(self, check_files: bool = True, where: str = "manifest") -> "Manifest":
         bad = self.problems(check_files)
@@ -211,19 +203,21 @@ class Manifest:
         d = dict(d)
         sub = {}
         for key, kind in (("training", TrainingSpec), ("eval", EvalSpec)):
-            raw = d.pop(key, None) or {}
+            raw = d.pop(key, None)
+            if raw is None:
+                raw = {}
             if not isinstance(raw, dict):
-                bad.append(f"{key}: expected an object, got {type(raw).__name__}")
+                bad.append(f"{key}: expected an object, got {_show(raw)}")
                 raw = {}
             known = {f.name for f in fields(kind)}
-            unknown = sorted(set(raw) - known)
+            unknown = set(raw) - known
             if unknown:
-                bad.append(f"{key}: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+                bad.append(f"{key}: unknown keys {_keys(unknown)} (known: {', '.join(sorted(known))})")
             sub[key] = kind(**{k: v for k, v in raw.items() if k in known})
         known_top = {f.name for f in fields(cls)} - {"base_dir", "training", "eval"}
-        unknown = sorted(set(d) - known_top)
+        unknown = set(d) - known_top
         if unknown:
-            bad.append(f"unknown top-level keys {', '.join(unknown)}")
+            bad.append(f"unknown top-level keys {_keys(unknown)}")
         if isinstance(d.get("model"), str):  # a bare spec is accepted for hand-written manifests
             d["model"] = {"spec": d["model"]}
         d.setdefault("model", {})
@@ -244,8 +238,107 @@ def load_manifest(path: str | os.PathLike) -> Manifest:
         d = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise InputError(f"manifest {p} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"manifest {p} is not valid UTF-8 (byte {e.start}); save it as UTF-8") from None
+    except RecursionError:
+        raise InputError(f"manifest {p} is nested too deeply to be a manifest") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise InputError(f"manifest {p} is not readable JSON ({e})") from None
+    except OSError as e:
+        raise InputError(f"cannot read manifest {p}: {e.strerror}") from None
     return Manifest.from_dict(d, base_dir=p.parent, where=str(p))
 
 
+def _training_problems(t: TrainingSpec) -> list[str]:
+    bad = []
+    if not _num(t.epochs) or not t.epochs > 0:
+        bad.append(f"training.epochs: the budget must be > 0, got {_show(t.epochs)}")
+    if not _num(t.learning_rate) or not t.learning_rate > 0:
+        bad.append(f"training.learning_rate: must be > 0, got {_show(t.learning_rate)}")
+    for name in ("batch_size", "grad_accum", "evals_per_epoch"):
+        v = getattr(t, name)
+        if not _int(v) or v < 1:
+            bad.append(f"training.{name}: must be a whole number ≥ 1, got {_show(v)}")
+    if _int(t.batch_size) and _int(t.grad_accum) and t.grad_accum >= 1 and t.batch_size >= 1 and t.batch_size % t.grad_accum:
+        bad.append(f"training.batch_size: {t.batch_size} must be a multiple of training.grad_accum ({t.grad_accum})")
+    if not _int(t.max_length) or t.max_length < 8:
+        bad.append(f"training.max_length: must be a whole number ≥ 8, got {_show(t.max_length)}")
+    if not _one_of(t.lr_scheduler, SCHEDULERS):
+        bad.append(f"training.lr_scheduler: {_show(t.lr_scheduler)} is unknown (use {', '.join(SCHEDULERS)})")
+    if not _num(t.warmup_ratio) or not 0 <= t.warmup_ratio < 1:
+        bad.append(f"training.warmup_ratio: must be in [0, 1), got {_show(t.warmup_ratio)}")
+    for name in ("warmup_steps", "max_steps", "eval_every"):
+        v, least = getattr(t, name), 0 if name == "warmup_steps" else 1
+        if v is not None and (not _int(v) or v < least):
+            bad.append(f"training.{name}: must be a whole number ≥ {least} or null, got {_show(v)}")
+    if not _num(t.weight_decay) or t.weight_decay < 0:
+        bad.append(f"training.weight_decay: must be ≥ 0, got {_show(t.weight_decay)}")
+    if not _int(t.seed):
+        bad.append(f"training.seed: must be a whole number, got {_show(t.seed)}")
+    if t.save_total_limit is not None and (not _int(t.save_total_limit) or t.save_total_limit < 1):
+        bad.append(f"training.save_total_limit: must be ≥ 1 or null, got {_show(t.save_total_limit)}")
+    if not isinstance(t.gradient_checkpointing, bool):
+        bad.append(f"training.gradient_checkpointing: must be true or false, got {_show(t.gradient_checkpointing)}")
+    if t.switch_epoch is not None:
+        if not _num(t.switch_epoch) or not 0 < t.switch_epoch < (t.epochs if _num(t.epochs) else math.inf):
+            bad.append(f"training.switch_epoch: must lie between 0 and training.epochs ({_show(t.epochs)}), got {_show(t.switch_epoch)}")
+    if t.lora is not None:
+        bad += _lora_problems(t.lora)
+    return bad
+
+
+def _lora_problems(lora: Any) -> list[str]:
+    if not isinstance(lora, dict) or not _int(lora.get("r")) or lora["r"] < 1:
+        return [f"training.lora: null for full SFT, or an object with an integer r ≥ 1, got {_show(lora)}"]
+    bad = []
+    extra = set(lora) - {"r", "alpha", "dropout", "target_modules"}
+    if extra:
+        bad.append(f"training.lora: unknown keys {_keys(extra)} (use r, alpha, dropout, target_modules)")
+    if "alpha" in lora and (not _num(lora["alpha"]) or lora["alpha"] <= 0):
+        bad.append(f"training.lora.alpha: must be a number > 0, got {_show(lora['alpha'])}")
+    if "dropout" in lora and (not _num(lora["dropout"]) or not 0 <= lora["dropout"] < 1):
+        bad.append(f"training.lora.dropout: must be in [0, 1), got {_show(lora['dropout'])}")
+    modules = lora.get("target_modules", "all-linear")
+    if not (_line(modules) or (isinstance(modules, list) and modules and all(_line(m) for m in modules))):
+        bad.append(f"training.lora.target_modules: must be a module name, a list of them or \"all-linear\", got {_show(modules)}")
+    return bad
+
+
 def _num(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A real, finite JSON number (not a bool, which JSON keeps apart but Python counts as an int)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer beyond any float
+        return False
+
+
+def _int(v: Any) -> bool:
+    return _num(v) and isinstance(v, int)
+
+
+def _one_of(v: Any, choices: tuple[str, ...]) -> bool:
+    return isinstance(v, str) and v in choices
+
+
+def _line(v: Any) -> bool:
+    """Text fit to be a path or model id: non-empty, one line, no control characters (which could
+    also smuggle lines into the YAML and shell snippets built from it)."""
+    return isinstance(v, str) and bool(v) and not _CONTROL.search(v)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _show(v: Any, width: int = 60) -> str:
+    """A value as it can be quoted in one short error line, whatever its size or content."""
+    try:
+        text = repr(v)
+    except (RecursionError, ValueError):
+        text = f"<{type(v).__name__}>"
+    return text if len(text) <= width else text[:width] + f"… ({len(text):,} characters)"
+
+
+def _keys(keys) -> str:
+    return ", ".join(_show(k, 30) for k in sorted(keys)[:10]) + (f" and {len(keys) - 10} more" if len(keys) > 10 else "")

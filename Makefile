@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml Makefile
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m advisor.demo
+	$(BIN)/python -m capacity_advisor.advisor.cli.demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

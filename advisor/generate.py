@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from advisor.pool import ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, given_ids, pick_field, read_rows, stand_in_id, utf8_text
-from advisor.shards import ShardPlan, cache_folder
-from models.errors import InputError
-from models.files import (FORMAT_VERSION, advisor_home, atomic_path, check_writable_dir, check_writable_file, read_jsonl,
+from capacity_advisor.advisor.pool import ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, given_ids, pick_field, read_rows, stand_in_id, utf8_text
+from capacity_advisor.advisor.shards import ShardPlan, cache_folder
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import (FORMAT_VERSION, advisor_home, atomic_path, check_writable_dir, check_writable_file, read_jsonl,
                           stable_hash, versions, write_json, write_jsonl)
 
 OUT_SUFFIXES = (".jsonl", ".parquet")
@@ -167,10 +167,10 @@ def generate_pool(
     lm=None,
 ) -> dict:
     """Sample, check and write the pool; returns a summary (see the module docstring)."""
-    from advisor.probe import choose_checker
-    from models.loading import load_model
-    from models.metrics import check_answer, math_checker_name
-    from models.template import template_id
+    from capacity_advisor.advisor.probe import choose_checker
+    from capacity_advisor.models.loading import load_model
+    from capacity_advisor.models.metrics import check_answer, math_checker_name
+    from capacity_advisor.models.template import template_id
 
     cfg.validate()
     check_writable_file(cfg.out, "--out")
@@ -182,7 +182,7 @@ def generate_pool(
     if backend_name == "hf" and cfg.tensor_parallel_size != 1:
         raise InputError("--tensor-parallel-size applies to --backend vllm only; the hf backend uses one device")
     if backend_name == "vllm":
-        from models.vllm import import_vllm
+        from capacity_advisor.models.vllm import import_vllm
 
         import_vllm()
     lm = lm or load_model(cfg.teacher, device=cfg.device, dtype=cfg.dtype, weights=backend_name != "vllm")
@@ -262,12 +262,12 @@ def generate_pool(
 
 def _make_backend(name: str, lm, cfg: GenerateConfig):
     if name == "vllm":
-        from models.vllm import VLLMBackend
+        from capacity_advisor.models.vllm import VLLMBackend
 
         return VLLMBackend(lm, token_budget=max(cfg.token_budget or 8192, cfg.max_new_tokens + 1),
                            tensor_parallel_size=cfg.tensor_parallel_size,
                            gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)
-    from models.hf import HFBackend
+    from capacity_advisor.models.hf import HFBackend
 
     return HFBackend(lm, token_budget=cfg.token_budget)
 

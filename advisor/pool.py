@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from models.errors import InputError
-from models.files import JSONLError, read_jsonl, stable_hash
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import JSONLError, read_jsonl, stable_hash
 
 PROMPT_KEYS = ("problem", "prompt", "question", "instruction", "query", "input")
 RESPONSES_KEYS = ("generations", "responses", "candidates", "completions", "outputs")

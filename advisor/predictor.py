@@ -41,8 +41,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from models.errors import InputError
-from models.files import atomic_path, read_jsonl
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import atomic_path, read_jsonl
 
 STRATEGIES = ("high", "low", "mixed")
 TIE_ORDER = ("high", "mixed", "low")  # among near-ties, prefer fast-fit, then the hedge
@@ -718,7 +718,7 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0
                  note: str | None = None) -> dict:
     """Cross-validate every kind (held-out students, shapes, tasks), keep the one with the lower
     leave-one-student-out regret, fit its ensemble on everything and save it with the lab prior."""
-    from advisor.priors import fit_lab_prior
+    from capacity_advisor.advisor.priors import fit_lab_prior
 
     if features not in FEATURE_SETS:
         raise InputError(f"--features {features!r} is unknown: use {', '.join(FEATURE_SETS)}")

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from models.errors import InputError
+from capacity_advisor.models.errors import InputError
 
 LAB_PRIOR_FEATURES = ("log10_params", "budget", "log10_params_x_budget")
 PAPER_FROM = 1e8  # students at least this large are answered by the paper's findings
@@ -38,7 +38,7 @@ def _prior_features(n_params: float, budget: float) -> dict:
 
 def fit_lab_prior(rows: Sequence[dict]) -> dict:
     """A logistic model of size and budget on the calibration rows, with its parameter range."""
-    from advisor.predictor import fit_member
+    from capacity_advisor.advisor.predictor import fit_member
 
     prior_rows = [{**r, "features": _prior_features(r["n_params"], r["features"]["budget"])} for r in rows]
     return {"features": list(LAB_PRIOR_FEATURES), "member": fit_member(prior_rows, "logistic", LAB_PRIOR_FEATURES),
@@ -46,7 +46,7 @@ def fit_lab_prior(rows: Sequence[dict]) -> dict:
 
 
 def lab_prior_advice(prior: dict, n_params: float, budget: float) -> dict:
-    from advisor.predictor import STRATEGIES, _check_member, member_proba
+    from capacity_advisor.advisor.predictor import STRATEGIES, _check_member, member_proba
 
     if not isinstance(prior, dict) or list(prior.get("features") or []) != list(LAB_PRIOR_FEATURES):
         raise InputError("the predictor holds no lab prior; refit it with `advisor fit`")
@@ -65,7 +65,7 @@ def lab_prior_advice(prior: dict, n_params: float, budget: float) -> dict:
 
 
 def paper_findings() -> dict:
-    path = resources.files("advisor") / "predictor_data" / "paper_findings.json"
+    path = resources.files("capacity_advisor.advisor") / "predictor_data" / "paper_findings.json"
     return json.loads(path.read_text(encoding="utf-8"))
 
 

@@ -13,10 +13,10 @@ import random
 from dataclasses import dataclass
 from statistics import mean
 
-from advisor.pool import Pool
-from advisor.select import SelectConfig, select
-from models.errors import InputError
-from probes.run import ProbeConfig, ProbeData
+from capacity_advisor.advisor.pool import Pool
+from capacity_advisor.advisor.select import SelectConfig, select
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.probes.run import ProbeConfig, ProbeData
 
 CHECKERS = ("auto", "lab", "math", "none")
 
@@ -33,7 +33,7 @@ def choose_checker(checker: str, has_answers: bool, tasks: set[str]) -> str:
         return checker
     if not has_answers:
         return "none"
-    from models.lab import FAMILIES
+    from capacity_advisor.models.lab import FAMILIES
 
     return "lab" if tasks and tasks <= set(FAMILIES) else "math"
 
@@ -78,7 +78,7 @@ def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None,
         "mean_tokens_low": high.summary["mean_tokens_low"],
     }
     if tokenizer is not None:
-        from models.template import prompt_ids
+        from capacity_advisor.models.template import prompt_ids
 
         prompt_tokens = mean(len(prompt_ids(tokenizer, p.prompt)) for p in pool.problems)
         resp = (context["mean_tokens_high"] + context["mean_tokens_low"]) / 2
@@ -101,12 +101,12 @@ def run_probe_stage(model: str, pool_path: str, pool_opts, cfg: ProbeConfig, out
     """Read the pool, score it (cached) unless scores are given, run the probe, print its summary."""
     from pathlib import Path
 
-    from advisor.pool import read_pool
-    from advisor.scoring import ScoreConfig, score_pool
-    from advisor.select import load_scores
-    from advisor.ui import console, progress
-    from models.loading import load_model
-    from probes.run import run_probe
+    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
+    from capacity_advisor.advisor.select import load_scores
+    from capacity_advisor.advisor.cli.ui import console, progress
+    from capacity_advisor.models.loading import load_model
+    from capacity_advisor.probes.run import run_probe
 
     cfg.validate()
     pool = pool or read_pool(pool_path, pool_opts)
@@ -129,7 +129,7 @@ def run_probe_stage(model: str, pool_path: str, pool_opts, cfg: ProbeConfig, out
 def print_probe(report: dict) -> None:
     from rich.table import Table
 
-    from advisor.ui import console, fmt
+    from capacity_advisor.advisor.cli.ui import console, fmt
 
     curves = report["curves"]
     t = Table(title=f"Probe: {report['model']['spec']} ({report['model']['n_params']:,} params)", title_justify="left")

@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from advisor.predictor import STRATEGIES, Predictor
-from models.errors import InputError
-from models.files import stable_hash, versions, write_json, write_jsonl
+from capacity_advisor.advisor.predictor import STRATEGIES, Predictor
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import stable_hash, versions, write_json, write_jsonl
 
 SHIPPED = "predictor_data"  # package folder of the default predictor
 BUDGET_GRID = tuple(x / 4 for x in range(2, 41))  # 0.5 .. 10 epochs, for the crossover
@@ -115,7 +115,7 @@ class RecommendConfig:
 
 
 def predictor_root(path: str | None):
-    return path if path is not None else resources.files("advisor") / SHIPPED
+    return path if path is not None else resources.files("capacity_advisor.advisor") / SHIPPED
 
 
 def load_predictor(path: str | None) -> Predictor:
@@ -148,13 +148,13 @@ def resolve_settings(cfg: RecommendConfig, description: dict) -> dict:
 def learning_rate(spec: str, n_params: int) -> tuple[float, str]:
     """The SFT rate a probe and the full run share: the lab recipe's, or a size default."""
     if spec.startswith("lab:"):
-        from models.lab import LADDER
-        from models.lab.ladder import parse_name
+        from capacity_advisor.models.lab import LADDER
+        from capacity_advisor.models.lab.ladder import parse_name
 
         name, _ = parse_name(spec[len("lab:"):])
         if name in LADDER:
             return LADDER[name].lr * 0.5, "lab recipe (half the pretraining peak)"
-    from probes.run import auto_learning_rate
+    from capacity_advisor.probes.run import auto_learning_rate
 
     return auto_learning_rate(n_params), "size default"
 
@@ -194,18 +194,18 @@ def lab_pool(task: str, n: int, out: Path, say=lambda m: None) -> Path:
     import gzip
     import json
 
-    from models.lab import FAMILIES
+    from capacity_advisor.models.lab import FAMILIES
 
     if task not in FAMILIES:
         raise InputError(f"--lab-task {task!r} is unknown: use one of {', '.join(FAMILIES)}")
-    src = resources.files("models.lab") / "data" / f"{task}-teacher-pool.jsonl.gz"
+    src = resources.files("capacity_advisor.models.lab") / "data" / f"{task}-teacher-pool.jsonl.gz"
     rows = []
     if src.is_file():
         with gzip.open(src, "rt", encoding="utf-8") as f:
             rows = [json.loads(line) for line, _ in zip(f, range(n))]
     if len(rows) < n:
-        from advisor.generate import GenerateConfig, generate_pool
-        from models.lab import write_pool
+        from capacity_advisor.advisor.generate import GenerateConfig, generate_pool
+        from capacity_advisor.models.lab import write_pool
 
         say(f"sampling a {n}-problem {task} pool from lab:teacher (built on first use)")
         write_pool(out / "problems.jsonl", task=task, n=n, seed=TEACHER_SAMPLING["seed"])
@@ -218,7 +218,7 @@ def lab_pool(task: str, n: int, out: Path, say=lambda m: None) -> Path:
 
 
 def recommend(cfg: RecommendConfig, status=None) -> dict:
-    from models.loading import describe_config
+    from capacity_advisor.models.loading import describe_config
 
     cfg.validate()
     say = status or (lambda msg: None)
@@ -235,7 +235,7 @@ def recommend(cfg: RecommendConfig, status=None) -> dict:
 
 
 def _prior(cfg: RecommendConfig, desc: dict, predictor: Predictor) -> tuple[dict, np.ndarray]:
-    from advisor.priors import prior_advice
+    from capacity_advisor.advisor.priors import prior_advice
 
     advice = prior_advice(desc["n_params"], cfg.budget, predictor)
     curve = np.array([[prior_advice(desc["n_params"], b, predictor)["probabilities"][s] for s in STRATEGIES]
@@ -263,12 +263,12 @@ def _advice_only(cfg, desc, predictor, settings, key, out: Path, t0: float) -> d
 
 
 def _full(cfg, desc, predictor, settings, key, out: Path, t0: float, say) -> dict:
-    from advisor.pool import Pool, PoolOptions, read_pool
-    from advisor.probe import build_probe_data
-    from advisor.scoring import ScoreConfig, score_pool
-    from advisor.select import SelectConfig, export, load_scores, select
-    from models.loading import load_model
-    from probes.run import ProbeConfig, run_probe
+    from capacity_advisor.advisor.pool import Pool, PoolOptions, read_pool
+    from capacity_advisor.advisor.probe import build_probe_data
+    from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
+    from capacity_advisor.advisor.select import SelectConfig, export, load_scores, select
+    from capacity_advisor.models.loading import load_model
+    from capacity_advisor.probes.run import ProbeConfig, run_probe
 
     v = {k: s["value"] for k, s in settings.items()}
     pool_path = cfg.pool or None
@@ -315,7 +315,7 @@ def _full(cfg, desc, predictor, settings, key, out: Path, t0: float, say) -> dic
         advice["reasons"] = predictor.reasons(features)
         curve = predictor.predict_proba([{**features, "budget": b} for b in BUDGET_GRID])
         if desc["n_params"] >= 1e8:  # what the paper found for students of this size, beside the measurement
-            from advisor.priors import paper_prior_advice
+            from capacity_advisor.advisor.priors import paper_prior_advice
 
             advice["paper_prior"] = paper_prior_advice(desc["n_params"], cfg.budget)
     strategy = advice["strategy"]
@@ -389,7 +389,7 @@ def _reason_text(r: dict) -> str:
 
 
 def write_manifest(report: dict, checker: str, cfg: RecommendConfig, settings: dict, out: Path) -> None:
-    from training.manifest import EvalSpec, Manifest, TrainingSpec
+    from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
 
     v = {k: s["value"] for k, s in settings.items()}
     manifest = Manifest(
@@ -419,7 +419,7 @@ def plot_report(report: dict, curve: np.ndarray, probe: dict | None, predictor: 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from models.files import atomic_path
+    from capacity_advisor.models.files import atomic_path
 
     panels = 3 if probe else 1
     fig, axes = plt.subplots(1, panels, figsize=(5.0 * panels, 3.4), squeeze=False)
@@ -478,7 +478,7 @@ def print_report(report: dict, out: str) -> None:
     from rich.panel import Panel
     from rich.table import Table
 
-    from advisor.ui import console, fmt
+    from capacity_advisor.advisor.cli.ui import console, fmt
 
     m = report["model"]
     answer = report.get("answer", report["strategy"])

@@ -25,12 +25,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from advisor.pool import Pool
-from advisor.shards import ShardPlan, cache_folder
-from models.errors import InputError
-from models.files import FORMAT_VERSION, check_writable_dir, read_jsonl, stable_hash, versions, write_json, write_jsonl
+from capacity_advisor.advisor.pool import Pool
+from capacity_advisor.advisor.shards import ShardPlan, cache_folder
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import FORMAT_VERSION, check_writable_dir, read_jsonl, stable_hash, versions, write_json, write_jsonl
 
-BACKENDS = {"hf": "models.hf:HFBackend", "vllm": "models.vllm:VLLMBackend"}
+BACKENDS = {"hf": "capacity_advisor.models.hf:HFBackend", "vllm": "capacity_advisor.models.vllm:VLLMBackend"}
 
 
 @dataclass
@@ -88,10 +88,10 @@ def backend_for(cfg: ScoreConfig, lm):
 def load_for(cfg: ScoreConfig):
     """The student as `cfg.backend` needs it: vllm loads the weights itself, so only the
     tokenizer and description are loaded here."""
-    from models.loading import load_model
+    from capacity_advisor.models.loading import load_model
 
     if cfg.backend == "vllm":
-        from models.vllm import import_vllm
+        from capacity_advisor.models.vllm import import_vllm
 
         import_vllm()  # fail fast, before any loading, when vllm or a GPU is missing
     return load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, weights=cfg.backend != "vllm")
@@ -139,7 +139,7 @@ def score_pool(
     With `dp_size > 1` this process scores its own shards; if others are still missing it
     returns `{"waiting_for": [...]}` and writes nothing, leaving the outputs to the last one.
     """
-    from models.template import template_id
+    from capacity_advisor.models.template import template_id
 
     cfg.validate()
     if out_dir is not None:

@@ -20,9 +20,9 @@ from pathlib import Path
 from statistics import mean
 from typing import Mapping, Sequence
 
-from advisor.pool import Pool
-from models.errors import InputError
-from models.files import atomic_path, read_jsonl, write_jsonl
+from capacity_advisor.advisor.pool import Pool
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import atomic_path, read_jsonl, write_jsonl
 
 STRATEGIES = ("high", "low", "mixed", "curriculum")
 FORMATS = ("trl", "messages", "alpaca")

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from models.errors import InputError
-from models.files import advisor_home, stable_hash, write_json
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import advisor_home, stable_hash, write_json
 
 PRODUCER = "producer.json"
 

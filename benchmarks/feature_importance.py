@@ -15,9 +15,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from advisor.predictor import FEATURE_SETS, label_rows, permutation_importance, read_records  # noqa: E402
+from capacity_advisor.advisor.predictor import FEATURE_SETS, label_rows, permutation_importance, read_records
 
 
 def main() -> int:

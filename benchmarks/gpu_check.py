@@ -68,7 +68,7 @@ def build_model(path: Path, vocab: int, hidden: int, layers: int, seed: int = 0)
 
 
 def random_pairs(n: int, vocab_in_use: int, seed: int, lo: int, hi: int):
-    from models.template import Encoded
+    from capacity_advisor.models.template import Encoded
 
     rng = random.Random(seed)
     out = []
@@ -134,8 +134,8 @@ def main(argv=None) -> dict:
             problem("vllm is not importable: create its environment first (make vllm-env; docs/vllm.md), "
                     "or pass --hf-only to measure the hf backend alone")
 
-    from models.hf import HFBackend
-    from models.loading import load_model
+    from capacity_advisor.models.hf import HFBackend
+    from capacity_advisor.models.loading import load_model
 
     tmp = tempfile.mkdtemp(prefix="gpu-check-")
     path = args.model or build_model(Path(tmp) / "model", args.vocab, args.hidden, args.layers)
@@ -179,7 +179,7 @@ def main(argv=None) -> dict:
         "hf_seconds": long_s,
     }
     if not args.hf_only:
-        from models.vllm import VLLMBackend
+        from capacity_advisor.models.vllm import VLLMBackend
 
         # vLLM's memory profiling does not see the (tokens x vocab) prompt-logprob tensors, so keep its batches modest
         vl = VLLMBackend(load_model(path, device=args.device, dtype=hf16.description["dtype"], weights=False),

@@ -21,10 +21,9 @@ from pathlib import Path
 from statistics import mean
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from advisor.predictor import PROBE_FEATURES, cross_validate, label_rows, read_records  # noqa: E402
-from probes.run import features, truncate  # noqa: E402
+from capacity_advisor.advisor.predictor import PROBE_FEATURES, cross_validate, label_rows, read_records
+from capacity_advisor.probes.run import features, truncate
 
 STEPS = (25, 50, 100, 200)
 EVAL_PROBLEMS = (32, 64, 128)

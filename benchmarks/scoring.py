@@ -36,12 +36,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from models.hf import HFBackend  # noqa: E402
-from models.loading import LoadedModel  # noqa: E402
-from models.template import Encoded  # noqa: E402
+from capacity_advisor.models.hf import HFBackend
+from capacity_advisor.models.loading import LoadedModel
+from capacity_advisor.models.template import Encoded
 
 
 class _PadOnly:
@@ -251,8 +251,8 @@ def budget_sweep(args) -> dict:
 
 def lab_accuracy(args) -> dict:
     """bf16 vs fp32 scores of a trained lab student on a lab pool (6 candidates per problem)."""
-    from models.lab.pool import pool_rows
-    from models.loading import load_model
+    from capacity_advisor.models.lab.pool import pool_rows
+    from capacity_advisor.models.loading import load_model
 
     t0 = time.perf_counter()
     lm = load_model(f"lab:{args.lab_model}", device="cpu", dtype="float32")

@@ -84,7 +84,7 @@ def run_step(argv: list[str], home: Path | None, cwd: Path, timeout: float) -> d
     if home is not None:
         env["ADVISOR_HOME"] = str(home)
     env.setdefault("PYTHONUNBUFFERED", "1")
-    cmd = [sys.executable, "-m", "advisor.cli", *argv]
+    cmd = [sys.executable, "-m", "capacity_advisor.advisor.cli.main", *argv]
     t = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t

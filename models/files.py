@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from models.errors import InputError
+from capacity_advisor.models.errors import InputError
 
 FORMAT_VERSION = 1
 

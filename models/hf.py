@@ -1,7 +1,7 @@
 """The `hf` backend: response-token log-probs and batched generation with plain transformers.
 
-    from models.loading import load_model
-    from models.hf import HFBackend
+    from capacity_advisor.models.loading import load_model
+    from capacity_advisor.models.hf import HFBackend
     rows = HFBackend(load_model("lab:tiny")).score([("Q1+2=", "A3")], max_length=512)
 
 Scoring never builds a (sequence x vocabulary) fp32 log-softmax: the decoder's last hidden states
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from models.errors import InputError
-from models.loading import LoadedModel
-from models.template import Encoded, encode_pair, prompt_ids
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.loading import LoadedModel
+from capacity_advisor.models.template import Encoded, encode_pair, prompt_ids
 
 Progress = Callable[[int], None]  # called with the number of items just finished
 

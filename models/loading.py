@@ -1,6 +1,6 @@
 """Load a student (local folder, hub id, or `lab:NAME`) and describe it.
 
-    from models.loading import load_model
+    from capacity_advisor.models.loading import load_model
     lm = load_model("lab:tiny", device="cpu")
     lm.description["n_params"]
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from models.errors import InputError
-from models.files import file_digest, stable_hash
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import file_digest, stable_hash
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
@@ -67,7 +67,7 @@ def resolve_dtype(dtype: str, device) -> Any:
 def resolve_model_path(spec: str) -> str:
     """Map a model spec to something `from_pretrained` takes: a local folder or a hub id."""
     if spec.startswith("lab:"):
-        from models.lab import student_path  # builds the lab student on first use
+        from capacity_advisor.models.lab import student_path  # builds the lab student on first use
 
         return str(student_path(spec[len("lab:"):]))
     return _local_or_hub(spec)
@@ -77,7 +77,7 @@ def check_model_spec(spec: str) -> None:
     """What resolve_model_path refuses, refused without building a lab student or using the network:
     for verbs that must reject a bad --model before they print or start anything."""
     if spec.startswith("lab:"):
-        from models.lab.ladder import spec as lab_spec
+        from capacity_advisor.models.lab.ladder import spec as lab_spec
 
         lab_spec(spec[len("lab:"):])
     else:
@@ -144,7 +144,7 @@ def _hub_answers(endpoint: str) -> bool:
 def load_tokenizer(path: str, opts: dict | None = None):
     from transformers import AutoTokenizer
 
-    from models.template import check_chat_template
+    from capacity_advisor.models.template import check_chat_template
 
     try:
         tok = AutoTokenizer.from_pretrained(path, **(opts if opts is not None else hub_options(path)))
@@ -214,7 +214,7 @@ def describe(model, tokenizer, spec: str, path: str | None) -> dict:
         "fingerprint": fingerprint(path, model) if path else stable_hash({"spec": spec, "cfg": cfg.to_dict()}),
     }
     if spec.startswith("lab:"):
-        from models.lab.ladder import parse_name, recipe_hash
+        from capacity_advisor.models.lab.ladder import parse_name, recipe_hash
 
         name, steps = parse_name(spec[len("lab:"):])
         out["path"] = None

@@ -20,8 +20,8 @@ import signal
 import threading
 from dataclasses import dataclass
 
-from models.errors import InputError
-from models.files import stable_hash
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import stable_hash
 
 TEMPLATE_SECONDS = 10.0  # a real chat template renders in milliseconds
 

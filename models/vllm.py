@@ -1,7 +1,7 @@
 """The `vllm` backend: response-token log-probs and batched sampling on GPUs with vLLM.
 
-    from models.loading import load_model
-    from models.vllm import VLLMBackend
+    from capacity_advisor.models.loading import load_model
+    from capacity_advisor.models.vllm import VLLMBackend
     lm = load_model("Qwen/Qwen2.5-1.5B", weights=False)          # tokenizer + description only
     be = VLLMBackend(lm, tensor_parallel_size=2)
     rows = be.score([(prompt, response)], max_length=16384)        # same rows as HFBackend.score
@@ -23,9 +23,9 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 
-from models.errors import InputError
-from models.loading import LoadedModel
-from models.template import Encoded, encode_pair, prompt_ids
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.loading import LoadedModel
+from capacity_advisor.models.template import Encoded, encode_pair, prompt_ids
 
 Progress = Callable[[int], None]
 

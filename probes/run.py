@@ -1,6 +1,6 @@
 """Probe runs: short SFT from the same base weights on D_high, D_low (and D_mixed), measured as they go.
 
-    from probes.run import ProbeConfig, ProbeData, run_probe
+    from capacity_advisor.probes.run import ProbeConfig, ProbeData, run_probe
     report = run_probe("lab:s", data, ProbeConfig(steps=100), out_dir="runs/probe")
 
 A probe is the full training run stopped early: each strategy is trained by `training.sft.run_sft`
@@ -29,9 +29,9 @@ from pathlib import Path
 from statistics import mean
 from typing import Callable, Sequence
 
-from models import metrics
-from models.errors import InputError
-from models.files import versions, write_json, write_jsonl
+from capacity_advisor.models import metrics
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import versions, write_json, write_jsonl
 
 METRICS = ("train_loss", "teacher_nll", "teacher_nll_high", "teacher_nll_low", "answer_logprob", "accuracy",
            "answer_rate", "repetition_rate", "copy_rate", "finish_rate", "base_drift", "teacher_view")
@@ -131,7 +131,7 @@ Progress = Callable[[str, int, int], None]  # (strategy, step, total)
 
 def manifest_for(strategy: str, cfg: ProbeConfig, data: ProbeData, model: dict, lr: float, out: Path):
     """The training manifest of one strategy's probe run (files under OUT/data/)."""
-    from training.manifest import EvalSpec, Manifest, TrainingSpec
+    from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
 
     return Manifest(
         model=model, dataset=f"data/{strategy}.jsonl", strategy=strategy, mix=0.5 if strategy == "mixed" else 0.0,
@@ -154,8 +154,8 @@ def run_probe(model_spec: str, data: ProbeData, cfg: ProbeConfig, out_dir: str |
     """
     from transformers import TrainerCallback
 
-    from models.loading import load_model
-    from training.sft import run_sft
+    from capacity_advisor.models.loading import load_model
+    from capacity_advisor.training.sft import run_sft
 
     cfg.validate()
     data.validate(cfg.strategies)
@@ -206,7 +206,7 @@ def run_probe(model_spec: str, data: ProbeData, cfg: ProbeConfig, out_dir: str |
 
 
 def _curve(path: Path) -> list[dict]:
-    from training.callbacks import read_curve
+    from capacity_advisor.training.callbacks import read_curve
 
     # timings differ between an interrupted and a whole run; the measurements must not
     return [{k: v for k, v in r.items() if k not in ("examples", "eval_seconds", "elapsed")} for r in read_curve(path)]
@@ -305,7 +305,7 @@ def plot(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from models.files import atomic_path
+    from capacity_advisor.models.files import atomic_path
 
     curves = report["curves"]
     keys = [k for k in METRICS if any(p.get(k) is not None and not _isnan(p.get(k)) for c in curves.values() for p in c)]

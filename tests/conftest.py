@@ -83,7 +83,7 @@ def _isolated_home(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def lab_cache(tmp_path_factory):
     """A cache home holding the smallest lab student, built once per test session (seconds)."""
-    from models.lab import student_path
+    from capacity_advisor.models.lab import student_path
 
     home = tmp_path_factory.mktemp("lab-cache")
     old = os.environ.get("ADVISOR_HOME")

@@ -5,9 +5,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from advisor.cli import cli
-from advisor.pool import read_pool
-from advisor.scoring import ScoreConfig, score_pool
+from capacity_advisor.advisor.cli.main import cli
+from capacity_advisor.advisor.pool import read_pool
+from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
 
 
 def write_pool(path, n=12):

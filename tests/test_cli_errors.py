@@ -7,7 +7,7 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from advisor.cli import cli
+from capacity_advisor.advisor.cli.main import cli
 
 # (arguments, a fragment of the one error line); OUT is replaced by a fresh path that must stay absent.
 USAGE = [
@@ -193,7 +193,7 @@ def test_a_cache_home_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, 
 def test_a_filesystem_fault_anywhere_else_is_one_line():
     import errno
 
-    from advisor.cli import AdvisorGroup
+    from capacity_advisor.advisor.cli.main import AdvisorGroup
 
     group = AdvisorGroup()
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from models.errors import InputError
-from training.manifest import load_manifest
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.training.manifest import load_manifest
 
 GOOD = {"version": 1, "model": {"spec": "lab:xs"}, "dataset": "train.jsonl", "strategy": "high",
         "eval": {"path": None, "checker": "none"}, "training": {"epochs": 2}}
@@ -131,7 +131,7 @@ def evil_folder(src, dest, marker, model_type=None):
 def test_a_known_architecture_with_auto_map_loads_the_stock_class(tiny_llama, tmp_path, monkeypatch, weights):
     from pathlib import Path
 
-    from models.loading import load_model
+    from capacity_advisor.models.loading import load_model
 
     monkeypatch.setattr("sys.stdin", None)  # transformers would ask "run the custom code? [y/N]" on a terminal
     folder = evil_folder(Path(tiny_llama), tmp_path / "model", tmp_path / "MARKER")
@@ -145,7 +145,7 @@ def test_an_unknown_architecture_with_auto_map_is_refused_in_one_line(tiny_llama
 
     from click.testing import CliRunner
 
-    from advisor.cli import cli
+    from capacity_advisor.advisor.cli.main import cli
 
     folder = evil_folder(Path(tiny_llama), tmp_path / "model", tmp_path / "MARKER", model_type="evil")
     (tmp_path / "pool.jsonl").write_text('{"problem": "1+1?", "generations": ["2", "two"]}\n')
@@ -157,8 +157,8 @@ def test_an_unknown_architecture_with_auto_map_is_refused_in_one_line(tiny_llama
 
 def test_vllm_is_told_not_to_run_model_code(tiny_llama, monkeypatch):
     import fake_vllm
-    from models.loading import load_model
-    from models.vllm import VLLMBackend
+    from capacity_advisor.models.loading import load_model
+    from capacity_advisor.models.vllm import VLLMBackend
 
     fake_vllm.install(monkeypatch)
     assert VLLMBackend(load_model(tiny_llama, device="cpu", weights=False))._engine_args["trust_remote_code"] is False
@@ -187,10 +187,10 @@ def test_hostile_chat_templates_are_one_input_error(tiny_qwen, tmp_path, monkeyp
     import shutil
     import time
 
-    from models.loading import load_model
+    from capacity_advisor.models.loading import load_model
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("models.template.TEMPLATE_SECONDS", 1.0)
+    monkeypatch.setattr("capacity_advisor.models.template.TEMPLATE_SECONDS", 1.0)
     folder = tmp_path / "model"
     shutil.copytree(tiny_qwen, folder)
     (folder / "chat_template.jinja").write_text(TEMPLATES[name])

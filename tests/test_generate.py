@@ -6,15 +6,15 @@ import pytest
 from click.testing import CliRunner
 
 import fake_vllm
-from advisor import generate as gen_mod
-from advisor.cli import cli
-from advisor.generate import GenerateConfig, generate_pool
-from advisor.pool import PoolOptions, read_pool
-from models.files import write_jsonl
+from capacity_advisor.advisor import generate as gen_mod
+from capacity_advisor.advisor.cli.main import cli
+from capacity_advisor.advisor.generate import GenerateConfig, generate_pool
+from capacity_advisor.advisor.pool import PoolOptions, read_pool
+from capacity_advisor.models.files import write_jsonl
 
 
 def lab_problems(path, n=10):
-    from models.lab import pool_rows
+    from capacity_advisor.models.lab import pool_rows
 
     rows = [{k: r[k] for k in ("id", "task", "problem", "answer")} for r in pool_rows("modchain", n=n, seed=3)]
     write_jsonl(path, rows)
@@ -22,7 +22,7 @@ def lab_problems(path, n=10):
 
 
 def test_lab_teacher_pool_reads_back_and_is_checked(lab_home, tmp_path):
-    from models.lab import check
+    from capacity_advisor.models.lab import check
 
     problems = lab_problems(tmp_path / "problems.jsonl")
     cfg = GenerateConfig(teacher="lab:xs", problems=str(tmp_path / "problems.jsonl"), out=str(tmp_path / "pool.jsonl"),

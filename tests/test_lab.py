@@ -11,8 +11,8 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from models.errors import InputError
-from models.lab import (
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.lab import (
     FAMILIES,
     build_student,
     check,
@@ -89,7 +89,7 @@ def test_every_teacher_candidate_is_correct_and_varied(task):
 
 
 def test_modchain_reference_answers_by_hand():
-    from models.lab.tasks import Problem, _modchain_values
+    from capacity_advisor.models.lab.tasks import Problem, _modchain_values
 
     p = Problem("modchain", "C3+4*9-2+7=", "8", ((3, 4, 9, 2, 7), ("+", "*", "-", "+")))
     assert _modchain_values(p) == [7, 3, 1, 8]
@@ -106,7 +106,7 @@ def test_difficulty_knob_changes_length():
 
 
 def test_pool_is_valid_grouped_layout(tmp_path):
-    from advisor.pool import read_pool
+    from capacity_advisor.advisor.pool import read_pool
 
     path = tmp_path / "pool.jsonl"
     assert write_pool(path, task="modchain", n=30, candidates=5, seed=1) == 30
@@ -135,8 +135,8 @@ def test_pool_rows_are_deterministic():
 
 
 def test_tokenizer_round_trip_and_template_join():
-    from models.lab.tokenizer import build_tokenizer
-    from models.template import encode_pair
+    from capacity_advisor.models.lab.tokenizer import build_tokenizer
+    from capacity_advisor.models.template import encode_pair
 
     tok = build_tokenizer()
     ids = tok("C3+4*9=", add_special_tokens=False)["input_ids"]
@@ -147,9 +147,9 @@ def test_tokenizer_round_trip_and_template_join():
 
 
 def test_batched_encoding_matches_the_shared_rule():
-    from models.lab.tokenizer import build_tokenizer
-    from models.lab.train import encode_pairs
-    from models.template import encode_pair
+    from capacity_advisor.models.lab.tokenizer import build_tokenizer
+    from capacity_advisor.models.lab.train import encode_pairs
+    from capacity_advisor.models.template import encode_pair
 
     tok = build_tokenizer()
     pairs = [(r["problem"], g) for r in pool_rows("modchain", 5, seed=2) for g in r["generations"]]
@@ -173,7 +173,7 @@ def test_unknown_student_is_one_line_input_error(tmp_path):
 
 
 def test_killed_build_leaves_nothing_under_the_final_name(monkeypatch):
-    import models.lab.ladder as ladder
+    import capacity_advisor.models.lab.ladder as ladder
 
     def boom(*a, **k):
         raise KeyboardInterrupt
@@ -204,8 +204,8 @@ def test_lab_student_folder_and_reuse(shared_home):
 
 
 def test_lab_student_loads_scores_and_generates_like_any_model(shared_home):
-    from models.hf import HFBackend
-    from models.loading import load_model
+    from capacity_advisor.models.hf import HFBackend
+    from capacity_advisor.models.loading import load_model
 
     lm = load_model("lab:xs", device="cpu")
     assert lm.description["architecture"] == "LlamaForCausalLM"
@@ -227,7 +227,7 @@ def test_lab_student_loads_scores_and_generates_like_any_model(shared_home):
 
 
 def test_cli_list_pool_and_errors(shared_home, tmp_path):
-    from advisor.lab_cli import lab
+    from capacity_advisor.advisor.cli.lab import lab
 
     runner = CliRunner()
     res = runner.invoke(lab, ["list", "--json"])
@@ -255,8 +255,8 @@ def test_cli_list_pool_and_errors(shared_home, tmp_path):
 
 
 def test_quick_calibration_report(shared_home, tmp_path):
-    from advisor.calibrate import CalibrateConfig, run_calibration
-    from advisor.lab_report import write_report
+    from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, run_calibration
+    from capacity_advisor.advisor.lab.report import write_report
 
     run_calibration(CalibrateConfig.quick_settings(str(tmp_path / "cal")), log=lambda m: None)
     res = write_report(tmp_path / "cal", tmp_path / "rep")
@@ -291,8 +291,8 @@ def quick_teacher(tmp_path_factory):
 
 
 def test_teacher_samples_checked_pools_deterministically(quick_teacher, tmp_path, monkeypatch):
-    from advisor.generate import GenerateConfig, generate_pool
-    from models.lab import write_pool
+    from capacity_advisor.advisor.generate import GenerateConfig, generate_pool
+    from capacity_advisor.models.lab import write_pool
 
     monkeypatch.setenv("ADVISOR_HOME", str(quick_teacher))
     write_pool(tmp_path / "problems.jsonl", task="modchain", n=6)
@@ -317,9 +317,9 @@ def test_teacher_samples_checked_pools_deterministically(quick_teacher, tmp_path
 def test_teacher_view_is_the_teacher_models_own_nll(quick_teacher, monkeypatch):
     import torch
 
-    from models.loading import load_model
-    from models.template import encode_pair
-    from training.evaluate import Evaluator
+    from capacity_advisor.models.loading import load_model
+    from capacity_advisor.models.template import encode_pair
+    from capacity_advisor.training.evaluate import Evaluator
 
     monkeypatch.setenv("ADVISOR_HOME", str(quick_teacher))
     teacher = load_model("lab:teacher@40", device="cpu")

@@ -16,7 +16,7 @@ def advisor(args, tmp_path, **env):
     (tmp_path / "pool.jsonl").write_text('{"problem": "1+1?", "generations": ["2", "two"]}\n')
     env = {**os.environ, "ADVISOR_HOME": str(tmp_path / "home"), "HF_HOME": str(tmp_path / "hf"), **env}
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "advisor.cli", *args, "-p", str(tmp_path / "pool.jsonl"),
+    r = subprocess.run([sys.executable, "-m", "capacity_advisor.advisor.cli.main", *args, "-p", str(tmp_path / "pool.jsonl"),
                         "-o", str(tmp_path / "out"), "--device", "cpu"],
                        capture_output=True, text=True, env=env, timeout=60, cwd=Path(__file__).parent.parent)
     return r, time.perf_counter() - t0
@@ -27,7 +27,7 @@ def test_a_hub_id_without_the_hub_is_one_line_at_once(tmp_path, monkeypatch, set
     from click.testing import CliRunner
     from huggingface_hub import constants
 
-    from advisor.cli import cli
+    from capacity_advisor.advisor.cli.main import cli
 
     monkeypatch.setattr(constants, *setting)  # what HF_ENDPOINT / HF_HUB_OFFLINE set when huggingface_hub loads
     (tmp_path / "pool.jsonl").write_text('{"problem": "1+1?", "generations": ["2", "two"]}\n')

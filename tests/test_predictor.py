@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from advisor.predictor import (
+from capacity_advisor.advisor.predictor import (
     PROBE_FEATURES,
     Predictor,
     Rule,
@@ -21,7 +21,7 @@ from advisor.predictor import (
     read_records,
     regret,
 )
-from models.errors import InputError
+from capacity_advisor.models.errors import InputError
 
 # capacity in "lab units": students below 6 cannot use low-likelihood data; at 6 and above they can
 SIZES = {f"s{i}": 10 ** lp for i, lp in enumerate((4.0, 4.5, 5.0, 5.5, 6.5, 7.0, 7.5, 8.0))}
@@ -152,7 +152,7 @@ def test_save_and_load_round_trip_without_pickle(kind, tmp_path):
 def test_numpy_trees_match_lightgbm():
     import lightgbm as lgb
 
-    from advisor.predictor import _lightgbm_params, matrix
+    from capacity_advisor.advisor.predictor import _lightgbm_params, matrix
 
     rows = label_rows(make_records())
     X = matrix(rows, FEATS)
@@ -232,7 +232,7 @@ def test_probe_features_are_scale_free():
 
 
 def test_shipped_predictor_loads_and_answers():
-    from advisor.recommend import load_predictor
+    from capacity_advisor.advisor.recommend import load_predictor
 
     shipped = load_predictor(None)
     assert shipped.meta["records"] >= 2 and "always high (GRAPE)" in shipped.meta["cv"]["student"]["methods"]

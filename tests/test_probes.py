@@ -7,14 +7,14 @@ import random
 import pytest
 import torch
 
-from advisor.pool import read_pool
-from advisor.probe import build_probe_data
-from advisor.scoring import ScoreConfig, score_pool
-from advisor.select import load_scores
-from models import metrics
-from models.loading import load_model
-from models.template import encode_pair
-from probes.run import ProbeConfig, run_probe, truncate
+from capacity_advisor.advisor.pool import read_pool
+from capacity_advisor.advisor.probe import build_probe_data
+from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
+from capacity_advisor.advisor.select import load_scores
+from capacity_advisor.models import metrics
+from capacity_advisor.models.loading import load_model
+from capacity_advisor.models.template import encode_pair
+from capacity_advisor.probes.run import ProbeConfig, run_probe, truncate
 
 LOOP = "First 3+4=7. Then 7*2=14. Then 14-1=13. Then 13-1=12. Then 12-1=11. " + "Then 11-1=10. " * 8
 CLEAN = "First 3+4=7. Then 7*2=14. Then 14-1=13. So the answer is \\boxed{13}."
@@ -137,7 +137,7 @@ def test_killed_probe_resumes_to_the_same_report(tiny_llama, tmp_path):
 
 
 def test_probe_folder_of_another_model_is_refused(tiny_llama, tiny_qwen, tmp_path):
-    from models.errors import InputError
+    from capacity_advisor.models.errors import InputError
 
     cfg = ProbeConfig(**{**CFG, "steps": 4})
     lm, data = _data(tiny_llama, tmp_path, cfg)
@@ -150,7 +150,7 @@ def test_probe_folder_of_another_model_is_refused(tiny_llama, tiny_qwen, tmp_pat
 def test_probe_cli_bad_settings(tiny_llama, tmp_path):
     from click.testing import CliRunner
 
-    from advisor.cli import cli
+    from capacity_advisor.advisor.cli.main import cli
 
     _pool(tmp_path)
     pool = tmp_path / "pool.jsonl"

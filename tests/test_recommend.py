@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from advisor.cli import cli
-from advisor.predictor import Predictor, fit_and_save
-from training.manifest import load_manifest
+from capacity_advisor.advisor.cli.main import cli
+from capacity_advisor.advisor.predictor import Predictor, fit_and_save
+from capacity_advisor.training.manifest import load_manifest
 
 from test_predictor import make_records
 

@@ -6,7 +6,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from advisor.cli import cli
+from capacity_advisor.advisor.cli.main import cli
 
 
 def write_pool(path, n=10):
@@ -44,7 +44,7 @@ def test_another_shard_size_reuses_nothing_wrong(tiny_llama, tmp_path, monkeypat
 @pytest.mark.parametrize("change", ["model", "pool", "max_length"])
 def test_a_score_cache_filled_by_another_run_is_refused(tiny_llama, tiny_qwen, tmp_path, monkeypatch, change):
     # Every run lands in the same cache folder, as a hand-copied folder or a key collision would.
-    monkeypatch.setattr("advisor.shards.stable_hash", lambda *a, **k: "one-folder")
+    monkeypatch.setattr("capacity_advisor.advisor.shards.stable_hash", lambda *a, **k: "one-folder")
     pool = write_pool(tmp_path / "pool.jsonl")
     base = {"--model": tiny_llama, "--pool": pool, "--max-length": 512}
     first = run("score", *[x for kv in base.items() for x in kv], "--device", "cpu", "--out", tmp_path / "a")
@@ -58,7 +58,7 @@ def test_a_score_cache_filled_by_another_run_is_refused(tiny_llama, tiny_qwen, t
 
 
 def gen_config(tiny_llama, tmp_path, **kw):
-    from advisor.generate import GenerateConfig
+    from capacity_advisor.advisor.generate import GenerateConfig
 
     common = dict(teacher=tiny_llama, problems=str(tmp_path / "p.jsonl"), n=2, temperature=1.0, max_new_tokens=6,
                   shard_size=3, device="cpu", out=str(tmp_path / "pool.jsonl"))
@@ -66,13 +66,13 @@ def gen_config(tiny_llama, tmp_path, **kw):
 
 
 def write_problems(tmp_path, n=6):
-    from models.files import write_jsonl
+    from capacity_advisor.models.files import write_jsonl
 
     write_jsonl(tmp_path / "p.jsonl", [{"problem": f"what is {i} + {i}?", "answer": str(2 * i)} for i in range(n)])
 
 
 def test_a_generation_resumed_with_another_batch_budget_equals_an_uninterrupted_one(tiny_llama, tmp_path, monkeypatch):
-    from advisor.generate import generate_pool
+    from capacity_advisor.advisor.generate import generate_pool
 
     write_problems(tmp_path)
     monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home-a"))
@@ -85,10 +85,10 @@ def test_a_generation_resumed_with_another_batch_budget_equals_an_uninterrupted_
 
 @pytest.mark.parametrize("change", ["teacher", "problems", "temperature"])
 def test_a_generate_cache_filled_by_another_run_is_refused(tiny_llama, tiny_qwen, tmp_path, monkeypatch, change):
-    from advisor.generate import generate_pool
-    from models.errors import InputError
+    from capacity_advisor.advisor.generate import generate_pool
+    from capacity_advisor.models.errors import InputError
 
-    monkeypatch.setattr("advisor.shards.stable_hash", lambda *a, **k: "one-folder")
+    monkeypatch.setattr("capacity_advisor.advisor.shards.stable_hash", lambda *a, **k: "one-folder")
     write_problems(tmp_path)
     generate_pool(gen_config(tiny_llama, tmp_path))
     if change == "problems":

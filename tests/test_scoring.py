@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from models.hf import HFBackend, length_batches, token_logprobs
-from models.loading import load_model
-from models.template import encode_pair
+from capacity_advisor.models.hf import HFBackend, length_batches, token_logprobs
+from capacity_advisor.models.loading import load_model
+from capacity_advisor.models.template import encode_pair
 
 PAIRS = [
     ("what is 12 + 35?", "Answer: 47."),
@@ -95,7 +95,7 @@ def test_length_batches_respect_budget():
 
 
 def test_generate_is_deterministic_greedy(tiny_llama):
-    from models.hf import HFBackend
+    from capacity_advisor.models.hf import HFBackend
 
     lm = load_model(tiny_llama, device="cpu")
     be = HFBackend(lm)

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from advisor.pool import PoolOptions, read_pool
-from advisor.select import SelectConfig, export, extremes, select
-from models.errors import InputError
+from capacity_advisor.advisor.pool import PoolOptions, read_pool
+from capacity_advisor.advisor.select import SelectConfig, export, extremes, select
+from capacity_advisor.models.errors import InputError
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from models.errors import InputError
-from training import metrics
-from training.callbacks import eval_schedule
-from training.manifest import EvalSpec, Manifest, TrainingSpec, load_manifest
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.training import metrics
+from capacity_advisor.training.callbacks import eval_schedule
+from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec, load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD_KEYS = {"version", "run_id", "model", "strategy", "mix", "n_train", "epochs", "features", "pool", "evals", "train_tokens",
@@ -98,7 +98,7 @@ def test_manifest_names_every_field_to_fix(tmp_path):
 
 
 def test_cli_errors_are_one_line(tmp_path):
-    from advisor.train_cli import train
+    from capacity_advisor.advisor.cli.train import train
 
     path = make_manifest(tmp_path / "rec", "lab:s")
     d = json.loads(path.read_text())
@@ -114,7 +114,7 @@ def test_cli_errors_are_one_line(tmp_path):
 
 
 def test_curriculum_dataset_switches_phase():
-    from training.data import SFTDataset
+    from capacity_advisor.training.data import SFTDataset
 
     rows = [{"prompt": "p", "completion": "H", "phase": "high"}, {"prompt": "p", "completion": "L", "phase": "low"}]
     ds = SFTDataset(rows, switch_epoch=1)
@@ -147,8 +147,8 @@ def check_run(run: Path, record: dict, steps_per_epoch: int = 4, epochs: int = 2
 
 
 def test_single_process_run_writes_checkpoints_evals_and_record(tmp_path, tiny_qwen):
-    from advisor.train_cli import train
-    from models.files import advisor_home
+    from capacity_advisor.advisor.cli.train import train
+    from capacity_advisor.models.files import advisor_home
 
     path = make_manifest(tmp_path / "rec", tiny_qwen)
     run = tmp_path / "run"
@@ -174,7 +174,7 @@ class Killed(Exception):
 def test_killed_run_resumes_at_the_last_checkpoint(tmp_path, tiny_llama):
     from transformers import TrainerCallback
 
-    from training.sft import run_sft
+    from capacity_advisor.training.sft import run_sft
 
     class KillAfter(TrainerCallback):
         def on_save(self, args, state, control, **kw):
@@ -205,7 +205,7 @@ def test_killed_run_resumes_at_the_last_checkpoint(tmp_path, tiny_llama):
 
 
 def test_another_manifest_in_the_same_run_folder_is_refused(tmp_path, tiny_llama):
-    from training.sft import run_sft
+    from capacity_advisor.training.sft import run_sft
 
     path = make_manifest(tmp_path / "rec", tiny_llama, epochs=1)
     (tmp_path / "run").mkdir()
@@ -219,7 +219,7 @@ def test_torchrun_two_processes_on_cpu(tmp_path, tiny_llama):
     run, store = tmp_path / "run", tmp_path / "records.jsonl"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "training.sft", "--manifest", str(path), "--out", str(run), "--records", str(store)]
+           "-m", "capacity_advisor.training.sft", "--manifest", str(path), "--out", str(run), "--records", str(store)]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr[-3000:]
     record = json.loads((run / "record.json").read_text())
@@ -232,13 +232,13 @@ def test_torchrun_two_processes_on_cpu(tmp_path, tiny_llama):
 
 
 def test_nproc_builds_the_launch_command(tmp_path):
-    from advisor.train_cli import train
+    from capacity_advisor.advisor.cli.train import train
 
     path = make_manifest(tmp_path / "rec", "lab:s")
     r = CliRunner().invoke(train, [str(path), "--out", str(tmp_path / "run"), "--nproc", "4", "--dry-run"])
     assert r.exit_code == 0
-    assert f"torchrun --standalone --nproc_per_node 4 -m training.sft --manifest {path} --out {tmp_path / 'run'}" in r.output
-    from training.launch import launch_command, shown
+    assert f"torchrun --standalone --nproc_per_node 4 -m capacity_advisor.training.sft --manifest {path} --out {tmp_path / 'run'}" in r.output
+    from capacity_advisor.training.launch import launch_command, shown
 
     cmd = launch_command(str(path), "RUN", 8, "accelerate", str(ROOT / "configs" / "accelerate_fsdp.yaml"))
     assert shown(cmd).startswith("accelerate launch --num_processes 8 --config_file")
@@ -250,7 +250,7 @@ def test_nproc_builds_the_launch_command(tmp_path):
 def test_exports_for_trl_llamafactory_axolotl(tmp_path, tiny_qwen, tiny_llama):
     import yaml
 
-    from advisor.train_cli import train
+    from capacity_advisor.advisor.cli.train import train
 
     path = make_manifest(tmp_path / "rec", tiny_qwen)
     out = tmp_path / "export"
@@ -283,7 +283,7 @@ def test_exports_for_trl_llamafactory_axolotl(tmp_path, tiny_qwen, tiny_llama):
 def test_llamafactory_template_is_named_after_the_students_chat_template(tiny_qwen):
     from transformers import AutoTokenizer
 
-    from training.export import Student, llamafactory_template
+    from capacity_advisor.training.export import Student, llamafactory_template
 
     tok = AutoTokenizer.from_pretrained(tiny_qwen)
     turns = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -312,9 +312,9 @@ def test_trl_export_trains_the_pairs_as_they_were_scored(tmp_path, arch, request
     from transformers import AutoTokenizer
     from trl import SFTTrainer
 
-    from models.template import encode_pair
-    from training.data import read_sft_rows
-    from training.export import export
+    from capacity_advisor.models.template import encode_pair
+    from capacity_advisor.training.data import read_sft_rows
+    from capacity_advisor.training.export import export
 
     model = request.getfixturevalue(f"tiny_{arch}")
     m = load_manifest(make_manifest(tmp_path / "rec", model))
@@ -359,7 +359,7 @@ def test_exported_files_keep_manifest_values_literal(tmp_path, monkeypatch):
 
     import yaml
 
-    from training.export import _y, export
+    from capacity_advisor.training.export import _y, export
 
     for v in [HOSTILE, 1e-05, 2.5e20, 0.0, 3, True, None, "no", "1e-05", "#", ["assistant"], "\ud83d\ude00 ok"]:
         assert yaml.safe_load(f"k: {_y(v)}  # c\n")["k"] == v
@@ -395,8 +395,8 @@ def test_exported_files_keep_manifest_values_literal(tmp_path, monkeypatch):
 def test_curriculum_trains_high_rows_then_low_rows(tmp_path, tiny_llama, monkeypatch):
     import io
 
-    import training.data as data
-    from training.sft import run_sft
+    import capacity_advisor.training.data as data
+    from capacity_advisor.training.sft import run_sft
 
     path = make_manifest(tmp_path / "rec", tiny_llama, switch_epoch=1)
     rows = [json.loads(x) for x in (tmp_path / "rec" / "train.jsonl").read_text().splitlines()]

@@ -12,12 +12,12 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from advisor.cli import cli
-from advisor.pool import read_pool
-from advisor.scoring import ScoreConfig, score_pool
-from models.errors import InputError
-from models.hf import HFBackend
-from models.loading import load_model
+from capacity_advisor.advisor.cli.main import cli
+from capacity_advisor.advisor.pool import read_pool
+from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.hf import HFBackend
+from capacity_advisor.models.loading import load_model
 import fake_vllm
 from test_scoring import PAIRS
 
@@ -33,7 +33,7 @@ def model_path(request):
 
 
 def test_missing_vllm_is_one_clear_error(tiny_llama, monkeypatch):
-    from models.vllm import VLLMBackend
+    from capacity_advisor.models.vllm import VLLMBackend
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` fail
     with pytest.raises(InputError, match="needs the vllm package.*--backend hf"):
@@ -43,7 +43,7 @@ def test_missing_vllm_is_one_clear_error(tiny_llama, monkeypatch):
 def test_missing_gpu_is_one_clear_error(tiny_llama, fake, monkeypatch):
     import torch
 
-    from models.vllm import VLLMBackend
+    from capacity_advisor.models.vllm import VLLMBackend
 
     monkeypatch.delenv("ADVISOR_VLLM_ALLOW_CPU")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -63,7 +63,7 @@ def test_cli_without_vllm_exits_2_and_writes_nothing(tiny_llama, tmp_path, monke
 
 
 def test_scores_match_hf_backend(model_path, fake):
-    from models.vllm import VLLMBackend
+    from capacity_advisor.models.vllm import VLLMBackend
 
     hf_rows = HFBackend(load_model(model_path, device="cpu")).score(PAIRS)
     lm = load_model(model_path, device="cpu", weights=False)
@@ -87,7 +87,7 @@ def test_scores_match_hf_backend(model_path, fake):
 
 
 def test_truncated_pairs_score_the_kept_tokens(tiny_llama, fake):
-    from models.vllm import VLLMBackend
+    from capacity_advisor.models.vllm import VLLMBackend
 
     prompt, response = PAIRS[1]
     hf = HFBackend(load_model(tiny_llama, device="cpu")).score([(prompt, response)], max_length=20)[0]
@@ -97,8 +97,8 @@ def test_truncated_pairs_score_the_kept_tokens(tiny_llama, fake):
 
 
 def test_misaligned_engine_output_is_caught():
-    from models.template import Encoded
-    from models.vllm import response_logprobs
+    from capacity_advisor.models.template import Encoded
+    from capacity_advisor.models.vllm import response_logprobs
 
     e = Encoded([1, 5, 6, 7], 2, False)
     good = [None, {5: fake_vllm.Logprob(-1.0)}, {6: fake_vllm.Logprob(-2.0)}, {7: -0.5}]
@@ -110,7 +110,7 @@ def test_misaligned_engine_output_is_caught():
 
 
 def test_generation_layout_matches_hf(model_path, fake):
-    from models.vllm import VLLMBackend
+    from capacity_advisor.models.vllm import VLLMBackend
 
     prompts = ["what is 12 + 35?", "Let us think"]
     hf = HFBackend(load_model(model_path, device="cpu"))

@@ -21,9 +21,9 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from models.files import read_jsonl, write_json, write_jsonl
-from training import metrics
-from training.evaluate import Evaluator
+from capacity_advisor.models.files import read_jsonl, write_json, write_jsonl
+from capacity_advisor.training import metrics
+from capacity_advisor.training.evaluate import Evaluator
 
 MARKER = "advisor_state.json"
 
@@ -207,7 +207,7 @@ class EvalCallback(TrainerCallback):
                      f"answers {_f(row.get('answer_rate'))} [{row['eval_seconds']:.1f}s]")
 
     def _lm(self, model, args):
-        from models.loading import LoadedModel
+        from capacity_advisor.models.loading import LoadedModel
 
         return LoadedModel(model, self.tokenizer, args.device, self.spec, None, {})
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.errors import InputError
-from models.files import read_jsonl
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import read_jsonl
 
 
 def read_sft_rows(path: str | Path) -> list[dict]:
@@ -97,7 +97,7 @@ class CompletionCollator:
         self.tokens = 0
 
     def __call__(self, features: list[dict]) -> dict:
-        from models.template import collate
+        from capacity_advisor.models.template import collate
 
         ids, mask, labels = collate(self.tokenizer, [(f["prompt"], f["completion"]) for f in features],
                                     self.max_length, completion_only=True, add_eos=True)

@@ -31,7 +31,7 @@ from __future__ import annotations
 from statistics import mean
 from typing import Sequence
 
-from models import metrics
+from capacity_advisor.models import metrics
 
 ANSWER_MARKERS = {"lab": ";A", "math": "\\boxed{"}
 ANSWER_CLOSERS = {"lab": "", "math": "}"}
@@ -82,7 +82,7 @@ class Evaluator:
         self.view_limit = view_limit
 
     def _backend(self, lm):
-        from models.hf import HFBackend
+        from capacity_advisor.models.hf import HFBackend
 
         return HFBackend(lm, token_budget=self.token_budget)
 
@@ -120,7 +120,7 @@ class Evaluator:
 
         # answer log-likelihood, teacher-forced after the student's own reasoning
         if has_refs and texts and self.checker in ANSWER_MARKERS:
-            from models.template import Encoded, prompt_ids, response_ids
+            from capacity_advisor.models.template import Encoded, prompt_ids, response_ids
 
             tok = lm.tokenizer
             enc = []

@@ -36,10 +36,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.errors import InputError
-from models.files import write_jsonl
-from training.data import read_sft_rows
-from training.manifest import Manifest
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import write_jsonl
+from capacity_advisor.training.data import read_sft_rows
+from capacity_advisor.training.manifest import Manifest
 
 FORMATS = ("trl", "llamafactory", "axolotl")
 
@@ -74,7 +74,7 @@ class Student:
 
 
 def read_student(m: Manifest) -> Student:
-    from models.loading import resolve_model_path
+    from capacity_advisor.models.loading import resolve_model_path
 
     spec, path = m.model_spec, m.model.get("path")
     if isinstance(path, str) and os.path.isdir(path):
@@ -146,7 +146,7 @@ def llamafactory_template(st: Student) -> tuple[str | None, str | None, str]:
 
 def _bos_eos(tok) -> tuple[str, str]:
     """The text of the special tokens the tokenizer puts before a prompt, and its EOS (scoring's rule)."""
-    from models.template import prompt_ids
+    from capacity_advisor.models.template import prompt_ids
 
     ids = prompt_ids(tok, "x")
     lead = ids[: len(ids) - len(tok("x", add_special_tokens=False)["input_ids"])]

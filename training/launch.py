@@ -3,8 +3,8 @@
 Nothing home-made: the command is the one a user would type, built from the interpreter that runs
 us (so the right virtual environment is used) and printed before it runs.
 
-    torchrun:   python -m torch.distributed.run --standalone --nproc_per_node N -m training.sft --manifest M --out RUN
-    accelerate: python -m accelerate.commands.launch --num_processes N [--config_file F] -m training.sft ...
+    torchrun:   python -m torch.distributed.run --standalone --nproc_per_node N -m capacity_advisor.training.sft --manifest M --out RUN
+    accelerate: python -m accelerate.commands.launch --num_processes N [--config_file F] -m capacity_advisor.training.sft ...
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from __future__ import annotations
 import shlex
 import sys
 
-from models.errors import InputError
+from capacity_advisor.models.errors import InputError
 
 LAUNCHERS = ("torchrun", "accelerate")
 
 
 def sft_args(manifest: str, out: str, records: str | None = None, device: str = "auto", dtype: str = "auto",
              threads: int = 0) -> list[str]:
-    args = ["-m", "training.sft", "--manifest", str(manifest), "--out", str(out)]
+    args = ["-m", "capacity_advisor.training.sft", "--manifest", str(manifest), "--out", str(out)]
     if records:
         args += ["--records", str(records)]
     if device != "auto":

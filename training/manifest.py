@@ -1,6 +1,6 @@
 """The recommendation manifest: what `advisor recommend` writes and `advisor train` consumes unchanged.
 
-    from training.manifest import load_manifest, Manifest, TrainingSpec, EvalSpec
+    from capacity_advisor.training.manifest import load_manifest, Manifest, TrainingSpec, EvalSpec
     m = load_manifest("rec/recommendation.json")     # validated; relative paths resolved
     m = Manifest(model={"spec": "lab:m"}, dataset="train.jsonl", training=TrainingSpec(epochs=3))
     m.to_json("rec/recommendation.json")              # validated, then written atomically
@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from models.errors import InputError
-from models.files import write_json
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import write_json
 
 MANIFEST_VERSION = 1
 STRATEGIES = ("high", "low", "mixed", "curriculum")

@@ -1,6 +1,6 @@
 """Pure metrics on a checkpoint's generations: repetition loops, answer rate, pass@1.
 
-    from training.metrics import is_repetitive, repetition_rate, extract_final_answer, generation_metrics
+    from capacity_advisor.training.metrics import is_repetitive, repetition_rate, extract_final_answer, generation_metrics
     is_repetitive("so 2+2=4 so 2+2=4 so 2+2=4 so 2+2=4")            -> True
     extract_final_answer("... so the answer is \\boxed{\\frac{1}{2}}") -> "\\frac{1}{2}"
     generation_metrics(["|3,7;A7"], ["7"], checker="lab")           -> {"accuracy": 1.0, ...}
@@ -15,7 +15,7 @@ from __future__ import annotations
 from statistics import mean
 from typing import Sequence
 
-from models.metrics import check_answer, extract_answer, is_repetitive, longest_loop, math_checker_name, repetition_rate
+from capacity_advisor.models.metrics import check_answer, extract_answer, is_repetitive, longest_loop, math_checker_name, repetition_rate
 
 __all__ = ["check_answer", "checker_name", "extract_final_answer", "generation_metrics", "is_repetitive",
            "longest_loop", "repetition_rate"]

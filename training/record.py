@@ -18,7 +18,7 @@ import json
 import os
 from pathlib import Path
 
-from models.files import advisor_home, write_json
+from capacity_advisor.models.files import advisor_home, write_json
 
 RECORD_VERSION = 1
 EVAL_KEYS = ("epoch", "step", "accuracy", "repetition_rate", "answer_rate", "train_loss")
@@ -124,7 +124,7 @@ def _save_figure(fig, path: Path, title: str) -> None:
     """Title, lay out and write the figure atomically (a killed run never leaves half a PNG)."""
     import matplotlib.pyplot as plt
 
-    from models.files import atomic_path
+    from capacity_advisor.models.files import atomic_path
 
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()

@@ -1,8 +1,8 @@
 """Full SFT from a recommendation manifest, single process or data-parallel.
 
-    python -m training.sft --manifest rec/recommendation.json --out runs/m-high
-    torchrun --nproc_per_node 8 -m training.sft --manifest rec/recommendation.json --out runs/m-high
-    accelerate launch --config_file configs/accelerate_fsdp.yaml -m training.sft --manifest ... --out ...
+    python -m capacity_advisor.training.sft --manifest rec/recommendation.json --out runs/m-high
+    torchrun --nproc_per_node 8 -m capacity_advisor.training.sft --manifest rec/recommendation.json --out runs/m-high
+    accelerate launch --config_file configs/accelerate_fsdp.yaml -m capacity_advisor.training.sft --manifest ... --out ...
 
 Runs on a CPU (fp32) or GPUs (bf16 where supported); the lab students train at ~0.05-0.3 s/step
 on one CPU core. The HF `Trainer` does the optimisation; what this module adds:
@@ -31,9 +31,9 @@ from pathlib import Path
 
 import click
 
-from models.errors import InputError
-from models.files import file_digest, stable_hash, versions, write_json
-from training.manifest import Manifest, load_manifest
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import file_digest, stable_hash, versions, write_json
+from capacity_advisor.training.manifest import Manifest, load_manifest
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
@@ -70,7 +70,7 @@ def _check_run_folder(run_dir: Path, key: str) -> None:
 
 def checkpoints(run_dir: Path) -> list[tuple[int, Path, bool]]:
     """(step, path, complete) for every checkpoint folder, oldest first."""
-    from training.callbacks import MARKER
+    from capacity_advisor.training.callbacks import MARKER
 
     out = []
     if run_dir.is_dir():
@@ -102,7 +102,7 @@ _LOADED: dict[tuple, object] = {}  # teachers kept in memory across the runs of 
 
 
 def _load_cached(spec: str, dtype: str):
-    from models.loading import load_model
+    from capacity_advisor.models.loading import load_model
 
     key = (spec, dtype)
     if key not in _LOADED:
@@ -140,11 +140,11 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     from transformers.trainer_callback import PrinterCallback, ProgressCallback as HFProgress
     from transformers.utils import logging as hf_logging
 
-    from training import callbacks as cbs
-    from training.data import CompletionCollator, SFTDataset, read_eval_set, read_sft_rows
-    from training.evaluate import Evaluator
-    from training.metrics import checker_name
-    from training.record import build_record, plot_curve, write_record
+    from capacity_advisor.training import callbacks as cbs
+    from capacity_advisor.training.data import CompletionCollator, SFTDataset, read_eval_set, read_sft_rows
+    from capacity_advisor.training.evaluate import Evaluator
+    from capacity_advisor.training.metrics import checker_name
+    from capacity_advisor.training.record import build_record, plot_curve, write_record
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()  # one progress line, ours
@@ -217,7 +217,7 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     # ---- model ----------------------------------------------------------------------------
     import copy
 
-    from models.loading import load_model
+    from capacity_advisor.models.loading import load_model
 
     if lm is None:
         with args.main_process_first(desc="load model"):  # a lab student is built once, by rank 0

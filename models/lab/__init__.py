@@ -1,14 +1,14 @@
 """The embedded lab: synthetic reasoning tasks, a programmatic teacher, and a ladder of small
 Llama students pretrained by the tool on first use (cached under `$ADVISOR_HOME/lab`).
 
-    from models.lab import student_path, make_problems, teacher_candidates, check, write_pool
+    from capacity_advisor.models.lab import student_path, make_problems, teacher_candidates, check, write_pool
     path = student_path("xs")                       # an ordinary HF model folder
     write_pool("pool.jsonl", task="modchain", n=200) # grouped pool with reference answers
 
 Importing this package is cheap: torch and transformers load only when a student is built.
 """
 
-from models.lab.ladder import (
+from capacity_advisor.models.lab.ladder import (
     DEFAULT_SEED,
     LADDER,
     TEACHER,
@@ -21,8 +21,8 @@ from models.lab.ladder import (
     student_dir,
     student_path,
 )
-from models.lab.pool import pool_rows, write_pool
-from models.lab.tasks import FAMILIES, Problem, check, extract_answer, make_problems, style_of, teacher_candidates
+from capacity_advisor.models.lab.pool import pool_rows, write_pool
+from capacity_advisor.models.lab.tasks import FAMILIES, Problem, check, extract_answer, make_problems, style_of, teacher_candidates
 
 __all__ = [
     "DEFAULT_SEED", "FAMILIES", "LADDER", "Problem", "TEACHER", "build_student", "check", "extract_answer",

@@ -1,6 +1,6 @@
 """The capacity ladder: small Llama students and their teacher, pretrained by the tool on first use and cached.
 
-    from models.lab import student_path
+    from capacity_advisor.models.lab import student_path
     path = student_path("xs")        # builds (seconds) on first use, then reuses the folder
     path = student_path("teacher")   # the lab's teacher: larger than every student
 
@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from models.errors import InputError
-from models.files import advisor_home, stable_hash, write_json
-from models.lab import tasks
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import advisor_home, stable_hash, write_json
+from capacity_advisor.models.lab import tasks
 
 RECIPE_VERSION = 1
 DEFAULT_SEED = 0
@@ -228,8 +228,8 @@ def build_student(
     import torch
     from transformers import LlamaForCausalLM
 
-    from models.lab.tokenizer import build_tokenizer
-    from models.lab.train import train_loop
+    from capacity_advisor.models.lab.tokenizer import build_tokenizer
+    from capacity_advisor.models.lab.train import train_loop
 
     s = spec(name)
     total = int(steps if steps is not None else s.steps)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from models.files import write_jsonl
-from models.lab import tasks
+from capacity_advisor.models.files import write_jsonl
+from capacity_advisor.models.lab import tasks
 
 
 def pool_rows(task: str = "modchain", n: int = 100, difficulty: int | None = None, candidates: int = 6,
@@ -36,7 +36,7 @@ def pool_rows(task: str = "modchain", n: int = 100, difficulty: int | None = Non
 def write_pool(path: str | os.PathLike, task: str = "modchain", n: int = 100, difficulty: int | None = None,
                candidates: int = 6, seed: int = 0) -> int:
     """Write `n` problems with `candidates` teacher responses each; returns the row count."""
-    from models.errors import InputError
+    from capacity_advisor.models.errors import InputError
 
     if not 4 <= candidates <= 8:
         raise InputError(f"--candidates must be between 4 and 8, got {candidates}")

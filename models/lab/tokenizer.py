@@ -7,7 +7,7 @@ plain prompt/response join gives `<s> prompt response [</s>]`.
 
 from __future__ import annotations
 
-from models.lab.tasks import ALPHABET
+from capacity_advisor.models.lab.tasks import ALPHABET
 
 SPECIALS = ("<pad>", "<s>", "</s>", "<unk>")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Iterable, Sequence
 
-from models.template import Encoded, encode_pair, has_chat_template
+from capacity_advisor.models.template import Encoded, encode_pair, has_chat_template
 
 IGNORE = -100
 

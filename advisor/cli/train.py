@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from models.errors import InputError
+from capacity_advisor.models.errors import InputError
 
 
 @click.command()
@@ -51,13 +51,13 @@ def train(ctx, manifest, out, records, nproc, launcher, accelerate_config, devic
 
 def _train(manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, dry_run,
            export_dir, formats, as_json):
-    from advisor.ui import console, emit_json, kv_table, quiet_libraries
-    from training.manifest import load_manifest
+    from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, quiet_libraries
+    from capacity_advisor.training.manifest import load_manifest
 
     quiet_libraries()
     m = load_manifest(manifest)
     if export_dir:
-        from training.export import FORMATS, export
+        from capacity_advisor.training.export import FORMATS, export
 
         chosen = FORMATS if formats == "all" else tuple(f.strip() for f in formats.split(",") if f.strip())
         written = export(m, export_dir, chosen)
@@ -68,15 +68,15 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
         return
     if not out:
         raise InputError("--out is required (the run folder), unless --export is given")
-    from models.files import check_writable_dir
-    from models.loading import check_model_spec
+    from capacity_advisor.models.files import check_writable_dir
+    from capacity_advisor.models.loading import check_model_spec
 
     check_model_spec(m.model_spec)  # before the launch command is printed, so a mistake is the only line
     check_writable_dir(out, "--out")
     if nproc > 1 or accelerate_config:
         import torch
 
-        from training.launch import launch_command, shown
+        from capacity_advisor.training.launch import launch_command, shown
 
         cmd = launch_command(manifest, out, nproc, launcher, accelerate_config, cuda=torch.cuda.is_available(),
                              records=records, device=device, dtype=dtype, threads=threads)
@@ -90,12 +90,12 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
     else:
         import sys
 
-        from training.launch import sft_args, shown
+        from capacity_advisor.training.launch import sft_args, shown
 
         click.echo(shown([sys.executable] + sft_args(manifest, out, records, device, dtype, threads)), err=True)
         if dry_run:
             return
-        from training.sft import run_sft
+        from capacity_advisor.training.sft import run_sft
 
         record = run_sft(manifest, out, records=records, device=device, dtype=dtype, threads=threads)
     summary = {"record": str(Path(out) / "record.json"), "curve": str(Path(out) / "curve.png"),

@@ -17,8 +17,8 @@ import math
 from pathlib import Path
 from statistics import mean, pstdev
 
-from models.errors import InputError
-from models.files import atomic_path, read_jsonl, write_json
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import atomic_path, read_jsonl, write_json
 
 STRATEGIES = ("high", "low", "mixed")
 METRICS = ("accuracy", "teacher_view", "repetition_rate", "teacher_nll", "answer_logprob", "base_drift")
@@ -48,8 +48,8 @@ def aggregate(cal: str | Path) -> dict:
     runs = _runs(cal)
     if not runs:
         raise InputError(f"{cal} holds no finished calibration runs: run `advisor calibrate --out {cal}` first")
-    from models.lab import LADDER, n_params
-    from models.lab.ladder import shape
+    from capacity_advisor.models.lab import LADDER, n_params
+    from capacity_advisor.models.lab.ladder import shape
 
     order = {name: i for i, name in enumerate(LADDER)}
     groups = []

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from models.errors import InputError, one_line
+from capacity_advisor.models.errors import InputError, one_line
 
 
 class UsageLine(click.ClickException):
@@ -89,14 +89,14 @@ def pool_options(f):
 
 
 def _pool_opts(kw: dict):
-    from advisor.pool import PoolOptions
+    from capacity_advisor.advisor.pool import PoolOptions
 
     return PoolOptions(**{k: kw.pop(k) for k in ("prompt_field", "responses_field", "answer_field",
                                                    "correct_field", "id_field", "all_candidates", "strict")})
 
 
 def _show_pool(pool) -> None:
-    from advisor.ui import console, kv_table
+    from capacity_advisor.advisor.cli.ui import console, kv_table
 
     s = pool.summary()
     rows = {"pool": pool.source, "layout": s["layout"], "problems": s["problems"], "candidates": s["candidates"],
@@ -141,10 +141,10 @@ def vllm_options(f):
 def score(model, pool_path, out, device, dtype, backend, max_length, token_budget, shard_size, tensor_parallel_size,
           gpu_memory_utilization, dp_rank, dp_size, seed, as_json, **kw):
     """Score every candidate response under the student (mean and summed log-prob per response)."""
-    from advisor.pool import read_pool
-    from advisor.scoring import ScoreConfig, load_for, score_pool
-    from advisor.ui import console, emit_json, kv_table, quiet_libraries, work_progress
-    from models.files import advisor_home, check_writable_dir
+    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.advisor.scoring import ScoreConfig, load_for, score_pool
+    from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, quiet_libraries, work_progress
+    from capacity_advisor.models.files import advisor_home, check_writable_dir
 
     quiet_libraries()
     cfg = ScoreConfig(model, device, dtype, backend, max_length, token_budget, shard_size, seed,
@@ -196,10 +196,10 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 def select(pool_path, scores_path, strategy, mix, score_kind, switch_epoch, fmt, out, seed, as_json, **kw):
     """Build D_high / D_low / D_mixed / curriculum from a scored pool and export it for training."""
-    from advisor import select as sel_mod
-    from advisor.pool import read_pool
-    from advisor.ui import console, emit_json, kv_table
-    from models.files import check_writable_file, versions, write_json
+    from capacity_advisor.advisor import select as sel_mod
+    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table
+    from capacity_advisor.models.files import check_writable_file, versions, write_json
 
     cfg = sel_mod.SelectConfig(strategy, mix, score_kind, seed, switch_epoch)
     cfg.validate()
@@ -252,9 +252,9 @@ def select(pool_path, scores_path, strategy, mix, score_kind, switch_epoch, fmt,
 def probe(model, pool_path, out, scores_path, steps, batch_size, learning_rate, eval_every, eval_problems,
           max_new_tokens, max_length, strategies, lora_r, teacher, checker, device, dtype, seed, as_json, **kw):
     """Short SFT runs on D_high and D_low from the same base: how does this student take to each?"""
-    from advisor.probe import run_probe_stage
-    from advisor.ui import emit_json, quiet_libraries
-    from probes.run import ProbeConfig
+    from capacity_advisor.advisor.probe import run_probe_stage
+    from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries
+    from capacity_advisor.probes.run import ProbeConfig
 
     quiet_libraries()
     cfg = ProbeConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, eval_every=eval_every,
@@ -294,8 +294,8 @@ def generate(teacher, problems, out, n, temperature, top_p, max_new_tokens, chec
              limit, backend, device, dtype, shard_size, token_budget, tensor_parallel_size, gpu_memory_utilization,
              dp_rank, dp_size, seed, as_json):
     """Sample --n candidate responses per problem from a teacher, check them, write a grouped pool."""
-    from advisor.generate import GenerateConfig, generate_pool
-    from advisor.ui import console, emit_json, kv_table, quiet_libraries, work_progress
+    from capacity_advisor.advisor.generate import GenerateConfig, generate_pool
+    from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, quiet_libraries, work_progress
 
     quiet_libraries()
     cfg = GenerateConfig(teacher=teacher, problems=problems, out=out, n=n, temperature=temperature, top_p=top_p,
@@ -330,7 +330,7 @@ def generate(teacher, problems, out, n, temperature, top_p, max_new_tokens, chec
 def _cv_table(result: dict) -> None:
     from rich.table import Table
 
-    from advisor.ui import console
+    from capacity_advisor.advisor.cli.ui import console
 
     for split, cv in result["cv"].items():
         arms = sorted({k[4:] for row in cv["methods"].values() for k in row if k.startswith("arm_")})
@@ -360,9 +360,9 @@ def _cv_table(result: dict) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def fit(records_path, out, tie_margin, feature_set, kinds, members, jobs, seed, note, as_json):
     """Fit the predictor on RunRecords; print its cross-validated tables against the baselines."""
-    from advisor.predictor import KINDS, fit_and_save, read_records
-    from advisor.ui import emit_json
-    from models.files import advisor_home, check_writable_dir
+    from capacity_advisor.advisor.predictor import KINDS, fit_and_save, read_records
+    from capacity_advisor.advisor.cli.ui import emit_json
+    from capacity_advisor.models.files import advisor_home, check_writable_dir
 
     chosen = _names(kinds, "--kinds")
     bad = [k for k in chosen if k not in KINDS]
@@ -405,8 +405,8 @@ def _ints(text: str, flag: str) -> tuple[int, ...]:
 @click.option("--json", "as_json", is_flag=True)
 def calibrate(out, sizes, seeds, mean_seeds, tasks, epochs, n_train, probe_steps, jobs, quick, as_json):
     """The lab sweep: teacher pools, probes and full high/low/mixed runs — RunRecords for `advisor fit`."""
-    from advisor.calibrate import CalibrateConfig, run_calibration
-    from advisor.ui import console, emit_json, quiet_libraries
+    from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, run_calibration
+    from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries
 
     quiet_libraries()
     if quick:
@@ -456,8 +456,8 @@ def recommend(model, budget, pool_path, scores_path, out, teacher, no_probe, pre
               probe_max_length, max_new_tokens, probe_steps, probe_eval_problems, backend, lab_task, lab_n, checker,
               score_kind, device, dtype, seed, as_json, **kw):
     """Score, select, probe, predict: train on high, low or mixed for this student and budget?"""
-    from advisor.recommend import RecommendConfig, print_report, recommend as run
-    from advisor.ui import console, emit_json, quiet_libraries
+    from capacity_advisor.advisor.recommend import RecommendConfig, print_report, recommend as run
+    from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries
 
     quiet_libraries()
     opts = _pool_opts(kw)
@@ -477,8 +477,8 @@ def recommend(model, budget, pool_path, scores_path, out, teacher, no_probe, pre
 
 
 def _register_subgroups() -> None:
-    from advisor.lab_cli import lab
-    from advisor.train_cli import train
+    from capacity_advisor.advisor.cli.lab import lab
+    from capacity_advisor.advisor.cli.train import train
 
     cli.add_command(lab)
     cli.add_command(train)

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import click
 
-from models.errors import InputError
+from capacity_advisor.models.errors import InputError
 
 
 def _sizes(text: str | None, teacher: bool = False) -> list[str]:
-    from models.lab import LADDER, TEACHER
+    from capacity_advisor.models.lab import LADDER, TEACHER
 
     known = [*LADDER, *([TEACHER.name] if teacher else [])]
     if not text:
@@ -40,8 +40,8 @@ def lab():
 @click.option("--json", "as_json", is_flag=True, help="Print the ladder as JSON on stdout.")
 def list_cmd(as_json):
     """Ladder students: name, parameters, built or not."""
-    from advisor.ui import console, emit_json
-    from models.lab import list_students
+    from capacity_advisor.advisor.cli.ui import console, emit_json
+    from capacity_advisor.models.lab import list_students
 
     rows = list_students()
     if as_json:
@@ -65,9 +65,9 @@ def list_cmd(as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print the built students as JSON on stdout.")
 def build(sizes, threads, as_json):
     """Pretrain the ladder students that are not built yet (cached; a rebuild is a no-op)."""
-    from advisor.ui import console, emit_json, progress, quiet_libraries
-    from models.lab import is_built, list_students, student_path
-    from models.lab.train import set_threads
+    from capacity_advisor.advisor.cli.ui import console, emit_json, progress, quiet_libraries
+    from capacity_advisor.models.lab import is_built, list_students, student_path
+    from capacity_advisor.models.lab.train import set_threads
 
     quiet_libraries()
     set_threads(threads)
@@ -100,8 +100,8 @@ def build(sizes, threads, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print a summary as JSON on stdout.")
 def pool(task, n, difficulty, candidates, seed, out, as_json):
     """Write a grouped pool: problem, teacher candidates (all correct), reference answer."""
-    from advisor.ui import console, emit_json, kv_table
-    from models.lab import write_pool
+    from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table
+    from capacity_advisor.models.lab import write_pool
 
     rows = write_pool(out, task=task, n=n, difficulty=difficulty, candidates=candidates, seed=seed)
     summary = {"written": str(out), "problems": rows, "candidates_per_problem": candidates, "task": task,
@@ -119,8 +119,8 @@ def pool(task, n, difficulty, candidates, seed, out, as_json):
 @click.option("--json", "as_json", is_flag=True, help="Print the per-student summary as JSON on stdout.")
 def report(calibration, out, as_json):
     """What a calibration sweep shows, per student: D_high vs D_low by epoch, teacher view, repetition."""
-    from advisor.lab_report import write_report
-    from advisor.ui import console, emit_json
+    from capacity_advisor.advisor.lab.report import write_report
+    from capacity_advisor.advisor.cli.ui import console, emit_json
 
     out = out or str(Path(calibration) / "report")
     results = write_report(calibration, out)

@@ -15,11 +15,11 @@ import argparse
 import sys
 import time
 
-from advisor.cli import cli
+from capacity_advisor.advisor.cli.main import cli
 
 
 def step(title: str, argv: list[str]) -> None:
-    from advisor.ui import console
+    from capacity_advisor.advisor.cli.ui import console
 
     console.rule(f"[bold]{title}")
     console.print("$ advisor " + " ".join(argv), style="dim")

@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from advisor.predictor import finite
-from models.errors import InputError
-from models.files import read_jsonl, versions, write_json, write_jsonl
+from capacity_advisor.advisor.predictor import finite
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import read_jsonl, versions, write_json, write_jsonl
 
 STRATEGIES = ("high", "low", "mixed")
 EVAL_SEED = 10_000  # the held-out problems are the same for every pool seed
@@ -61,7 +61,7 @@ class CalibrateConfig:
     quick: bool = False  # --quick: tiny settings for tests
 
     def validate(self) -> None:
-        from models.lab import FAMILIES, LADDER
+        from capacity_advisor.models.lab import FAMILIES, LADDER
 
         bad = []
         unknown = [s for s in self.sizes if s not in LADDER]
@@ -84,7 +84,7 @@ class CalibrateConfig:
 
     @property
     def ladder(self) -> tuple[str, ...]:
-        from models.lab import LADDER
+        from capacity_advisor.models.lab import LADDER
 
         return self.sizes or tuple(LADDER)
 
@@ -123,7 +123,7 @@ class Unit:
 def units(cfg: CalibrateConfig) -> list[Unit]:
     """Every unit: the summed-ranking arm first, and in each arm the most expensive (largest
     students) first, so that parallel jobs finish together."""
-    from models.lab import n_params
+    from capacity_advisor.models.lab import n_params
 
     out = [Unit(t, "sum", s, seed) for t in cfg.tasks for s in cfg.ladder for seed in cfg.seeds]
     out += [Unit(t, "mean", s, seed) for t in cfg.tasks for s in cfg.ladder for seed in cfg.mean_seeds]
@@ -134,14 +134,14 @@ def units(cfg: CalibrateConfig) -> list[Unit]:
 
 
 def _problems(task: str, n: int, seed: int, exclude: set[str] = frozenset()) -> list:
-    from models.lab import make_problems
+    from capacity_advisor.models.lab import make_problems
 
     return [p for p in make_problems(task, n + len(exclude), seed=seed) if p.prompt not in exclude][:n]
 
 
 def teacher_pool(cfg: CalibrateConfig, task: str, seed: int, log: Log) -> tuple[Path, Path]:
     """(pool file, eval-set file) of one task and seed, sampled from the lab teacher (cached)."""
-    from advisor.generate import GenerateConfig, generate_pool
+    from capacity_advisor.advisor.generate import GenerateConfig, generate_pool
 
     folder = Path(cfg.out) / task / "pools"
     pool_path, eval_path = folder / f"s{seed}.jsonl", folder / "eval.jsonl"
@@ -154,7 +154,7 @@ def teacher_pool(cfg: CalibrateConfig, task: str, seed: int, log: Log) -> tuple[
             continue
         t0 = time.time()
         if cfg.teacher == "program":
-            from models.lab import pool_rows
+            from capacity_advisor.models.lab import pool_rows
 
             write_jsonl(path, pool_rows(task, candidates=min(8, max(4, cfg.candidates)), seed=s, problems=probs))
             continue
@@ -181,7 +181,7 @@ def teacher_pool(cfg: CalibrateConfig, task: str, seed: int, log: Log) -> tuple[
 
 def lab_learning_rate(size: str) -> float:
     """The lab's SFT rate: half the student's pretraining peak (probes and full runs alike)."""
-    from models.lab import LADDER
+    from capacity_advisor.models.lab import LADDER
 
     return LADDER[size].lr * 0.5
 
@@ -192,14 +192,14 @@ def run_unit(cfg: CalibrateConfig, unit: Unit, pool_path: Path, eval_path: Path)
 
     import torch
 
-    from advisor.pool import read_pool
-    from advisor.probe import build_probe_data
-    from advisor.select import SelectConfig, export, select
-    from models.hf import HFBackend
-    from models.loading import load_model
-    from probes.run import ProbeConfig, run_probe
-    from training.manifest import EvalSpec, Manifest, TrainingSpec
-    from training.sft import run_sft
+    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.advisor.probe import build_probe_data
+    from capacity_advisor.advisor.select import SelectConfig, export, select
+    from capacity_advisor.models.hf import HFBackend
+    from capacity_advisor.models.loading import load_model
+    from capacity_advisor.probes.run import ProbeConfig, run_probe
+    from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
+    from capacity_advisor.training.sft import run_sft
 
     torch.set_num_threads(1)
     folder = unit.folder(Path(cfg.out))
@@ -259,7 +259,7 @@ def run_calibration(cfg: CalibrateConfig, log: Log = print) -> dict:
     """Run or resume the sweep; rebuild OUT/records.jsonl from every finished run."""
     from joblib import Parallel, delayed
 
-    from models.lab import student_path
+    from capacity_advisor.models.lab import student_path
 
     cfg.validate()
     out = Path(cfg.out)

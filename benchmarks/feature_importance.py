@@ -14,7 +14,6 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
 
 from capacity_advisor.advisor.predictor import FEATURE_SETS, label_rows, permutation_importance, read_records
 

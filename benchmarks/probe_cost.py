@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 from statistics import mean
 
-ROOT = Path(__file__).resolve().parent.parent
 
 from capacity_advisor.advisor.predictor import PROBE_FEATURES, cross_validate, label_rows, read_records
 from capacity_advisor.probes.run import features, truncate

@@ -261,15 +261,13 @@ def generate_pool(
 
 
 def _make_backend(name: str, lm, cfg: GenerateConfig):
+    from capacity_advisor.models.backends import make_backend
+
     if name == "vllm":
-        from capacity_advisor.models.vllm import VLLMBackend
-
-        return VLLMBackend(lm, token_budget=max(cfg.token_budget or 8192, cfg.max_new_tokens + 1),
-                           tensor_parallel_size=cfg.tensor_parallel_size,
-                           gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)
-    from capacity_advisor.models.hf import HFBackend
-
-    return HFBackend(lm, token_budget=cfg.token_budget)
+        return make_backend("vllm", lm, token_budget=max(cfg.token_budget or 8192, cfg.max_new_tokens + 1),
+                            tensor_parallel_size=cfg.tensor_parallel_size,
+                            gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)
+    return make_backend("hf", lm, token_budget=cfg.token_budget)
 
 
 def config_path(out: str | Path) -> Path:

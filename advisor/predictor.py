@@ -43,8 +43,8 @@ import numpy as np
 
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import atomic_path, read_jsonl
+from capacity_advisor.training.manifest import SETS
 
-STRATEGIES = ("high", "low", "mixed")
 TIE_ORDER = ("high", "mixed", "low")  # among near-ties, prefer fast-fit, then the hedge
 BUDGETS = (0.5, 1, 2, 3, 4, 5)
 FORMAT = 2
@@ -102,7 +102,7 @@ def label_rows(records: Iterable[dict], budgets: Sequence[float] = BUDGETS, tie_
     """One row per (task, ranking, student, seed, budget) that has both a high and a low run."""
     groups: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for rec in records:
-        if rec.get("strategy") in STRATEGIES and isinstance(rec.get("evals"), list):
+        if rec.get("strategy") in SETS and isinstance(rec.get("evals"), list):
             u = _unit(rec)
             groups[(u["task"], u["score"], u["student"], u["seed"])][rec["strategy"]] = rec
     rows = []
@@ -238,7 +238,7 @@ def _tree_predict(t: dict, X: np.ndarray) -> np.ndarray:
 
 
 def member_proba(m: dict, X: np.ndarray) -> np.ndarray:
-    """Probabilities over STRATEGIES (columns) for one member."""
+    """Probabilities over SETS (columns) for one member."""
     k = len(m["classes"])
     if m["kind"] == "logistic":
         z = (np.where(np.isnan(X), np.array(m["fill"]), X) - np.array(m["mean"])) / np.array(m["scale"])
@@ -255,15 +255,15 @@ def member_proba(m: dict, X: np.ndarray) -> np.ndarray:
     logits = logits - logits.max(axis=1, keepdims=True)
     e = np.exp(logits)
     p = e / e.sum(axis=1, keepdims=True)
-    out = np.zeros((len(X), len(STRATEGIES)))
+    out = np.zeros((len(X), len(SETS)))
     for j, c in enumerate(m["classes"]):
-        out[:, STRATEGIES.index(c)] = p[:, j]
+        out[:, SETS.index(c)] = p[:, j]
     return out
 
 
 def fit_member(rows: Sequence[dict], kind: str, features: Sequence[str], seed: int = 0) -> dict:
     labels = [r["label"] for r in rows]
-    classes = tuple(c for c in STRATEGIES if c in labels) or ("high",)
+    classes = tuple(c for c in SETS if c in labels) or ("high",)
     if len(classes) < 2:
         return {"kind": "constant", "classes": list(classes), "proba": [1.0]}
     X, y = matrix(rows, features), np.array([classes.index(lab) for lab in labels])
@@ -317,12 +317,12 @@ class Predictor:
         return self.member_probas(rows_or_features).mean(axis=0)
 
     def predict(self, rows_or_features: Sequence[dict]) -> list[str]:
-        return [STRATEGIES[i] for i in self.predict_proba(rows_or_features).argmax(axis=1)]
+        return [SETS[i] for i in self.predict_proba(rows_or_features).argmax(axis=1)]
 
     def interval(self, features: dict, lo: float = 10, hi: float = 90) -> dict:
         """Per strategy, the members' lo-th and hi-th percentile of its probability."""
         p = self.member_probas([features])[:, 0, :]
-        return {s: (float(np.percentile(p[:, j], lo)), float(np.percentile(p[:, j], hi))) for j, s in enumerate(STRATEGIES)}
+        return {s: (float(np.percentile(p[:, j], lo)), float(np.percentile(p[:, j], hi))) for j, s in enumerate(SETS)}
 
     # ---- where the student sits among the calibrated ones --------------------------------------
     def _z(self, features: dict) -> np.ndarray:
@@ -361,14 +361,14 @@ class Predictor:
     def advise(self, features: dict) -> dict:
         """Probabilities, interval, range check, neighbours, and a confidence with its reasons."""
         p = self.predict_proba([features])[0]
-        probs = {s: float(v) for s, v in zip(STRATEGIES, p)}
+        probs = {s: float(v) for s, v in zip(SETS, p)}
         choice = max(probs, key=probs.get)
         interval = self.interval(features)
         checks = self.range_check(features)
         outside = [c for c in checks if c["inside"] is False]
         near = self.neighbours(features)
         far = bool(near) and math.isfinite(self.typical_distance) and near[0]["distance"] > self.typical_distance
-        others_hi = max(interval[s][1] for s in STRATEGIES if s != choice)
+        others_hi = max(interval[s][1] for s in SETS if s != choice)
         words = []
         if outside:
             confidence = "low"
@@ -392,7 +392,7 @@ class Predictor:
     def reasons(self, features: dict, k: int = 3) -> list[dict]:
         """The inputs that moved the chosen strategy's probability most, by replacing each with its
         calibrated mean (an occlusion measure that works for every member kind)."""
-        choice = STRATEGIES.index(self.predict([features])[0])
+        choice = SETS.index(self.predict([features])[0])
         base = self.predict_proba([features])[0][choice]
         out = []
         for key in self.features:
@@ -400,7 +400,7 @@ class Predictor:
                 continue
             p = self.predict_proba([{**features, key: self.range[key]["mean"]}])[0][choice]
             out.append({"feature": key, "value": _num(features.get(key)), "weight": float(base - p),
-                        "toward": STRATEGIES[choice] if base >= p else f"not {STRATEGIES[choice]}"})
+                        "toward": SETS[choice] if base >= p else f"not {SETS[choice]}"})
         out.sort(key=lambda r: -abs(r["weight"]))
         return [r for r in out[:k] if abs(r["weight"]) > 1e-6]
 
@@ -477,7 +477,7 @@ def _check_member(m, n_features: int, bad) -> None:
     if not isinstance(m, dict) or m.get("kind") not in ("logistic", "lightgbm", "constant"):
         raise bad("member kind")
     classes = m.get("classes")
-    if not (isinstance(classes, list) and classes and len(set(classes)) == len(classes) and set(classes) <= set(STRATEGIES)):
+    if not (isinstance(classes, list) and classes and len(set(classes)) == len(classes) and set(classes) <= set(SETS)):
         raise bad("member classes")
     k = len(classes)
 
@@ -733,7 +733,7 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0
     pred.meta = {
         "cv": cv, "chosen_by": "leave-one-student-out mean regret", "feature_set": features,
         "rows": len(rows), "records": len(records), "students": sorted({r["student"] for r in rows}),
-        "labels": {s: sum(r["label"] == s for r in rows) for s in STRATEGIES}, "ties": sum(r["tie"] for r in rows),
+        "labels": {s: sum(r["label"] == s for r in rows) for s in SETS}, "ties": sum(r["tie"] for r in rows),
         "tie_margin": tie_margin, "rule_of_thumb": vars(Rule.fit(rows)),
         "lab_prior": fit_lab_prior(rows),
         "params_range": [min(r["n_params"] for r in rows), max(r["n_params"] for r in rows)],

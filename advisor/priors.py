@@ -46,7 +46,8 @@ def fit_lab_prior(rows: Sequence[dict]) -> dict:
 
 
 def lab_prior_advice(prior: dict, n_params: float, budget: float) -> dict:
-    from capacity_advisor.advisor.predictor import STRATEGIES, _check_member, member_proba
+    from capacity_advisor.advisor.predictor import _check_member, member_proba
+    from capacity_advisor.training.manifest import SETS
 
     if not isinstance(prior, dict) or list(prior.get("features") or []) != list(LAB_PRIOR_FEATURES):
         raise InputError("the predictor holds no lab prior; refit it with `advisor fit`")
@@ -54,7 +55,7 @@ def lab_prior_advice(prior: dict, n_params: float, budget: float) -> dict:
                   lambda why: InputError(f"the predictor's lab prior is damaged ({why}); refit it with `advisor fit`"))
     f = _prior_features(n_params, budget)
     p = member_proba(prior["member"], np.array([[f[k] for k in LAB_PRIOR_FEATURES]]))[0]
-    probs = {s: float(v) for s, v in zip(STRATEGIES, p)}
+    probs = {s: float(v) for s, v in zip(SETS, p)}
     lo, hi = prior.get("params_range") or [float("nan"), float("nan")]
     inside = lo <= n_params <= hi
     reasons = ["lab prior: fitted on the calibration students' outcomes by parameter count and budget alone"]

@@ -15,10 +15,11 @@ from statistics import mean
 
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.advisor.select import SelectConfig, select
+from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.probes.run import ProbeConfig, ProbeData
 
-CHECKERS = ("auto", "lab", "math", "none")
+CHECKER_CHOICES = ("auto", *metrics.CHECKERS)  # auto: the lab's checker for lab tasks, math for others with answers
 
 
 def pick_checker(pool: Pool, checker: str = "auto") -> str:
@@ -27,8 +28,8 @@ def pick_checker(pool: Pool, checker: str = "auto") -> str:
 
 def choose_checker(checker: str, has_answers: bool, tasks: set[str]) -> str:
     """`auto`: the lab's checker for lab tasks, math for other problems with answers, else none."""
-    if checker not in CHECKERS:
-        raise InputError(f"--checker {checker!r} is unknown: use one of {', '.join(CHECKERS)}")
+    if checker not in CHECKER_CHOICES:
+        raise InputError(f"--checker {checker!r} is unknown: use one of {', '.join(CHECKER_CHOICES)}")
     if checker != "auto":
         return checker
     if not has_answers:
@@ -96,56 +97,38 @@ def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None,
     return Split(data, train_ids, eval_ids, high.summary)
 
 
-def run_probe_stage(model: str, pool_path: str, pool_opts, cfg: ProbeConfig, out: str, scores_path: str | None = None,
-                    checker: str = "auto", lm=None, pool: Pool | None = None) -> dict:
-    """Read the pool, score it (cached) unless scores are given, run the probe, print its summary."""
+@dataclass
+class ProbeStage:
+    scores: dict  # (problem id, k) -> score row
+    split: Split
+    report: dict | None  # None when the probe was not run
+
+
+def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_dir, scores_path: str | None = None,
+               checker: str = "auto", score: str = "sum", mix: float = 0.5, max_length: int = 4096,
+               backend: str = "hf", run: bool = True, say=None, progress=None) -> ProbeStage:
+    """Score the pool under the student (cached; or read `scores_path`), split it, and probe.
+
+    The one path from a pool to probe measurements, for `advisor probe` and `advisor recommend`.
+    `say(message)` reports the stage; `progress(strategy, step, total)` the probe's steps.
+    """
     from pathlib import Path
 
-    from capacity_advisor.advisor.pool import read_pool
     from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
     from capacity_advisor.advisor.select import load_scores
-    from capacity_advisor.advisor.cli.ui import console, progress
-    from capacity_advisor.models.loading import load_model
     from capacity_advisor.probes.run import run_probe
 
+    say = say or (lambda message: None)
     cfg.validate()
-    pool = pool or read_pool(pool_path, pool_opts)
-    if lm is None:
-        with console.status(f"loading {model}"):
-            lm = load_model(model, device=cfg.device, dtype=cfg.dtype)
     if scores_path is None:
-        with console.status("scoring the pool under the student (cached)"):
-            score_pool(pool, ScoreConfig(model, device=cfg.device, dtype=cfg.dtype), Path(out) / "score", lm=lm)
-        scores_path = str(Path(out) / "score" / "scores.jsonl")
-    split = build_probe_data(pool, load_scores(scores_path), cfg, tokenizer=lm.tokenizer, checker=checker)
-    with progress("probe", unit="steps") as bar:
-        tasks = {s: bar.add_task(f"D_{s}", total=cfg.steps, rate="") for s in cfg.strategies}
-        report = run_probe(model, split.data, cfg, out, lm=lm,
-                           progress=lambda s, step, total: bar.update(tasks[s], completed=step))
-    print_probe(report)
-    return report
-
-
-def print_probe(report: dict) -> None:
-    from rich.table import Table
-
-    from capacity_advisor.advisor.cli.ui import console, fmt
-
-    curves = report["curves"]
-    t = Table(title=f"Probe: {report['model']['spec']} ({report['model']['n_params']:,} params)", title_justify="left")
-    t.add_column("metric")
-    for s in curves:
-        t.add_column(f"D_{s}: start → end", justify="right")
-    for key in ("train_loss", "teacher_nll", "teacher_nll_low", "base_drift", "teacher_view", "repetition_rate",
-                "copy_rate", "answer_rate", "accuracy"):
-        vals = [(c[0].get(key), c[-1].get(key)) for c in curves.values()]
-        if all(a is None and b is None for a, b in vals):
-            continue
-        t.add_row(key, *[f"{fmt(a)} → {fmt(b)}" for a, b in vals])
-    console.print(t)
-    c = report["cost"]
-    share = c["share_of_full_run"]
-    line = f"probe cost: {c['probe_tokens']:,} tokens"
-    if share:
-        line += " = " + ", ".join(f"{100 * v:.1f}% of a {e}-epoch full run" for e, v in share.items())
-    console.print(line)
+        say(f"scoring {pool.n_candidates:,} candidates under the student (cached)")
+        score_pool(pool, ScoreConfig(model, device=cfg.device, dtype=cfg.dtype, backend=backend, max_length=max_length),
+                   score_dir, lm=lm if backend == "hf" else None)
+        scores_path = str(Path(score_dir) / "scores.jsonl")
+    scores = load_scores(scores_path)
+    split = build_probe_data(pool, scores, cfg, tokenizer=lm.tokenizer, checker=checker, mix=mix, score=score)
+    report = None
+    if run:
+        say(f"probing {', '.join(f'D_{s}' for s in cfg.strategies)}")
+        report = run_probe(model, split.data, cfg, probe_dir, lm=lm, progress=progress)
+    return ProbeStage(scores, split, report)

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from capacity_advisor.advisor.predictor import STRATEGIES, Predictor
+from capacity_advisor.advisor.predictor import BUDGETS, Predictor
+from capacity_advisor.training.manifest import SETS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import stable_hash, versions, write_json, write_jsonl
 
@@ -217,7 +218,9 @@ def lab_pool(task: str, n: int, out: Path, say=lambda m: None) -> Path:
     return out / "pool.jsonl"
 
 
-def recommend(cfg: RecommendConfig, status=None) -> dict:
+def recommend(cfg: RecommendConfig, status=None, progress=None) -> dict:
+    """Run the flow of the module doc; `status(message)` reports the stage, `progress(strategy,
+    step, total)` the probe's steps. Returns the report (the CLI prints it)."""
     from capacity_advisor.models.loading import describe_config
 
     cfg.validate()
@@ -231,14 +234,14 @@ def recommend(cfg: RecommendConfig, status=None) -> dict:
     settings = resolve_settings(cfg, desc)
     if cfg.no_probe and not cfg.pool:
         return _advice_only(cfg, desc, predictor, settings, key, out, t0)
-    return _full(cfg, desc, predictor, settings, key, out, t0, say)
+    return _full(cfg, desc, predictor, settings, key, out, t0, say, progress)
 
 
 def _prior(cfg: RecommendConfig, desc: dict, predictor: Predictor) -> tuple[dict, np.ndarray]:
     from capacity_advisor.advisor.priors import prior_advice
 
     advice = prior_advice(desc["n_params"], cfg.budget, predictor)
-    curve = np.array([[prior_advice(desc["n_params"], b, predictor)["probabilities"][s] for s in STRATEGIES]
+    curve = np.array([[prior_advice(desc["n_params"], b, predictor)["probabilities"][s] for s in SETS]
                       for b in BUDGET_GRID])
     return advice, curve
 
@@ -262,13 +265,13 @@ def _advice_only(cfg, desc, predictor, settings, key, out: Path, t0: float) -> d
     return report
 
 
-def _full(cfg, desc, predictor, settings, key, out: Path, t0: float, say) -> dict:
+def _full(cfg, desc, predictor, settings, key, out: Path, t0: float, say, progress) -> dict:
     from capacity_advisor.advisor.pool import Pool, PoolOptions, read_pool
-    from capacity_advisor.advisor.probe import build_probe_data
-    from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
-    from capacity_advisor.advisor.select import SelectConfig, export, load_scores, select
+    from capacity_advisor.advisor.priors import PAPER_FROM, paper_prior_advice
+    from capacity_advisor.advisor.probe import probe_pool
+    from capacity_advisor.advisor.select import SelectConfig, export, select
     from capacity_advisor.models.loading import load_model
-    from capacity_advisor.probes.run import ProbeConfig, run_probe
+    from capacity_advisor.probes.run import ProbeConfig
 
     v = {k: s["value"] for k, s in settings.items()}
     pool_path = cfg.pool or None
@@ -293,30 +296,21 @@ def _full(cfg, desc, predictor, settings, key, out: Path, t0: float, say) -> dic
     pcfg.validate()
     say(f"loading {cfg.model}")
     lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
-    if cfg.scores:
-        scores = load_scores(cfg.scores)
-    else:
-        say(f"scoring {pool.n_candidates:,} candidates")
-        score_pool(pool, ScoreConfig(cfg.model, device=cfg.device, dtype=cfg.dtype, backend=cfg.backend,
-                                     max_length=v["max_length"]), out / "score", lm=lm if cfg.backend == "hf" else None)
-        scores = load_scores(out / "score" / "scores.jsonl")
-    split = build_probe_data(pool, scores, pcfg, tokenizer=lm.tokenizer, checker=cfg.checker, score=cfg.score)
+    stage = probe_pool(cfg.model, pool, pcfg, lm, out / "score", out / "probe", scores_path=cfg.scores,
+                       checker=cfg.checker, score=cfg.score, mix=cfg.mix, max_length=v["max_length"],
+                       backend=cfg.backend, run=not cfg.no_probe, say=say, progress=progress)
+    scores, split, probe = stage.scores, stage.split, stage.report
     features = {"budget": float(cfg.budget), "ranking_sum": float(cfg.score == "sum"),
                 "likelihood_gap_per_token": split.data.context["likelihood_gap_per_token"],
                 "length_ratio_low_high": split.data.context["length_ratio_low_high"]}
-    probe = None
-    if cfg.no_probe:
+    if probe is None:
         advice, curve = _prior(cfg, desc, predictor)
     else:
-        say("probing D_high and D_low")
-        probe = run_probe(cfg.model, split.data, pcfg, out / "probe", lm=lm)
         features.update(probe["features"])
         advice = predictor.advise(features)
         advice["reasons"] = predictor.reasons(features)
         curve = predictor.predict_proba([{**features, "budget": b} for b in BUDGET_GRID])
-        if desc["n_params"] >= 1e8:  # what the paper found for students of this size, beside the measurement
-            from capacity_advisor.advisor.priors import paper_prior_advice
-
+        if desc["n_params"] >= PAPER_FROM:  # what the paper found for students of this size, beside the measurement
             advice["paper_prior"] = paper_prior_advice(desc["n_params"], cfg.budget)
     strategy = advice["strategy"]
 
@@ -425,7 +419,7 @@ def plot_report(report: dict, curve: np.ndarray, probe: dict | None, predictor: 
     fig, axes = plt.subplots(1, panels, figsize=(5.0 * panels, 3.4), squeeze=False)
     ax = axes[0][0]
     colors = {"high": "tab:blue", "low": "tab:red", "mixed": "tab:purple"}
-    for j, s in enumerate(STRATEGIES):
+    for j, s in enumerate(SETS):
         ax.plot(BUDGET_GRID, curve[:, j], label=f"P(D_{s})", color=colors[s])
     ax.axvline(report["budget"], color="gray", ls="--", lw=1)
     if report["crossover_epoch"]:
@@ -446,7 +440,7 @@ def plot_report(report: dict, curve: np.ndarray, probe: dict | None, predictor: 
         ax = axes[0][2]
         feature = next((r.split(" = ")[0] for r in report["reasons"]), None) or "gap_answer_logprob_area_gain"
         j = predictor.features.index(feature) if feature in predictor.features else None
-        budget = f"{min(BUDGETS_SHOWN, key=lambda b: abs(b - report['budget'])):g}"
+        budget = f"{min(BUDGETS, key=lambda b: abs(b - report['budget'])):g}"
         for u in predictor.units:
             if j is None or u.get("n_params") is None:
                 continue
@@ -471,71 +465,4 @@ def plot_report(report: dict, curve: np.ndarray, probe: dict | None, predictor: 
     plt.close(fig)
 
 
-BUDGETS_SHOWN = (0.5, 1, 2, 3, 4, 5)
 
-
-def print_report(report: dict, out: str) -> None:
-    from rich.panel import Panel
-    from rich.table import Table
-
-    from capacity_advisor.advisor.cli.ui import console, fmt
-
-    m = report["model"]
-    answer = report.get("answer", report["strategy"])
-    head = (f"[bold]Train on: D_{report['strategy']}[/bold]"
-            + (f" (mix {report['mix']:g} of problems on their low response)" if report["strategy"] == "mixed" else "")
-            + (" — the evidence is silent here; mixed is the hedge" if answer == "uncertain" else "")
-            + f"   confidence: {report['confidence']}   ({report['predictor']})\n"
-            + f"student {m['spec']} ({m['n_params']:,} params), budget {report['budget']:g} epochs")
-    co = report["crossover_epoch"]
-    head += ("\npredicted crossover: D_low overtakes D_high from about epoch " + f"{co:g}") if co else \
-        "\npredicted crossover: none within 10 epochs (D_high stays ahead)"
-    console.print(Panel(head, title="capacity-advisor", expand=False))
-    t = Table(title="Probabilities" + (" (10-90% interval over the ensemble)" if report.get("interval") else ""),
-              title_justify="left")
-    for s in report["probabilities"]:
-        t.add_column(f"D_{s}", justify="right")
-    iv = report.get("interval") or {}
-    t.add_row(*[f"{p:.2f}" + (f" ({iv[s][0]:.2f}-{iv[s][1]:.2f})" if s in iv else "")
-                for s, p in report["probabilities"].items()])
-    console.print(t)
-    for line in report.get("confidence_reasons") or []:
-        console.print(f"[bold]confidence[/bold]: {line}")
-    if report["reasons"]:
-        console.print("[bold]Why[/bold]: " + "; ".join(report["reasons"]))
-    if report.get("neighbours"):
-        t = Table(title="Nearest calibrated students (what they measured at this budget)", title_justify="left")
-        for col in ("student", "task", "ranking", "distance", "best", "high", "low", "mixed"):
-            t.add_column(col)
-        b = f"{min(BUDGETS_SHOWN, key=lambda x: abs(x - report['budget'])):g}"
-        for n in report["neighbours"]:
-            o = n.get("outcomes", {}).get(b, {})
-            t.add_row(n["student"], str(n["task"]), str(n["score"]), f"{n['distance']:.2f}", o.get("label", "—"),
-                      *[fmt(o.get(s)) for s in ("high", "low", "mixed")])
-        console.print(t)
-    outside = [r for r in (report.get("range") or []) if r["inside"] is False]
-    if outside:
-        console.print("[bold]outside the calibrated range[/bold]: " + ", ".join(
-            f"{r['feature']} = {r['value']:.3g} ({r['min']:.3g} to {r['max']:.3g})" for r in outside))
-    if report.get("paper_prior"):
-        pp = report["paper_prior"]
-        console.print(f"[bold]the paper, for students of this size[/bold]: {pp['answer']} — {pp['confidence_reasons'][0]}")
-    t = Table(title="What the rules would say", title_justify="left", show_header=False)
-    for rule, choice in report["baselines"].items():
-        t.add_row(rule, choice)
-    console.print(t)
-    t = Table(title="Settings chosen (and where from)", title_justify="left", show_header=False)
-    for k, s in report["settings"].items():
-        t.add_row(k, fmt(s["value"]), s["source"])
-    console.print(t)
-    cost = report.get("probe_cost")
-    spent = f"{report['seconds']}s"
-    if cost and cost.get("share_of_full_run"):
-        spent += f"; probe {cost['probe_tokens']:,} tokens"
-    if report["train_rows"]:
-        console.print(f"compute: {spent}. Wrote {out}/recommendation.json, train.jsonl ({report['train_rows']} rows)"
-                      + (", eval.jsonl" if report["eval_rows"] else "") + ", report.png. "
-                      + f"Next: advisor train {out}/recommendation.json --out RUN")
-    else:
-        console.print(f"compute: {spent}. Wrote {out}/recommendation.json (advice only) and report.png; "
-                      "rerun with --pool for the selected dataset and a training manifest.")

@@ -27,10 +27,10 @@ from typing import Callable
 
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.advisor.shards import ShardPlan, cache_folder
+from capacity_advisor.models.backends import BACKENDS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import FORMAT_VERSION, check_writable_dir, read_jsonl, stable_hash, versions, write_json, write_jsonl
 
-BACKENDS = {"hf": "capacity_advisor.models.hf:HFBackend", "vllm": "capacity_advisor.models.vllm:VLLMBackend"}
 
 
 @dataclass
@@ -70,15 +70,10 @@ class ScoreConfig:
             raise InputError("; ".join(problems))
 
 
-def make_backend(name: str, lm, **kwargs):
-    import importlib
-
-    module, cls = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), cls)(lm, **kwargs)
-
-
 def backend_for(cfg: ScoreConfig, lm):
     """The scoring backend `cfg` asks for, around an already loaded `lm`."""
+    from capacity_advisor.models.backends import make_backend
+
     if cfg.backend == "vllm":
         return make_backend("vllm", lm, token_budget=cfg.token_budget or 8192, tensor_parallel_size=cfg.tensor_parallel_size,
                             gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)

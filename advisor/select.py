@@ -22,9 +22,9 @@ from typing import Mapping, Sequence
 
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.models.errors import InputError
+from capacity_advisor.training.manifest import STRATEGIES
 from capacity_advisor.models.files import atomic_path, read_jsonl, write_jsonl
 
-STRATEGIES = ("high", "low", "mixed", "curriculum")
 FORMATS = ("trl", "messages", "alpaca")
 SCORE_FIELDS = {"mean": "logprob_mean", "sum": "logprob_sum"}
 REQUIRED_SCORE_FIELDS = ("id", "k", "n_tokens", "logprob_sum", "logprob_mean", "truncated")

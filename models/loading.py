@@ -22,6 +22,7 @@ from typing import Any
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import file_digest, stable_hash
 
+DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
 _HEAD_TAIL = 4 << 20  # hash 4 MiB at each end of a weight file: exact for small files, fast for 70B

@@ -32,10 +32,10 @@ from typing import Callable, Sequence
 from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import versions, write_json, write_jsonl
+from capacity_advisor.training.manifest import SETS
 
 METRICS = ("train_loss", "teacher_nll", "teacher_nll_high", "teacher_nll_low", "answer_logprob", "accuracy",
            "answer_rate", "repetition_rate", "copy_rate", "finish_rate", "base_drift", "teacher_view")
-STRATEGIES = ("high", "low", "mixed")
 
 
 @dataclass
@@ -77,7 +77,7 @@ class ProbeConfig:
             bad.append(f"--max-new-tokens {self.max_new_tokens} must be at least 1")
         if self.max_length < 8:
             bad.append(f"--max-length {self.max_length} must be at least 8")
-        unknown = [s for s in self.strategies if s not in STRATEGIES]
+        unknown = [s for s in self.strategies if s not in SETS]
         if unknown or not self.strategies:
             bad.append(f"--strategies {','.join(self.strategies)}: use high, low and/or mixed")
         if bad:

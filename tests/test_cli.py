@@ -125,9 +125,9 @@ def test_bad_model_and_flags(tiny_llama, tmp_path):
 
     assert run("score", "--model", tiny_llama, "--pool", pool, "--out", tmp_path / "s", "--device", "cpu").exit_code == 0
     scores = tmp_path / "s" / "scores.jsonl"
-    for flags, msg in [(["--strategy", "hardest"], "--strategy 'hardest' is unknown"),
+    for flags, msg in [(["--strategy", "hardest"], "'hardest' is not one of 'high', 'low', 'mixed', 'curriculum'"),
                        (["--strategy", "mixed", "--mix", "-0.5"], "--mix -0.5 is outside [0, 1]"),
-                       (["--format", "csv"], "--format 'csv' is unknown")]:
+                       (["--format", "csv"], "'csv' is not one of 'trl', 'messages', 'alpaca'")]:
         r = run("select", "--pool", pool, "--scores", scores, "--out", tmp_path / "sel.jsonl", *flags)
         assert r.exit_code == 2 and msg in r.stderr, r.stderr
         assert not (tmp_path / "sel.jsonl").exists()

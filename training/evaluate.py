@@ -82,9 +82,9 @@ class Evaluator:
         self.view_limit = view_limit
 
     def _backend(self, lm):
-        from capacity_advisor.models.hf import HFBackend
+        from capacity_advisor.models.backends import make_backend
 
-        return HFBackend(lm, token_budget=self.token_budget)
+        return make_backend("hf", lm, token_budget=self.token_budget)
 
     def generate(self, lm, indices: Sequence[int], seed: int = 0) -> list[dict]:
         """Completions (dicts of text, n_tokens, finished) for the rows at `indices`."""

@@ -21,12 +21,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from capacity_advisor.models.metrics import CHECKERS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import write_json
 
 MANIFEST_VERSION = 1
 STRATEGIES = ("high", "low", "mixed", "curriculum")
-CHECKERS = ("lab", "math", "none")
+SETS = STRATEGIES[:3]  # the sets a probe trains on and the predictor chooses among (curriculum is a schedule of two)
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial",
               "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay")
 

@@ -326,14 +326,27 @@ def _fmt(v) -> str:
     return "—" if v is None else f"{v:.3f}"
 
 
+def run_options(f):
+    """The options of one training run, shared by `advisor train` and `python -m capacity_advisor.training.sft`
+    (the command torchrun and accelerate launch start in every process)."""
+    from capacity_advisor.models.loading import DEVICES, DTYPES
+
+    for option in reversed([
+        click.option("--records", default=None,
+                     help="Records store to append the RunRecord to (default: $ADVISOR_HOME/records.jsonl)."),
+        click.option("--device", default="auto", type=click.Choice(DEVICES), show_default=True),
+        click.option("--dtype", default="auto", type=click.Choice(DTYPES), show_default=True,
+                     help="auto: fp32 on CPU, bf16 (else fp16 mixed precision) on GPU."),
+        click.option("--threads", default=0, show_default=True, help="Torch CPU threads per process (0: torch's default)."),
+    ]):
+        f = option(f)
+    return f
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--manifest", required=True, help="recommendation.json (the manifest written by `advisor recommend`).")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Run folder (checkpoints, eval.jsonl, record.json); a rerun resumes.")
-@click.option("--records", default=None, help="Records store to append the RunRecord to (default: $ADVISOR_HOME/records.jsonl).")
-@click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), show_default=True)
-@click.option("--dtype", default="auto", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), show_default=True,
-              help="auto: fp32 on CPU, bf16 (else fp16 mixed precision) on GPU.")
-@click.option("--threads", default=0, show_default=True, help="Torch CPU threads per process (0: torch's default).")
+@run_options
 def main(manifest, out, records, device, dtype, threads):
     """Full SFT from a manifest; the same command under torchrun / accelerate launch runs data-parallel."""
     try:

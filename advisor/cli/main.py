@@ -1,4 +1,5 @@
-"""`advisor`: one verb per stage (DESIGN.md). Each verb parses flags and calls one library function.
+"""`advisor`: one verb per stage. Each verb parses its flags, builds the library's config from
+them, calls one library function, and prints what it returns (`report`). Nothing here decides.
 
     advisor score  --model M --pool P --out DIR
     advisor select --pool P --scores DIR/scores.jsonl --strategy high --out train.jsonl
@@ -72,61 +73,19 @@ def cli():
     """Which teacher responses should this student train on: high-, low-likelihood, or a mix?"""
 
 
-def pool_options(f):
-    """Flags that say how to read a pool; `score` and `select` must be given the same ones."""
-    opts = [
-        click.option("--prompt-field", default=None, help="Field holding the problem text (auto-detected)."),
-        click.option("--responses-field", default=None, help="Field holding the candidates: a list (grouped) or one response per row (flat)."),
-        click.option("--answer-field", default=None, help="Field holding the reference answer."),
-        click.option("--correct-field", default=None, help="Field marking candidates correct (list or per row)."),
-        click.option("--id-field", default=None, help="Problem id field; flat rows are grouped by it."),
-        click.option("--all-candidates", is_flag=True, help="Keep candidates marked incorrect."),
-        click.option("--strict", is_flag=True, help="Fail on any skipped candidate or problem instead of reporting it."),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
-
-
-def _pool_opts(kw: dict):
-    from capacity_advisor.advisor.pool import PoolOptions
-
-    return PoolOptions(**{k: kw.pop(k) for k in ("prompt_field", "responses_field", "answer_field",
-                                                   "correct_field", "id_field", "all_candidates", "strict")})
-
-
-def _show_pool(pool) -> None:
-    from capacity_advisor.advisor.cli.ui import console, kv_table
-
-    s = pool.summary()
-    rows = {"pool": pool.source, "layout": s["layout"], "problems": s["problems"], "candidates": s["candidates"],
-            "per problem": s["candidates_per_problem"], "with answers": s["with_answers"]}
-    if s["skipped_candidates"]:
-        rows["skipped candidates"] = s["skipped_candidates"]
-    if s["skipped_problems"]:
-        rows["skipped problems"] = s["skipped_problems"]
-        rows["e.g."] = "; ".join(f"{k}: {', '.join(v)}" for k, v in pool.skipped_examples.items())
-    console.print(kv_table("Pool", rows))
-
-
-def vllm_options(f):
-    """Flags of the vllm backend (ignored by hf, except that hf refuses tensor parallelism)."""
-    opts = [
-        click.option("--tensor-parallel-size", default=1, show_default=True, help="vllm: GPUs one model is split over."),
-        click.option("--gpu-memory-utilization", default=0.9, show_default=True, help="vllm: share of each GPU's memory vLLM may take."),
-    ]
-    for o in reversed(opts):
-        f = o(f)
-    return f
+from capacity_advisor.advisor.cli import report  # noqa: E402  (below the group it renders for)
+from capacity_advisor.advisor.cli.options import (  # noqa: E402
+    checker_option, device_options, dp_options, ints, json_option, model_option, names, pool_options, pool_settings,
+    score_option, seed_option, vllm_options,
+)
 
 
 @cli.command()
-@click.option("--model", "-m", required=True, help="Student: a local HF folder, a hub id, or lab:NAME.")
+@model_option
 @click.option("--pool", "-p", "pool_path", required=True, help="Pool file or datasets folder.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Output folder (scores.jsonl, config.json).")
 @pool_options
-@click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), show_default=True)
-@click.option("--dtype", default="auto", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), show_default=True)
+@device_options
 @click.option("--backend", default="hf", type=click.Choice(["hf", "vllm"]), show_default=True,
               help="hf: transformers, any device. vllm: GPUs, in its own environment (docs/vllm.md).")
 @click.option("--max-length", default=4096, show_default=True, help="Max prompt+response tokens; longer responses are cut and flagged.")
@@ -134,79 +93,69 @@ def vllm_options(f):
               help="Padded tokens per forward batch (default: 1,024 on CPU, 8,192 on GPU; vllm: max_num_batched_tokens).")
 @click.option("--shard-size", default=512, show_default=True, help="Candidates per cached shard (the unit of resume).")
 @vllm_options
-@click.option("--dp-rank", default=0, show_default=True, help="This process's index among --dp-size processes sharing the pool.")
-@click.option("--dp-size", default=1, show_default=True, help="Processes sharing the pool's shards; the last to finish writes the outputs.")
-@click.option("--seed", default=0, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+@dp_options
+@seed_option("Recorded for provenance (scoring is deterministic).")
+@json_option
 def score(model, pool_path, out, device, dtype, backend, max_length, token_budget, shard_size, tensor_parallel_size,
           gpu_memory_utilization, dp_rank, dp_size, seed, as_json, **kw):
     """Score every candidate response under the student (mean and summed log-prob per response)."""
+    from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries, work_progress
     from capacity_advisor.advisor.pool import read_pool
     from capacity_advisor.advisor.scoring import ScoreConfig, load_for, score_pool
-    from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, quiet_libraries, work_progress
     from capacity_advisor.models.files import advisor_home, check_writable_dir
 
     quiet_libraries()
-    cfg = ScoreConfig(model, device, dtype, backend, max_length, token_budget, shard_size, seed,
-                      tensor_parallel_size, gpu_memory_utilization, dp_rank, dp_size)
+    cfg = ScoreConfig(model=model, device=device, dtype=dtype, backend=backend, max_length=max_length,
+                      token_budget=token_budget, shard_size=shard_size, seed=seed,
+                      tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
+                      dp_rank=dp_rank, dp_size=dp_size)
     cfg.validate()
     check_writable_dir(out, "--out")
     check_writable_dir(advisor_home(), "ADVISOR_HOME (the score cache)")
-    pool = read_pool(pool_path, _pool_opts(kw))
+    pool = read_pool(pool_path, pool_settings(kw))
     with console.status(f"loading {model}"):
         lm = load_for(cfg)
     with work_progress("scoring", unit="candidates") as (on_start, advance):
         def start(total: int, done: int) -> None:  # inputs, model and cache are all usable by now
-            _show_pool(pool)
+            report.pool(pool)
             on_start(total, done)
 
         summary = score_pool(pool, cfg, out, lm=lm, on_start=start, advance=advance)
     summary["pool"] = pool.summary()
-    if "waiting_for" in summary:
-        msg = (f"rank {dp_rank}/{dp_size}: scored {summary['computed']} shard(s); {len(summary['waiting_for'])} of "
-               f"{summary['shards']} shards are still being scored by other ranks. The last rank to finish writes "
-               f"{Path(out) / 'scores.jsonl'}; rerun with --dp-size 1 to score what is missing and write it here.")
-        if as_json:
-            emit_json(summary)
-        console.print(msg)
-        return
     if as_json:
         emit_json(summary)
-    else:
-        m = summary["model"]
-        console.print(kv_table("Scores", {
-            "model": f"{m['spec']} ({m['architecture']}, {m['n_params']:,} params, {m['dtype']})",
-            "backend": backend, "template": summary["template"], "candidates": summary["candidates"],
-            "response tokens": summary["response_tokens"], "truncated": summary["truncated"],
-            "reused from cache": summary["from_cache"], "seconds": summary["seconds"], "written": summary["scores"],
-        }))
+    if "waiting_for" in summary:
+        console.print(f"rank {dp_rank}/{dp_size}: scored {summary['computed']} shard(s); {len(summary['waiting_for'])} of "
+                      f"{summary['shards']} shards are still being scored by other ranks. The last rank to finish writes "
+                      f"{Path(out) / 'scores.jsonl'}; rerun with --dp-size 1 to score what is missing and write it here.")
+    elif not as_json:
+        report.scores(summary, backend)
 
 
 @cli.command()
 @click.option("--pool", "-p", "pool_path", required=True, help="The pool that was scored.")
 @click.option("--scores", "-s", "scores_path", required=True, help="scores.jsonl written by `advisor score`.")
-@click.option("--strategy", default="high", show_default=True, help="high | low | mixed | curriculum.")
+@click.option("--strategy", default="high", show_default=True, type=click.Choice(["high", "low", "mixed", "curriculum"]))
 @click.option("--mix", default=0.5, show_default=True, help="mixed: share of problems given their low response.")
-@click.option("--score", "score_kind", default="sum", show_default=True, type=click.Choice(["sum", "mean"]), help="Rank by summed log-prob (the paper's) or mean per token (GRAPE's).")
+@score_option
 @click.option("--switch-epoch", default=1, show_default=True, help="curriculum: epoch at which training moves to the low set.")
-@click.option("--format", "fmt", default="trl", show_default=True, help="trl (prompt/completion JSONL) | messages (JSONL) | alpaca (JSON).")
+@click.option("--format", "fmt", default="trl", show_default=True, type=click.Choice(["trl", "messages", "alpaca"]),
+              help="trl: prompt/completion JSONL; messages: chat JSONL; alpaca: one JSON array.")
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Dataset file to write.")
 @pool_options
-@click.option("--seed", default=0, show_default=True, help="Which problems take their low response in a mixed set.")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+@seed_option("Which problems take their low response in a mixed set.")
+@json_option
 def select(pool_path, scores_path, strategy, mix, score_kind, switch_epoch, fmt, out, seed, as_json, **kw):
     """Build D_high / D_low / D_mixed / curriculum from a scored pool and export it for training."""
     from capacity_advisor.advisor import select as sel_mod
+    from capacity_advisor.advisor.cli.ui import emit_json
     from capacity_advisor.advisor.pool import read_pool
-    from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table
     from capacity_advisor.models.files import check_writable_file, versions, write_json
 
-    cfg = sel_mod.SelectConfig(strategy, mix, score_kind, seed, switch_epoch)
+    cfg = sel_mod.SelectConfig(strategy=strategy, mix=mix, score=score_kind, seed=seed, switch_epoch=switch_epoch)
     cfg.validate()
-    if fmt not in sel_mod.FORMATS:
-        raise InputError(f"--format {fmt!r} is unknown: use one of {', '.join(sel_mod.FORMATS)}")
     check_writable_file(out, "--out")
-    pool = read_pool(pool_path, _pool_opts(kw))
+    pool = read_pool(pool_path, pool_settings(kw))
     selection = sel_mod.select(pool, sel_mod.load_scores(scores_path), cfg)
     n = sel_mod.export(selection, out, fmt)
     summary = {**selection.summary, "format": fmt, "written": str(out), "rows_written": n}
@@ -217,53 +166,64 @@ def select(pool_path, scores_path, strategy, mix, score_kind, switch_epoch, fmt,
     if as_json:
         emit_json(summary)
     else:
-        s = summary
-        console.print(kv_table(f"Selection: {strategy}", {
-            "problems": s["problems"], "rows": s["rows"], "rows from the low set": s["rows_from_low"],
-            f"log-prob ({score_kind}), high set": s["mean_score_high"],
-            f"log-prob ({score_kind}), low set": s["mean_score_low"],
-            "likelihood gap (high - low)": s["likelihood_gap"],
-            "length ratio (low / high tokens)": s["length_ratio_low_high"],
-            "problems where high = low": s["same_candidate"], "written": f"{out} ({fmt})",
-        }))
+        report.selection(summary, strategy, score_kind, out, fmt)
 
 
 @cli.command()
-@click.option("--model", "-m", required=True, help="Student: a local HF folder, a hub id, or lab:NAME.")
+@model_option
 @click.option("--pool", "-p", "pool_path", required=True, help="Pool file or datasets folder.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Output folder (probe.json, probe.png).")
 @click.option("--scores", "scores_path", default=None, help="scores.jsonl of this pool under this model (else scored now, cached).")
 @click.option("--steps", default=100, show_default=True, help="Optimizer steps per strategy.")
 @click.option("--batch-size", default=8, show_default=True)
-@click.option("--learning-rate", type=float, default=None, help="Default: by model size.")
+@click.option("--learning-rate", type=float, default=None, help="Default: the lab recipe's, else by model size.")
+@click.option("--warmup-steps", default=10, show_default=True, help="Linear warm-up, then a constant rate.")
 @click.option("--eval-every", default=25, show_default=True)
-@click.option("--eval-problems", default=32, show_default=True, help="Held-out problems for generations and teacher NLL.")
+@click.option("--eval-problems", default=128, show_default=True, help="Held-out problems for generations and teacher NLL.")
 @click.option("--max-new-tokens", default=256, show_default=True)
 @click.option("--max-length", default=2048, show_default=True)
 @click.option("--strategies", default="high,low", show_default=True, help="Comma list of high, low, mixed.")
 @click.option("--lora-r", default=0, show_default=True, help="0 = full fine-tuning; > 0 = LoRA rank (needs peft).")
 @click.option("--teacher", default=None, help="Teacher model, for the teacher's view of the student's generations.")
-@click.option("--checker", default="auto", show_default=True, help="Answer checker: auto | lab | math | none.")
+@checker_option
+@score_option
 @pool_options
-@click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), show_default=True)
-@click.option("--dtype", default="auto", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), show_default=True)
-@click.option("--seed", default=0, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the report's features and cost as JSON on stdout.")
-def probe(model, pool_path, out, scores_path, steps, batch_size, learning_rate, eval_every, eval_problems,
-          max_new_tokens, max_length, strategies, lora_r, teacher, checker, device, dtype, seed, as_json, **kw):
+@device_options
+@seed_option("Held-out slice and data order.")
+@json_option
+def probe(model, pool_path, out, scores_path, steps, batch_size, learning_rate, warmup_steps, eval_every, eval_problems,
+          max_new_tokens, max_length, strategies, lora_r, teacher, checker, score_kind, device, dtype, seed, as_json, **kw):
     """Short SFT runs on D_high and D_low from the same base: how does this student take to each?"""
-    from capacity_advisor.advisor.probe import run_probe_stage
-    from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries
+    from capacity_advisor.advisor.cli.ui import console, emit_json, progress, quiet_libraries
+    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.advisor.probe import probe_pool
+    from capacity_advisor.advisor.recommend import learning_rate as default_rate
+    from capacity_advisor.models.files import check_writable_dir
+    from capacity_advisor.models.loading import check_model_spec, load_model
     from capacity_advisor.probes.run import ProbeConfig
 
     quiet_libraries()
-    cfg = ProbeConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, eval_every=eval_every,
-                      eval_problems=eval_problems, max_new_tokens=max_new_tokens, max_length=max_length,
-                      strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()), lora_r=lora_r,
-                      seed=seed, device=device, dtype=dtype, teacher=teacher)
-    report = run_probe_stage(model, pool_path, _pool_opts(kw), cfg, out, scores_path=scores_path, checker=checker)
+    cfg = ProbeConfig(steps=steps, batch_size=batch_size, learning_rate=learning_rate, warmup_steps=warmup_steps,
+                      eval_every=eval_every, eval_problems=eval_problems, max_new_tokens=max_new_tokens,
+                      max_length=max_length, strategies=names(strategies, "--strategies"), lora_r=lora_r, seed=seed,
+                      device=device, dtype=dtype, teacher=teacher)
+    cfg.validate()
+    check_model_spec(model)
+    check_writable_dir(out, "--out")
+    pool = read_pool(pool_path, pool_settings(kw))
+    with console.status(f"loading {model}"):
+        lm = load_model(model, device=device, dtype=dtype)
+    cfg.learning_rate = cfg.learning_rate or default_rate(model, lm.description["n_params"])[0]
+    with progress("probe", unit="steps") as bar:
+        tasks = {s: bar.add_task(f"D_{s}", total=cfg.steps, rate="") for s in cfg.strategies}
+        stage = probe_pool(model, pool, cfg, lm, Path(out) / "score", out, scores_path=scores_path, checker=checker,
+                           score=score_kind, max_length=max_length,
+                           progress=lambda s, step, total: bar.update(tasks[s], completed=step))
     if as_json:
-        emit_json({"features": report["features"], "cost": report["cost"], "probe": str(Path(out) / "probe.json")})
+        emit_json({"features": stage.report["features"], "cost": stage.report["cost"],
+                   "probe": str(Path(out) / "probe.json")})
+    else:
+        report.probe(stage.report, out)
 
 
 @cli.command()
@@ -274,28 +234,26 @@ def probe(model, pool_path, out, scores_path, steps, batch_size, learning_rate, 
 @click.option("--temperature", default=0.6, show_default=True, help="Sampling temperature (0 = greedy, with --n 1).")
 @click.option("--top-p", default=0.95, show_default=True)
 @click.option("--max-new-tokens", default=4096, show_default=True, help="Longer candidates are cut and marked unfinished.")
-@click.option("--checker", default="auto", show_default=True, help="auto | lab | math | none.")
+@checker_option
 @click.option("--prompt-field", default=None, help="Field holding the problem text (auto-detected).")
 @click.option("--answer-field", default=None, help="Field holding the reference answer (auto-detected).")
 @click.option("--id-field", default=None, help="Problem id field (auto-detected; else the row number).")
 @click.option("--limit", default=None, type=int, help="Only the first N problems.")
 @click.option("--backend", default="auto", type=click.Choice(["auto", "hf", "vllm"]), show_default=True,
               help="auto: vllm when it and a GPU are present, else hf.")
-@click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), show_default=True)
-@click.option("--dtype", default="auto", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), show_default=True)
+@device_options
 @click.option("--shard-size", default=64, show_default=True, help="Problems per cached shard (the unit of resume).")
 @click.option("--token-budget", default=None, type=int, help="Prompt + new tokens per generation batch (default: by device).")
 @vllm_options
-@click.option("--dp-rank", default=0, show_default=True)
-@click.option("--dp-size", default=1, show_default=True)
-@click.option("--seed", default=0, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
+@dp_options
+@seed_option("Sampling seed (each shard's draws derive from it).")
+@json_option
 def generate(teacher, problems, out, n, temperature, top_p, max_new_tokens, checker, prompt_field, answer_field, id_field,
              limit, backend, device, dtype, shard_size, token_budget, tensor_parallel_size, gpu_memory_utilization,
              dp_rank, dp_size, seed, as_json):
     """Sample --n candidate responses per problem from a teacher, check them, write a grouped pool."""
+    from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries, work_progress
     from capacity_advisor.advisor.generate import GenerateConfig, generate_pool
-    from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, quiet_libraries, work_progress
 
     quiet_libraries()
     cfg = GenerateConfig(teacher=teacher, problems=problems, out=out, n=n, temperature=temperature, top_p=top_p,
@@ -306,44 +264,13 @@ def generate(teacher, problems, out, n, temperature, top_p, max_new_tokens, chec
     cfg.validate()
     with work_progress("generating", unit="problems", rate_format="{:.2f}/s") as (on_start, advance):
         summary = generate_pool(cfg, on_start=on_start, advance=advance)
-    if "waiting_for" in summary:
-        if as_json:
-            emit_json(summary)
-        console.print(f"rank {dp_rank}/{dp_size}: generated {summary['computed']} shard(s); {len(summary['waiting_for'])} "
-                      f"of {summary['shards']} shards are with other ranks. The last rank to finish writes {out}.")
-        return
     if as_json:
         emit_json(summary)
-    else:
-        t = summary["teacher"]
-        rows = {"teacher": f"{t['spec']} ({t['architecture']}, {t['n_params']:,} params, {t['dtype']})",
-                "backend": summary["backend"], "problems": summary["problems"], "generations": summary["generations"],
-                "mean tokens": summary["mean_tokens"], "unfinished (hit --max-new-tokens)": summary["unfinished"],
-                "checker": summary["checker"]}
-        if summary["correct"] is not None:
-            rows["correct"] = f"{summary['correct']} ({summary['correct'] / max(1, summary['generations']):.1%})"
-            rows["problems with >= 2 correct"] = summary["problems_with_two_correct"]
-        rows.update({"reused from cache": f"{summary['from_cache']} problems", "seconds": summary["seconds"], "written": out})
-        console.print(kv_table("Generated pool", rows))
-
-
-def _cv_table(result: dict) -> None:
-    from rich.table import Table
-
-    from capacity_advisor.advisor.cli.ui import console
-
-    for split, cv in result["cv"].items():
-        arms = sorted({k[4:] for row in cv["methods"].values() for k in row if k.startswith("arm_")})
-        t = Table(title=f"Leave one {split} out ({len(cv['folds'])} folds; {result['rows']} rows; labels {result['labels']}; "
-                        f"near-ties {result['ties']})", title_justify="left")
-        for col in ("method", "accuracy", "mean regret (points)", "90% interval", *[f"regret, {a} ranking" for a in arms]):
-            t.add_column(col, justify="left" if col == "method" else "right")
-        for name, row in sorted(cv["methods"].items(), key=lambda kv: kv[1]["mean_regret_points"]):
-            mark = " ← chosen" if name == result["chosen"] else ""
-            t.add_row(name + mark, f"{row['accuracy']:.3f}", f"{row['mean_regret_points']:.2f}",
-                      f"{row['ci90'][0]:.2f}-{row['ci90'][1]:.2f}",
-                      *[f"{row[f'arm_{a}']['mean_regret_points']:.2f}" if f"arm_{a}" in row else "—" for a in arms])
-        console.print(t)
+    if "waiting_for" in summary:
+        console.print(f"rank {dp_rank}/{dp_size}: generated {summary['computed']} shard(s); {len(summary['waiting_for'])} "
+                      f"of {summary['shards']} shards are with other ranks. The last rank to finish writes {out}.")
+    elif not as_json:
+        report.generated(summary, out)
 
 
 @cli.command()
@@ -355,16 +282,16 @@ def _cv_table(result: dict) -> None:
 @click.option("--kinds", default="logistic,lightgbm", show_default=True, help="Model kinds to cross-validate; the best is kept.")
 @click.option("--members", default=24, show_default=True, help="Ensemble members (bootstrap resamples of the calibration units).")
 @click.option("--jobs", default=1, show_default=True, help="Processes fitting members in parallel.")
-@click.option("--seed", default=0, show_default=True, help="Bootstrap draws and LightGBM's seed.")
+@seed_option("Bootstrap draws and LightGBM's seed.")
 @click.option("--note", default=None, help="A line stored with the predictor (what the records were).")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 def fit(records_path, out, tie_margin, feature_set, kinds, members, jobs, seed, note, as_json):
     """Fit the predictor on RunRecords; print its cross-validated tables against the baselines."""
-    from capacity_advisor.advisor.predictor import KINDS, fit_and_save, read_records
     from capacity_advisor.advisor.cli.ui import emit_json
+    from capacity_advisor.advisor.predictor import KINDS, fit_and_save, read_records
     from capacity_advisor.models.files import advisor_home, check_writable_dir
 
-    chosen = _names(kinds, "--kinds")
+    chosen = names(kinds, "--kinds")
     bad = [k for k in chosen if k not in KINDS]
     if bad or not chosen:
         raise InputError(f"--kinds {kinds!r}: use {', '.join(KINDS)}")
@@ -374,21 +301,7 @@ def fit(records_path, out, tie_margin, feature_set, kinds, members, jobs, seed, 
     if as_json:
         emit_json(result)
     else:
-        _cv_table(result)
-
-
-def _names(text: str, flag: str) -> tuple[str, ...]:
-    names = tuple(s.strip() for s in text.split(",") if s.strip())
-    if not names and text:
-        raise InputError(f"{flag} {text!r}: give comma-separated names")
-    return names
-
-
-def _ints(text: str, flag: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        raise InputError(f"{flag} {text!r}: give comma-separated integers, e.g. 0,1,2") from None
+        report.cross_validation(result)
 
 
 @cli.command()
@@ -401,21 +314,23 @@ def _ints(text: str, flag: str) -> tuple[int, ...]:
 @click.option("--n-train", default=3000, show_default=True, help="Problems per teacher pool.")
 @click.option("--probe-steps", default=200, show_default=True, help="The longest probe; shorter ones are replayed from its prefix.")
 @click.option("--jobs", default=1, show_default=True, help="Units in parallel, one torch thread each.")
-@click.option("--quick", is_flag=True, help="Tiny settings (one small student, one seed, one epoch) for tests.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--quick", is_flag=True, help="Tiny settings (one small student, one seed, one epoch, the scripted teacher) for tests.")
+@json_option
 def calibrate(out, sizes, seeds, mean_seeds, tasks, epochs, n_train, probe_steps, jobs, quick, as_json):
     """The lab sweep: teacher pools, probes and full high/low/mixed runs — RunRecords for `advisor fit`."""
-    from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, run_calibration
     from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries
+    from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, run_calibration
+    from capacity_advisor.models.files import check_writable_dir
 
     quiet_libraries()
     if quick:
         cfg = CalibrateConfig.quick_settings(out)
     else:
-        cfg = CalibrateConfig(out=out, sizes=_names(sizes, "--sizes"), seeds=_ints(seeds, "--seeds"),
-                              mean_seeds=_ints(mean_seeds, "--mean-seeds"), tasks=_names(tasks, "--tasks"),
+        cfg = CalibrateConfig(out=out, sizes=names(sizes, "--sizes"), seeds=ints(seeds, "--seeds"),
+                              mean_seeds=ints(mean_seeds, "--mean-seeds"), tasks=names(tasks, "--tasks"),
                               epochs=epochs, n_train=n_train, probe_steps=probe_steps, jobs=jobs)
     cfg.validate()
+    check_writable_dir(out, "--out")
     result = run_calibration(cfg, log=lambda m: console.print(m, highlight=False))
     if as_json:
         emit_json(result)
@@ -424,7 +339,7 @@ def calibrate(out, sizes, seeds, mean_seeds, tasks, epochs, n_train, probe_steps
 
 
 @cli.command()
-@click.option("--model", "-m", required=True, help="Student: a local HF folder, a hub id, or lab:NAME.")
+@model_option
 @click.option("--budget", "-b", required=True, type=float, help="Epochs of the full run you plan.")
 @click.option("--pool", "-p", "pool_path", default=None, help="Pool (default for lab students: the lab teacher's pool).")
 @click.option("--scores", "scores_path", default=None,
@@ -432,7 +347,7 @@ def calibrate(out, sizes, seeds, mean_seeds, tasks, epochs, n_train, probe_steps
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False))
 @click.option("--teacher", default=None, help="Teacher model, for the teacher's view in the probe.")
 @click.option("--no-probe", is_flag=True,
-              help="Advice from the parameter count and budget alone (the lab's or the paper's findings); low confidence.")
+              help="Advice from the parameter count and budget alone (the lab's or the paper's findings).")
 @click.option("--predictor", default=None, help="Predictor folder from `advisor fit` (default: the shipped one).")
 @click.option("--sample", default=None, type=int, help="Rank and probe on N problems drawn with --seed (large pools).")
 @click.option("--max-length", default=None, type=int, help="Scoring: prompt + response tokens (default: by kind of student).")
@@ -444,36 +359,42 @@ def calibrate(out, sizes, seeds, mean_seeds, tasks, epochs, n_train, probe_steps
               help="Scoring backend (the probe trains with transformers either way).")
 @click.option("--lab-task", default="modchain", show_default=True, type=click.Choice(["modchain", "addition", "listmax"]))
 @click.option("--lab-n", default=1000, show_default=True, help="Problems of the lab pool.")
-@click.option("--checker", default="auto", show_default=True, type=click.Choice(["auto", "lab", "math", "none"]))
-@click.option("--score", "score_kind", default="sum", show_default=True, type=click.Choice(["sum", "mean"]),
-              help="Rank candidates by summed log-prob (the paper's) or mean per token (GRAPE's).")
+@checker_option
+@score_option
 @pool_options
-@click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), show_default=True)
-@click.option("--dtype", default="auto", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), show_default=True)
-@click.option("--seed", default=0, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@device_options
+@seed_option("Held-out slice, --sample draw, mixed set, data order.")
+@json_option
 def recommend(model, budget, pool_path, scores_path, out, teacher, no_probe, predictor, sample, max_length,
               probe_max_length, max_new_tokens, probe_steps, probe_eval_problems, backend, lab_task, lab_n, checker,
               score_kind, device, dtype, seed, as_json, **kw):
     """Score, select, probe, predict: train on high, low or mixed for this student and budget?"""
-    from capacity_advisor.advisor.recommend import RecommendConfig, print_report, recommend as run
-    from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries
+    from capacity_advisor.advisor.cli.ui import emit_json, progress, quiet_libraries
+    from capacity_advisor.advisor.recommend import RecommendConfig, recommend as run
+    from capacity_advisor.models.files import check_writable_dir
+    from capacity_advisor.models.loading import check_model_spec
 
     quiet_libraries()
-    opts = _pool_opts(kw)
     cfg = RecommendConfig(model=model, budget=budget, out=out, pool=pool_path, scores=scores_path, teacher=teacher,
                           no_probe=no_probe, predictor=predictor, lab_task=lab_task, lab_n=lab_n, sample=sample,
                           max_length=max_length, probe_max_length=probe_max_length, max_new_tokens=max_new_tokens,
                           probe_steps=probe_steps, probe_eval_problems=probe_eval_problems, backend=backend,
                           checker=checker, score=score_kind, device=device, dtype=dtype, seed=seed,
-                          pool_options=vars(opts))
+                          pool_options=vars(pool_settings(kw)))
     cfg.validate()
-    with console.status("recommend") as st:
-        report = run(cfg, status=lambda m: st.update(m))
+    check_model_spec(model)
+    check_writable_dir(out, "--out")
+    with progress("recommend", unit="steps") as bar:
+        stage = bar.add_task("starting", total=None, rate="")
+
+        def steps(strategy: str, step: int, total: int) -> None:
+            bar.update(stage, description=f"probe D_{strategy}", total=total, completed=step)
+
+        result = run(cfg, status=lambda m: bar.update(stage, description=m), progress=steps)
     if as_json:
-        emit_json(report)
+        emit_json(result)
     else:
-        print_report(report, out)
+        report.recommendation(result, out)
 
 
 def _register_subgroups() -> None:

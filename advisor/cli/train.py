@@ -16,27 +16,25 @@ from pathlib import Path
 import click
 
 from capacity_advisor.models.errors import InputError
+from capacity_advisor.advisor.cli.options import json_option
+from capacity_advisor.training.sft import run_options
 
 
 @click.command()
 @click.argument("manifest", type=click.Path(dir_okay=False))
 @click.option("--out", "-o", default=None, type=click.Path(file_okay=False),
               help="Run folder: checkpoints, eval.jsonl, curve.png, record.json. A rerun resumes.")
-@click.option("--records", default=None, help="Records store to append the RunRecord to (default: $ADVISOR_HOME/records.jsonl).")
 @click.option("--nproc", default=1, show_default=True, help="Processes (GPUs, or CPU processes with torchrun); > 1 launches data-parallel.")
 @click.option("--launcher", default="torchrun", show_default=True, type=click.Choice(["torchrun", "accelerate"]),
               help="Multi-process launcher for --nproc > 1.")
 @click.option("--accelerate-config", default=None, type=click.Path(dir_okay=False, exists=True),
               help="accelerate config file, e.g. configs/accelerate_fsdp.yaml (with --launcher accelerate).")
-@click.option("--device", default="auto", type=click.Choice(["auto", "cpu", "cuda"]), show_default=True)
-@click.option("--dtype", default="auto", type=click.Choice(["auto", "float32", "bfloat16", "float16"]), show_default=True,
-              help="auto: fp32 on CPU, bf16 (else fp16 mixed precision) on GPU.")
-@click.option("--threads", default=0, show_default=True, help="Torch CPU threads per process (0: torch's default).")
+@run_options
 @click.option("--dry-run", is_flag=True, help="Validate the manifest and print the launch command without running it.")
 @click.option("--export", "export_dir", default=None, type=click.Path(file_okay=False),
               help="Write the dataset and TRL / LLaMA-Factory / axolotl config snippets here instead of training.")
 @click.option("--format", "formats", default="all", show_default=True, help="Export formats: trl,llamafactory,axolotl or all.")
-@click.option("--json", "as_json", is_flag=True, help="Print the RunRecord summary as JSON on stdout.")
+@json_option
 @click.pass_context
 def train(ctx, manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, dry_run,
           export_dir, formats, as_json):

@@ -33,8 +33,8 @@ from typing import Callable
 from capacity_advisor.advisor.predictor import finite
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import read_jsonl, versions, write_json, write_jsonl
+from capacity_advisor.training.manifest import SETS
 
-STRATEGIES = ("high", "low", "mixed")
 EVAL_SEED = 10_000  # the held-out problems are the same for every pool seed
 
 
@@ -195,7 +195,6 @@ def run_unit(cfg: CalibrateConfig, unit: Unit, pool_path: Path, eval_path: Path)
     from capacity_advisor.advisor.pool import read_pool
     from capacity_advisor.advisor.probe import build_probe_data
     from capacity_advisor.advisor.select import SelectConfig, export, select
-    from capacity_advisor.models.hf import HFBackend
     from capacity_advisor.models.loading import load_model
     from capacity_advisor.probes.run import ProbeConfig, run_probe
     from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
@@ -206,7 +205,7 @@ def run_unit(cfg: CalibrateConfig, unit: Unit, pool_path: Path, eval_path: Path)
     t0 = time.time()
     lm = load_model(f"lab:{unit.size}", device="cpu", dtype="float32")
     pool = read_pool(pool_path)
-    scores = _scores(lm, pool, folder / "scores.jsonl", HFBackend)
+    scores = _scores(lm, pool, folder / "scores.jsonl")
     lr = lab_learning_rate(unit.size)
     pcfg = ProbeConfig(steps=cfg.probe_steps, batch_size=cfg.probe_batch, learning_rate=lr,
                        eval_every=cfg.probe_eval_every, eval_problems=cfg.probe_eval_problems,
@@ -216,7 +215,7 @@ def run_unit(cfg: CalibrateConfig, unit: Unit, pool_path: Path, eval_path: Path)
         split = build_probe_data(pool, scores, pcfg, tokenizer=lm.tokenizer, checker="lab", score=unit.score)
         run_probe(f"lab:{unit.size}", split.data, pcfg, folder / "probe", lm=lm)
     probe = json.loads((folder / "probe" / "probe.json").read_text())
-    for strategy in STRATEGIES:
+    for strategy in SETS:
         run_dir = folder / strategy
         if (run_dir / "record.json").exists():
             continue
@@ -243,11 +242,13 @@ def run_unit(cfg: CalibrateConfig, unit: Unit, pool_path: Path, eval_path: Path)
     return f"{unit.task} {unit.score} {unit.name}: done [{time.time() - t0:.0f}s]"
 
 
-def _scores(lm, pool, path: Path, backend_cls) -> dict:
+def _scores(lm, pool, path: Path) -> dict:
     """Every candidate scored under the base student (cached in the unit folder)."""
+    from capacity_advisor.models.backends import make_backend
+
     if not path.exists():
         items = [(p.id, c.k, p.prompt, c.text) for p in pool.problems for c in p.candidates]
-        rows = backend_cls(lm, token_budget=8192).score([(pr, tx) for _, _, pr, tx in items], max_length=96)
+        rows = make_backend("hf", lm, token_budget=8192).score([(pr, tx) for _, _, pr, tx in items], max_length=96)
         write_jsonl(path, [{"id": i, "k": k, **r} for (i, k, _, _), r in zip(items, rows)])
     return {(str(r["id"]), int(r["k"])): r for r in read_jsonl(path)}
 
@@ -268,7 +269,7 @@ def run_calibration(cfg: CalibrateConfig, log: Log = print) -> dict:
     for name in ([cfg.teacher[len("lab:"):]] if cfg.teacher_model else []) + list(cfg.ladder):
         student_path(name)
     pools = {(t, s): teacher_pool(cfg, t, s, log) for t in cfg.tasks for s in sorted(set(cfg.seeds) | set(cfg.mean_seeds))}
-    todo = [u for u in units(cfg) if not all((u.folder(out) / s / "record.json").exists() for s in STRATEGIES)]
+    todo = [u for u in units(cfg) if not all((u.folder(out) / s / "record.json").exists() for s in SETS)]
     log(f"{len(todo)} of {len(units(cfg))} units to run, {cfg.jobs} at a time")
     jobs = Parallel(n_jobs=cfg.jobs, backend="loky", return_as="generator_unordered") if cfg.jobs > 1 else None
     calls = [delayed(run_unit)(cfg, u, *pools[(u.task, u.seed)]) for u in todo]
@@ -284,7 +285,7 @@ def collect_records(cfg: CalibrateConfig) -> list[dict]:
     out = Path(cfg.out)
     records = []
     for u in sorted(units(cfg), key=lambda u: (u.task, u.score, cfg.ladder.index(u.size), u.seed)):
-        for strategy in STRATEGIES:
+        for strategy in SETS:
             path = u.folder(out) / strategy / "record.json"
             if path.exists():
                 records.append(portable(json.loads(path.read_text()), u))

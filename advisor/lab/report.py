@@ -19,8 +19,8 @@ from statistics import mean, pstdev
 
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import atomic_path, read_jsonl, write_json
+from capacity_advisor.training.manifest import SETS
 
-STRATEGIES = ("high", "low", "mixed")
 METRICS = ("accuracy", "teacher_view", "repetition_rate", "teacher_nll", "answer_logprob", "base_drift")
 
 
@@ -30,7 +30,7 @@ def _runs(cal: Path) -> dict:
     for rec in sorted(cal.glob("*/*/*/*/record.json")):
         run = rec.parent
         strategy, unit, score, task = run.name, run.parent.name, run.parent.parent.name, run.parent.parent.parent.name
-        if strategy not in STRATEGIES or "-s" not in unit:
+        if strategy not in SETS or "-s" not in unit:
             continue
         size = unit.rsplit("-s", 1)[0]
         out.setdefault((task, score, size), {}).setdefault(strategy, []).append(read_jsonl(run / "eval.jsonl"))

@@ -1,0 +1,44 @@
+"""The backends that score and generate with a student or a teacher, and the one table naming them.
+
+    backend = make_backend("hf", lm, token_budget=4096)
+    rows = backend.score([(prompt, response)], max_length=4096)        # response-token log-probs
+    outs = backend.generate(prompts, max_new_tokens=256, details=True)  # completions
+
+`hf` (plain transformers, any device, the model already in memory) serves everything, and is
+the only one a training process uses, since it works on the weights being trained. `vllm` (GPUs,
+its own engine and memory) serves `advisor score` and `advisor generate` at scale. The heavy
+import happens only when a backend is chosen.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Callable, Protocol, Sequence
+
+from capacity_advisor.models.errors import InputError
+
+BACKENDS = {"hf": "capacity_advisor.models.hf:HFBackend", "vllm": "capacity_advisor.models.vllm:VLLMBackend"}
+Progress = Callable[[int], None]  # called with the number of items just finished
+
+
+class Backend(Protocol):
+    """What the rest of the code needs from a backend: these two calls, nothing else."""
+
+    name: str
+
+    def score(self, pairs: Sequence[tuple[str, str]], max_length: int = 4096,
+              progress: Progress | None = None) -> list[dict]:
+        """Per (prompt, response): n_tokens, logprob_sum, logprob_mean, truncated (the response's tokens only)."""
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int = 256, temperature: float = 0.0, n: int = 1,
+                 seed: int = 0, progress: Progress | None = None, top_p: float = 1.0,
+                 details: bool = False) -> list[list]:
+        """`n` completions per prompt; with `details`, dicts of text, n_tokens and finished."""
+
+
+def make_backend(name: str, lm, **kwargs) -> Backend:
+    """The backend `name` around the loaded model `lm` (for vllm: its description and tokenizer)."""
+    if name not in BACKENDS:
+        raise InputError(f"unknown backend {name!r}: use {' or '.join(BACKENDS)}")
+    module, cls = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(lm, **kwargs)

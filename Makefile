@@ -2,7 +2,7 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# The CPU build of torch lies on this machine's disk; a bare `torch` would pull a multi-GB CUDA build.
+# torch is pinned to its CPU build for the tests and the demo; a bare `torch` pulls a multi-GB CUDA build.
 TORCH := torch==2.13.0
 STAMP := $(VENV)/.installed
 

@@ -177,7 +177,6 @@ def score_pool(
         "template": tmpl,
         "model": lm.description,
     }
-    write_json(cache / "complete.json", {"key": key, "candidates": len(all_rows)})
     if out_dir is not None:
         out = Path(out_dir)
         write_jsonl(out / "scores.jsonl", all_rows)

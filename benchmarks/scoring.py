@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/scoring.py --quick    # smoke run: few pairs, one round, no lab, short trace
     .venv/bin/python benchmarks/scoring.py --json     # machine-readable
 
-Everything is measured side by side in one run (this machine is shared and noisy), so the
+Everything is measured side by side in one run (a shared machine is noisy), so the
 figures that matter are ratios; contenders are interleaved within each round and the best of the
 rounds is kept:
 1. throughput: response tokens per second of `HFBackend.score_encoded` vs a naive loop (one

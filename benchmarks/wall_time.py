@@ -19,7 +19,7 @@ whose `lab/` holds symlinks to the already built students of the user's home: st
 (a one-time cost per student, not what is measured here) are done beforehand and not counted,
 while every score cache is cold and the RunRecord of (e) lands in the private home. Rounds
 repeat (a)-(e) for every size, interleaved; the best time of each step over the rounds is kept
-(this machine is shared and noisy), and the per-round ratios are reported beside it. For
+(a shared machine is noisy), and the per-round ratios are reported beside it. For
 reference each round also times `python -c "import torch, transformers"`, the fixed start-up that
 every step but (a) pays.
 """

@@ -22,6 +22,9 @@ from typing import Any
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import file_digest, stable_hash
 
+# transformers 5 reads `dtype=` when loading and a fractional `warmup_steps` as a share of all
+# steps; under 4.x the latter would silently mean almost no warm-up. pyproject.toml says the same.
+MIN_TRANSFORMERS = (5, 0)
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
@@ -39,6 +42,18 @@ class LoadedModel:
     spec: str
     path: str | None
     description: dict = field(default_factory=dict)
+
+
+def check_transformers() -> None:
+    """One clear error instead of silently different training under an older transformers."""
+    from importlib.metadata import version
+
+    found = version("transformers")
+    parts = tuple(int(x) for x in found.split(".")[:2] if x.isdigit())
+    if parts < MIN_TRANSFORMERS:
+        need = ".".join(map(str, MIN_TRANSFORMERS))
+        raise InputError(f"transformers {found} is installed; capacity-advisor needs {need} or newer "
+                         f"(pip install 'transformers>={need}')")
 
 
 def resolve_device(device: str = "auto"):
@@ -167,6 +182,7 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", weights: bo
     """
     from transformers import AutoModelForCausalLM
 
+    check_transformers()
     path = resolve_model_path(spec)
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)

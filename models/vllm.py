@@ -42,7 +42,7 @@ def import_vllm():
         import torch
 
         if not torch.cuda.is_available():
-            raise InputError("--backend vllm needs a CUDA GPU and none is visible; use --backend hf on this machine "
+            raise InputError("--backend vllm needs a CUDA GPU and none is visible; use --backend hf here "
                              "(or set ADVISOR_VLLM_ALLOW_CPU=1 with vLLM's CPU build)")
     return vllm
 

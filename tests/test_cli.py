@@ -133,3 +133,21 @@ def test_bad_model_and_flags(tiny_llama, tmp_path):
         assert not (tmp_path / "sel.jsonl").exists()
     r = run("select", "--pool", pool, "--scores", tmp_path / "missing.jsonl", "--out", tmp_path / "sel.jsonl")
     assert r.exit_code == 2 and "run `advisor score` first" in r.stderr
+
+
+def test_transformers_floor_is_one_number(monkeypatch):
+    """pyproject's lower bound and the runtime check agree, and an older release is one clear error."""
+    import re
+    from pathlib import Path
+
+    from capacity_advisor.models import loading
+    from capacity_advisor.models.errors import InputError
+
+    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    floor = re.search(r'"transformers>=([\d.]+)"', text).group(1)
+    assert tuple(int(x) for x in floor.split(".")) == loading.MIN_TRANSFORMERS
+    monkeypatch.setattr("importlib.metadata.version", lambda name: "4.46.0")
+    import pytest
+
+    with pytest.raises(InputError, match="transformers 4.46.0 is installed; capacity-advisor needs 5.0 or newer"):
+        loading.check_transformers()

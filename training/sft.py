@@ -121,6 +121,9 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     `step0_row`: the base model's evaluation, when another run from the same base and eval set
     already measured it (probes); it is written instead of evaluating step 0 again.
     """
+    from capacity_advisor.models.loading import check_transformers
+
+    check_transformers()
     m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
     manifest_file = None if isinstance(manifest, Manifest) else str(Path(manifest).resolve())
     run_dir = Path(out)

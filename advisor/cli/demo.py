@@ -1,10 +1,11 @@
-"""`make demo`: the main job on the embedded lab, end to end, on this machine.
+"""`make demo`: the main job on the embedded lab, end to end, on a CPU.
 
-    python -m advisor.demo [--model lab:m] [--budget 3] [--out demo-out]
+    python -m capacity_advisor.advisor.cli.demo [--model lab:m] [--budget 3] [--out demo-out]
 
 1. builds the lab student on first use (cached under $ADVISOR_HOME; the README gives the cost);
-2. `advisor recommend`: writes a lab pool, scores it under the student, probes D_high / D_low,
-   asks the shipped predictor, and writes recommendation.json + train.jsonl + report.png;
+2. `advisor recommend`: takes the lab teacher's pool, scores it under the student, probes D_high
+   and D_low, asks the shipped predictor, and writes recommendation.json + train.jsonl + report.png
+   (into a fresh OUT/rec: the demo's own folder is rewritten on every run);
 3. shows the same pool's D_high and D_low through `advisor select`, as a user's own launcher
    would consume them.
 """
@@ -39,6 +40,9 @@ def main() -> int:
     ap.add_argument("--out", default="demo-out")
     args = ap.parse_args()
     out = args.out
+    import shutil
+
+    shutil.rmtree(f"{out}/rec", ignore_errors=True)
     step("The lab's students", ["lab", "list"])
     step(f"Recommend for {args.model} at {args.budget} epochs",
          ["recommend", "--model", args.model, "--budget", args.budget, "--out", f"{out}/rec", "--device", "cpu"])

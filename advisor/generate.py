@@ -167,7 +167,7 @@ def generate_pool(
     lm=None,
 ) -> dict:
     """Sample, check and write the pool; returns a summary (see the module docstring)."""
-    from capacity_advisor.advisor.probe import choose_checker
+    from capacity_advisor.models.metrics import choose_checker
     from capacity_advisor.models.loading import load_model
     from capacity_advisor.models.metrics import check_answer, math_checker_name
     from capacity_advisor.models.template import template_id

@@ -42,7 +42,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import atomic_path, read_jsonl
+from capacity_advisor.models.files import atomic_path, finite, read_jsonl
 from capacity_advisor.training.manifest import SETS
 
 TIE_ORDER = ("high", "mixed", "low")  # among near-ties, prefer fast-fit, then the hedge
@@ -526,17 +526,6 @@ def _distance(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.sqrt(np.mean((a[ok] - b[ok]) ** 2))) if ok.any() else float("inf")
 
 
-def finite(obj):
-    """JSON has no NaN: null instead (members and ranges are finite by construction)."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [finite(v) for v in obj]
-    return obj
-
-
 def _json_num(x: float):
     return x if isinstance(x, (int, float)) and math.isfinite(x) else None
 
@@ -708,37 +697,3 @@ def permutation_importance(rows: Sequence[dict], kind: str, features: Sequence[s
             deltas.append(mean(total) - base)
         out.append({"feature": key, "regret_increase_points": 100 * float(np.mean(deltas))})
     return sorted(out, key=lambda d: -d["regret_increase_points"])
-
-
-# ---- fit and save ------------------------------------------------------------------------------
-
-
-def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0.01, features: str = "probe",
-                 kinds: Sequence[str] = KINDS, n_members: int = 24, seed: int = 0, jobs: int = 1,
-                 note: str | None = None) -> dict:
-    """Cross-validate every kind (held-out students, shapes, tasks), keep the one with the lower
-    leave-one-student-out regret, fit its ensemble on everything and save it with the lab prior."""
-    from capacity_advisor.advisor.priors import fit_lab_prior
-
-    if features not in FEATURE_SETS:
-        raise InputError(f"--features {features!r} is unknown: use {', '.join(FEATURE_SETS)}")
-    feats = FEATURE_SETS[features]
-    rows = label_rows(records, tie_margin=tie_margin)
-    if not rows:
-        raise InputError("the records hold no (student, pool) with both a high and a low run: nothing to learn from")
-    cv = {split: cross_validate(rows, split, kinds, feats, tie_margin=tie_margin, seed=seed, jobs=jobs)
-          for split in SPLITS if folds(rows, split)}
-    chosen = min(kinds, key=lambda k: cv["student"]["methods"][k]["mean_regret_points"])
-    pred = fit_predictor(rows, chosen, feats, n_members, seed, jobs)
-    pred.meta = {
-        "cv": cv, "chosen_by": "leave-one-student-out mean regret", "feature_set": features,
-        "rows": len(rows), "records": len(records), "students": sorted({r["student"] for r in rows}),
-        "labels": {s: sum(r["label"] == s for r in rows) for s in SETS}, "ties": sum(r["tie"] for r in rows),
-        "tie_margin": tie_margin, "rule_of_thumb": vars(Rule.fit(rows)),
-        "lab_prior": fit_lab_prior(rows),
-        "params_range": [min(r["n_params"] for r in rows), max(r["n_params"] for r in rows)],
-        **({"note": note} if note else {}),
-    }
-    pred.save(out)
-    return {"cv": cv, "chosen": chosen, "rows": len(rows), "labels": pred.meta["labels"], "ties": pred.meta["ties"],
-            "rule_of_thumb": pred.meta["rule_of_thumb"], "out": str(out)}

@@ -19,24 +19,8 @@ from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.probes.run import ProbeConfig, ProbeData
 
-CHECKER_CHOICES = ("auto", *metrics.CHECKERS)  # auto: the lab's checker for lab tasks, math for others with answers
-
-
 def pick_checker(pool: Pool, checker: str = "auto") -> str:
-    return choose_checker(checker, pool.has_answers, pool.tasks)
-
-
-def choose_checker(checker: str, has_answers: bool, tasks: set[str]) -> str:
-    """`auto`: the lab's checker for lab tasks, math for other problems with answers, else none."""
-    if checker not in CHECKER_CHOICES:
-        raise InputError(f"--checker {checker!r} is unknown: use one of {', '.join(CHECKER_CHOICES)}")
-    if checker != "auto":
-        return checker
-    if not has_answers:
-        return "none"
-    from capacity_advisor.models.lab import FAMILIES
-
-    return "lab" if tasks and tasks <= set(FAMILIES) else "math"
+    return metrics.choose_checker(checker, pool.has_answers, pool.tasks)
 
 
 @dataclass

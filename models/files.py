@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -173,3 +174,14 @@ def _own_version() -> str:
         return version("capacity-advisor")
     except Exception:
         return "0+unknown"
+
+
+def finite(obj):
+    """`obj` with every NaN or infinity replaced by None: JSON has no NaN, and any reader must take our files."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return obj

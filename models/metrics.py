@@ -16,6 +16,7 @@ from statistics import mean
 from typing import Sequence
 
 CHECKERS = ("lab", "math", "none")
+CHECKER_CHOICES = ("auto", *CHECKERS)  # auto: the lab's checker for lab tasks, math for others with answers
 
 
 def longest_loop(text: str, max_period: int = 64) -> tuple[int, int]:
@@ -160,3 +161,18 @@ def answer_rate(texts: Sequence[str], checker: str) -> float:
 
 def accuracy(texts: Sequence[str], references: Sequence[str | None], checker: str) -> float:
     return mean(check_answer(t, r, checker) for t, r in zip(texts, references)) if texts else float("nan")
+
+
+def choose_checker(checker: str, has_answers: bool, tasks: set[str]) -> str:
+    """`auto`: the lab's checker for lab tasks, math for other problems with answers, else none."""
+    if checker not in CHECKER_CHOICES:
+        from capacity_advisor.models.errors import InputError
+
+        raise InputError(f"--checker {checker!r} is unknown: use one of {', '.join(CHECKER_CHOICES)}")
+    if checker != "auto":
+        return checker
+    if not has_answers:
+        return "none"
+    from capacity_advisor.models.lab import FAMILIES
+
+    return "lab" if tasks and tasks <= set(FAMILIES) else "math"

@@ -8,7 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from capacity_advisor.advisor.cli.main import cli
-from capacity_advisor.advisor.predictor import Predictor, fit_and_save
+from capacity_advisor.advisor.fit import fit_and_save
+from capacity_advisor.advisor.predictor import Predictor
 from capacity_advisor.training.manifest import load_manifest
 
 from test_predictor import make_records

@@ -288,7 +288,8 @@ def generate(teacher, problems, out, n, temperature, top_p, max_new_tokens, chec
 def fit(records_path, out, tie_margin, feature_set, kinds, members, jobs, seed, note, as_json):
     """Fit the predictor on RunRecords; print its cross-validated tables against the baselines."""
     from capacity_advisor.advisor.cli.ui import emit_json
-    from capacity_advisor.advisor.predictor import KINDS, fit_and_save, read_records
+    from capacity_advisor.advisor.fit import fit_and_save
+    from capacity_advisor.advisor.predictor import KINDS, read_records
     from capacity_advisor.models.files import advisor_home, check_writable_dir
 
     chosen = names(kinds, "--kinds")

@@ -36,7 +36,7 @@ score_option = click.option("--score", "score_kind", default="sum", show_default
 
 
 def checker_option(f):
-    from capacity_advisor.advisor.probe import CHECKER_CHOICES
+    from capacity_advisor.models.metrics import CHECKER_CHOICES
 
     return click.option("--checker", default="auto", show_default=True, type=click.Choice(CHECKER_CHOICES),
                         help="Answer checker: auto = the lab's for lab tasks, math for other problems with answers.")(f)

@@ -30,9 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from capacity_advisor.advisor.predictor import finite
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import read_jsonl, versions, write_json, write_jsonl
+from capacity_advisor.models.files import finite, read_jsonl, versions, write_json, write_jsonl
 from capacity_advisor.training.manifest import SETS
 
 EVAL_SEED = 10_000  # the held-out problems are the same for every pool seed

@@ -166,7 +166,7 @@ def report(res: dict) -> None:
     g = res["git"]
     print(f"code: HEAD {g['head']}, {g['modified_files']} tracked files modified in the working tree; "
           f"{res['rounds']} interleaved rounds, best wall time of each step kept; commands run as "
-          f"`{Path(sys.executable).name} -m advisor.cli ...` (interpreter start and imports included)")
+          f"`{Path(sys.executable).name} -m capacity_advisor.advisor.cli.main ...` (interpreter start and imports included)")
     for s, b in res["built"].items():
         how = "already built" if b["was_built"] else f"built now in {b['seconds']:.0f} s"
         print(f"lab:{s}: {how} (student builds are not counted below)")

@@ -77,9 +77,38 @@ def read_records(path: str | Path) -> list[dict]:
     if not p.exists():
         raise InputError(f"records file {path} does not exist: run `advisor calibrate` or `advisor train` first")
     try:
-        return read_jsonl(p)
+        records = read_jsonl(p)
     except (ValueError, RecursionError) as e:
         raise InputError(f"{str(e)[:200]}: remove the damaged line from the records file") from None
+    for n, rec in enumerate(records, 1):
+        why = _record_problem(rec)
+        if why:
+            raise InputError(f"{path} line {n}: {why}; is this a records file written by `advisor calibrate` or `advisor train`?")
+    return records
+
+
+def _record_problem(rec: dict) -> str | None:
+    """What makes a record unusable, or None. Only the fields labelling reads are checked."""
+    if not isinstance(rec.get("model"), dict):
+        return "'model' must be an object"
+    n = rec["model"].get("n_params")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+        return "'model.n_params' must be a whole number"
+    if not isinstance(rec.get("strategy"), str):
+        return "'strategy' must be text"
+    for key in ("features", "pool", "settings", "unit"):
+        if rec.get(key) is not None and not isinstance(rec[key], dict):
+            return f"'{key}' must be an object"
+    evals = rec.get("evals")
+    if not isinstance(evals, list) or not all(isinstance(e, dict) for e in evals):
+        return "'evals' must be a list of objects"
+    for e in evals:
+        if not isinstance(e.get("epoch"), (int, float)) or isinstance(e.get("epoch"), bool):
+            return "every eval needs a numeric 'epoch'"
+        acc = e.get("accuracy")
+        if acc is not None and (not isinstance(acc, (int, float)) or isinstance(acc, bool)):
+            return "an eval's 'accuracy' must be a number or null"
+    return None
 
 
 def _unit(rec: dict) -> dict:

@@ -156,7 +156,7 @@ BAD_INPUT = [
     (["generate", "-t", "EMPTY", "-p", "POOL", "-o", "OUT.txt"], "write the pool as .jsonl or .parquet"),
     (["fit", "-r", "MISSING", "-o", "OUT"], "does not exist"),
     (["fit", "-r", "BAD", "-o", "OUT"], "remove the damaged line"),
-    (["fit", "-r", "POOL", "-o", "OUT"], "nothing to learn from"),
+    (["fit", "-r", "POOL", "-o", "OUT"], "is this a records file written by"),
     (["lab", "pool", "--n", "0", "-o", "OUT.jsonl"], "--n must be at least 1"),
     (["lab", "pool", "--candidates", "2", "-o", "OUT.jsonl"], "--candidates must be between 4 and 8"),
     # verbs whose modules others own: their argument errors, as far as they reach today

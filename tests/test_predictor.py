@@ -239,3 +239,15 @@ def test_shipped_predictor_loads_and_answers():
     feats = {k: shipped.range[k]["mean"] for k in shipped.features if k in shipped.range}
     p = shipped.predict_proba([feats])[0]
     assert abs(p.sum() - 1) < 1e-6 and shipped.advise(feats)["confidence"] in ("high", "medium", "low")
+
+
+@pytest.mark.parametrize("bad", [{"model": 5}, {"model": {"n_params": "big"}, "strategy": "high", "evals": []},
+                                 {"model": {}, "strategy": 3, "evals": []},
+                                 {"model": {}, "strategy": "high", "evals": [{"epoch": "one"}]},
+                                 {"model": {}, "strategy": "high", "evals": [{"epoch": 1, "accuracy": [1]}]},
+                                 {"model": {}, "strategy": "high", "evals": "none"}])
+def test_wrongly_typed_records_are_one_input_error(tmp_path, bad):
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(make_records()[0]) + "\n" + json.dumps(bad) + "\n")
+    with pytest.raises(InputError, match="line 2: "):
+        read_records(path)

@@ -88,10 +88,15 @@ def read_student(m: Manifest) -> Student:
     try:
         from transformers import AutoConfig, AutoTokenizer
 
-        tok = AutoTokenizer.from_pretrained(ref, local_files_only=True)
-        model_type = AutoConfig.from_pretrained(ref, local_files_only=True).model_type
+        # never the folder's code
+        tok = AutoTokenizer.from_pretrained(ref, local_files_only=True, trust_remote_code=False)
+        model_type = AutoConfig.from_pretrained(ref, local_files_only=True, trust_remote_code=False).model_type
     except (OSError, ValueError):
         pass  # a hub id not cached here, or a folder of another machine: the manifest's description decides
+    if tok is not None:
+        from capacity_advisor.models.template import check_chat_template
+
+        check_chat_template(tok)  # a template the sandbox refuses, or that never ends, is one InputError
     chat = bool(getattr(tok, "chat_template", None)) if tok is not None else bool(m.model.get("chat_template"))
     return Student(ref, tok, model_type, chat)
 

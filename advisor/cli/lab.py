@@ -69,7 +69,10 @@ def build(sizes, threads, as_json):
     from capacity_advisor.models.lab import is_built, list_students, student_path
     from capacity_advisor.models.lab.train import set_threads
 
+    from capacity_advisor.models.files import advisor_home, check_writable_dir
+
     quiet_libraries()
+    check_writable_dir(advisor_home(), "ADVISOR_HOME (where lab models are cached)")
     set_threads(threads)
     names = _sizes(sizes, teacher=True)
     for name in names:
@@ -103,6 +106,9 @@ def pool(task, n, difficulty, candidates, seed, out, as_json):
     from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table
     from capacity_advisor.models.lab import write_pool
 
+    from capacity_advisor.models.files import check_writable_file
+
+    check_writable_file(out, "--out")
     rows = write_pool(out, task=task, n=n, difficulty=difficulty, candidates=candidates, seed=seed)
     summary = {"written": str(out), "problems": rows, "candidates_per_problem": candidates, "task": task,
                "difficulty": difficulty, "seed": seed}

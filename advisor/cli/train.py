@@ -69,8 +69,14 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
     from capacity_advisor.models.files import check_writable_dir
     from capacity_advisor.models.loading import check_model_spec
 
-    check_model_spec(m.model_spec)  # before the launch command is printed, so a mistake is the only line
+    from capacity_advisor.training.data import read_eval_set, read_sft_rows
+
+    # before the launch command is printed, so a mistake is the only line
+    check_model_spec(m.model_spec)
     check_writable_dir(out, "--out")
+    read_sft_rows(m.dataset_path)
+    if m.eval_path:
+        read_eval_set(m.eval_path, m.eval.limit)
     if nproc > 1 or accelerate_config:
         import torch
 

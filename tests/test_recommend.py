@@ -53,6 +53,18 @@ def test_quick_calibration_writes_records_and_resumes(lab_home, tmp_path):
     again = run("calibrate", "--quick", "--out", tmp_path / "cal", "--json")
     assert again.exit_code == 0 and {p: p.stat().st_mtime_ns for p in stamp} == stamp  # nothing recomputed
 
+    # one trainer: `advisor train` on a calibration run's own manifest reproduces its losses and evaluations
+    unit = tmp_path / "cal" / "modchain" / "sum" / "xs-s0"
+    r = run("train", unit / "high.manifest.json", "--out", tmp_path / "again", "--threads", 1, "--device", "cpu",
+            "--records", tmp_path / "store.jsonl", "--json")
+    assert r.exit_code == 0, r.stderr
+    ours = [json.loads(x) for x in (unit / "high" / "eval.jsonl").read_text().splitlines()]
+    theirs = [json.loads(x) for x in (tmp_path / "again" / "eval.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in ours] == [x["step"] for x in theirs] == [0, 2, 4]
+    for a, b in zip(ours, theirs):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-6, abs=1e-9) if a["train_loss"] else b["train_loss"] is None
+        assert (a["accuracy"], a["repetition_rate"]) == (b["accuracy"], b["repetition_rate"])
+
 
 def test_fit_cli_prints_the_tables_and_saves(tmp_path):
     path = tmp_path / "records.jsonl"

@@ -169,16 +169,9 @@ def inputs_key(cfg: RecommendConfig, description: dict) -> str:
 
 
 def _check_out(out: Path, key: str) -> None:
-    import json
+    from capacity_advisor.models.files import recorded_key
 
-    path = out / "config.json"
-    if not path.exists():
-        return
-    try:
-        old = json.loads(path.read_text(encoding="utf-8")).get("inputs_key")
-    except (json.JSONDecodeError, AttributeError, UnicodeDecodeError):
-        old = None
-    if old != key:
+    if recorded_key(out, "inputs_key") not in (None, key):
         raise InputError(f"{out} holds a recommendation made from other inputs (model, pool or settings); "
                          "pass a new --out, or delete that folder to start over")
 

@@ -185,3 +185,16 @@ def finite(obj):
     if isinstance(obj, (list, tuple)):
         return [finite(v) for v in obj]
     return obj
+
+
+def recorded_key(folder: str | os.PathLike, field: str) -> str | None:
+    """The key `folder/config.json` records under `field` (what produced the folder), or None when
+    there is no such file or it cannot be read: resumable folders compare it with their own."""
+    path = Path(folder) / "config.json"
+    if not path.exists():
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get(field)
+    except (json.JSONDecodeError, AttributeError, UnicodeDecodeError, RecursionError):
+        return "unreadable"
+    return value if isinstance(value, str) else "unreadable"

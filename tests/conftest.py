@@ -80,22 +80,28 @@ def _isolated_home(tmp_path, monkeypatch):
         monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "advisor-home"))
 
 
-@pytest.fixture(scope="session")
-def lab_cache(tmp_path_factory):
-    """A cache home holding the smallest lab student, built once per test session (seconds)."""
+def home_with(tmp_path_factory, name: str, *models: str):
+    """A cache home in which the lab `models` (NAME or NAME@STEPS) are built, once."""
     from capacity_advisor.models.lab import student_path
 
-    home = tmp_path_factory.mktemp("lab-cache")
+    home = tmp_path_factory.mktemp(name)
     old = os.environ.get("ADVISOR_HOME")
     os.environ["ADVISOR_HOME"] = str(home)
     try:
-        student_path("xs")
+        for m in models:
+            student_path(m)
     finally:
         if old is None:
             os.environ.pop("ADVISOR_HOME", None)
         else:
             os.environ["ADVISOR_HOME"] = old
     return home
+
+
+@pytest.fixture(scope="session")
+def lab_cache(tmp_path_factory):
+    """A cache home holding the smallest lab student, built once per test session (seconds)."""
+    return home_with(tmp_path_factory, "lab-cache", "xs")
 
 
 @pytest.fixture

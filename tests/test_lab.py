@@ -275,19 +275,9 @@ def test_quick_calibration_report(shared_home, tmp_path):
 @pytest.fixture(scope="module")
 def quick_teacher(tmp_path_factory):
     """The lab teacher's recipe with a 40-step budget: a real model, built in seconds."""
-    import os
+    from conftest import home_with
 
-    home = tmp_path_factory.mktemp("teacher-home")
-    old = os.environ.get("ADVISOR_HOME")
-    os.environ["ADVISOR_HOME"] = str(home)
-    try:
-        student_path("teacher@40")
-    finally:
-        if old is None:
-            os.environ.pop("ADVISOR_HOME", None)
-        else:
-            os.environ["ADVISOR_HOME"] = old
-    return home
+    return home_with(tmp_path_factory, "teacher-home", "teacher@40")
 
 
 def test_teacher_samples_checked_pools_deterministically(quick_teacher, tmp_path, monkeypatch):

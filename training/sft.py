@@ -54,16 +54,9 @@ def run_key(m: Manifest) -> str:
 
 def _check_run_folder(run_dir: Path, key: str) -> None:
     """A run folder is resumed only by the run that made it (same manifest, same data files)."""
-    import json
+    from capacity_advisor.models.files import recorded_key
 
-    config_path = run_dir / "config.json"
-    if not config_path.exists():
-        return
-    try:
-        old = json.loads(config_path.read_text(encoding="utf-8")).get("run_key")
-    except (json.JSONDecodeError, AttributeError):
-        old = None
-    if old != key:
+    if recorded_key(run_dir, "run_key") not in (None, key):
         raise InputError(f"{run_dir} holds a run of another manifest or dataset; pass a new --out "
                          "(or delete that folder to start over)")
 

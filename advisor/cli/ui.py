@@ -16,18 +16,9 @@ console = Console(stderr=True)
 
 
 def emit_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(_clean(obj), indent=2, ensure_ascii=False, default=str) + "\n")
+    from capacity_advisor.models.files import finite
 
-
-def _clean(obj: Any) -> Any:
-    """JSON has no NaN: write null instead."""
-    if isinstance(obj, float) and (math.isnan(obj) or math.isinf(obj)):
-        return None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
+    sys.stdout.write(json.dumps(finite(obj), indent=2, ensure_ascii=False, default=str) + "\n")
 
 
 def _progress_bar(unit: str) -> Progress:

@@ -115,7 +115,9 @@ def _unit(rec: dict) -> dict:
     """task / ranking / student / seed of a record (calibration records carry them; others are derived)."""
     if isinstance(rec.get("unit"), dict):
         u = rec["unit"]
-        return {"task": u.get("task"), "score": u.get("score"), "student": f"lab:{u.get('size')}", "seed": u.get("seed")}
+        # a pool source is a task and the teacher that wrote its candidates
+        task = u.get("task") if u.get("teacher", "lab:teacher") == "lab:teacher" else f"{u.get('task')}/{u.get('teacher')}"
+        return {"task": task, "score": u.get("score"), "student": f"lab:{u.get('size')}", "seed": u.get("seed")}
     m, pool = rec.get("model") or {}, rec.get("pool") or {}
     return {"task": pool.get("task") or pool.get("fingerprint") or pool.get("source"), "score": pool.get("score", "sum"),
             "student": m.get("spec") or m.get("fingerprint"), "seed": (rec.get("settings") or {}).get("seed", 0)}

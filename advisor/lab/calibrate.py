@@ -56,7 +56,7 @@ class CalibrateConfig:
     probe_eval_problems: int = 128
     max_new_tokens: int = 48
     jobs: int = 1  # --jobs: units in parallel (one torch thread each)
-    teacher: str = "lab:teacher"  # --teacher: a lab model that samples the pools, or "program" (the scripted teacher: tests)
+    teacher: str = "lab:teacher"  # --teacher: the lab model that samples the pools, or "program" (the scripted teacher)
     quick: bool = False  # --quick: tiny settings for tests
 
     def validate(self) -> None:
@@ -78,6 +78,8 @@ class CalibrateConfig:
             bad.append(f"--candidates {self.candidates} must be between 2 and 16")
         if self.jobs < 1:
             bad.append(f"--jobs {self.jobs} must be at least 1")
+        if self.teacher != "program" and not self.teacher.startswith("lab:"):
+            bad.append(f"--teacher {self.teacher!r}: name a lab model (lab:teacher) or 'program' for the scripted teacher")
         if bad:
             raise InputError("; ".join(bad))
 
@@ -287,11 +289,11 @@ def collect_records(cfg: CalibrateConfig) -> list[dict]:
         for strategy in SETS:
             path = u.folder(out) / strategy / "record.json"
             if path.exists():
-                records.append(portable(json.loads(path.read_text()), u))
+                records.append(portable(json.loads(path.read_text()), u, cfg.teacher))
     return records
 
 
-def portable(record: dict, unit: Unit) -> dict:
+def portable(record: dict, unit: Unit, teacher: str = "lab:teacher") -> dict:
     """A record that says what ran without saying where: no absolute paths, run-relative names."""
     r = dict(record)
     r["model"] = {k: v for k, v in r["model"].items() if k != "path"}
@@ -299,5 +301,5 @@ def portable(record: dict, unit: Unit) -> dict:
     r["settings"] = {k: v for k, v in (r.get("settings") or {}).items() if k not in ("manifest", "device")}
     r["settings"]["seed"] = unit.seed
     r["final_checkpoint"] = None
-    r["unit"] = {"task": unit.task, "score": unit.score, "size": unit.size, "seed": unit.seed}
+    r["unit"] = {"task": unit.task, "score": unit.score, "size": unit.size, "seed": unit.seed, "teacher": teacher}
     return finite(r)  # JSON has no NaN: null instead, so any JSON reader takes the records

@@ -66,7 +66,7 @@ PROBE_FEATURES = (
 # Only with a teacher model in the probe (always in the lab; rarely for real students).
 TEACHER_FEATURES = ("high_teacher_view_drop_rel", "low_teacher_view_drop_rel", "gap_teacher_view_drop_rel")
 FEATURE_SETS = {"probe": PROBE_FEATURES, "probe+teacher": PROBE_FEATURES + TEACHER_FEATURES}
-KINDS = ("logistic", "lightgbm")
+KINDS = ("logistic", "lightgbm", "ridge")
 
 
 # ---- records -> labelled rows ------------------------------------------------------------------
@@ -192,14 +192,8 @@ def _num(v) -> float:
 def _logistic_fit(X: np.ndarray, y: np.ndarray, classes: tuple, C: float = 0.3) -> dict:
     from sklearn.linear_model import LogisticRegression
 
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column is filled with 0
-        fill = np.nanmedian(X, axis=0)
-    fill = np.where(np.isnan(fill), 0.0, fill)
-    Xf = np.where(np.isnan(X), fill, X)
-    mu, sd = Xf.mean(axis=0), Xf.std(axis=0)
-    sd = np.where(sd < 1e-12, 1.0, sd)
-    clf = LogisticRegression(C=C, max_iter=5000).fit((Xf - mu) / sd, y)
+    Z, fill, mu, sd = _standardize(X)
+    clf = LogisticRegression(C=C, max_iter=5000).fit(Z, y)
     coef = clf.coef_ if len(classes) > 2 else np.vstack([-clf.coef_[0] / 2, clf.coef_[0] / 2])
     icpt = clf.intercept_ if len(classes) > 2 else np.array([-clf.intercept_[0] / 2, clf.intercept_[0] / 2])
     return {"kind": "logistic", "classes": list(classes), "fill": fill.tolist(), "mean": mu.tolist(),
@@ -279,6 +273,11 @@ def member_proba(m: dict, X: np.ndarray) -> np.ndarray:
         for i, t in enumerate(m["trees"]):
             raw[:, i % raw.shape[1]] += _tree_predict(t, X)
         logits = raw if k > 2 else np.hstack([np.zeros_like(raw), raw])
+    elif m["kind"] == "ridge":
+        z = (np.where(np.isnan(X), np.array(m["fill"]), X) - np.array(m["mean"])) / np.array(m["scale"])
+        budget = np.where(np.isnan(X[:, m["budget_index"]]), 0.0, X[:, m["budget_index"]])
+        gaps = _with_budget(z, budget) @ np.array(m["coef"]).T + np.array(m["intercept"]) - m["margin"]
+        logits = np.hstack([np.zeros((len(X), 1)), gaps]) / m["spread"]
     elif m["kind"] == "constant":
         logits = np.tile(np.log(np.clip(np.array(m["proba"]), 1e-9, 1)), (len(X), 1))
     else:
@@ -292,12 +291,53 @@ def member_proba(m: dict, X: np.ndarray) -> np.ndarray:
     return out
 
 
+def _standardize(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(standardized X, fill, mean, scale): NaN inputs take the column median, then z-scores."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column is filled with 0
+        fill = np.nanmedian(X, axis=0)
+    fill = np.where(np.isnan(fill), 0.0, fill)
+    Xf = np.where(np.isnan(X), fill, X)
+    mu, sd = Xf.mean(axis=0), Xf.std(axis=0)
+    sd = np.where(sd < 1e-12, 1.0, sd)
+    return (Xf - mu) / sd, fill, mu, sd
+
+
+RIDGE_MARGIN = 0.005  # accuracy a set must be predicted to gain over D_high before it is preferred
+
+
+def _with_budget(Z: np.ndarray, budget: np.ndarray) -> np.ndarray:
+    """Each standardized input, and the same input times the budget: whether a set pays off
+    depends on how long training runs, and a linear model sees that only through products."""
+    return np.hstack([Z, Z * budget[:, None]])
+
+
+def _ridge_fit(X: np.ndarray, rows: Sequence[dict], features: Sequence[str], alpha: float = 10.0) -> dict:
+    """Regress each set's accuracy gap over D_high; probabilities are a softmax of the predicted
+    gaps (minus RIDGE_MARGIN) over the residual spread, so they say how sure the gap is."""
+    from sklearn.linear_model import Ridge
+
+    others = [s for s in SETS[1:] if all(s in r["accuracy"] for r in rows)]
+    Y = np.array([[r["accuracy"][s] - r["accuracy"]["high"] for s in others] for r in rows])
+    Z, fill, mu, sd = _standardize(X)
+    j = list(features).index("budget")
+    A = _with_budget(Z, X[:, j])
+    reg = Ridge(alpha=alpha).fit(A, Y)
+    spread = float(max(0.005, np.sqrt(np.mean((reg.predict(A) - Y) ** 2))))
+    return {"kind": "ridge", "classes": ["high", *others], "fill": fill.tolist(), "mean": mu.tolist(),
+            "scale": sd.tolist(), "budget_index": j, "coef": np.atleast_2d(reg.coef_).tolist(),
+            "intercept": np.atleast_1d(reg.intercept_).tolist(), "spread": spread, "margin": RIDGE_MARGIN}
+
+
 def fit_member(rows: Sequence[dict], kind: str, features: Sequence[str], seed: int = 0) -> dict:
     labels = [r["label"] for r in rows]
     classes = tuple(c for c in SETS if c in labels) or ("high",)
+    X = matrix(rows, features)
+    if kind == "ridge":
+        return _ridge_fit(X, rows, features)
     if len(classes) < 2:
         return {"kind": "constant", "classes": list(classes), "proba": [1.0]}
-    X, y = matrix(rows, features), np.array([classes.index(lab) for lab in labels])
+    y = np.array([classes.index(lab) for lab in labels])
     if kind == "logistic":
         return _logistic_fit(X, y, classes)
     if kind == "lightgbm":
@@ -505,7 +545,7 @@ class Predictor:
 
 
 def _check_member(m, n_features: int, bad) -> None:
-    if not isinstance(m, dict) or m.get("kind") not in ("logistic", "lightgbm", "constant"):
+    if not isinstance(m, dict) or m.get("kind") not in ("logistic", "lightgbm", "ridge", "constant"):
         raise bad("member kind")
     classes = m.get("classes")
     if not (isinstance(classes, list) and classes and len(set(classes)) == len(classes) and set(classes) <= set(SETS)):
@@ -522,11 +562,17 @@ def _check_member(m, n_features: int, bad) -> None:
     if m["kind"] == "constant":
         if not arr(m.get("proba"), (k,)):
             raise bad("constant member")
-    elif m["kind"] == "logistic":
+    elif m["kind"] in ("logistic", "ridge"):
+        ridge = m["kind"] == "ridge"
+        rows, cols = (k - 1, 2 * n_features) if ridge else (k, n_features)
         if not (k >= 2 and all(arr(m.get(n), (n_features,)) for n in ("fill", "mean", "scale"))
-                and arr(m.get("coef"), (k, n_features)) and arr(m.get("intercept"), (k,))
+                and arr(m.get("coef"), (rows, cols)) and arr(m.get("intercept"), (rows,))
                 and np.all(np.asarray(m["scale"], dtype=float) > 0)):
-            raise bad("logistic member")
+            raise bad(f"{m['kind']} member")
+        j = m.get("budget_index")
+        if ridge and not (classes[0] == "high" and arr([m.get("spread"), m.get("margin")], (2,)) and m["spread"] > 0
+                          and isinstance(j, int) and not isinstance(j, bool) and 0 <= j < n_features):
+            raise bad("ridge member")
     else:
         trees = m.get("trees")
         if not isinstance(trees, list) or not trees or k < 2 or len(trees) % (k if k > 2 else 1):

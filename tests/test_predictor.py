@@ -83,7 +83,7 @@ def test_labels_follow_the_best_checkpoint_up_to_the_budget():
     assert "log10_params" not in rows[0]["features"] and rows[0]["features"]["ranking_sum"] == 1.0
 
 
-@pytest.mark.parametrize("kind", ["logistic", "lightgbm"])
+@pytest.mark.parametrize("kind", ["logistic", "lightgbm", "ridge"])
 def test_fit_recovers_the_rule_from_probe_features_alone(kind):
     model = fit_predictor(label_rows(make_records()), kind, FEATS, n_members=8)
     grid = [(lp, b) for lp in (4.2, 4.8, 5.2, 6.8, 7.2, 7.8) for b in (0.5, 1, 2, 4, 5)]
@@ -139,7 +139,7 @@ def test_interval_widens_and_confidence_drops_off_the_data():
     assert near and near[0]["distance"] <= near[-1]["distance"] and near[0]["outcomes"]["5"]["label"] == "low"
 
 
-@pytest.mark.parametrize("kind", ["logistic", "lightgbm"])
+@pytest.mark.parametrize("kind", ["logistic", "lightgbm", "ridge"])
 def test_save_and_load_round_trip_without_pickle(kind, tmp_path):
     rows = label_rows(make_records())
     model = fit_predictor(rows, kind, FEATS, n_members=4)

@@ -279,7 +279,8 @@ def generate(teacher, problems, out, n, temperature, top_p, max_new_tokens, chec
 @click.option("--tie-margin", default=0.01, show_default=True, help="Accuracy gap under which strategies count as tied.")
 @click.option("--features", "feature_set", default="probe", show_default=True, type=click.Choice(["probe", "probe+teacher"]),
               help="probe: inputs every probe measures; probe+teacher: also the teacher view (needs --teacher at recommend).")
-@click.option("--kinds", default="logistic,lightgbm", show_default=True, help="Model kinds to cross-validate; the best is kept.")
+@click.option("--kinds", default="logistic,lightgbm,ridge", show_default=True,
+              help="Model kinds to cross-validate (ridge regresses each set's accuracy gap over D_high); the best is kept.")
 @click.option("--members", default=24, show_default=True, help="Ensemble members (bootstrap resamples of the calibration units).")
 @click.option("--jobs", default=1, show_default=True, help="Processes fitting members in parallel.")
 @seed_option("Bootstrap draws and LightGBM's seed.")

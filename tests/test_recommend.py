@@ -181,3 +181,30 @@ def test_recommend_takes_precomputed_scores(lab_home, tmp_path, synthetic_predic
     assert (tmp_path / "given" / "train.jsonl").read_bytes() == (tmp_path / "own" / "train.jsonl").read_bytes()
     r = run("recommend", "--model", "lab:xs", "--budget", 2, "--scores", tmp_path / "s" / "scores.jsonl", "--out", tmp_path / "x")
     assert r.exit_code == 2 and "--scores needs the --pool" in r.stderr
+
+
+def test_recommend_on_a_real_model_folder_reports_where_each_setting_came_from(tiny_llama, tmp_path, synthetic_predictor):
+    """A student that is not a lab model: its pool is required, its defaults are the real-student ones."""
+    import random
+
+    rng = random.Random(0)
+    rows = []
+    for i in range(40):
+        a, b = rng.randint(1, 9), rng.randint(1, 9)
+        rows.append({"id": f"q{i}", "problem": f"what is {a} + {b}?", "answer": str(a + b),
+                     "generations": [f"The answer is \\\\boxed{{{a + b}}}.",
+                                     f"Let us think. {a} + {b} = {a + b}. The answer is \\\\boxed{{{a + b}}}."]})
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = run("recommend", "--model", tiny_llama, "--budget", 2, "--pool", pool, "--out", tmp_path / "rec",
+            "--predictor", synthetic_predictor, "--probe-steps", 4, "--probe-eval-problems", 4, "--max-new-tokens", 8,
+            "--sample", 30, "--device", "cpu", "--json")
+    assert r.exit_code == 0, r.stderr
+    rep = json.loads(r.stdout)
+    s = rep["settings"]
+    assert s["max_length"] == {"value": 4096, "source": "default for real students"}
+    assert s["probe_max_length"]["value"] == 2048 and s["max_new_tokens"]["source"] == "--max-new-tokens"
+    assert s["learning_rate"]["source"] == "size default" and rep["pool"]["sampled"] == 30
+    assert rep["train_rows"] == 30 - 4 and rep["paper_prior"] is None  # 10^8 parameters and up only
+    m = load_manifest(tmp_path / "rec" / "recommendation.json")
+    assert m.eval.checker == "math" and m.training.max_length == 4096

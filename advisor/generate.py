@@ -27,7 +27,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from capacity_advisor.advisor.pool import ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, given_ids, pick_field, read_rows, stand_in_id, utf8_text
+from capacity_advisor.advisor.pool import (
+    ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, DatasetSource, given_ids, pick_field, read_rows, stand_in_id, utf8_text,
+)
 from capacity_advisor.advisor.shards import ShardPlan, cache_folder
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import (FORMAT_VERSION, advisor_home, atomic_path, check_writable_dir, check_writable_file, read_jsonl,
@@ -53,6 +55,9 @@ class GenerateConfig:
     answer_field: str | None = None
     id_field: str | None = None
     limit: int | None = None  # --limit: only the first N problems
+    split: str | None = None  # --split / --subset / --revision: for a hub dataset id or dataset folder
+    subset: str | None = None
+    revision: str | None = None
     shard_size: int = 64  # --shard-size: problems per cached shard (the unit of resume)
     token_budget: int | None = None  # --token-budget: tokens per generation batch, prompt + new (None: the backend's default)
     tensor_parallel_size: int = 1
@@ -96,7 +101,7 @@ class ProblemRow:
 
 
 def read_problems(cfg: GenerateConfig) -> tuple[list[ProblemRow], dict]:
-    rows = read_rows(cfg.problems, what="problems file")
+    rows = read_rows(cfg.problems, what="problems file", source=DatasetSource(cfg.split, cfg.subset, cfg.revision))
     if not rows:
         raise InputError(f"problems file {cfg.problems} holds no rows")
     keys = set().union(*(r.keys() for r in rows[:100]))

@@ -19,6 +19,8 @@ are skipped; both are counted and reported. `strict=True` turns any skip into an
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +48,23 @@ class PoolOptions:
     id_field: str | None = None  # --id-field: problem id (flat rows are grouped by it)
     all_candidates: bool = False  # --all-candidates: keep candidates marked incorrect
     strict: bool = False  # --strict: any skipped candidate or problem is an error
+    split: str | None = None  # --split: of a hub dataset or dataset folder (default: train, or its only split)
+    subset: str | None = None  # --subset: the dataset's configuration name
+    revision: str | None = None  # --revision: a hub dataset's branch, tag or commit
     min_candidates: int = 2
+
+    @property
+    def source(self) -> "DatasetSource":
+        return DatasetSource(self.split, self.subset, self.revision)
+
+
+@dataclass(frozen=True)
+class DatasetSource:
+    """Which part of a hub dataset id (or of a dataset repository folder) to read."""
+
+    split: str | None = None
+    subset: str | None = None
+    revision: str | None = None
 
 
 @dataclass
@@ -122,11 +140,21 @@ class Pool:
 # ---- reading files -----------------------------------------------------------------------------
 
 
-def read_rows(path: str | Path, what: str = "pool") -> list[dict]:
-    """The rows of a JSONL, JSON, Parquet file or datasets folder; any fault is one InputError."""
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+
+
+def read_rows(path: str | Path, what: str = "pool", source: DatasetSource | None = None) -> list[dict]:
+    """The rows of a JSONL, JSON or Parquet file, a datasets folder (save_to_disk, or a dataset
+    repository laid out as the hub lays it out), or a hub dataset id; any fault is one InputError."""
+    source = source or DatasetSource()
     p = Path(path)
+    if not p.exists() and HUB_ID.match(str(path)):
+        return _read_hub_dataset(str(path), what, source)
     if not p.exists():
-        raise InputError(f"{what} {path} does not exist: pass a JSONL, JSON, Parquet file or a datasets folder")
+        raise InputError(f"{what} {path} does not exist: pass a JSONL, JSON, Parquet file, a datasets folder "
+                         "or a hub dataset id (org/name)")
+    if p.is_dir() and not _is_saved_dataset(p):
+        return _read_hub_dataset(str(p), what, source)
     suffix = p.suffix.lower()
     if not p.is_dir() and suffix not in (".jsonl", ".ndjson", ".json", ".parquet", ".pq"):
         raise InputError(f"{what} {path}: unknown file type {p.suffix!r}; use .jsonl, .json, .parquet or a datasets.save_to_disk folder")
@@ -174,9 +202,55 @@ def _read_parquet(p: Path) -> list[dict]:
         raise ValueError(f"not a readable Parquet file ({e})") from None
 
 
+def _is_saved_dataset(p: Path) -> bool:
+    return (p / "dataset_info.json").exists() or (p / "dataset_dict.json").exists() or (p / "state.json").exists()
+
+
+def _pick_split(ds, source: DatasetSource, where: str):
+    """The requested split of a DatasetDict, else `train`, else its only split."""
+    import datasets
+
+    if not isinstance(ds, datasets.DatasetDict):
+        return ds
+    split = source.split or ("train" if "train" in ds else (next(iter(ds)) if len(ds) == 1 else None))
+    if split not in ds:
+        raise InputError(f"{where} has splits {', '.join(ds)}: pick one with --split")
+    return ds[split]
+
+
+def _read_hub_dataset(spec: str, what: str, source: DatasetSource) -> list[dict]:
+    """A hub dataset id or a dataset repository folder, through `datasets.load_dataset` (which
+    caches as it always does). Without the hub, the local cache only, or one line saying how to
+    bring the dataset here."""
+    import datasets
+
+    local = os.path.isdir(spec)
+    where = f"{what} {'folder ' if local else ''}{spec}" + (f" ({source.subset})" if source.subset else "")
+    if not local:
+        from huggingface_hub import constants
+
+        from capacity_advisor.models.loading import _hub_answers
+
+        if constants.HF_HUB_OFFLINE or not _hub_answers(constants.ENDPOINT):
+            # datasets then reads its cache only, instead of retrying the network for a minute
+            constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
+    try:
+        ds = datasets.load_dataset(spec, name=source.subset, split=source.split, revision=source.revision)
+    except (InputError, RecursionError):
+        raise
+    except Exception as e:  # not found, offline, bad config name or split, damaged files: any type, deep inside
+        hint = ("" if local else f"; where there is network: `hf download {spec} --repo-type dataset --local-dir DIR`, "
+                "then pass --pool DIR")
+        raise InputError(f"cannot read {where}: {type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+                         f"{hint}") from None
+    ds = _pick_split(ds, source, where)
+    try:
+        return ds.to_list()
+    except Exception as e:
+        raise InputError(f"cannot read {where} ({type(e).__name__}: {e})") from None
+
+
 def _read_dataset_dir(p: Path, what: str) -> list[dict]:
-    if not ((p / "dataset_info.json").exists() or (p / "dataset_dict.json").exists() or (p / "state.json").exists()):
-        raise InputError(f"{what} folder {p} is not a datasets.save_to_disk folder (no dataset_info.json / dataset_dict.json)")
     import datasets
 
     try:
@@ -185,11 +259,7 @@ def _read_dataset_dir(p: Path, what: str) -> list[dict]:
         raise
     except Exception as e:  # a damaged folder fails anywhere inside datasets and pyarrow, with any type
         raise InputError(f"cannot read {what} folder {p} ({type(e).__name__}: {e}); save it again with save_to_disk") from None
-    if isinstance(ds, datasets.DatasetDict):
-        split = "train" if "train" in ds else (next(iter(ds)) if len(ds) == 1 else None)
-        if split is None:
-            raise InputError(f"{what} folder {p} holds splits {list(ds)}: save the one split to score, or name it 'train'")
-        ds = ds[split]
+    ds = _pick_split(ds, DatasetSource(), f"{what} folder {p}")
     try:
         return ds.to_list()
     except Exception as e:
@@ -342,7 +412,7 @@ def given_ids(rows: list[dict], id_field: str | None, what: str = "pool") -> lis
 
 def read_pool(path: str | Path, opt: PoolOptions | None = None) -> Pool:
     opt = opt or PoolOptions()
-    rows = read_rows(path)
+    rows = read_rows(path, source=opt.source)
     if not rows:
         raise InputError(f"pool {path} is empty")
     try:

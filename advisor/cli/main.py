@@ -75,7 +75,8 @@ def cli():
 
 from capacity_advisor.advisor.cli import report  # noqa: E402  (below the group it renders for)
 from capacity_advisor.advisor.cli.options import (  # noqa: E402
-    checker_option, device_options, dp_options, ints, json_option, model_option, names, pool_options, pool_settings,
+    checker_option, dataset_options, device_options, dp_options, ints, json_option, model_option, names, pool_options,
+    pool_settings,
     score_option, seed_option, vllm_options,
 )
 
@@ -239,6 +240,7 @@ def probe(model, pool_path, out, scores_path, steps, batch_size, learning_rate, 
 @click.option("--answer-field", default=None, help="Field holding the reference answer (auto-detected).")
 @click.option("--id-field", default=None, help="Problem id field (auto-detected; else the row number).")
 @click.option("--limit", default=None, type=int, help="Only the first N problems.")
+@dataset_options
 @click.option("--backend", default="auto", type=click.Choice(["auto", "hf", "vllm"]), show_default=True,
               help="auto: vllm when it and a GPU are present, else hf.")
 @device_options
@@ -249,7 +251,7 @@ def probe(model, pool_path, out, scores_path, steps, batch_size, learning_rate, 
 @seed_option("Sampling seed (each shard's draws derive from it).")
 @json_option
 def generate(teacher, problems, out, n, temperature, top_p, max_new_tokens, checker, prompt_field, answer_field, id_field,
-             limit, backend, device, dtype, shard_size, token_budget, tensor_parallel_size, gpu_memory_utilization,
+             limit, split, subset, revision, backend, device, dtype, shard_size, token_budget, tensor_parallel_size, gpu_memory_utilization,
              dp_rank, dp_size, seed, as_json):
     """Sample --n candidate responses per problem from a teacher, check them, write a grouped pool."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries, work_progress
@@ -259,6 +261,7 @@ def generate(teacher, problems, out, n, temperature, top_p, max_new_tokens, chec
     cfg = GenerateConfig(teacher=teacher, problems=problems, out=out, n=n, temperature=temperature, top_p=top_p,
                          max_new_tokens=max_new_tokens, backend=backend, device=device, dtype=dtype, checker=checker,
                          prompt_field=prompt_field, answer_field=answer_field, id_field=id_field, limit=limit,
+                         split=split, subset=subset, revision=revision,
                          shard_size=shard_size, token_budget=token_budget, tensor_parallel_size=tensor_parallel_size,
                          gpu_memory_utilization=gpu_memory_utilization, dp_rank=dp_rank, dp_size=dp_size, seed=seed)
     cfg.validate()

@@ -42,7 +42,13 @@ def checker_option(f):
                         help="Answer checker: auto = the lab's for lab tasks, math for other problems with answers.")(f)
 
 
-POOL_FIELDS = ("prompt_field", "responses_field", "answer_field", "correct_field", "id_field", "all_candidates", "strict")
+POOL_FIELDS = ("prompt_field", "responses_field", "answer_field", "correct_field", "id_field", "all_candidates", "strict",
+               "split", "subset", "revision")
+dataset_options = _stack(
+    click.option("--split", default=None, help="Hub dataset or dataset folder: the split to read (default: train, or its only one)."),
+    click.option("--subset", default=None, help="Hub dataset or dataset folder: its configuration name."),
+    click.option("--revision", default=None, help="Hub dataset: a branch, tag or commit."),
+)
 pool_options = _stack(
     click.option("--prompt-field", default=None, help="Field holding the problem text (auto-detected)."),
     click.option("--responses-field", default=None,
@@ -52,6 +58,7 @@ pool_options = _stack(
     click.option("--id-field", default=None, help="Problem id field; flat rows are grouped by it."),
     click.option("--all-candidates", is_flag=True, help="Keep candidates marked incorrect."),
     click.option("--strict", is_flag=True, help="Fail on any skipped candidate or problem instead of reporting it."),
+    dataset_options,
 )
 
 

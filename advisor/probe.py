@@ -90,7 +90,7 @@ class ProbeStage:
 
 def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_dir, scores_path: str | None = None,
                checker: str = "auto", score: str = "sum", mix: float = 0.5, max_length: int = 4096,
-               backend: str = "hf", run: bool = True, say=None, progress=None) -> ProbeStage:
+               backend: str = "hf", run: bool = True, say=None, progress=None, skip_tokens: int = 0) -> ProbeStage:
     """Score the pool under the student (cached; or read `scores_path`), split it, and probe.
 
     The one path from a pool to probe measurements, for `advisor probe` and `advisor recommend`.
@@ -106,8 +106,8 @@ def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_di
     cfg.validate()
     if scores_path is None:
         say(f"scoring {pool.n_candidates:,} candidates under the student (cached)")
-        score_pool(pool, ScoreConfig(model, device=cfg.device, dtype=cfg.dtype, backend=backend, max_length=max_length),
-                   score_dir, lm=lm if backend == "hf" else None)
+        score_pool(pool, ScoreConfig(model, device=cfg.device, dtype=cfg.dtype, backend=backend, max_length=max_length,
+                                     skip_tokens=skip_tokens), score_dir, lm=lm if backend == "hf" else None)
         scores_path = str(Path(score_dir) / "scores.jsonl")
     scores = load_scores(scores_path)
     split = build_probe_data(pool, scores, cfg, tokenizer=lm.tokenizer, checker=checker, mix=mix, score=score)

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from capacity_advisor.advisor.predictor import BUDGETS, Predictor
+from capacity_advisor.advisor.select import RANKINGS
 from capacity_advisor.training.manifest import SETS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import stable_hash, versions, write_json, write_jsonl
@@ -81,7 +82,8 @@ class RecommendConfig:
     probe_eval_problems: int | None = None
     backend: str = "hf"  # --backend for scoring (the probe always trains with hf)
     mix: float = 0.5  # the mix written for a "mixed" recommendation
-    score: str = "sum"  # --score: rank candidates by summed log-prob (the paper's) or mean per token (GRAPE's)
+    score: str = "sum"  # --score: rank candidates by summed log-prob (the paper's), mean per token (GRAPE's), or rsr
+    skip_tokens: int = 0  # --skip-tokens: leave each response's first N tokens out of its score
     checker: str = "auto"
     device: str = "auto"
     dtype: str = "auto"
@@ -94,8 +96,10 @@ class RecommendConfig:
             bad.append(f"--budget {self.budget} must be a positive number of epochs")
         if self.scores and not self.pool:
             bad.append("--scores needs the --pool they were computed on")
-        if self.score not in ("mean", "sum"):
-            bad.append(f"--score {self.score!r} is unknown: use sum or mean")
+        if self.score not in RANKINGS:
+            bad.append(f"--score {self.score!r} is unknown: use {', '.join(RANKINGS)}")
+        if self.skip_tokens < 0:
+            bad.append(f"--skip-tokens {self.skip_tokens} must be at least 0")
         if not 0 <= self.mix <= 1:
             bad.append(f"--mix {self.mix} is outside [0, 1]")
         if self.backend not in ("hf", "vllm"):
@@ -291,6 +295,7 @@ def _full(cfg, desc, predictor, settings, key, out: Path, t0: float, say, progre
     lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
     stage = probe_pool(cfg.model, pool, pcfg, lm, out / "score", out / "probe", scores_path=cfg.scores,
                        checker=cfg.checker, score=cfg.score, mix=cfg.mix, max_length=v["max_length"],
+                       skip_tokens=cfg.skip_tokens,
                        backend=cfg.backend, run=not cfg.no_probe, say=say, progress=progress)
     scores, split, probe = stage.scores, stage.split, stage.report
     features = {"budget": float(cfg.budget), "ranking_sum": float(cfg.score == "sum"),

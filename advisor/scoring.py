@@ -47,6 +47,7 @@ class ScoreConfig:
     gpu_memory_utilization: float = 0.9  # --gpu-memory-utilization (vllm): share of GPU memory vLLM may take
     dp_rank: int = 0  # --dp-rank: this process's index among --dp-size scoring processes
     dp_size: int = 1  # --dp-size: processes sharing the pool's shards (data parallelism)
+    skip_tokens: int = 0  # --skip-tokens: leave each response's first N tokens out of its score
 
     def validate(self) -> None:
         problems = []
@@ -58,6 +59,8 @@ class ScoreConfig:
             problems.append(f"--token-budget {self.token_budget} is below --max-length {self.max_length}: one sequence must fit a batch")
         if self.shard_size < 1:
             problems.append(f"--shard-size {self.shard_size} must be at least 1")
+        if self.skip_tokens < 0:
+            problems.append(f"--skip-tokens {self.skip_tokens} must be at least 0")
         if self.dp_size < 1 or not 0 <= self.dp_rank < self.dp_size:
             problems.append(f"--dp-rank {self.dp_rank} / --dp-size {self.dp_size}: need dp-size >= 1 and 0 <= dp-rank < dp-size")
         if self.tensor_parallel_size < 1:
@@ -76,8 +79,8 @@ def backend_for(cfg: ScoreConfig, lm):
 
     if cfg.backend == "vllm":
         return make_backend("vllm", lm, token_budget=cfg.token_budget or 8192, tensor_parallel_size=cfg.tensor_parallel_size,
-                            gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)
-    return make_backend(cfg.backend, lm, token_budget=cfg.token_budget)
+                            gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed, skip_tokens=cfg.skip_tokens)
+    return make_backend(cfg.backend, lm, token_budget=cfg.token_budget, skip_tokens=cfg.skip_tokens)
 
 
 def load_for(cfg: ScoreConfig):
@@ -104,6 +107,8 @@ def cache_parts(description: dict, pool: Pool, template: str, cfg: ScoreConfig) 
     }
     if cfg.backend != "hf":  # backends agree only within their dtype's tolerance: keep their caches apart
         parts["backend"] = cfg.backend
+    if cfg.skip_tokens:
+        parts["skip_tokens"] = cfg.skip_tokens
     return parts
 
 

@@ -26,7 +26,21 @@ from capacity_advisor.training.manifest import STRATEGIES
 from capacity_advisor.models.files import atomic_path, read_jsonl, write_jsonl
 
 FORMATS = ("trl", "messages", "alpaca")
-SCORE_FIELDS = {"mean": "logprob_mean", "sum": "logprob_sum"}
+SCORE_FIELDS = {"mean": "logprob_mean", "sum": "logprob_sum", "rsr": "rank_mean"}
+RANKINGS = tuple(SCORE_FIELDS)
+
+
+def score_value(row: dict, score: str) -> float:
+    """How natural a response is to the student under a ranking (higher = the D_high end).
+
+    sum: its log-likelihood (the paper's π(y|x)); mean: per token (GRAPE's); rsr: minus the
+    rank-surprisal ratio of arXiv 2601.14249 (mean token rank over mean token NLL under the
+    student; the paper finds a low ratio marks the most suitable trajectories, so they rank high).
+    """
+    if score == "rsr":
+        nll = -row["logprob_mean"]
+        return -row["rank_mean"] / nll if nll > 0 else float("-inf")
+    return row[SCORE_FIELDS[score]]
 REQUIRED_SCORE_FIELDS = ("id", "k", "n_tokens", "logprob_sum", "logprob_mean", "truncated")
 
 
@@ -45,7 +59,7 @@ class SelectConfig:
         if not 0.0 <= self.mix <= 1.0:
             problems.append(f"--mix {self.mix} is outside [0, 1]: it is the share of problems given their low response")
         if self.score not in SCORE_FIELDS:
-            problems.append(f"--score {self.score!r} is unknown: use mean or sum")
+            problems.append(f"--score {self.score!r} is unknown: use {', '.join(RANKINGS)}")
         if self.switch_epoch < 1:  # training.switch_epoch must lie in (0, epochs); this flag counts whole epochs
             problems.append(f"--switch-epoch {self.switch_epoch} must be at least 1: the epoch at which a curriculum "
                             "moves from the high to the low set")
@@ -100,7 +114,6 @@ def extremes(values: Mapping[int, float]) -> tuple[int, int]:
 
 def select(pool: Pool, scores: Mapping[tuple[str, int], dict], cfg: SelectConfig) -> Selection:
     cfg.validate()
-    field = SCORE_FIELDS[cfg.score]
     chosen: list[tuple[str, dict, dict]] = []  # problem id, high row, low row
     missing: list[str] = []
     for prob in pool.problems:
@@ -108,7 +121,10 @@ def select(pool: Pool, scores: Mapping[tuple[str, int], dict], cfg: SelectConfig
         if any(r is None for r in rows.values()):
             missing.append(prob.id)
             continue
-        hi, lo = extremes({k: r[field] for k, r in rows.items()})
+        if cfg.score == "rsr" and any(r.get("rank_mean") is None for r in rows.values()):
+            raise InputError("--score rsr needs token ranks in the scores: rescore the pool with this version of "
+                             "`advisor score`")
+        hi, lo = extremes({k: score_value(r, cfg.score) for k, r in rows.items()})
         chosen.append((prob.id, rows[hi], rows[lo]))
     if missing:
         raise InputError(
@@ -122,7 +138,7 @@ def select(pool: Pool, scores: Mapping[tuple[str, int], dict], cfg: SelectConfig
         prob = pool.get(pid)
         text = next(c.text for c in prob.candidates if c.k == r["k"])
         return {"id": pid, "k": r["k"], "prompt": prob.prompt, "response": text, "phase": phase,
-                "score": r[field], "n_tokens": r["n_tokens"], "answer": prob.answer}
+                "score": score_value(r, cfg.score), "n_tokens": r["n_tokens"], "answer": prob.answer}
 
     if cfg.strategy == "high":
         out = [row(pid, h, "high") for pid, h, _ in chosen]
@@ -132,12 +148,21 @@ def select(pool: Pool, scores: Mapping[tuple[str, int], dict], cfg: SelectConfig
         out = [row(pid, lo, "low") if pid in low_ids else row(pid, h, "high") for pid, h, lo in chosen]
     else:
         out = [row(pid, h, "high") for pid, h, _ in chosen] + [row(pid, lo, "low") for pid, _, lo in chosen]
-    return Selection(cfg.strategy, out, _summary(chosen, out, field, cfg))
+    return Selection(cfg.strategy, out, _summary(chosen, out, cfg))
 
 
-def _summary(chosen: Sequence[tuple[str, dict, dict]], rows: list[dict], field: str, cfg: SelectConfig) -> dict:
-    hi_scores = [h[field] for _, h, _ in chosen]
-    lo_scores = [lo[field] for _, _, lo in chosen]
+def cues(rows: Sequence[dict], top: int = 5) -> list[tuple[str, float]]:
+    """The most common response starts (first two tokens) among score rows, with their shares."""
+    from collections import Counter
+
+    starts = Counter(r["first_tokens"] for r in rows if isinstance(r.get("first_tokens"), str))
+    n = sum(starts.values())
+    return [(text, count / n) for text, count in starts.most_common(top)] if n else []
+
+
+def _summary(chosen: Sequence[tuple[str, dict, dict]], rows: list[dict], cfg: SelectConfig) -> dict:
+    hi_scores = [score_value(h, cfg.score) for _, h, _ in chosen]
+    lo_scores = [score_value(lo, cfg.score) for _, _, lo in chosen]
     hi_len = mean(h["n_tokens"] for _, h, _ in chosen)
     lo_len = mean(lo["n_tokens"] for _, _, lo in chosen)
     return {
@@ -157,6 +182,9 @@ def _summary(chosen: Sequence[tuple[str, dict, dict]], rows: list[dict], field: 
         "mean_tokens_low": lo_len,
         "length_ratio_low_high": lo_len / hi_len if hi_len else float("nan"),
         "same_candidate": sum(h["k"] == lo["k"] for _, h, lo in chosen),
+        # a cue at the start of a response moves its likelihood without changing its reasoning
+        "start_cues_high": cues([h for _, h, _ in chosen]),
+        "start_cues_low": cues([lo for _, _, lo in chosen]),
         "mean_score_selected": mean(r["score"] for r in rows),
     }
 

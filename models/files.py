@@ -21,7 +21,7 @@ from typing import Any, Iterable, Iterator
 
 from capacity_advisor.models.errors import InputError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: score rows carry n_scored, rank_mean and first_tokens
 
 
 def advisor_home() -> Path:

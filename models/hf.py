@@ -32,9 +32,13 @@ GPU_TOKEN_BUDGET = 8192
 class HFBackend:
     name = "hf"
 
-    def __init__(self, lm: LoadedModel, token_budget: int | None = None, chunk_bytes: int = 256 << 20, max_batch: int = 256):
-        """`token_budget`: padded tokens per batch; None picks the device's default (above)."""
+    def __init__(self, lm: LoadedModel, token_budget: int | None = None, chunk_bytes: int = 256 << 20, max_batch: int = 256,
+                 skip_tokens: int = 0):
+        """`token_budget`: padded tokens per batch; None picks the device's default (above).
+        `skip_tokens`: leave each response's first N tokens out of its score (a response-start cue
+        such as "Okay," moves a whole response's likelihood without changing its reasoning)."""
         self.lm = lm
+        self.skip_tokens = skip_tokens
         if token_budget is None:
             on_cpu = getattr(lm.device, "type", str(lm.device)) == "cpu"
             token_budget = CPU_TOKEN_BUDGET if on_cpu else GPU_TOKEN_BUDGET
@@ -47,7 +51,7 @@ class HFBackend:
         return [encode_pair(self.lm.tokenizer, p, r, max_length) for p, r in pairs]
 
     def score(self, pairs: Sequence[tuple[str, str]], max_length: int = 4096, progress: Progress | None = None) -> list[dict]:
-        """Per pair: n_tokens, logprob_sum, logprob_mean (per response token), truncated."""
+        """Per pair: `score_row` (log-probs and ranks of the response's tokens)."""
         return self.score_encoded(self.encode(pairs, max_length), progress)
 
     def score_encoded(self, encoded: Sequence[Encoded], progress: Progress | None = None) -> list[dict]:
@@ -58,19 +62,13 @@ class HFBackend:
             batch = [encoded[i] for i in idx]
             with torch.inference_mode():
                 sums = self._score_batch(batch)
-            for i, e, s in zip(idx, batch, sums):
-                n = e.n_response
-                out[i] = {
-                    "n_tokens": n,
-                    "logprob_sum": s,
-                    "logprob_mean": s / n if n else float("nan"),
-                    "truncated": e.truncated,
-                }
+            for i, e, (lp, rank, n) in zip(idx, batch, sums):
+                out[i] = score_row(e, lp, rank, n, self.lm.tokenizer)
             if progress:
                 progress(len(idx))
         return out  # type: ignore[return-value]
 
-    def _score_batch(self, batch: Sequence[Encoded]) -> list[float]:
+    def _score_batch(self, batch: Sequence[Encoded]) -> list[tuple[float, float, int]]:
         import torch
 
         model, dev = self.lm.model, self.lm.device
@@ -83,8 +81,8 @@ class HFBackend:
             n = len(e.input_ids)
             ids[b, :n] = torch.tensor(e.input_ids)
             mask[b, :n] = 1
-            # position t predicts token t+1; response tokens are n_prompt .. n-1
-            pos = range(max(e.n_prompt - 1, 0), n - 1)
+            # position t predicts token t+1; response tokens are n_prompt .. n-1 (the first skip_tokens left out)
+            pos = range(max(e.n_prompt - 1, 0) + self.skip_tokens, n - 1)
             rows.extend([b] * len(pos))
             cols.extend(pos)
         ids, mask = ids.to(dev), mask.to(dev)
@@ -93,10 +91,12 @@ class HFBackend:
         hidden = decoder_hidden(model, ids, mask)  # (B, L, H), right padding keeps positions exact
         h = hidden[rows_t, cols_t]  # (N, H)
         targets = ids[rows_t, cols_t + 1]
-        logp = token_logprobs(model, h, targets, self.chunk_bytes)
-        sums = torch.zeros(len(batch), dtype=torch.float64, device=dev)
-        sums.index_add_(0, rows_t, logp.double())
-        return sums.tolist()
+        logp, rank = token_logprobs(model, h, targets, self.chunk_bytes, ranks=True)
+        sums = torch.zeros((3, len(batch)), dtype=torch.float64, device=dev)
+        sums[0].index_add_(0, rows_t, logp.double())
+        sums[1].index_add_(0, rows_t, rank.double())
+        sums[2].index_add_(0, rows_t, torch.ones_like(logp, dtype=torch.float64))
+        return [(lp, rk, int(n)) for lp, rk, n in zip(*sums.tolist())]
 
     # ---- generation ----------------------------------------------------------------------
     def generate(
@@ -191,8 +191,9 @@ def decoder_hidden(model, ids, mask):
     return decoder(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
 
 
-def token_logprobs(model, hidden, targets, chunk_bytes: int):
-    """log p(target) for each row of `hidden`, applying the LM head a chunk of rows at a time."""
+def token_logprobs(model, hidden, targets, chunk_bytes: int, ranks: bool = False):
+    """log p(target) for each row of `hidden`, applying the LM head a chunk of rows at a time;
+    with `ranks`, also each target's rank among the vocabulary (1 = the most likely token)."""
     import torch
 
     head = model.get_output_embeddings()
@@ -201,12 +202,28 @@ def token_logprobs(model, hidden, targets, chunk_bytes: int):
     vocab = weight.shape[0]
     chunk = max(1, chunk_bytes // (vocab * (4 + weight.element_size())))
     out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+    rank = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
     for s in range(0, hidden.shape[0], chunk):
         logits = torch.nn.functional.linear(hidden[s:s + chunk], weight, bias).float()
         logits = _family_logit_transform(logits, cfg)
-        tgt = logits.gather(1, targets[s:s + chunk, None]).squeeze(1)
-        out[s:s + chunk] = tgt - torch.logsumexp(logits, dim=-1)
-    return out
+        tgt = logits.gather(1, targets[s:s + chunk, None])
+        out[s:s + chunk] = tgt.squeeze(1) - torch.logsumexp(logits, dim=-1)
+        if ranks:
+            rank[s:s + chunk] = (logits > tgt).sum(dim=-1).float() + 1
+    return (out, rank) if ranks else out
+
+
+def score_row(e: Encoded, logprob_sum: float, rank_sum: float, n_scored: int, tokenizer) -> dict:
+    """One scored response: `n_tokens` (its tokens), `n_scored` (those scored, after any skipped
+    start), `logprob_sum`, `logprob_mean` (per scored token), `rank_mean` (mean rank of each token
+    among the vocabulary), `first_tokens` (its first two tokens, decoded: the response-start cue),
+    `truncated`. The one row layout of every backend."""
+    nan = float("nan")
+    first = e.input_ids[e.n_prompt:e.n_prompt + 2]
+    return {"n_tokens": e.n_response, "n_scored": n_scored, "logprob_sum": float(logprob_sum),
+            "logprob_mean": logprob_sum / n_scored if n_scored else nan,
+            "rank_mean": rank_sum / n_scored if n_scored else nan,
+            "first_tokens": tokenizer.decode(first) if first else "", "truncated": e.truncated}
 
 
 def _family_logit_transform(logits, cfg):

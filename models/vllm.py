@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.loading import LoadedModel
+from capacity_advisor.models.hf import score_row
 from capacity_advisor.models.template import Encoded, encode_pair, prompt_ids
 
 Progress = Callable[[int], None]
@@ -67,6 +68,7 @@ class VLLMBackend:
         max_model_len: int | None = None,
         seed: int = 0,
         engine: Any = None,
+        skip_tokens: int = 0,
         **engine_kwargs,
     ):
         """`lm` needs only its tokenizer and description (load it with `weights=False`).
@@ -76,6 +78,7 @@ class VLLMBackend:
         """
         self.vllm = import_vllm()
         self.lm = lm
+        self.skip_tokens = skip_tokens
         self.token_budget = token_budget
         self._engine = engine
         self._engine_args = dict(
@@ -119,7 +122,8 @@ class VLLMBackend:
             chunk = encoded[s:s + step]
             results = self.engine.generate([_tokens_prompt(e.input_ids) for e in chunk], params, use_tqdm=False)
             for e, res in zip(chunk, results):
-                out.append(_row(e, response_logprobs(e, res.prompt_logprobs)))
+                vals = response_logprobs(e, res.prompt_logprobs, self.skip_tokens)
+                out.append(score_row(e, sum(v[0] for v in vals), sum(v[1] for v in vals), len(vals), self.lm.tokenizer))
             if progress:
                 progress(len(chunk))
         return out
@@ -159,25 +163,20 @@ class VLLMBackend:
         return out
 
 
-def response_logprobs(e: Encoded, prompt_logprobs) -> list[float]:
-    """Log-probs of the response tokens from vLLM's per-position prompt log-probs.
+def response_logprobs(e: Encoded, prompt_logprobs, skip_tokens: int = 0) -> list[tuple[float, float]]:
+    """(log-prob, rank) of each response token from vLLM's per-position prompt log-probs, the
+    first `skip_tokens` left out.
 
     `prompt_logprobs[t]` is None for t = 0 and otherwise maps token ids to Logprob objects (or
-    floats); with `prompt_logprobs=0` it holds exactly the token at position t.
+    floats); with `prompt_logprobs=0` it holds exactly the token at position t, with its rank.
     """
     if prompt_logprobs is None:
         raise RuntimeError("vLLM returned no prompt log-probs; this vLLM build ignores prompt_logprobs")
     if len(prompt_logprobs) != len(e.input_ids):
         raise RuntimeError(f"vLLM returned {len(prompt_logprobs)} prompt log-probs for {len(e.input_ids)} tokens")
     vals = []
-    for t in range(max(e.n_prompt, 1), len(e.input_ids)):
-        entry = prompt_logprobs[t]
-        lp = entry[e.input_ids[t]]
-        vals.append(float(getattr(lp, "logprob", lp)))
+    for t in range(max(e.n_prompt, 1) + skip_tokens, len(e.input_ids)):
+        lp = prompt_logprobs[t][e.input_ids[t]]
+        rank = getattr(lp, "rank", None)
+        vals.append((float(getattr(lp, "logprob", lp)), float(rank) if rank is not None else float("nan")))
     return vals
-
-
-def _row(e: Encoded, vals: list[float]) -> dict:
-    n = e.n_response
-    s = float(sum(vals))
-    return {"n_tokens": n, "logprob_sum": s, "logprob_mean": s / n if n else float("nan"), "truncated": e.truncated}

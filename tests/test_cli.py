@@ -30,10 +30,11 @@ def test_score_then_select(tiny_llama, tmp_path):
     summary = json.loads(r.stdout)
     assert summary["candidates"] == 36 and summary["pool"]["skipped_candidates"] == {"marked incorrect": 12}
     rows = [json.loads(x) for x in (tmp_path / "s" / "scores.jsonl").read_text().splitlines()]
-    assert len(rows) == 36 and set(rows[0]) == {"id", "k", "n_tokens", "logprob_sum", "logprob_mean", "truncated"}
+    assert len(rows) == 36 and set(rows[0]) == {"id", "k", "n_tokens", "n_scored", "logprob_sum", "logprob_mean", "rank_mean",
+                                                "first_tokens", "truncated"}
     assert rows[0]["id"] == "u0" and {r["k"] for r in rows} == {0, 1, 2}
     cfg = json.loads((tmp_path / "s" / "config.json").read_text())
-    assert cfg["settings"]["model"] == tiny_llama and cfg["versions"]["format"] == "1"
+    assert cfg["settings"]["model"] == tiny_llama and cfg["versions"]["format"] == "2"
 
     r = run("select", "--pool", pool, "--scores", tmp_path / "s" / "scores.jsonl", "--strategy", "low",
             "--out", tmp_path / "low.jsonl", "--json")

@@ -103,3 +103,26 @@ def test_generate_is_deterministic_greedy(tiny_llama):
     b = be.generate(["Let us think step"], max_new_tokens=6)
     assert len(a) == 2 and all(len(x) == 1 for x in a)
     assert a[1] == b[0]  # left padding in a batch does not change a greedy continuation
+
+
+def test_ranks_skipped_tokens_and_response_starts_match_a_direct_computation(lm):
+    """rank_mean, --skip-tokens and first_tokens on hand-checked pairs (a full softmax, one pair at a time)."""
+    plain, skipped = HFBackend(lm).score(PAIRS), HFBackend(lm, skip_tokens=2).score(PAIRS)
+    for (p, r), row, srow in zip(PAIRS, plain, skipped):
+        e = encode_pair(lm.tokenizer, p, r, 4096)
+        ids = torch.tensor([e.input_ids])
+        with torch.no_grad():
+            logits = lm.model(ids).logits.float()[0]
+        pos = torch.arange(e.n_prompt - 1, len(e.input_ids) - 1)
+        tgt = ids[0, e.n_prompt:]
+        lp = logits[pos].log_softmax(-1).gather(1, tgt[:, None]).squeeze(1)
+        ranks = (logits[pos] > logits[pos].gather(1, tgt[:, None])).sum(-1).float() + 1
+        assert row["rank_mean"] == pytest.approx(ranks.mean().item(), rel=1e-5)
+        assert row["first_tokens"] == lm.tokenizer.decode(e.input_ids[e.n_prompt:e.n_prompt + 2])
+        kept = max(0, len(tgt) - 2)
+        assert srow["n_tokens"] == row["n_tokens"] and srow["n_scored"] == kept
+        if kept:
+            assert srow["logprob_sum"] == pytest.approx(lp[2:].sum().item(), abs=1e-4 * kept)
+            assert srow["rank_mean"] == pytest.approx(ranks[2:].mean().item(), rel=1e-5)
+        else:
+            assert srow["logprob_sum"] == 0 and srow["logprob_mean"] != srow["logprob_mean"]  # NaN

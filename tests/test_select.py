@@ -92,3 +92,20 @@ def test_a_curriculum_must_switch_after_at_least_one_epoch(pool_and_scores):
         with pytest.raises(InputError, match=f"--switch-epoch {epoch} must be at least 1"):
             select(pool, scores, SelectConfig("curriculum", switch_epoch=epoch))
     assert select(pool, scores, SelectConfig("curriculum", switch_epoch=1)).summary["switch_epoch"] == 1
+
+
+def test_rank_surprisal_ranking_and_response_start_cues(pool_and_scores):
+    """rsr: D_high is each problem's lowest mean-rank / mean-NLL response; cues count response starts."""
+    pool, scores = pool_and_scores
+    for (pid, k), r in scores.items():
+        r["rank_mean"] = 1.0 + k  # lower k: higher-ranked tokens
+        r["logprob_mean"] = -1.0 - (3 - k) * 0.1  # lower k: more surprising
+        r["first_tokens"] = "Okay," if k % 2 else "So"
+    high = select(pool, scores, SelectConfig("high", score="rsr"))
+    low = select(pool, scores, SelectConfig("low", score="rsr"))
+    ratio = {k: (1.0 + k) / (1.0 + (3 - k) * 0.1) for k in range(4)}
+    assert {r["k"] for r in high.rows} == {min(ratio, key=ratio.get)} and {r["k"] for r in low.rows} == {max(ratio, key=ratio.get)}
+    assert high.summary["start_cues_high"] == [("So", 1.0)] and high.summary["start_cues_low"] == [("Okay,", 1.0)]
+    del scores[("q0", 0)]["rank_mean"]
+    with pytest.raises(InputError, match="rescore"):
+        select(pool, scores, SelectConfig("high", score="rsr"))

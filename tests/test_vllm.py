@@ -72,15 +72,21 @@ def test_scores_match_hf_backend(model_path, fake):
     rows = be.score(PAIRS)
     assert len(rows) == len(PAIRS)
     for a, b in zip(rows, hf_rows):
-        assert set(a) == set(b) == {"n_tokens", "logprob_sum", "logprob_mean", "truncated"}
+        assert set(a) == set(b) == {"n_tokens", "n_scored", "logprob_sum", "logprob_mean", "rank_mean", "first_tokens",
+                                    "truncated"}
         assert a["n_tokens"] == b["n_tokens"] > 0
         assert a["truncated"] is b["truncated"] is False
         assert abs(a["logprob_sum"] - b["logprob_sum"]) < 1e-4 * max(1, a["n_tokens"])
         assert abs(a["logprob_mean"] - b["logprob_mean"]) < 1e-4
+        assert a["rank_mean"] == pytest.approx(b["rank_mean"]) and a["first_tokens"] == b["first_tokens"]
+    skipped = VLLMBackend(lm, token_budget=4096, skip_tokens=2).score(PAIRS)
+    hf_skipped = HFBackend(load_model(model_path, device="cpu"), skip_tokens=2).score(PAIRS)
+    for a, b in zip(skipped, hf_skipped):
+        assert a["n_scored"] == b["n_scored"] == max(0, a["n_tokens"] - 2) and abs(a["logprob_sum"] - b["logprob_sum"]) < 1e-3
     engine = fake_vllm.ENGINES[0]
     assert engine.args["tensor_parallel_size"] == 2 and engine.args["max_num_batched_tokens"] == 4096
     assert engine.args["model"] == model_path and engine.args["dtype"] == "float32"
-    (call,) = fake_vllm.CALLS
+    call = fake_vllm.CALLS[0]
     assert call["n_prompts"] == len(PAIRS)
     for sp in call["params"]:  # only the prompt's own log-probs, nothing decoded, one dummy token
         assert sp.prompt_logprobs == 0 and sp.detokenize is False and sp.max_tokens == 1
@@ -101,8 +107,9 @@ def test_misaligned_engine_output_is_caught():
     from capacity_advisor.models.vllm import response_logprobs
 
     e = Encoded([1, 5, 6, 7], 2, False)
-    good = [None, {5: fake_vllm.Logprob(-1.0)}, {6: fake_vllm.Logprob(-2.0)}, {7: -0.5}]
-    assert response_logprobs(e, good) == [-2.0, -0.5]
+    good = [None, {5: fake_vllm.Logprob(-1.0)}, {6: fake_vllm.Logprob(-2.0, 3)}, {7: -0.5}]
+    vals = response_logprobs(e, good)
+    assert [v[0] for v in vals] == [-2.0, -0.5] and vals[0][1] == 3.0 and vals[1][1] != vals[1][1]  # no rank: NaN
     with pytest.raises(RuntimeError, match="3 prompt log-probs for 4 tokens"):
         response_logprobs(e, good[:3])
     with pytest.raises(RuntimeError, match="no prompt log-probs"):

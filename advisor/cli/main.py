@@ -77,7 +77,7 @@ from capacity_advisor.advisor.cli import report  # noqa: E402  (below the group 
 from capacity_advisor.advisor.cli.options import (  # noqa: E402
     checker_option, dataset_options, device_options, dp_options, ints, json_option, model_option, names, pool_options,
     pool_settings,
-    score_option, seed_option, vllm_options,
+    score_option, seed_option, skip_tokens_option, vllm_options,
 )
 
 
@@ -93,12 +93,13 @@ from capacity_advisor.advisor.cli.options import (  # noqa: E402
 @click.option("--token-budget", default=None, type=int,
               help="Padded tokens per forward batch (default: 1,024 on CPU, 8,192 on GPU; vllm: max_num_batched_tokens).")
 @click.option("--shard-size", default=512, show_default=True, help="Candidates per cached shard (the unit of resume).")
+@skip_tokens_option
 @vllm_options
 @dp_options
 @seed_option("Recorded for provenance (scoring is deterministic).")
 @json_option
-def score(model, pool_path, out, device, dtype, backend, max_length, token_budget, shard_size, tensor_parallel_size,
-          gpu_memory_utilization, dp_rank, dp_size, seed, as_json, **kw):
+def score(model, pool_path, out, device, dtype, backend, max_length, token_budget, shard_size, skip_tokens,
+          tensor_parallel_size, gpu_memory_utilization, dp_rank, dp_size, seed, as_json, **kw):
     """Score every candidate response under the student (mean and summed log-prob per response)."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries, work_progress
     from capacity_advisor.advisor.pool import read_pool
@@ -109,7 +110,7 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
     cfg = ScoreConfig(model=model, device=device, dtype=dtype, backend=backend, max_length=max_length,
                       token_budget=token_budget, shard_size=shard_size, seed=seed,
                       tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
-                      dp_rank=dp_rank, dp_size=dp_size)
+                      dp_rank=dp_rank, dp_size=dp_size, skip_tokens=skip_tokens)
     cfg.validate()
     check_writable_dir(out, "--out")
     check_writable_dir(advisor_home(), "ADVISOR_HOME (the score cache)")
@@ -368,13 +369,14 @@ def calibrate(out, sizes, seeds, mean_seeds, tasks, epochs, n_train, probe_steps
 @click.option("--lab-n", default=1000, show_default=True, help="Problems of the lab pool.")
 @checker_option
 @score_option
+@skip_tokens_option
 @pool_options
 @device_options
 @seed_option("Held-out slice, --sample draw, mixed set, data order.")
 @json_option
 def recommend(model, budget, pool_path, scores_path, out, teacher, no_probe, predictor, sample, max_length,
               probe_max_length, max_new_tokens, probe_steps, probe_eval_problems, backend, lab_task, lab_n, checker,
-              score_kind, device, dtype, seed, as_json, **kw):
+              score_kind, skip_tokens, device, dtype, seed, as_json, **kw):
     """Score, select, probe, predict: train on high, low or mixed for this student and budget?"""
     from capacity_advisor.advisor.cli.ui import emit_json, progress, quiet_libraries
     from capacity_advisor.advisor.recommend import RecommendConfig, recommend as run
@@ -386,8 +388,8 @@ def recommend(model, budget, pool_path, scores_path, out, teacher, no_probe, pre
                           no_probe=no_probe, predictor=predictor, lab_task=lab_task, lab_n=lab_n, sample=sample,
                           max_length=max_length, probe_max_length=probe_max_length, max_new_tokens=max_new_tokens,
                           probe_steps=probe_steps, probe_eval_problems=probe_eval_problems, backend=backend,
-                          checker=checker, score=score_kind, device=device, dtype=dtype, seed=seed,
-                          pool_options=vars(pool_settings(kw)))
+                          checker=checker, score=score_kind, skip_tokens=skip_tokens, device=device, dtype=dtype,
+                          seed=seed, pool_options=vars(pool_settings(kw)))
     cfg.validate()
     check_model_spec(model)
     check_writable_dir(out, "--out")

@@ -44,8 +44,14 @@ def selection(s: dict, strategy: str, score_kind: str, out: str, fmt_name: str) 
         "likelihood gap (high - low)": s["likelihood_gap"],
         "likelihood gap per token": s["likelihood_gap_per_token"],
         "length ratio (low / high tokens)": s["length_ratio_low_high"],
-        "problems where high = low": s["same_candidate"], "written": f"{out} ({fmt_name})",
+        "problems where high = low": s["same_candidate"],
+        "response starts, high set": _cues(s.get("start_cues_high")),
+        "response starts, low set": _cues(s.get("start_cues_low")), "written": f"{out} ({fmt_name})",
     }))
+
+
+def _cues(cues) -> str:
+    return ", ".join(f"{text!r} {share:.0%}" for text, share in cues or []) or "—"
 
 
 def generated(summary: dict, out: str) -> None:

@@ -94,12 +94,18 @@ from capacity_advisor.advisor.cli.options import (  # noqa: E402
               help="Padded tokens per forward batch (default: 1,024 on CPU, 8,192 on GPU; vllm: max_num_batched_tokens).")
 @click.option("--shard-size", default=512, show_default=True, help="Candidates per cached shard (the unit of resume).")
 @skip_tokens_option
+@click.option("--compute-budgets", default=None,
+              help="SHORT,LONG new tokens: also measure which problems the student solves only with the long budget "
+                   "(OUT/compute.jsonl, for select --problems).")
+@click.option("--compute-samples", default=1, show_default=True, help="Attempts per budget (1: greedy).")
+@checker_option
 @vllm_options
 @dp_options
-@seed_option("Recorded for provenance (scoring is deterministic).")
+@seed_option("Sampling of --compute-samples (scoring itself is deterministic).")
 @json_option
 def score(model, pool_path, out, device, dtype, backend, max_length, token_budget, shard_size, skip_tokens,
-          tensor_parallel_size, gpu_memory_utilization, dp_rank, dp_size, seed, as_json, **kw):
+          compute_budgets, compute_samples, checker, tensor_parallel_size, gpu_memory_utilization, dp_rank, dp_size, seed,
+          as_json, **kw):
     """Score every candidate response under the student (mean and summed log-prob per response)."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries, work_progress
     from capacity_advisor.advisor.pool import read_pool
@@ -112,6 +118,11 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
                       tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
                       dp_rank=dp_rank, dp_size=dp_size, skip_tokens=skip_tokens)
     cfg.validate()
+    compute = None
+    if compute_budgets:
+        from capacity_advisor.advisor.compute import ComputeConfig
+
+        compute = ComputeConfig.parse(compute_budgets, compute_samples, seed)
     check_writable_dir(out, "--out")
     check_writable_dir(advisor_home(), "ADVISOR_HOME (the score cache)")
     pool = read_pool(pool_path, pool_settings(kw))
@@ -132,6 +143,21 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
                       f"{Path(out) / 'scores.jsonl'}; rerun with --dp-size 1 to score what is missing and write it here.")
     elif not as_json:
         report.scores(summary, backend)
+    if compute and "waiting_for" not in summary:
+        from capacity_advisor.advisor import compute as compute_mod
+        from capacity_advisor.advisor.probe import pick_checker
+        from capacity_advisor.models.backends import make_backend
+
+        gen = make_backend("hf", lm, token_budget=token_budget) if backend == "hf" else \
+            make_backend("vllm", lm, token_budget=token_budget or 8192, tensor_parallel_size=tensor_parallel_size,
+                         gpu_memory_utilization=gpu_memory_utilization, seed=seed)
+        with work_progress("short and long attempts", unit="problems") as (on_start, advance):
+            on_start(2 * len(pool), 0)
+            rows = compute_mod.measure(gen, pool, compute, pick_checker(pool, checker), progress=advance)
+        compute_mod.write(rows, Path(out) / "compute.jsonl")
+        counts = {c: sum(r["class"] == c for r in rows) for c in compute_mod.CLASSES}
+        console.print(f"compute-responsive: {counts} (budgets {compute.short} and {compute.long} new tokens); "
+                      f"wrote {Path(out) / 'compute.jsonl'}")
 
 
 @cli.command()
@@ -144,10 +170,15 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
 @click.option("--format", "fmt", default="trl", show_default=True, type=click.Choice(["trl", "messages", "alpaca"]),
               help="trl: prompt/completion JSONL; messages: chat JSONL; alpaca: one JSON array.")
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Dataset file to write.")
+@click.option("--problems", "problem_class", default="all", show_default=True,
+              type=click.Choice(["all", "responsive", "solved", "unsolved"]),
+              help="Keep one class of problems (needs `score --compute-budgets`): responsive = solved only with the long budget.")
+@click.option("--compute", "compute_path", default=None, help="compute.jsonl (default: beside --scores).")
 @pool_options
 @seed_option("Which problems take their low response in a mixed set.")
 @json_option
-def select(pool_path, scores_path, strategy, mix, score_kind, switch_epoch, fmt, out, seed, as_json, **kw):
+def select(pool_path, scores_path, strategy, mix, score_kind, switch_epoch, fmt, out, problem_class, compute_path, seed,
+           as_json, **kw):
     """Build D_high / D_low / D_mixed / curriculum from a scored pool and export it for training."""
     from capacity_advisor.advisor import select as sel_mod
     from capacity_advisor.advisor.cli.ui import emit_json
@@ -158,9 +189,13 @@ def select(pool_path, scores_path, strategy, mix, score_kind, switch_epoch, fmt,
     cfg.validate()
     check_writable_file(out, "--out")
     pool = read_pool(pool_path, pool_settings(kw))
+    if problem_class != "all":
+        from capacity_advisor.advisor.compute import keep_problems
+
+        pool = keep_problems(pool, compute_path or Path(scores_path).with_name("compute.jsonl"), problem_class)
     selection = sel_mod.select(pool, sel_mod.load_scores(scores_path), cfg)
     n = sel_mod.export(selection, out, fmt)
-    summary = {**selection.summary, "format": fmt, "written": str(out), "rows_written": n}
+    summary = {**selection.summary, "format": fmt, "written": str(out), "rows_written": n, "problems_kept": problem_class}
     write_json(Path(out).with_name(Path(out).stem + ".config.json"), {
         "stage": "select", "versions": versions(), "settings": sel_mod.config_dict(cfg), "format": fmt,
         "pool": pool.summary(), "scores": str(scores_path), "summary": summary,

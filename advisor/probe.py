@@ -81,6 +81,9 @@ def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None,
     return Split(data, train_ids, eval_ids, high.summary)
 
 
+LOCAL_WINDOW = 32  # tokens of context each step is scored with under --score local
+
+
 @dataclass
 class ProbeStage:
     scores: dict  # (problem id, k) -> score row
@@ -107,7 +110,8 @@ def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_di
     if scores_path is None:
         say(f"scoring {pool.n_candidates:,} candidates under the student (cached)")
         score_pool(pool, ScoreConfig(model, device=cfg.device, dtype=cfg.dtype, backend=backend, max_length=max_length,
-                                     skip_tokens=skip_tokens), score_dir, lm=lm if backend == "hf" else None)
+                                     skip_tokens=skip_tokens, local_window=LOCAL_WINDOW if score == "local" else 0),
+                   score_dir, lm=lm if backend == "hf" else None)
         scores_path = str(Path(score_dir) / "scores.jsonl")
     scores = load_scores(scores_path)
     split = build_probe_data(pool, scores, cfg, tokenizer=lm.tokenizer, checker=checker, mix=mix, score=score)

@@ -48,6 +48,7 @@ class ScoreConfig:
     dp_rank: int = 0  # --dp-rank: this process's index among --dp-size scoring processes
     dp_size: int = 1  # --dp-size: processes sharing the pool's shards (data parallelism)
     skip_tokens: int = 0  # --skip-tokens: leave each response's first N tokens out of its score
+    local_window: int = 0  # --local-window: also score every step with only this many tokens of context (LALP)
 
     def validate(self) -> None:
         problems = []
@@ -61,6 +62,8 @@ class ScoreConfig:
             problems.append(f"--shard-size {self.shard_size} must be at least 1")
         if self.skip_tokens < 0:
             problems.append(f"--skip-tokens {self.skip_tokens} must be at least 0")
+        if self.local_window < 0:
+            problems.append(f"--local-window {self.local_window} must be at least 0 (0: no step-local score)")
         if self.dp_size < 1 or not 0 <= self.dp_rank < self.dp_size:
             problems.append(f"--dp-rank {self.dp_rank} / --dp-size {self.dp_size}: need dp-size >= 1 and 0 <= dp-rank < dp-size")
         if self.tensor_parallel_size < 1:
@@ -109,6 +112,8 @@ def cache_parts(description: dict, pool: Pool, template: str, cfg: ScoreConfig) 
         parts["backend"] = cfg.backend
     if cfg.skip_tokens:
         parts["skip_tokens"] = cfg.skip_tokens
+    if cfg.local_window:
+        parts["local_window"] = cfg.local_window
     return parts
 
 
@@ -161,7 +166,14 @@ def score_pool(
             return {"stopped_early": True, "cache": str(cache)}
         backend = backend or backend_for(cfg, lm)
         shard = plan.shards[i]
-        results = backend.score([(p, r) for _, _, p, r in shard], max_length=cfg.max_length, progress=advance)
+        pairs = [(p, r) for _, _, p, r in shard]
+        results = backend.score(pairs, max_length=cfg.max_length, progress=advance)
+        if cfg.local_window:
+            from capacity_advisor.models.local import local_logprobs
+
+            local = backend_for(ScoreConfig(**{**asdict(cfg), "skip_tokens": 0}), lm)  # steps are scored whole
+            for row, lalp in zip(results, local_logprobs(local, lm.tokenizer, pairs, cfg.max_length, cfg.local_window)):
+                row["logprob_local"] = lalp
         write_jsonl(plan.paths[i], ({"id": pid, "k": k, **res} for (pid, k, _, _), res in zip(shard, results)))
         computed += 1
     elapsed = time.perf_counter() - t0

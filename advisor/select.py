@@ -26,7 +26,7 @@ from capacity_advisor.training.manifest import STRATEGIES
 from capacity_advisor.models.files import atomic_path, read_jsonl, write_jsonl
 
 FORMATS = ("trl", "messages", "alpaca")
-SCORE_FIELDS = {"mean": "logprob_mean", "sum": "logprob_sum", "rsr": "rank_mean"}
+SCORE_FIELDS = {"mean": "logprob_mean", "sum": "logprob_sum", "rsr": "rank_mean", "local": "logprob_local"}
 RANKINGS = tuple(SCORE_FIELDS)
 
 
@@ -35,7 +35,8 @@ def score_value(row: dict, score: str) -> float:
 
     sum: its log-likelihood (the paper's π(y|x)); mean: per token (GRAPE's); rsr: minus the
     rank-surprisal ratio of arXiv 2601.14249 (mean token rank over mean token NLL under the
-    student; the paper finds a low ratio marks the most suitable trajectories, so they rank high).
+    student; the paper finds a low ratio marks the most suitable trajectories, so they rank high);
+    local: the step-local average log-probability of arXiv 2510.03988 (`models.local`).
     """
     if score == "rsr":
         nll = -row["logprob_mean"]
@@ -124,6 +125,8 @@ def select(pool: Pool, scores: Mapping[tuple[str, int], dict], cfg: SelectConfig
         if cfg.score == "rsr" and any(r.get("rank_mean") is None for r in rows.values()):
             raise InputError("--score rsr needs token ranks in the scores: rescore the pool with this version of "
                              "`advisor score`")
+        if cfg.score == "local" and any(r.get("logprob_local") is None for r in rows.values()):
+            raise InputError("--score local needs step-local scores: score the pool with `advisor score --local-window 32`")
         hi, lo = extremes({k: score_value(r, cfg.score) for k, r in rows.items()})
         chosen.append((prob.id, rows[hi], rows[lo]))
     if missing:

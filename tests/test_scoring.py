@@ -126,3 +126,30 @@ def test_ranks_skipped_tokens_and_response_starts_match_a_direct_computation(lm)
             assert srow["rank_mean"] == pytest.approx(ranks[2:].mean().item(), rel=1e-5)
         else:
             assert srow["logprob_sum"] == 0 and srow["logprob_mean"] != srow["logprob_mean"]  # NaN
+
+
+def test_step_local_scores_equal_a_direct_computation(lab_home):
+    """LALP on a lab response: each step's mean token log-prob given only `window` tokens before it, averaged."""
+    from capacity_advisor.models.local import local_logprobs, step_spans
+
+    lm = load_model("lab:xs", device="cpu")
+    prompt, response = "C3+4*9-2=", "|3+4=7,7*9=3,3-2=1;A1"
+    assert [response[a:b] for a, b in step_spans(response)] == ["|3+4=7,", "7*9=3,", "3-2=1;", "A1"]
+    assert [("a\nb\n")[a:b] for a, b in step_spans("a\nb\n")] == ["a\n", "b\n"]
+    window = 5
+    got = local_logprobs(HFBackend(lm), lm.tokenizer, [(prompt, response)], 96, window)[0]
+    tok = lm.tokenizer
+    prompt_ids = tok(prompt)["input_ids"]
+    steps, means = ["|3+4=7,", "7*9=3,", "3-2=1;", "A1"], []
+    before = list(prompt_ids)
+    for step in steps:
+        ids = tok(step, add_special_tokens=False)["input_ids"]
+        ctx = before[-window:]
+        x = torch.tensor([[tok.bos_token_id] + ctx + ids])
+        with torch.no_grad():
+            logp = lm.model(x).logits.float().log_softmax(-1)[0]
+        n0 = 1 + len(ctx)
+        vals = logp[n0 - 1:-1].gather(1, x[0, n0:, None]).squeeze(1)
+        means.append(vals.mean().item())
+        before += ids
+    assert got == pytest.approx(sum(means) / len(means), abs=1e-5)

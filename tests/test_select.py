@@ -109,3 +109,12 @@ def test_rank_surprisal_ranking_and_response_start_cues(pool_and_scores):
     del scores[("q0", 0)]["rank_mean"]
     with pytest.raises(InputError, match="rescore"):
         select(pool, scores, SelectConfig("high", score="rsr"))
+
+
+def test_local_ranking_needs_step_local_scores(pool_and_scores):
+    pool, scores = pool_and_scores
+    with pytest.raises(InputError, match="--local-window"):
+        select(pool, scores, SelectConfig("high", score="local"))
+    for (pid, k), r in scores.items():
+        r["logprob_local"] = -0.1 * ((k + 2) % 4)
+    assert {r["k"] for r in select(pool, scores, SelectConfig("high", score="local")).rows} == {2}

@@ -94,6 +94,8 @@ from capacity_advisor.advisor.cli.options import (  # noqa: E402
               help="Padded tokens per forward batch (default: 1,024 on CPU, 8,192 on GPU; vllm: max_num_batched_tokens).")
 @click.option("--shard-size", default=512, show_default=True, help="Candidates per cached shard (the unit of resume).")
 @skip_tokens_option
+@click.option("--local-window", default=0, show_default=True,
+              help="Also score each step with only this many tokens of context (for --score local; 0: off).")
 @click.option("--compute-budgets", default=None,
               help="SHORT,LONG new tokens: also measure which problems the student solves only with the long budget "
                    "(OUT/compute.jsonl, for select --problems).")
@@ -103,7 +105,7 @@ from capacity_advisor.advisor.cli.options import (  # noqa: E402
 @dp_options
 @seed_option("Sampling of --compute-samples (scoring itself is deterministic).")
 @json_option
-def score(model, pool_path, out, device, dtype, backend, max_length, token_budget, shard_size, skip_tokens,
+def score(model, pool_path, out, device, dtype, backend, max_length, token_budget, shard_size, skip_tokens, local_window,
           compute_budgets, compute_samples, checker, tensor_parallel_size, gpu_memory_utilization, dp_rank, dp_size, seed,
           as_json, **kw):
     """Score every candidate response under the student (mean and summed log-prob per response)."""
@@ -116,7 +118,7 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
     cfg = ScoreConfig(model=model, device=device, dtype=dtype, backend=backend, max_length=max_length,
                       token_budget=token_budget, shard_size=shard_size, seed=seed,
                       tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
-                      dp_rank=dp_rank, dp_size=dp_size, skip_tokens=skip_tokens)
+                      dp_rank=dp_rank, dp_size=dp_size, skip_tokens=skip_tokens, local_window=local_window)
     cfg.validate()
     compute = None
     if compute_budgets:

@@ -32,9 +32,9 @@ def seed_option(help_text: str = "Random seed.") -> Callable:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout (tables go to stderr).")
 model_option = click.option("--model", "-m", required=True, help="Student: a local HF folder, a hub id, or lab:NAME.")
 score_option = click.option("--score", "score_kind", default="sum", show_default=True,
-                            type=click.Choice(["sum", "mean", "rsr"]),
-                            help="Rank candidates by summed log-prob (the paper's), mean per token (GRAPE's), or "
-                                 "the rank-surprisal ratio (arXiv 2601.14249).")
+                            type=click.Choice(["sum", "mean", "rsr", "local"]),
+                            help="Rank candidates by summed log-prob (the paper's), mean per token (GRAPE's), the "
+                                 "rank-surprisal ratio (arXiv 2601.14249) or step-local log-prob (arXiv 2510.03988).")
 skip_tokens_option = click.option("--skip-tokens", default=0, show_default=True,
                                   help="Leave each response's first N tokens out of its score (response-start cues).")
 

@@ -146,7 +146,7 @@ def summarise(rounds: list[dict], sizes: list[str], args) -> dict:
             "train_rows": rec.get("train_rows"),
             "recommend_reported_seconds": rec.get("seconds"),
             "probe_cost": rec.get("probe_cost"),
-            "train_reported_seconds": run.get("seconds"),
+            "train_reported_seconds": run["provenance"]["seconds"],
             "train_evaluations": run.get("evaluations"),
             "train_epochs": (rec_json.get("training") or {}).get("epochs"),
         }

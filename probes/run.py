@@ -184,7 +184,8 @@ def run_probe(model_spec: str, data: ProbeData, cfg: ProbeConfig, out_dir: str |
                              callbacks=[_Steps(s)], stream=log or io.StringIO(), step0_row=step0)
         curves[s] = _curve(out / s / "eval.jsonl")
         step0 = step0 or curves[s][0]
-    train_tokens = sum(r.get("train_tokens") or 0 for r in records.values())
+    train_tokens = sum(_mean_tokens(base.tokenizer, data.train[s], cfg.max_length) * cfg.steps * cfg.batch_size
+                       for s in cfg.strategies)
     report = {
         "version": 2,
         "model": base.description | {"spec": model_spec},
@@ -195,7 +196,7 @@ def run_probe(model_spec: str, data: ProbeData, cfg: ProbeConfig, out_dir: str |
         "curves": curves,
         "features": features(curves, data.context),
         "cost": cost(train_tokens, _eval_tokens(curves), data.context),
-        "seconds": round(sum(r.get("seconds") or 0 for r in records.values()), 2),
+        "seconds": round(sum(r["provenance"]["seconds"] for r in records.values()), 2),
         "versions": versions(),
     }
     write_json(out / "probe.json", report)
@@ -203,6 +204,15 @@ def run_probe(model_spec: str, data: ProbeData, cfg: ProbeConfig, out_dir: str |
                                      "versions": versions()})
     plot(report, out / "probe.png")
     return report
+
+
+def _mean_tokens(tokenizer, pairs: list[tuple[str, str]], max_length: int, sample: int = 512) -> float:
+    """Mean tokens of a training sequence (prompt, response, EOS) over an evenly spaced sample: the
+    probe's training tokens are steps x batch x this, the same whether or not it was resumed."""
+    from capacity_advisor.models.template import encode_pair
+
+    picked = pairs[:: max(1, len(pairs) // sample)][:sample]
+    return mean(len(encode_pair(tokenizer, p, r, max_length, add_eos=True).input_ids) for p, r in picked)
 
 
 def _curve(path: Path) -> list[dict]:

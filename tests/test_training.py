@@ -18,8 +18,8 @@ from capacity_advisor.training.callbacks import eval_schedule
 from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec, load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORD_KEYS = {"version", "run_id", "model", "strategy", "mix", "n_train", "epochs", "features", "pool", "evals", "train_tokens",
-               "best_accuracy", "final_accuracy", "seconds", "settings", "final_checkpoint"}
+RECORD_KEYS = {"version", "run_id", "model", "strategy", "mix", "n_train", "epochs", "features", "pool", "evals",
+               "best_accuracy", "final_accuracy", "settings", "provenance"}
 
 
 # ---- metrics on handmade strings ----------------------------------------------------------
@@ -192,10 +192,13 @@ def test_killed_run_resumes_at_the_last_checkpoint(tmp_path, tiny_llama):
     (run / "checkpoint-4").mkdir()
     (run / "eval.jsonl").open("a").write(json.dumps({"step": 4, "epoch": 1.0}) + "\n")
     record = run_sft(path, run, records=str(store), threads=1)
-    assert record["settings"]["resumed_from_step"] == 3
+    assert record["provenance"]["resumed_from_step"] == 3
     check_run(run, record)
     full = run_sft(path, tmp_path / "full", records=str(store), threads=1)
-    assert full["settings"]["resumed_from_step"] is None
+    assert full["provenance"]["resumed_from_step"] is None
+    # what should be identical is: provenance (wall time, resume point, paths) is kept apart
+    same = lambda r: {k: v for k, v in r.items() if k not in ("provenance", "evals")}  # noqa: E731
+    assert same(record) == same(full) and record["run_id"] == full["run_id"]
     assert [e["step"] for e in full["evals"]] == [e["step"] for e in record["evals"]]
     # same data order and optimizer state after the resume: the same losses
     for a, b in zip(full["evals"][2:], record["evals"][2:]):

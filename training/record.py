@@ -4,7 +4,10 @@ RUN/record.json is one JSON object:
 
     {"version": 1, "run_id", "model": description, "strategy", "mix", "n_train", "epochs": budget,
      "features", "pool", "evals": [{"epoch", "step", "accuracy", "repetition_rate", "answer_rate",
-     "train_loss"}, ...], "best_accuracy", "final_accuracy", "seconds", "settings", "final_checkpoint"}
+     "train_loss"}, ...], "best_accuracy", "final_accuracy", "settings",
+     "provenance": {"seconds", "resumed_from_step", "final_checkpoint", "finished_at", "manifest", "train_tokens"}}
+
+`run_id` is the run key (a hash of the manifest and its data files), so the same run has the same id.
 
 `evals` starts with the base model (step 0) and then has one row per checkpoint; `epoch` is
 exactly step / steps_per_epoch. `best_accuracy` is the best over trained checkpoints (step > 0),
@@ -29,7 +32,10 @@ def default_store() -> Path:
 
 
 def build_record(*, run_id: str, description: dict, manifest, n_train: int, eval_rows: list[dict],
-                 seconds: float, settings: dict, final_checkpoint: str | None) -> dict:
+                 settings: dict, provenance: dict) -> dict:
+    """The RunRecord. Everything outside `provenance` is the same for a run resumed after a kill
+    and an uninterrupted one; `provenance` says where and how this run happened (its wall time,
+    the step it resumed from, its last checkpoint, when it finished)."""
     evals = [{k: r.get(k) for k in EVAL_KEYS} for r in sorted(eval_rows, key=lambda r: r["step"])]
     trained = [e["accuracy"] for e in evals if e["step"] > 0 and e["accuracy"] is not None]
     final = evals[-1]["accuracy"] if evals and evals[-1]["step"] > 0 else None
@@ -46,9 +52,8 @@ def build_record(*, run_id: str, description: dict, manifest, n_train: int, eval
         "evals": evals,
         "best_accuracy": max(trained) if trained else None,
         "final_accuracy": final,
-        "seconds": round(seconds, 3),
         "settings": settings,
-        "final_checkpoint": final_checkpoint,
+        "provenance": provenance,
     }
 
 

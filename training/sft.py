@@ -276,11 +276,14 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
         rows_done = cbs.read_curve(run_dir / "eval.jsonl")
         last = checkpoints(run_dir)
         settings.update({"steps_per_epoch": evaluator.steps_per_epoch, "max_steps": trainer.state.max_steps,
-                         "eval_steps": evaluator.schedule, "resumed_from_step": resume[0] if resume else None})
-        record = build_record(run_id=f"{key}-{int(time.time())}", description=description, manifest=m,
-                              n_train=len(train_set), eval_rows=rows_done, seconds=evaluator.elapsed(),
-                              settings=settings, final_checkpoint=str(last[-1][1]) if last else None)
-        record["train_tokens"] = train_tokens if not resume else None  # a resumed run saw only part of them here
+                         "eval_steps": evaluator.schedule})
+        provenance = {"seconds": round(evaluator.elapsed(), 3), "resumed_from_step": resume[0] if resume else None,
+                      "final_checkpoint": str(last[-1][1]) if last else None, "manifest": settings.pop("manifest"),
+                      "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                      # a resumed run saw only part of the tokens in this process
+                      "train_tokens": train_tokens if not resume else None}
+        record = build_record(run_id=key, description=description, manifest=m, n_train=len(train_set),
+                              eval_rows=rows_done, settings=settings, provenance=provenance)
         plot_curve(rows_done, run_dir / "curve.png",
                    f"{m.model_spec} · {m.strategy} · {len(train_set)} rows · {t.epochs} epochs")
         if store:

@@ -104,8 +104,8 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
         record = run_sft(manifest, out, records=records, device=device, dtype=dtype, threads=threads)
     summary = {"record": str(Path(out) / "record.json"), "curve": str(Path(out) / "curve.png"),
                "best_accuracy": record.get("best_accuracy"), "final_accuracy": record.get("final_accuracy"),
-               "evaluations": len(record.get("evals", [])), "seconds": record.get("seconds"),
-               "final_checkpoint": record.get("final_checkpoint")}
+               "evaluations": len(record.get("evals", [])), "seconds": record["provenance"]["seconds"],
+               "final_checkpoint": record["provenance"]["final_checkpoint"]}
     if as_json:
         emit_json(summary)
     else:

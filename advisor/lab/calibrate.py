@@ -298,8 +298,21 @@ def portable(record: dict, unit: Unit, teacher: str = "lab:teacher") -> dict:
     r = dict(record)
     r["model"] = {k: v for k, v in r["model"].items() if k != "path"}
     r["source"] = "calibrate"
-    r["settings"] = {k: v for k, v in (r.get("settings") or {}).items() if k not in ("manifest", "device")}
-    r["settings"]["seed"] = unit.seed
-    r["final_checkpoint"] = None
+    settings = dict(r.get("settings") or {})
+    provenance = dict(r.pop("provenance", None) or {})
+    # records of earlier versions kept these beside the settings; they describe this run, not what it was
+    for key in ("seconds", "train_tokens", "final_checkpoint"):
+        if key in r:
+            provenance.setdefault(key, r.pop(key))
+    for key in ("resumed_from_step", "manifest"):
+        if key in settings:
+            provenance.setdefault(key, settings.pop(key))
+    head, _, tail = str(r.get("run_id", "")).rpartition("-")
+    if head and tail.isdigit():  # earlier versions appended the finishing time to the run key
+        r["run_id"] = head
+    settings.pop("device", None)
+    settings["seed"] = unit.seed
+    r["settings"] = settings
+    r["provenance"] = {k: v for k, v in provenance.items() if k not in ("manifest", "final_checkpoint")}
     r["unit"] = {"task": unit.task, "score": unit.score, "size": unit.size, "seed": unit.seed, "teacher": teacher}
     return finite(r)  # JSON has no NaN: null instead, so any JSON reader takes the records

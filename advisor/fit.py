@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from capacity_advisor.advisor.predictor import (
-    FEATURE_SETS, KINDS, SETS, SPLITS, Rule, cross_validate, fit_predictor, folds, label_rows,
+    FEATURE_SETS, KINDS, SPLITS, Rule, cross_validate, fit_predictor, folds, label_rows, options_in,
 )
 from capacity_advisor.advisor.priors import fit_lab_prior
 from capacity_advisor.models.errors import InputError
@@ -37,7 +37,7 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0
     pred.meta = {
         "cv": cv, "chosen_by": "leave-one-student-out mean regret", "feature_set": features,
         "rows": len(rows), "records": len(records), "students": sorted({r["student"] for r in rows}),
-        "labels": {s: sum(r["label"] == s for r in rows) for s in SETS}, "ties": sum(r["tie"] for r in rows),
+        "labels": {s: sum(r["label"] == s for r in rows) for s in options_in(rows)}, "ties": sum(r["tie"] for r in rows),
         "tie_margin": tie_margin, "rule_of_thumb": vars(Rule.fit(rows)),
         "lab_prior": fit_lab_prior(rows),
         "params_range": [min(r["n_params"] for r in rows), max(r["n_params"] for r in rows)],

@@ -43,9 +43,8 @@ import numpy as np
 
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import atomic_path, finite, read_jsonl
-from capacity_advisor.training.manifest import SETS
+from capacity_advisor.training.manifest import SETS, option_of, option_order, schedule_of
 
-TIE_ORDER = ("high", "mixed", "low")  # among near-ties, prefer fast-fit, then the hedge
 BUDGETS = (0.5, 1, 2, 3, 4, 5)
 FORMAT = 2
 MAX_FILE_BYTES = 64 << 20
@@ -129,13 +128,33 @@ def best_up_to(evals: Sequence[dict], budget: float) -> float:
     return max(accs) if accs else float("nan")
 
 
+def record_option(rec: dict) -> str | None:
+    """The schedule a run trained on (high, low, mixed, mixed@F, curriculum@E), or None."""
+    training = ((rec.get("settings") or {}).get("training") or {})
+    try:
+        name = option_of(rec.get("strategy"), rec.get("mix"), training.get("switch_epoch"))
+        schedule_of(name)
+    except (InputError, TypeError, ValueError):
+        return None
+    return name
+
+
+def options_in(rows: Sequence[dict]) -> tuple[str, ...]:
+    """Every option any row measured, in preference order."""
+    return tuple(sorted({o for r in rows for o in r["accuracy"]}, key=option_order))
+
+
 def label_rows(records: Iterable[dict], budgets: Sequence[float] = BUDGETS, tie_margin: float = 0.01) -> list[dict]:
-    """One row per (task, ranking, student, seed, budget) that has both a high and a low run."""
+    """One row per (task, ranking, student, seed, budget) that has both a high and a low run.
+
+    The label is the best option at the budget; near-ties (within `tie_margin`) go to the cheaper,
+    steadier option (`training.manifest.option_order`: high, mixes, curricula, low)."""
     groups: dict[tuple, dict[str, dict]] = defaultdict(dict)
     for rec in records:
-        if rec.get("strategy") in SETS and isinstance(rec.get("evals"), list):
+        option = record_option(rec)
+        if option and isinstance(rec.get("evals"), list):
             u = _unit(rec)
-            groups[(u["task"], u["score"], u["student"], u["seed"])][rec["strategy"]] = rec
+            groups[(u["task"], u["score"], u["student"], u["seed"])][option] = rec
     rows = []
     for (task, score, student, seed), runs in sorted(groups.items(), key=lambda kv: str(kv[0])):
         if "high" not in runs or "low" not in runs:
@@ -148,7 +167,7 @@ def label_rows(records: Iterable[dict], budgets: Sequence[float] = BUDGETS, tie_
             if any(math.isnan(a) for a in accs.values()):
                 continue
             best = max(accs.values())
-            near = [s for s in TIE_ORDER if s in accs and accs[s] >= best - tie_margin]
+            near = sorted((s for s in accs if accs[s] >= best - tie_margin), key=option_order)
             rows.append({
                 "group": f"{task}|{score}|{student}|{seed}",
                 "unit": f"{task}|{score}|{student}|{seed}",
@@ -262,8 +281,8 @@ def _tree_predict(t: dict, X: np.ndarray) -> np.ndarray:
     return np.asarray(t["value"], dtype=float)[node]
 
 
-def member_proba(m: dict, X: np.ndarray) -> np.ndarray:
-    """Probabilities over SETS (columns) for one member."""
+def member_proba(m: dict, X: np.ndarray, options: Sequence[str] = SETS) -> np.ndarray:
+    """Probabilities over `options` (columns) for one member; options it never saw get 0."""
     k = len(m["classes"])
     if m["kind"] == "logistic":
         z = (np.where(np.isnan(X), np.array(m["fill"]), X) - np.array(m["mean"])) / np.array(m["scale"])
@@ -285,9 +304,9 @@ def member_proba(m: dict, X: np.ndarray) -> np.ndarray:
     logits = logits - logits.max(axis=1, keepdims=True)
     e = np.exp(logits)
     p = e / e.sum(axis=1, keepdims=True)
-    out = np.zeros((len(X), len(SETS)))
+    out = np.zeros((len(X), len(options)))
     for j, c in enumerate(m["classes"]):
-        out[:, SETS.index(c)] = p[:, j]
+        out[:, list(options).index(c)] = p[:, j]
     return out
 
 
@@ -317,7 +336,7 @@ def _ridge_fit(X: np.ndarray, rows: Sequence[dict], features: Sequence[str], alp
     gaps (minus RIDGE_MARGIN) over the residual spread, so they say how sure the gap is."""
     from sklearn.linear_model import Ridge
 
-    others = [s for s in SETS[1:] if all(s in r["accuracy"] for r in rows)]
+    others = [s for s in options_in(rows) if s != "high" and all(s in r["accuracy"] for r in rows)]
     Y = np.array([[r["accuracy"][s] - r["accuracy"]["high"] for s in others] for r in rows])
     Z, fill, mu, sd = _standardize(X)
     j = list(features).index("budget")
@@ -331,7 +350,7 @@ def _ridge_fit(X: np.ndarray, rows: Sequence[dict], features: Sequence[str], alp
 
 def fit_member(rows: Sequence[dict], kind: str, features: Sequence[str], seed: int = 0) -> dict:
     labels = [r["label"] for r in rows]
-    classes = tuple(c for c in SETS if c in labels) or ("high",)
+    classes = tuple(sorted(set(labels), key=option_order)) or ("high",)
     X = matrix(rows, features)
     if kind == "ridge":
         return _ridge_fit(X, rows, features)
@@ -375,6 +394,7 @@ class Predictor:
     features: tuple[str, ...]
     members: list[dict]
     kind: str = "logistic"
+    options: tuple[str, ...] = SETS  # what it chooses among, in preference order
     range: dict = field(default_factory=dict)  # feature -> {min, max, mean, sd}
     units: list[dict] = field(default_factory=list)  # calibration units: name, z (standardized inputs), outcomes
     typical_distance: float = float("nan")  # 95th percentile of a unit's distance to its nearest other student
@@ -382,18 +402,18 @@ class Predictor:
 
     def member_probas(self, rows_or_features: Sequence[dict]) -> np.ndarray:
         X = matrix(rows_or_features, self.features)
-        return np.stack([member_proba(m, X) for m in self.members])  # (members, rows, strategies)
+        return np.stack([member_proba(m, X, self.options) for m in self.members])  # (members, rows, options)
 
     def predict_proba(self, rows_or_features: Sequence[dict]) -> np.ndarray:
         return self.member_probas(rows_or_features).mean(axis=0)
 
     def predict(self, rows_or_features: Sequence[dict]) -> list[str]:
-        return [SETS[i] for i in self.predict_proba(rows_or_features).argmax(axis=1)]
+        return [self.options[i] for i in self.predict_proba(rows_or_features).argmax(axis=1)]
 
     def interval(self, features: dict, lo: float = 10, hi: float = 90) -> dict:
         """Per strategy, the members' lo-th and hi-th percentile of its probability."""
         p = self.member_probas([features])[:, 0, :]
-        return {s: (float(np.percentile(p[:, j], lo)), float(np.percentile(p[:, j], hi))) for j, s in enumerate(SETS)}
+        return {s: (float(np.percentile(p[:, j], lo)), float(np.percentile(p[:, j], hi))) for j, s in enumerate(self.options)}
 
     # ---- where the student sits among the calibrated ones --------------------------------------
     def _z(self, features: dict) -> np.ndarray:
@@ -432,14 +452,14 @@ class Predictor:
     def advise(self, features: dict) -> dict:
         """Probabilities, interval, range check, neighbours, and a confidence with its reasons."""
         p = self.predict_proba([features])[0]
-        probs = {s: float(v) for s, v in zip(SETS, p)}
+        probs = {s: float(v) for s, v in zip(self.options, p)}
         choice = max(probs, key=probs.get)
         interval = self.interval(features)
         checks = self.range_check(features)
         outside = [c for c in checks if c["inside"] is False]
         near = self.neighbours(features)
         far = bool(near) and math.isfinite(self.typical_distance) and near[0]["distance"] > self.typical_distance
-        others_hi = max(interval[s][1] for s in SETS if s != choice)
+        others_hi = max(interval[s][1] for s in self.options if s != choice)
         words = []
         if outside:
             confidence = "low"
@@ -463,7 +483,7 @@ class Predictor:
     def reasons(self, features: dict, k: int = 3) -> list[dict]:
         """The inputs that moved the chosen strategy's probability most, by replacing each with its
         calibrated mean (an occlusion measure that works for every member kind)."""
-        choice = SETS.index(self.predict([features])[0])
+        choice = self.options.index(self.predict([features])[0])
         base = self.predict_proba([features])[0][choice]
         out = []
         for key in self.features:
@@ -471,13 +491,14 @@ class Predictor:
                 continue
             p = self.predict_proba([{**features, key: self.range[key]["mean"]}])[0][choice]
             out.append({"feature": key, "value": _num(features.get(key)), "weight": float(base - p),
-                        "toward": SETS[choice] if base >= p else f"not {SETS[choice]}"})
+                        "toward": self.options[choice] if base >= p else f"not {self.options[choice]}"})
         out.sort(key=lambda r: -abs(r["weight"]))
         return [r for r in out[:k] if abs(r["weight"]) > 1e-6]
 
     # ---- persistence -----------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {"format": FORMAT, "kind": self.kind, "features": list(self.features), "members": self.members,
+        return {"format": FORMAT, "kind": self.kind, "features": list(self.features), "options": list(self.options),
+                "members": self.members,
                 "range": self.range, "units": finite(self.units), "typical_distance": _json_num(self.typical_distance),
                 "meta": finite(self.meta)}
 
@@ -521,11 +542,19 @@ class Predictor:
         feats = raw.get("features")
         if not (isinstance(feats, list) and feats and all(isinstance(f, str) for f in feats)):
             raise bad("features")
+        options = raw.get("options", list(SETS))
+        try:
+            if not (isinstance(options, list) and options and all(isinstance(o, str) for o in options)):
+                raise InputError("options")
+            for o in options:
+                schedule_of(o)
+        except InputError:
+            raise bad("options") from None
         members = raw.get("members")
         if not isinstance(members, list) or not members:
             raise bad("no members")
         for m in members:
-            _check_member(m, len(feats), bad)
+            _check_member(m, len(feats), bad, options)
         rng = raw.get("range") or {}
         if not isinstance(rng, dict) or not all(
                 isinstance(v, dict) and all(isinstance(v.get(k), (int, float)) for k in ("min", "max", "mean", "sd"))
@@ -539,16 +568,16 @@ class Predictor:
                 for u in units):
             raise bad("units")
         td = raw.get("typical_distance")
-        return cls(tuple(feats), members, str(raw.get("kind", "")), rng, units,
+        return cls(tuple(feats), members, str(raw.get("kind", "")), tuple(options), rng, units,
                    float(td) if isinstance(td, (int, float)) else float("nan"),
                    raw.get("meta") if isinstance(raw.get("meta"), dict) else {})
 
 
-def _check_member(m, n_features: int, bad) -> None:
+def _check_member(m, n_features: int, bad, options: Sequence[str] = SETS) -> None:
     if not isinstance(m, dict) or m.get("kind") not in ("logistic", "lightgbm", "ridge", "constant"):
         raise bad("member kind")
     classes = m.get("classes")
-    if not (isinstance(classes, list) and classes and len(set(classes)) == len(classes) and set(classes) <= set(SETS)):
+    if not (isinstance(classes, list) and classes and len(set(classes)) == len(classes) and set(classes) <= set(options)):
         raise bad("member classes")
     k = len(classes)
 
@@ -612,6 +641,7 @@ def fit_predictor(rows: Sequence[dict], kind: str = "logistic", features: Sequen
     """The bagged ensemble with its calibrated range and the unit table for neighbours."""
     members = fit_members(rows, kind, features, n_members, seed, jobs)
     X = matrix(rows, features)
+    options = options_in(rows)
     rng = {}
     for j, k in enumerate(features):
         col = X[:, j][~np.isnan(X[:, j])]
@@ -619,7 +649,7 @@ def fit_predictor(rows: Sequence[dict], kind: str = "logistic", features: Sequen
             sd = float(col.std())
             rng[k] = {"min": float(col.min()), "max": float(col.max()), "mean": float(col.mean()),
                       "sd": sd if sd > 1e-12 else 1.0}
-    pred = Predictor(tuple(features), members, kind, rng)
+    pred = Predictor(tuple(features), members, kind, options, rng)
     by_unit: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         by_unit[r["unit"]].append(r)
@@ -718,7 +748,8 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kinds: Sequence
     picks: dict[str, list[tuple[dict, str]]] = defaultdict(list)
     for _, train, test in fs:
         for kind in kinds:
-            model = Predictor(tuple(features), fit_members(train, kind, features, n_members, seed, jobs))
+            model = Predictor(tuple(features), fit_members(train, kind, features, n_members, seed, jobs),
+                              options=options_in(rows))
             picks[kind] += list(zip(test, model.predict(test)))
         rule = Rule.fit(train)
         picks["rule of thumb (fitted thresholds)"] += [(r, rule.choose(r)) for r in test]
@@ -759,7 +790,8 @@ def permutation_importance(rows: Sequence[dict], kind: str, features: Sequence[s
     """Leave-one-student-out regret increase when one input is shuffled among the held-out rows."""
     rng = np.random.default_rng(seed)
     fs = folds(rows, "student")
-    models = [(Predictor(tuple(features), fit_members(train, kind, features, n_members, seed)), test) for _, train, test in fs]
+    models = [(Predictor(tuple(features), fit_members(train, kind, features, n_members, seed), options=options_in(rows)), test)
+              for _, train, test in fs]
     base = mean(regret(r, s) for m, test in models for r, s in zip(test, m.predict(test)))
     out = []
     for key in features:

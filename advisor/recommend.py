@@ -23,11 +23,10 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
 
 from capacity_advisor.advisor.predictor import BUDGETS, Predictor
 from capacity_advisor.advisor.select import RANKINGS
-from capacity_advisor.training.manifest import SETS
+from capacity_advisor.training.manifest import SETS, schedule_of
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import stable_hash, versions, write_json, write_jsonl
 
@@ -234,17 +233,17 @@ def recommend(cfg: RecommendConfig, status=None, progress=None) -> dict:
     return _full(cfg, desc, predictor, settings, key, out, t0, say, progress)
 
 
-def _prior(cfg: RecommendConfig, desc: dict, predictor: Predictor) -> tuple[dict, np.ndarray]:
+def _prior(cfg: RecommendConfig, desc: dict, predictor: Predictor) -> tuple[dict, dict]:
     from capacity_advisor.advisor.priors import prior_advice
 
     advice = prior_advice(desc["n_params"], cfg.budget, predictor)
-    curve = np.array([[prior_advice(desc["n_params"], b, predictor)["probabilities"][s] for s in SETS]
-                      for b in BUDGET_GRID])
-    return advice, curve
+    by_budget = [prior_advice(desc["n_params"], b, predictor)["probabilities"] for b in BUDGET_GRID]
+    return advice, {s: [p[s] for p in by_budget] for s in SETS}
 
 
-def _crossover(curve: np.ndarray) -> float | None:
-    return next((b for b, p in zip(BUDGET_GRID, curve) if p[1] > p[0] + 1e-9), None)
+def _crossover(curve: dict) -> float | None:
+    """The first budget at which D_low is more likely the best than D_high."""
+    return next((b for b, lo, hi in zip(BUDGET_GRID, curve["low"], curve["high"]) if lo > hi + 1e-9), None)
 
 
 def _advice_only(cfg, desc, predictor, settings, key, out: Path, t0: float) -> dict:
@@ -307,14 +306,20 @@ def _full(cfg, desc, predictor, settings, key, out: Path, t0: float, say, progre
         features.update(probe["features"])
         advice = predictor.advise(features)
         advice["reasons"] = predictor.reasons(features)
-        curve = predictor.predict_proba([{**features, "budget": b} for b in BUDGET_GRID])
+        probs = predictor.predict_proba([{**features, "budget": b} for b in BUDGET_GRID])
+        curve = {o: probs[:, j].tolist() for j, o in enumerate(predictor.options)}
         if desc["n_params"] >= PAPER_FROM:  # what the paper found for students of this size, beside the measurement
             advice["paper_prior"] = paper_prior_advice(desc["n_params"], cfg.budget)
-    strategy = advice["strategy"]
+    strategy, mix, switch = schedule_of(advice["strategy"])
+    if strategy == "curriculum" and switch >= cfg.budget:  # the switch never comes: this is D_high
+        advice["confidence_reasons"].append(f"{advice['strategy']} switches after the {cfg.budget:g}-epoch budget: "
+                                            "within it, it trains on D_high")
+        advice["strategy"], strategy, switch = "high", "high", None
+    mix = cfg.mix if advice["strategy"] == "mixed" else mix
 
     # the dataset: every problem outside the probe's held-out slice, which becomes the eval set
     held = set(split.eval_ids)
-    sel = select(pool, scores, SelectConfig(strategy=strategy, mix=cfg.mix, seed=cfg.seed, score=cfg.score))
+    sel = select(pool, scores, SelectConfig(strategy=strategy, mix=mix, seed=cfg.seed, score=cfg.score))
     sel.rows = [r for r in sel.rows if r["id"] not in held]
     export(sel, out / "train.jsonl", "trl")
     eval_rows = [{"prompt": pool.get(i).prompt, "answer": pool.get(i).answer, "task": pool.get(i).task}
@@ -336,7 +341,9 @@ def _report(cfg, desc, advice, curve, settings, features, probe, predictor, sele
     return {
         "strategy": advice["strategy"],
         "answer": advice.get("answer", advice["strategy"]),
-        "mix": cfg.mix if advice["strategy"] == "mixed" else 0.0,
+        "mix": (cfg.mix if advice["strategy"] == "mixed" else schedule_of(advice["strategy"])[1])
+        if advice["strategy"].startswith("mixed") else 0.0,
+        "switch_epoch": schedule_of(advice["strategy"])[2],
         "probabilities": advice["probabilities"],
         "interval": advice.get("interval"),
         "crossover_epoch": _crossover(curve),
@@ -387,7 +394,7 @@ def write_manifest(report: dict, checker: str, cfg: RecommendConfig, settings: d
     manifest = Manifest(
         model={**{k: x for k, x in report["model"].items() if k != "path"}, "spec": cfg.model},
         dataset="train.jsonl",
-        strategy=report["strategy"],
+        strategy=schedule_of(report["strategy"])[0],
         mix=report["mix"],
         probabilities=report["probabilities"],
         crossover_epoch=report["crossover_epoch"],
@@ -396,14 +403,14 @@ def write_manifest(report: dict, checker: str, cfg: RecommendConfig, settings: d
         eval=EvalSpec(path="eval.jsonl" if report["eval_rows"] else None, checker=checker,
                       max_new_tokens=v["max_new_tokens"], teacher=cfg.teacher),
         training=TrainingSpec(epochs=float(cfg.budget), learning_rate=v["learning_rate"], batch_size=v["train_batch"],
-                              max_length=v["max_length"], seed=cfg.seed),
+                              max_length=v["max_length"], seed=cfg.seed, switch_epoch=report["switch_epoch"]),
         features=report["features"],
         pool=report["pool"],
     )
     manifest.to_json(out / "recommendation.json")
 
 
-def plot_report(report: dict, curve: np.ndarray, probe: dict | None, predictor: Predictor, path: Path) -> None:
+def plot_report(report: dict, curve: dict, probe: dict | None, predictor: Predictor, path: Path) -> None:
     """Left: P(strategy) by budget. Middle: the probe. Right: where the student sits among the
     calibrated students (parameters against the input that moved the advice most)."""
     import matplotlib
@@ -417,8 +424,8 @@ def plot_report(report: dict, curve: np.ndarray, probe: dict | None, predictor: 
     fig, axes = plt.subplots(1, panels, figsize=(5.0 * panels, 3.4), squeeze=False)
     ax = axes[0][0]
     colors = {"high": "tab:blue", "low": "tab:red", "mixed": "tab:purple"}
-    for j, s in enumerate(SETS):
-        ax.plot(BUDGET_GRID, curve[:, j], label=f"P(D_{s})", color=colors[s])
+    for s, probs in curve.items():
+        ax.plot(BUDGET_GRID, probs, label=f"P(D_{s})", color=colors.get(s))
     ax.axvline(report["budget"], color="gray", ls="--", lw=1)
     if report["crossover_epoch"]:
         ax.axvline(report["crossover_epoch"], color="tab:red", ls=":", lw=1)

@@ -116,7 +116,8 @@ def test_predictions_move_with_budget_and_probe_features():
     model = fit_predictor(label_rows(make_records()), "logistic", FEATS, n_members=8)
     rng = random.Random(1)
     big = probe_features(7.2, rng)
-    p_low = [model.predict_proba([{**big, "budget": b}])[0][1] for b in (0.5, 1, 2, 3, 4, 5)]
+    low = model.options.index("low")
+    p_low = [model.predict_proba([{**big, "budget": b}])[0][low] for b in (0.5, 1, 2, 3, 4, 5)]
     assert p_low[-1] > 0.5 > p_low[0]  # more epochs -> low becomes the choice
     small = probe_features(4.3, rng)
     assert model.predict([{**small, "budget": 5}]) == ["high"]

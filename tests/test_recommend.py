@@ -208,3 +208,45 @@ def test_recommend_on_a_real_model_folder_reports_where_each_setting_came_from(t
     assert rep["train_rows"] == 30 - 4 and rep["paper_prior"] is None  # 10^8 parameters and up only
     m = load_manifest(tmp_path / "rec" / "recommendation.json")
     assert m.eval.checker == "math" and m.training.max_length == 4096
+
+
+def test_calibration_covers_extra_schedules_and_the_predictor_chooses_among_them(lab_home, tmp_path):
+    """mixed@0.25 is trained as a share of a quarter of the problems on their low response, labelled,
+    and becomes one of the predictor's options."""
+    from dataclasses import replace
+
+    from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, run_calibration
+    from capacity_advisor.advisor.predictor import fit_predictor, label_rows
+
+    cfg = replace(CalibrateConfig.quick_settings(str(tmp_path / "cal")), schedules=("mixed@0.25",))
+    run_calibration(cfg, log=lambda m: None)
+    records = [json.loads(x) for x in (tmp_path / "cal" / "records.jsonl").read_text().splitlines()]
+    assert [(r["strategy"], r["mix"]) for r in records] == [("high", 0.0), ("low", 0.0), ("mixed", 0.5), ("mixed", 0.25)]
+    train = [json.loads(x) for x in (tmp_path / "cal" / "modchain" / "sum" / "xs-s0" / "data" / "mixed@0.25.jsonl")
+             .read_text().splitlines()]
+    assert len(train) == 64
+    rows = label_rows(records)
+    assert set(rows[0]["accuracy"]) == {"high", "low", "mixed", "mixed@0.25"}
+    pred = fit_predictor(rows * 2, "logistic", ("budget", "likelihood_gap_per_token"), n_members=2)
+    assert pred.options == ("high", "mixed@0.25", "mixed", "low")
+    with pytest.raises(Exception, match="names no schedule"):
+        replace(cfg, schedules=("mixed@2",)).validate()
+
+
+def test_recommend_writes_the_schedule_the_predictor_chose(lab_pool_file, tmp_path):
+    """A predictor fitted on records where a quarter-mix always wins recommends it, and the manifest carries it."""
+    from capacity_advisor.advisor.fit import fit_and_save
+
+    records = make_records()
+    for rec in [r for r in records if r["strategy"] == "high"]:
+        better = {**rec, "strategy": "mixed", "mix": 0.25,
+                  "evals": [{**e, "accuracy": min(1.0, e["accuracy"] + 0.2) if e["step"] else e["accuracy"]} for e in rec["evals"]]}
+        records.append(better)
+    fit_and_save(records, tmp_path / "pred", n_members=2, kinds=("logistic",))
+    r = run("recommend", "--model", "lab:xs", "--budget", 3, "--pool", lab_pool_file, "--predictor", tmp_path / "pred",
+            "--probe-steps", 4, "--probe-eval-problems", 16, "--out", tmp_path / "rec", "--device", "cpu", "--json")
+    assert r.exit_code == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["strategy"] == "mixed@0.25" and rep["mix"] == 0.25 and set(rep["probabilities"]) >= {"mixed@0.25", "high"}
+    m = load_manifest(tmp_path / "rec" / "recommendation.json")
+    assert (m.strategy, m.mix) == ("mixed", 0.25)

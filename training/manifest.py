@@ -27,7 +27,41 @@ from capacity_advisor.models.files import write_json
 
 MANIFEST_VERSION = 1
 STRATEGIES = ("high", "low", "mixed", "curriculum")
-SETS = STRATEGIES[:3]  # the sets a probe trains on and the predictor chooses among (curriculum is a schedule of two)
+SETS = STRATEGIES[:3]  # the sets a probe trains on; the predictor's options are these and the schedules below
+
+
+def option_of(strategy: str, mix: float | None = None, switch_epoch: float | None = None) -> str:
+    """The name of a schedule: high, low, mixed (half the problems on their low response),
+    mixed@F (a share F of them), curriculum@E (D_high for E epochs, then D_low)."""
+    if strategy == "mixed" and mix is not None and abs(mix - 0.5) > 1e-9:
+        return f"mixed@{mix:g}"
+    if strategy == "curriculum":
+        return f"curriculum@{switch_epoch:g}"
+    return strategy
+
+
+def schedule_of(option: str) -> tuple[str, float, float | None]:
+    """(strategy, mix, switch_epoch) of an option name; InputError when it names none."""
+    strategy, _, arg = option.partition("@")
+    try:
+        value = float(arg) if arg else None
+    except ValueError:
+        value = None
+        arg = "?"
+    if strategy in ("high", "low") and not arg:
+        return strategy, 0.0, None
+    if strategy == "mixed" and (not arg or (value is not None and 0 < value < 1)):
+        return "mixed", value if value is not None else 0.5, None
+    if strategy == "curriculum" and value is not None and value > 0:
+        return "curriculum", 0.0, value
+    raise InputError(f"{option!r} names no schedule: use high, low, mixed, mixed@SHARE (0 < SHARE < 1) or curriculum@EPOCHS")
+
+
+def option_order(option: str) -> tuple:
+    """The order in which near-tied options are preferred: the cheaper, steadier first (high, then
+    mixes by rising share of low responses, then curricula by falling epochs of D_high, then low)."""
+    strategy, mix, switch = schedule_of(option)
+    return {"high": (0, 0.0), "mixed": (1, mix), "curriculum": (2, -(switch or 0.0)), "low": (3, 0.0)}[strategy]
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial",
               "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay")
 

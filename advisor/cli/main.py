@@ -359,9 +359,10 @@ def fit(records_path, out, tie_margin, feature_set, kinds, members, jobs, seed, 
 @click.option("--jobs", default=1, show_default=True, help="Units in parallel, one torch thread each.")
 @click.option("--teacher", default="lab:teacher", show_default=True,
               help="The lab model that samples the pools, or 'program' for the scripted teacher's candidates.")
+@click.option("--schedules", default="", help="Options beyond D_high / D_low / D_mixed, e.g. mixed@0.25,mixed@0.75,curriculum@2.")
 @click.option("--quick", is_flag=True, help="Tiny settings (one small student, one seed, one epoch, the scripted teacher) for tests.")
 @json_option
-def calibrate(out, sizes, seeds, mean_seeds, tasks, epochs, n_train, probe_steps, jobs, teacher, quick, as_json):
+def calibrate(out, sizes, seeds, mean_seeds, tasks, epochs, n_train, probe_steps, jobs, teacher, schedules, quick, as_json):
     """The lab sweep: teacher pools, probes and full high/low/mixed runs — RunRecords for `advisor fit`."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries
     from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, run_calibration
@@ -373,7 +374,8 @@ def calibrate(out, sizes, seeds, mean_seeds, tasks, epochs, n_train, probe_steps
     else:
         cfg = CalibrateConfig(out=out, sizes=names(sizes, "--sizes"), seeds=ints(seeds, "--seeds"),
                               mean_seeds=ints(mean_seeds, "--mean-seeds"), tasks=names(tasks, "--tasks"),
-                              epochs=epochs, n_train=n_train, probe_steps=probe_steps, jobs=jobs, teacher=teacher)
+                              epochs=epochs, n_train=n_train, probe_steps=probe_steps, jobs=jobs, teacher=teacher,
+                              schedules=names(schedules, "--schedules"))
     cfg.validate()
     check_writable_dir(out, "--out")
     result = run_calibration(cfg, log=lambda m: console.print(m, highlight=False))

@@ -110,7 +110,8 @@ def recommendation(report: dict, out: str) -> None:
     m = report["model"]
     answer = report.get("answer", report["strategy"])
     head = (f"[bold]Train on: D_{report['strategy']}[/bold]"
-            + (f" (mix {report['mix']:g} of problems on their low response)" if report["strategy"] == "mixed" else "")
+            + (f" (a share {report['mix']:g} of problems on their low response)" if report["strategy"].startswith("mixed")
+               else f" (D_high for {report['switch_epoch']:g} epochs, then D_low)" if report.get("switch_epoch") else "")
             + (" — the evidence is silent here; mixed is the hedge" if answer == "uncertain" else "")
             + f"   confidence: {report['confidence']}   ({report['predictor']})\n"
             + f"student {m['spec']} ({m['n_params']:,} params), budget {report['budget']:g} epochs")

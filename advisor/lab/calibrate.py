@@ -32,7 +32,7 @@ from typing import Callable
 
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, read_jsonl, versions, write_json, write_jsonl
-from capacity_advisor.training.manifest import SETS
+from capacity_advisor.training.manifest import SETS, schedule_of
 
 EVAL_SEED = 10_000  # the held-out problems are the same for every pool seed
 
@@ -57,6 +57,7 @@ class CalibrateConfig:
     max_new_tokens: int = 48
     jobs: int = 1  # --jobs: units in parallel (one torch thread each)
     teacher: str = "lab:teacher"  # --teacher: the lab model that samples the pools, or "program" (the scripted teacher)
+    schedules: tuple[str, ...] = ()  # --schedules: options beyond D_high / D_low / D_mixed, e.g. mixed@0.25,curriculum@2
     quick: bool = False  # --quick: tiny settings for tests
 
     def validate(self) -> None:
@@ -78,10 +79,23 @@ class CalibrateConfig:
             bad.append(f"--candidates {self.candidates} must be between 2 and 16")
         if self.jobs < 1:
             bad.append(f"--jobs {self.jobs} must be at least 1")
+        for option in self.schedules:
+            try:
+                strategy, _, switch = schedule_of(option)
+            except InputError as e:
+                bad.append(f"--schedules: {e}")
+                continue
+            if switch is not None and switch >= self.epochs:
+                bad.append(f"--schedules {option}: the switch must come before the last epoch ({self.epochs})")
         if self.teacher != "program" and not self.teacher.startswith("lab:"):
             bad.append(f"--teacher {self.teacher!r}: name a lab model (lab:teacher) or 'program' for the scripted teacher")
         if bad:
             raise InputError("; ".join(bad))
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """Every schedule a unit trains: the three sets, then the extra schedules."""
+        return tuple(dict.fromkeys((*SETS, *self.schedules)))
 
     @property
     def ladder(self) -> tuple[str, ...]:
@@ -216,25 +230,27 @@ def run_unit(cfg: CalibrateConfig, unit: Unit, pool_path: Path, eval_path: Path)
         split = build_probe_data(pool, scores, pcfg, tokenizer=lm.tokenizer, checker="lab", score=unit.score)
         run_probe(f"lab:{unit.size}", split.data, pcfg, folder / "probe", lm=lm)
     probe = json.loads((folder / "probe" / "probe.json").read_text())
-    for strategy in SETS:
-        run_dir = folder / strategy
+    for option in cfg.options:
+        run_dir = folder / option
         if (run_dir / "record.json").exists():
             continue
-        sel = select(pool, scores, SelectConfig(strategy=strategy, mix=0.5, seed=unit.seed, score=unit.score))
-        export(sel, folder / "data" / f"{strategy}.jsonl", "trl")
+        strategy, mix, switch = schedule_of(option)
+        sel = select(pool, scores, SelectConfig(strategy=strategy, mix=mix, seed=unit.seed, score=unit.score))
+        export(sel, folder / "data" / f"{option}.jsonl", "trl")
         m = Manifest(
-            model={**lm.description, "spec": f"lab:{unit.size}"}, dataset=f"data/{strategy}.jsonl", strategy=strategy,
-            mix=0.5 if strategy == "mixed" else 0.0,
+            model={**lm.description, "spec": f"lab:{unit.size}"}, dataset=f"data/{option}.jsonl", strategy=strategy,
+            mix=mix if strategy == "mixed" else 0.0,
             eval=EvalSpec(path=os.path.relpath(eval_path, folder), checker="lab", max_new_tokens=cfg.max_new_tokens,
                           limit=None, teacher=cfg.teacher_model, base_drift=True, view_limit=64, token_budget=16384),
             training=TrainingSpec(epochs=cfg.epochs, learning_rate=lr, batch_size=cfg.batch, max_length=96,
-                                  evals_per_epoch=cfg.evals_per_epoch, seed=unit.seed, save_total_limit=1),
+                                  evals_per_epoch=cfg.evals_per_epoch, seed=unit.seed, save_total_limit=1,
+                                  switch_epoch=switch),
             features=probe["features"],
             pool={"task": unit.task, "source": pool_path.name, "score": unit.score, "fingerprint": pool.fingerprint(),
                   "teacher": cfg.teacher},
             base_dir=str(folder),
         )
-        m.to_json(folder / f"{strategy}.manifest.json")
+        m.to_json(folder / f"{option}.manifest.json")
         run_sft(m, run_dir, device="cpu", dtype="float32", lm=lm, store=False, stream=io.StringIO())
         for ckpt in run_dir.glob("checkpoint-*"):  # the weights are not needed once the record is written
             import shutil
@@ -270,7 +286,7 @@ def run_calibration(cfg: CalibrateConfig, log: Log = print) -> dict:
     for name in ([cfg.teacher[len("lab:"):]] if cfg.teacher_model else []) + list(cfg.ladder):
         student_path(name)
     pools = {(t, s): teacher_pool(cfg, t, s, log) for t in cfg.tasks for s in sorted(set(cfg.seeds) | set(cfg.mean_seeds))}
-    todo = [u for u in units(cfg) if not all((u.folder(out) / s / "record.json").exists() for s in SETS)]
+    todo = [u for u in units(cfg) if not all((u.folder(out) / s / "record.json").exists() for s in cfg.options)]
     log(f"{len(todo)} of {len(units(cfg))} units to run, {cfg.jobs} at a time")
     jobs = Parallel(n_jobs=cfg.jobs, backend="loky", return_as="generator_unordered") if cfg.jobs > 1 else None
     calls = [delayed(run_unit)(cfg, u, *pools[(u.task, u.seed)]) for u in todo]
@@ -286,7 +302,7 @@ def collect_records(cfg: CalibrateConfig) -> list[dict]:
     out = Path(cfg.out)
     records = []
     for u in sorted(units(cfg), key=lambda u: (u.task, u.score, cfg.ladder.index(u.size), u.seed)):
-        for strategy in SETS:
+        for strategy in cfg.options:
             path = u.folder(out) / strategy / "record.json"
             if path.exists():
                 records.append(portable(json.loads(path.read_text()), u, cfg.teacher))

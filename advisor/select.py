@@ -22,26 +22,11 @@ from typing import Mapping, Sequence
 
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.training.manifest import STRATEGIES
 from capacity_advisor.models.files import atomic_path, read_jsonl, write_jsonl
+from capacity_advisor.models.ranking import RANKINGS, SCORE_FIELDS, extremes, score_value  # noqa: F401  (re-exported)
+from capacity_advisor.training.manifest import STRATEGIES
 
 FORMATS = ("trl", "messages", "alpaca")
-SCORE_FIELDS = {"mean": "logprob_mean", "sum": "logprob_sum", "rsr": "rank_mean", "local": "logprob_local"}
-RANKINGS = tuple(SCORE_FIELDS)
-
-
-def score_value(row: dict, score: str) -> float:
-    """How natural a response is to the student under a ranking (higher = the D_high end).
-
-    sum: its log-likelihood (the paper's π(y|x)); mean: per token (GRAPE's); rsr: minus the
-    rank-surprisal ratio of arXiv 2601.14249 (mean token rank over mean token NLL under the
-    student; the paper finds a low ratio marks the most suitable trajectories, so they rank high);
-    local: the step-local average log-probability of arXiv 2510.03988 (`models.local`).
-    """
-    if score == "rsr":
-        nll = -row["logprob_mean"]
-        return -row["rank_mean"] / nll if nll > 0 else float("-inf")
-    return row[SCORE_FIELDS[score]]
 REQUIRED_SCORE_FIELDS = ("id", "k", "n_tokens", "logprob_sum", "logprob_mean", "truncated")
 
 
@@ -103,14 +88,6 @@ def _whole(v) -> bool:
 
 def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def extremes(values: Mapping[int, float]) -> tuple[int, int]:
-    """(argmax, argmin) over candidate index -> score; ties go to the lower index."""
-    ks = sorted(values)
-    hi = max(ks, key=lambda k: (values[k], -k))
-    lo = min(ks, key=lambda k: (values[k], k))
-    return hi, lo
 
 
 def select(pool: Pool, scores: Mapping[tuple[str, int], dict], cfg: SelectConfig) -> Selection:

@@ -418,3 +418,45 @@ def test_curriculum_trains_high_rows_then_low_rows(tmp_path, tiny_llama, monkeyp
     record = run_sft(path, tmp_path / "run", records=str(tmp_path / "r.jsonl"), threads=1, stream=io.StringIO())
     assert record["n_train"] == 16
     assert seen == [{False}] * 4 + [{True}] * 4  # epoch 0 on the high rows, epoch 1 on the low rows
+
+
+def test_rerank_rescores_with_the_checkpoint_and_swaps_the_rows(tmp_path, tiny_llama):
+    """At epoch 1 the candidates are scored by the weights of that moment (the saved checkpoint),
+    each problem takes its argmin (strategy low), and epoch 2 trains on those rows."""
+    import torch
+    from transformers import TrainerCallback
+
+    from capacity_advisor.models.hf import HFBackend
+    from capacity_advisor.models.loading import LoadedModel, load_model
+    from capacity_advisor.training.sft import run_sft
+
+    folder = tmp_path / "rec"
+    write_data(folder)
+    cands = [{"id": str(i), "prompt": f"Question: what is 12 + {i}? Answer:",
+              "responses": [f" {12 + i}.", f" Let us think step by step. \\boxed{{{12 + i}}}", f" It is {12 + i}, so \\boxed{{{12 + i}}}"]}
+             for i in range(16)]
+    (folder / "candidates.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cands))
+    m = Manifest(model={"spec": tiny_llama}, dataset="train.jsonl", strategy="low",
+                 eval=EvalSpec(path="eval.jsonl", checker="math", max_new_tokens=8),
+                 training=TrainingSpec(epochs=2, learning_rate=1e-3, batch_size=4, evals_per_epoch=1, save_total_limit=None,
+                                       warmup_ratio=0.0, rerank={"epochs": [1], "candidates": "candidates.jsonl", "score": "sum"}))
+    path = m.to_json(folder / "recommendation.json")
+    seen = {}
+
+    class Watch(TrainerCallback):
+        def on_epoch_begin(self, args, state, control, train_dataloader=None, **kw):
+            seen[int(state.epoch or 0)] = [dict(r) for r in train_dataloader.dataset.phases["all"]]
+
+    record = run_sft(path, tmp_path / "run", records=str(tmp_path / "store.jsonl"), threads=1, callbacks=[Watch()])
+    chosen = [json.loads(x) for x in (tmp_path / "run" / "rerank" / "epoch-1.jsonl").read_text().splitlines()]
+    assert len(chosen) == 16 and record["settings"]["rerank"]["epoch-1"]["problems"] == 16
+    assert record["provenance"]["rerank_tokens"] > 0
+    ckpt = load_model(str(tmp_path / "run" / "checkpoint-4"), device="cpu")  # the end of epoch 1 (16 rows / batch 4)
+    lm = load_model(tiny_llama, device="cpu")
+    backend = HFBackend(LoadedModel(ckpt.model, lm.tokenizer, torch.device("cpu"), tiny_llama, None, {}))
+    for c, row in zip(cands, chosen):
+        direct = backend.score([(c["prompt"], r) for r in c["responses"]], max_length=2048)
+        assert [s["logprob_sum"] for s in row["scores"]] == pytest.approx([d["logprob_sum"] for d in direct], abs=1e-4)
+        assert row["k"] == min(range(3), key=lambda k: (direct[k]["logprob_sum"], k))
+    assert [r["completion"] for r in seen[1]] == [c["responses"][row["k"]] for c, row in zip(cands, chosen)]
+    assert [r["completion"] for r in seen[0]] != [r["completion"] for r in seen[1]]

@@ -103,6 +103,7 @@ class TrainingSpec:
     save_total_limit: int | None = 2  # checkpoints kept on disk (oldest deleted first); None = all
     switch_epoch: float | None = None  # curriculum: rows with phase=high before this epoch, phase=low after
     gradient_checkpointing: bool = False  # trade compute for memory on large students
+    rerank: dict | None = None  # {"epochs": [2, 4], "candidates": "candidates.jsonl", "score": "sum"}: re-choose the rows (training.rerank)
 
 
 @dataclass
@@ -140,6 +141,12 @@ class Manifest:
         return self.resolve(self.eval.path)
 
     @property
+    def candidates_path(self) -> Path | None:
+        """training.rerank's candidates file, relative to the manifest's folder."""
+        r = self.training.rerank
+        return self.resolve(r["candidates"]) if isinstance(r, dict) and _line(r.get("candidates")) else None
+
+    @property
     def model_spec(self) -> str:
         return str(self.model.get("spec", "")) if isinstance(self.model, dict) else str(self.model)
 
@@ -173,6 +180,8 @@ class Manifest:
         if self.confidence is not None and not isinstance(self.confidence, str):
             bad.append(f"confidence: must be text or null, got {_show(self.confidence)}")
         bad += _training_problems(t)
+        if check_files and self.candidates_path is not None and not self.candidates_path.is_file():
+            bad.append(f"training.rerank.candidates: file {self.candidates_path} not found")
         bad += self._path_problems("eval.path", e.path, "a held-out JSONL of prompt/answer rows", check_files, required=False)
         if not _one_of(e.checker, CHECKERS):
             bad.append(f"eval.checker: {_show(e.checker)} is unknown (use {', '.join(CHECKERS)})")
@@ -319,6 +328,31 @@ def _training_problems(t: TrainingSpec) -> list[str]:
             bad.append(f"training.switch_epoch: must lie between 0 and training.epochs ({_show(t.epochs)}), got {_show(t.switch_epoch)}")
     if t.lora is not None:
         bad += _lora_problems(t.lora)
+    if t.rerank is not None:
+        bad += _rerank_problems(t)
+    return bad
+
+
+def _rerank_problems(t: TrainingSpec) -> list[str]:
+    from capacity_advisor.models.ranking import RANKINGS
+
+    r = t.rerank
+    if not isinstance(r, dict):
+        return [f"training.rerank: null, or an object with epochs, candidates and score, got {_show(r)}"]
+    bad = []
+    extra = set(r) - {"epochs", "candidates", "score"}
+    if extra:
+        bad.append(f"training.rerank: unknown keys {_keys(extra)} (use epochs, candidates, score)")
+    epochs = r.get("epochs")
+    if not (isinstance(epochs, list) and epochs and all(_int(e) and e >= 1 and (not _num(t.epochs) or e < t.epochs)
+                                                        for e in epochs)):
+        bad.append(f"training.rerank.epochs: whole epochs from 1 up to before training.epochs, got {_show(epochs)}")
+    if not _line(r.get("candidates")):
+        bad.append(f"training.rerank.candidates: the candidates file (one line of text), got {_show(r.get('candidates'))}")
+    if r.get("score", "sum") not in [k for k in RANKINGS if k != "local"]:
+        bad.append(f"training.rerank.score: sum, mean or rsr, got {_show(r.get('score'))}")
+    if t.switch_epoch is not None:
+        bad.append("training.rerank: a curriculum already switches sets at training.switch_epoch; use one or the other")
     return bad
 
 

@@ -256,13 +256,24 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     evaluator = cbs.EvalCallback(run_dir, measure, t.evals_per_epoch, t.grad_accum, t.seed, tok, m.model_spec,
                                  eval_every=t.eval_every, elapsed_before=(resume_marker or {}).get("elapsed", 0.0),
                                  log=progress.note, step0_row=step0_row)
+    extra = []
+    rerank = None
+    if t.rerank:
+        from capacity_advisor.training.rerank import RerankCallback, read_candidates
+
+        candidates = read_candidates(m.candidates_path, {str(r.get("id")) for r in rows})
+        rerank = RerankCallback(run_dir, train_set, candidates, t.rerank["epochs"], m.strategy, m.mix,
+                                t.rerank.get("score", "sum"), t.seed, tok, t.max_length, m.model_spec)
+        extra.append(rerank)
     collator = CompletionCollator(tok, t.max_length)
     trainer = Trainer(model=model, args=args, data_collator=collator,
                       train_dataset=train_set, processing_class=tok,
-                      callbacks=[evaluator, cbs.CurriculumCallback(train_set), progress, *callbacks])
+                      callbacks=[evaluator, cbs.CurriculumCallback(train_set), *extra, progress, *callbacks])
     for noisy in (PrinterCallback, HFProgress):
         trainer.remove_callback(noisy)
     evaluator.trainer = trainer
+    if rerank is not None:
+        rerank.trainer = trainer
     progress.note(f"training {m.model_spec} on {len(train_set)} rows x {t.epochs} epochs: "
                   f"{world} process(es), batch {t.batch_size} (= {per_device} x {world} x {t.grad_accum}), "
                   f"{settings['device']}, {load_dtype}{' + bf16' if bf16 else ''}{' + fp16' if fp16 else ''}"
@@ -282,6 +293,11 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
                       "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       # a resumed run saw only part of the tokens in this process
                       "train_tokens": train_tokens if not resume else None}
+        if rerank is not None:
+            from capacity_advisor.training.rerank import describe
+
+            provenance["rerank_tokens"] = rerank.tokens  # scoring spent in this process (0 when read back on a resume)
+            settings["rerank"] = describe(run_dir / "rerank")
         record = build_record(run_id=key, description=description, manifest=m, n_train=len(train_set),
                               eval_rows=rows_done, settings=settings, provenance=provenance)
         plot_curve(rows_done, run_dir / "curve.png",

@@ -176,11 +176,13 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
               type=click.Choice(["all", "responsive", "solved", "unsolved"]),
               help="Keep one class of problems (needs `score --compute-budgets`): responsive = solved only with the long budget.")
 @click.option("--compute", "compute_path", default=None, help="compute.jsonl (default: beside --scores).")
+@click.option("--candidates", "candidates_path", default=None, type=click.Path(dir_okay=False),
+              help="Also write every candidate of the selected problems here, for training.rerank.")
 @pool_options
 @seed_option("Which problems take their low response in a mixed set.")
 @json_option
-def select(pool_path, scores_path, strategy, mix, score_kind, switch_epoch, fmt, out, problem_class, compute_path, seed,
-           as_json, **kw):
+def select(pool_path, scores_path, strategy, mix, score_kind, switch_epoch, fmt, out, problem_class, compute_path,
+           candidates_path, seed, as_json, **kw):
     """Build D_high / D_low / D_mixed / curriculum from a scored pool and export it for training."""
     from capacity_advisor.advisor import select as sel_mod
     from capacity_advisor.advisor.cli.ui import emit_json
@@ -190,6 +192,8 @@ def select(pool_path, scores_path, strategy, mix, score_kind, switch_epoch, fmt,
     cfg = sel_mod.SelectConfig(strategy=strategy, mix=mix, score=score_kind, seed=seed, switch_epoch=switch_epoch)
     cfg.validate()
     check_writable_file(out, "--out")
+    if candidates_path:
+        check_writable_file(candidates_path, "--candidates")
     pool = read_pool(pool_path, pool_settings(kw))
     if problem_class != "all":
         from capacity_advisor.advisor.compute import keep_problems
@@ -197,6 +201,12 @@ def select(pool_path, scores_path, strategy, mix, score_kind, switch_epoch, fmt,
         pool = keep_problems(pool, compute_path or Path(scores_path).with_name("compute.jsonl"), problem_class)
     selection = sel_mod.select(pool, sel_mod.load_scores(scores_path), cfg)
     n = sel_mod.export(selection, out, fmt)
+    if candidates_path:
+        from capacity_advisor.models.files import write_jsonl
+
+        ids = {r["id"] for r in selection.rows}
+        write_jsonl(candidates_path, ({"id": p.id, "prompt": p.prompt, "responses": [c.text for c in p.candidates]}
+                                      for p in pool.problems if p.id in ids))
     summary = {**selection.summary, "format": fmt, "written": str(out), "rows_written": n, "problems_kept": problem_class}
     write_json(Path(out).with_name(Path(out).stem + ".config.json"), {
         "stage": "select", "versions": versions(), "settings": sel_mod.config_dict(cfg), "format": fmt,

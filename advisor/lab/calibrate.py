@@ -203,17 +203,12 @@ def lab_learning_rate(size: str) -> float:
 
 def run_unit(cfg: CalibrateConfig, unit: Unit, pool_path: Path, eval_path: Path) -> str:
     """Score, select, probe and train one unit (resumable); returns a one-line summary."""
-    import io
-
     import torch
 
     from capacity_advisor.advisor.pool import read_pool
     from capacity_advisor.advisor.probe import build_probe_data
-    from capacity_advisor.advisor.select import SelectConfig, export, select
     from capacity_advisor.models.loading import load_model
     from capacity_advisor.probes.run import ProbeConfig, run_probe
-    from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
-    from capacity_advisor.training.sft import run_sft
 
     torch.set_num_threads(1)
     folder = unit.folder(Path(cfg.out))
@@ -231,32 +226,54 @@ def run_unit(cfg: CalibrateConfig, unit: Unit, pool_path: Path, eval_path: Path)
         run_probe(f"lab:{unit.size}", split.data, pcfg, folder / "probe", lm=lm)
     probe = json.loads((folder / "probe" / "probe.json").read_text())
     for option in cfg.options:
-        run_dir = folder / option
-        if (run_dir / "record.json").exists():
-            continue
-        strategy, mix, switch = schedule_of(option)
-        sel = select(pool, scores, SelectConfig(strategy=strategy, mix=mix, seed=unit.seed, score=unit.score))
-        export(sel, folder / "data" / f"{option}.jsonl", "trl")
-        m = Manifest(
-            model={**lm.description, "spec": f"lab:{unit.size}"}, dataset=f"data/{option}.jsonl", strategy=strategy,
-            mix=mix if strategy == "mixed" else 0.0,
-            eval=EvalSpec(path=os.path.relpath(eval_path, folder), checker="lab", max_new_tokens=cfg.max_new_tokens,
-                          limit=None, teacher=cfg.teacher_model, base_drift=True, view_limit=64, token_budget=16384),
-            training=TrainingSpec(epochs=cfg.epochs, learning_rate=lr, batch_size=cfg.batch, max_length=96,
-                                  evals_per_epoch=cfg.evals_per_epoch, seed=unit.seed, save_total_limit=1,
-                                  switch_epoch=switch),
-            features=probe["features"],
-            pool={"task": unit.task, "source": pool_path.name, "score": unit.score, "fingerprint": pool.fingerprint(),
-                  "teacher": cfg.teacher},
-            base_dir=str(folder),
-        )
-        m.to_json(folder / f"{option}.manifest.json")
-        run_sft(m, run_dir, device="cpu", dtype="float32", lm=lm, store=False, stream=io.StringIO())
-        for ckpt in run_dir.glob("checkpoint-*"):  # the weights are not needed once the record is written
-            import shutil
-
-            shutil.rmtree(ckpt, ignore_errors=True)
+        train_option(cfg, unit, option, lm, pool, pool_path, scores, eval_path, probe["features"], folder)
     return f"{unit.task} {unit.score} {unit.name}: done [{time.time() - t0:.0f}s]"
+
+
+def train_option(cfg: CalibrateConfig, unit: Unit, option: str, lm, pool, pool_path: Path, scores: dict, eval_path: Path,
+                 features: dict, folder: Path, name: str | None = None, score: str | None = None,
+                 rerank: dict | None = None) -> Path:
+    """One full run of the unit's student on one option, as `advisor train` would run its manifest
+    (skipped when finished); `name` the run folder, `score` another ranking, `rerank` a
+    training.rerank spec. Returns the run folder."""
+    import io
+    import shutil
+
+    from capacity_advisor.advisor.select import SelectConfig, export, select
+    from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
+    from capacity_advisor.training.sft import run_sft
+
+    name = name or option
+    run_dir = folder / name
+    if (run_dir / "record.json").exists():
+        return run_dir
+    strategy, mix, switch = schedule_of(option)
+    sel = select(pool, scores, SelectConfig(strategy=strategy, mix=mix, seed=unit.seed, score=score or unit.score))
+    export(sel, folder / "data" / f"{name}.jsonl", "trl")
+    if rerank:
+        ids = {r["id"] for r in sel.rows}
+        write_jsonl(folder / "data" / f"{name}.candidates.jsonl",
+                    ({"id": p.id, "prompt": p.prompt, "responses": [c.text for c in p.candidates]}
+                     for p in pool.problems if p.id in ids))
+        rerank = {**rerank, "candidates": f"data/{name}.candidates.jsonl", "score": score or unit.score}
+    m = Manifest(
+        model={**lm.description, "spec": f"lab:{unit.size}"}, dataset=f"data/{name}.jsonl", strategy=strategy,
+        mix=mix if strategy == "mixed" else 0.0,
+        eval=EvalSpec(path=os.path.relpath(eval_path, folder), checker="lab", max_new_tokens=cfg.max_new_tokens,
+                      limit=None, teacher=cfg.teacher_model, base_drift=True, view_limit=64, token_budget=16384),
+        training=TrainingSpec(epochs=cfg.epochs, learning_rate=lab_learning_rate(unit.size), batch_size=cfg.batch,
+                              max_length=96, evals_per_epoch=cfg.evals_per_epoch, seed=unit.seed, save_total_limit=1,
+                              switch_epoch=switch, rerank=rerank),
+        features=features,
+        pool={"task": unit.task, "source": pool_path.name, "score": score or unit.score,
+              "fingerprint": pool.fingerprint(), "teacher": cfg.teacher},
+        base_dir=str(folder),
+    )
+    m.to_json(folder / f"{name}.manifest.json")
+    run_sft(m, run_dir, device="cpu", dtype="float32", lm=lm, store=False, stream=io.StringIO())
+    for ckpt in run_dir.glob("checkpoint-*"):  # the weights are not needed once the record is written
+        shutil.rmtree(ckpt, ignore_errors=True)
+    return run_dir
 
 
 def _scores(lm, pool, path: Path) -> dict:

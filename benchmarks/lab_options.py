@@ -1,0 +1,206 @@
+"""The options beyond D_high / D_low, measured in the lab against them at the same budget.
+
+    .venv/bin/python benchmarks/lab_options.py --calibration CAL --out lab-options --sizes xs,m,xl
+    .venv/bin/python benchmarks/lab_options.py --report lab-options          # the tables again, no training
+
+CAL is a finished `advisor calibrate` folder (its pools, and per unit the base student's probe
+and the high / low / mixed runs). For each named student of one task and seed, every option
+below is one more full run with the calibration's settings (same epochs, rate, batch, held-out
+set, evaluations), through the same `train_option` the sweep uses:
+
+- schedules: D_mixed with 25 % and 75 % low responses, and a curriculum (D_high, then D_low from
+  epoch E);
+- re-ranking: D_high (and D_low) re-chosen under the training weights at epochs 2 and 4
+  (`training.rerank`), its scoring tokens counted;
+- compute-responsive problems: D_high on only the problems the base student fails with `short`
+  new tokens and solves with `long` (`advisor score --compute-budgets`), and on only the solved
+  ones, for comparison;
+- rankings: D_high and D_low chosen by the mean log-probability, the step-local score (LALP,
+  window 8 tokens) and the rank-surprisal ratio, beside the summed log-probability.
+
+Each option is judged as the predictor's labels are: its best held-out accuracy up to the budget
+(epochs), against the best of D_high / D_low and against D_mixed 0.5. Everything resumes; the
+table is printed and written as OUT/results.json and OUT/results.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from capacity_advisor.advisor.predictor import best_up_to
+from capacity_advisor.models.files import read_jsonl, write_json
+
+BUDGETS = (1, 2, 3, 5)
+SCHEDULES = ("mixed@0.25", "mixed@0.75", "curriculum@2")
+RANKINGS = ("mean", "local", "rsr")
+RERANK_EPOCHS = [2, 4]
+LOCAL_WINDOW = 8
+
+
+def run_size(cal: Path, out: Path, task: str, size: str, seed: int, short: int, long: int, log) -> None:
+    import torch
+    from capacity_advisor.advisor.compute import ComputeConfig, keep_problems, measure
+    from capacity_advisor.advisor.lab.calibrate import (
+        CalibrateConfig,
+        Unit,
+        train_option,
+    )
+    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
+    from capacity_advisor.models.backends import make_backend
+    from capacity_advisor.models.errors import InputError
+    from capacity_advisor.models.files import write_jsonl
+    from capacity_advisor.models.loading import load_model
+
+    torch.set_num_threads(1)
+    settings = json.loads((cal / "config.json").read_text())["settings"]
+    cfg = CalibrateConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()
+                             if k in CalibrateConfig.__dataclass_fields__})
+    unit = Unit(task, "sum", size, seed)
+    base = unit.folder(cal)
+    probe = base / "probe" / "probe.json"
+    if not probe.exists():
+        raise SystemExit(f"error: {probe} is missing: run `advisor calibrate` for {task} {size} seed {seed} first")
+    folder = out / task / "sum" / unit.name
+    folder.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    lm = load_model(f"lab:{size}", device="cpu", dtype="float32")
+    pool_path, eval_path = cal / task / "pools" / f"s{seed}.jsonl", cal / task / "pools" / "eval.jsonl"
+    pool = read_pool(pool_path)
+    if not (folder / "score" / "scores.jsonl").exists():
+        score_pool(pool, ScoreConfig(model=f"lab:{size}", device="cpu", dtype="float32", max_length=96, token_budget=8192,
+                                     local_window=LOCAL_WINDOW), out_dir=folder / "score", lm=lm)
+    scores = {(str(r["id"]), int(r["k"])): r for r in read_jsonl(folder / "score" / "scores.jsonl")}
+    compute_path = folder / "score" / "compute.jsonl"
+    if not compute_path.exists():
+        rows = measure(make_backend("hf", lm, token_budget=8192), pool, ComputeConfig(short=short, long=long), "lab")
+        write_jsonl(compute_path, rows)
+    features = json.loads(probe.read_text())["features"]
+    from capacity_advisor.training.manifest import schedule_of
+
+    runs = [(o, o, None, None, pool) for o in SCHEDULES if (schedule_of(o)[2] or 0) < cfg.epochs]
+    rerank_epochs = [e for e in RERANK_EPOCHS if e <= cfg.epochs]
+    runs += [(f"{s}+rerank", s, None, {"epochs": rerank_epochs}, pool) for s in ("high", "low") if rerank_epochs]
+    for c in ("responsive", "solved"):
+        try:
+            runs.append((f"high+{c}", "high", None, None, keep_problems(pool, compute_path, c)))
+        except InputError as e:  # a student that solves no problem with the short budget has no "solved" class
+            log(f"{task} {size}-s{seed} high+{c}: skipped ({e})")
+    runs += [(f"{r}-{s}", s, r, None, pool) for r in RANKINGS for s in ("high", "low")]
+    for name, option, score, rerank, p in runs:
+        if (folder / name / "record.json").exists():
+            continue
+        t1 = time.time()
+        train_option(cfg, unit, option, lm, p, pool_path, scores, eval_path, features, folder, name=name, score=score,
+                     rerank=rerank)
+        log(f"{task} {size}-s{seed} {name}: [{time.time() - t1:.0f}s]")
+    log(f"{task} {size}-s{seed}: all options done [{time.time() - t0:.0f}s]")
+
+
+def _record(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def budgets(runs: dict) -> tuple:
+    horizon = min(max(e["epoch"] for e in r["evals"]) for r in runs.values())
+    return tuple(b for b in BUDGETS if b <= horizon + 1e-9)
+
+
+def collect(cal: Path, out: Path) -> dict:
+    """Per (task, size, seed): each option's best accuracy up to every budget, and its training tokens."""
+    results = {}
+    for folder in sorted((out).glob("*/sum/*-s*")):
+        task, name = folder.parts[-3], folder.name
+        size, seed = name.rsplit("-s", 1)
+        runs = {}
+        for s in ("high", "low", "mixed"):
+            rec = _record(cal / task / "sum" / name / s / "record.json")
+            if rec:
+                runs[s] = rec
+        for d in sorted(p for p in folder.iterdir() if (p / "record.json").exists()):
+            runs[d.name] = _record(d / "record.json")
+        if "high" not in runs or "low" not in runs:
+            continue
+        compute = read_jsonl(folder / "score" / "compute.jsonl") if (folder / "score" / "compute.jsonl").exists() else []
+        classes = {c: sum(r["class"] == c for r in compute) for c in ("solved", "responsive", "unsolved")}
+        results[f"{task}/{name}"] = {
+            "task": task, "size": size, "seed": int(seed), "problem_classes": classes,
+            "n_params": (runs["high"].get("model") or {}).get("n_params"),
+            "options": {o: {"accuracy": {str(b): best_up_to(r["evals"], b) for b in budgets(runs)},
+                            "problems": r.get("n_train"),
+                            "train_tokens": (r.get("provenance") or {}).get("train_tokens", r.get("train_tokens")),
+                            "rerank_tokens": (r.get("provenance") or {}).get("rerank_tokens")}
+                        for o, r in runs.items()},
+        }
+    return results
+
+
+def markdown(results: dict) -> str:
+    lines = []
+    for res in results.values():
+        opts = res["options"]
+        bs = list(opts["high"]["accuracy"])
+        head = ["option", *[f"{b} ep" for b in bs], *[f"Δ vs best(high,low) @{b}" for b in bs], "problems",
+                "tokens (train + rerank scoring)"]
+        lines += [(f"\n**{res['task']}, lab:{res['size']}** ({res['n_params']:,} parameters, seed {res['seed']}; "
+                  f"problem classes under the base student: {res['problem_classes']})\n"),
+                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        best = {b: max(opts["high"]["accuracy"][b], opts["low"]["accuracy"][b]) for b in bs}
+        for o, v in opts.items():
+            acc = [v["accuracy"][b] for b in bs]
+            delta = [v["accuracy"][b] - best[b] for b in bs]
+            tokens = v["train_tokens"] or 0
+            extra = v["rerank_tokens"] or 0
+            lines.append("| " + " | ".join([o, *[f"{a:.3f}" for a in acc], *[f"{d:+.3f}" for d in delta],
+                                            str(v["problems"]), f"{tokens:,}" + (f" + {extra:,}" if extra else "")]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def summary(results: dict) -> str:
+    """Per option, over every student and budget: mean gain over best(high, low) and over mixed 0.5, and wins."""
+    rows: dict[str, list[tuple[float, float]]] = {}
+    for res in results.values():
+        opts = res["options"]
+        for b in opts["high"]["accuracy"]:
+            best = max(opts["high"]["accuracy"][b], opts["low"]["accuracy"][b])
+            mixed = opts.get("mixed", {}).get("accuracy", {}).get(b)
+            for o, v in opts.items():
+                a = v["accuracy"][b]
+                rows.setdefault(o, []).append((a - best, a - mixed if mixed is not None else float("nan")))
+    lines = ["| option | mean Δ vs best(high,low), points | mean Δ vs mixed 0.5, points | beats best(high,low) by > 1 pt | cells |",
+             "|---|---|---|---|---|"]
+    for o, v in sorted(rows.items(), key=lambda kv: -sum(d for d, _ in kv[1]) / len(kv[1])):
+        n = len(v)
+        lines.append(f"| {o} | {100 * sum(d for d, _ in v) / n:+.2f} | {100 * sum(m for _, m in v) / n:+.2f} | "
+                     f"{sum(d > 0.01 for d, _ in v)} | {n} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calibration", type=Path, required=True, help="a finished `advisor calibrate` folder")
+    ap.add_argument("--out", type=Path, default=Path("lab-options"))
+    ap.add_argument("--task", default="modchain")
+    ap.add_argument("--sizes", default="xs,m,xl")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--compute-budgets", default="10,48", help="SHORT,LONG new tokens for the responsive split")
+    ap.add_argument("--report", action="store_true", help="only collect and print the tables")
+    args = ap.parse_args()
+    short, long = (int(x) for x in args.compute_budgets.split(","))
+    if not args.report:
+        for size in args.sizes.split(","):
+            run_size(args.calibration, args.out, args.task, size, args.seed, short, long, lambda s: print(s, flush=True))
+    results = collect(args.calibration, args.out)
+    write_json(args.out / "results.json", results)
+    text = "Per option, over every student and budget:\n\n" + summary(results) + markdown(results)
+    (args.out / "results.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

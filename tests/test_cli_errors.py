@@ -98,7 +98,7 @@ def test_unwritable_outputs_fail_before_any_work(tmp_path, args, fragment):
     assert {p.name for p in tmp_path.iterdir()} <= FIXTURES | {"out"}
 
 
-@pytest.mark.skipif(read_only_dir() is None, reason="no read-only folder on this machine")
+@pytest.mark.skipif(read_only_dir() is None, reason="no read-only folder to test with")
 @pytest.mark.parametrize("verb", [["score", "-m", "lab:xs", "-p", "POOL"], ["select", "-p", "POOL", "-s", "POOL"],
                                   ["generate", "-t", "lab:xs", "-p", "POOL"], ["fit", "-r", "POOL"]])
 def test_read_only_outputs_fail_before_any_work(tmp_path, verb):

@@ -155,9 +155,9 @@ def markdown(results: dict, epochs: tuple[float, ...] = (0.25, 1, 2, 3, 5)) -> s
     out = []
     keys = sorted({(g["task"], g["score"]) for g in results["groups"]})
     for task, score in keys:
-        out += [f"**{task}, ranked by {score} log-prob** — pass@1 D_high / D_low (mean over seeds), "
+        out += [(f"**{task}, ranked by {score} log-prob** — pass@1 D_high / D_low (mean ± sd over seeds), "
                 "the epoch D_low overtakes for good, teacher view (NLL/token) moved toward the teacher by "
-                "each set (base − end; positive = closer), repetition (mean over checkpoints, peak on D_low):", "",
+                "each set (base − end; positive = closer), repetition (mean over checkpoints, peak on D_low):"), "",
                 "| student | params | shape | seeds | " + " | ".join(f"ep {e:g}" for e in epochs)
                 + " | D_low overtakes | teacher view moved high / low | repetition high / low (peak) |",
                 "|---|---|---|---|" + "---|" * len(epochs) + "---|---|---|"]
@@ -165,13 +165,19 @@ def markdown(results: dict, epochs: tuple[float, ...] = (0.25, 1, 2, 3, 5)) -> s
             hi, lo, s = g["strategies"].get("high") or [], g["strategies"].get("low") or [], g["summary"]
             if not s:
                 continue
-            cells = [f"{_f(_at(hi, e))} / {_f(_at(lo, e))}" for e in epochs]
+            cells = [f"{_pm(hi, e)} / {_pm(lo, e)}" for e in epochs]
             out.append(f"| {g['size']} | {g['n_params']:,} | {g['shape']} | {hi[0]['seeds'] if hi else 0} | "
                        + " | ".join(cells) + f" | {_f(s['low_overtakes_from_epoch'], 2) if s['low_overtakes_from_epoch'] else 'never'} | "
                        f"{_f(s['teacher_view_drop_high'])} / {_f(s['teacher_view_drop_low'])} | "
                        f"{_f(s['repetition_mean_high'])} / {_f(s['repetition_mean_low'])} ({_f(s['repetition_peak_low'])}) |")
         out.append("")
     return "\n".join(out)
+
+
+def _pm(curve: list[dict], epoch: float) -> str:
+    """mean ± sd over seeds at an epoch (the mean alone for one seed)."""
+    m, sd = _at(curve, epoch), _at(curve, epoch, "accuracy_sd")
+    return _f(m) + (f"±{_f(sd)}" if m is not None and sd and curve[0].get("seeds", 1) > 1 else "")
 
 
 def _f(v, digits: int = 2) -> str:

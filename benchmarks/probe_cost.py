@@ -15,6 +15,7 @@ within 0.5 points of the best is marked: it is the one `advisor recommend` shoul
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -76,7 +77,9 @@ def main() -> int:
         key = (u["task"], u["score"], u["size"], u["seed"])
         if key not in probes:
             path = args.calibration / u["task"] / u["score"] / f"{u['size']}-s{u['seed']}" / "probe" / "probe.json"
-            probes[key] = json.loads(path.read_text())
+            # a sweep folder holds probe.json; a published one (benchmarks/publish_calibration.py) its gzip
+            probes[key] = json.loads(path.read_text() if path.exists() else gzip.decompress(
+                path.with_suffix(".json.gz").read_bytes()))
     table = []
     for steps in STEPS:
         for n_eval in EVAL_PROBLEMS:

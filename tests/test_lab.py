@@ -9,6 +9,7 @@ import json
 import math
 
 import pytest
+from pathlib import Path
 from click.testing import CliRunner
 
 from capacity_advisor.models.errors import InputError
@@ -267,6 +268,27 @@ def test_quick_calibration_report(shared_home, tmp_path):
     assert all(0 <= r["accuracy"] <= 1 for r in curve) and g["summary"]["acc_epoch1_high"] is not None
     assert (tmp_path / "rep" / "curves-modchain-sum.png").stat().st_size > 1000
     assert "| xs |" in (tmp_path / "rep" / "results.md").read_text()
+
+    # what gets committed: records, evaluations and probe curves, no path of the machine, same report
+    import importlib.util
+
+    script = Path(__file__).parents[1] / "benchmarks" / "publish_calibration.py"
+    spec = importlib.util.spec_from_file_location("publish_calibration", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    done = mod.publish(tmp_path / "cal", tmp_path / "pub")
+    assert done["runs"] == done["records"] == 3
+    files = sorted(p.relative_to(tmp_path / "pub").as_posix() for p in (tmp_path / "pub").rglob("*") if p.is_file())
+    assert "modchain/sum/xs-s0/probe/probe.json.gz" in files and "modchain/sum/xs-s0/low/eval.jsonl" in files
+    assert not any(f.endswith((".safetensors", ".png")) or "/data/" in f for f in files)
+    for f in files:
+        data = (tmp_path / "pub" / f).read_bytes()
+        if f.endswith(".gz"):
+            import gzip
+
+            data = gzip.decompress(data)
+        assert str(tmp_path).encode() not in data, f
+    assert write_report(tmp_path / "pub", tmp_path / "rep2")["groups"] == res["groups"]
 
 
 # ---------------------------------------------------------------- the teacher

@@ -1,7 +1,7 @@
 """The options beyond D_high / D_low, measured in the lab against them at the same budget.
 
     .venv/bin/python benchmarks/lab_options.py --calibration CAL --out lab-options --sizes xs,m,xl
-    .venv/bin/python benchmarks/lab_options.py --report lab-options          # the tables again, no training
+    .venv/bin/python benchmarks/lab_options.py --calibration CAL --out lab-options --report   # tables only
 
 CAL is a finished `advisor calibrate` folder (its pools, and per unit the base student's probe
 and the high / low / mixed runs). For each named student of one task and seed, every option
@@ -153,10 +153,11 @@ def markdown(results: dict) -> str:
         for o, v in opts.items():
             acc = [v["accuracy"][b] for b in bs]
             delta = [v["accuracy"][b] - best[b] for b in bs]
-            tokens = v["train_tokens"] or 0
-            extra = v["rerank_tokens"] or 0
+            tokens, extra = v["train_tokens"], v["rerank_tokens"] or 0
+            # a run resumed after a kill counts only the tokens of its last process: not shown
+            spent = "— (resumed)" if tokens is None else f"{tokens:,}" + (f" + {extra:,}" if extra else "")
             lines.append("| " + " | ".join([o, *[f"{a:.3f}" for a in acc], *[f"{d:+.3f}" for d in delta],
-                                            str(v["problems"]), f"{tokens:,}" + (f" + {extra:,}" if extra else "")]) + " |")
+                                            str(v["problems"]), spent]) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -153,7 +153,7 @@ def plot(results: dict, path: Path, task: str, score: str) -> None:
 def markdown(results: dict, epochs: tuple[float, ...] = (0.25, 1, 2, 3, 5)) -> str:
     """Per task and ranking: pass@1 by epoch (D_high / D_low), teacher view moved, repetition."""
     out = []
-    keys = sorted({(g["task"], g["score"]) for g in results["groups"]})
+    keys = sorted({(g["task"], g["score"]) for g in results["groups"] if g["summary"]})  # only pairs with D_high and D_low
     for task, score in keys:
         out += [(f"**{task}, ranked by {score} log-prob** — pass@1 D_high / D_low (mean ± sd over seeds), "
                 "the epoch D_low overtakes for good, teacher view (NLL/token) moved toward the teacher by "

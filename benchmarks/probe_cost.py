@@ -1,6 +1,6 @@
 """The probe's cost-quality curve: held-out regret against what the probe costs.
 
-    .venv/bin/python benchmarks/probe_cost.py calibration [--json out.json]
+    .venv/bin/python benchmarks/probe_cost.py calibration/teacher calibration/scripted --kind ridge [--json out.json]
 
 Calibration probes run `probe_steps` (200) steps with a fixed warm-up and a constant rate after
 it, so a probe of 25, 50 or 100 steps is exactly the prefix of that curve; and they keep every
@@ -65,18 +65,20 @@ def probe_cost(probe: dict, steps: int, n_eval: int, epochs: float = 5.0) -> flo
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("calibration", type=Path)
+    ap.add_argument("calibration", type=Path, nargs="+", help="calibration folders (a sweep's or a published one)")
     ap.add_argument("--kind", default="logistic")
     ap.add_argument("--members", type=int, default=8)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    records = read_records(args.calibration / "records.jsonl")
-    probes = {}
-    for rec in records:
-        u = rec["unit"]
-        key = (u["task"], u["score"], u["size"], u["seed"])
-        if key not in probes:
-            path = args.calibration / u["task"] / u["score"] / f"{u['size']}-s{u['seed']}" / "probe" / "probe.json"
+    records, probes = [], {}
+    for folder in args.calibration:
+        for rec in read_records(folder / "records.jsonl"):
+            records.append(rec)
+            u = rec["unit"]
+            key = (u["task"], u["score"], u["size"], u["seed"], u.get("teacher"))
+            if key in probes:
+                continue
+            path = folder / u["task"] / u["score"] / f"{u['size']}-s{u['seed']}" / "probe" / "probe.json"
             # a sweep folder holds probe.json; a published one (benchmarks/publish_calibration.py) its gzip
             probes[key] = json.loads(path.read_text() if path.exists() else gzip.decompress(
                 path.with_suffix(".json.gz").read_bytes()))
@@ -86,7 +88,7 @@ def main() -> int:
             recs, costs = [], []
             for rec in records:
                 u = rec["unit"]
-                probe = probes[(u["task"], u["score"], u["size"], u["seed"])]
+                probe = probes[(u["task"], u["score"], u["size"], u["seed"], u.get("teacher"))]
                 f = features(replay_curves(probe["curves"], steps, n_eval), probe["context"])
                 recs.append({**rec, "features": f})
                 costs.append(probe_cost(probe, steps, n_eval))

@@ -29,6 +29,7 @@ from capacity_advisor.advisor.select import RANKINGS
 from capacity_advisor.training.manifest import SETS, schedule_of
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import stable_hash, versions, write_json, write_jsonl
+from capacity_advisor.probes.run import DEFAULT_EVAL_PROBLEMS, DEFAULT_STEPS
 
 SHIPPED = "predictor_data"  # package folder of the default predictor
 BUDGET_GRID = tuple(x / 4 for x in range(2, 41))  # 0.5 .. 10 epochs, for the crossover
@@ -49,12 +50,14 @@ class StudentDefaults:
     train_batch: int  # the manifest's global batch
 
 
-LAB_DEFAULTS = StudentDefaults("lab", max_length=96, probe_max_length=96, max_new_tokens=48, probe_steps=100,
-                               probe_batch=8, probe_eval_every=25, probe_eval_problems=128, train_batch=32)
+LAB_DEFAULTS = StudentDefaults("lab", max_length=96, probe_max_length=96, max_new_tokens=48, probe_steps=DEFAULT_STEPS,
+                               probe_batch=8, probe_eval_every=25, probe_eval_problems=DEFAULT_EVAL_PROBLEMS, train_batch=32)
 # Reasoning traces run to thousands of tokens; 64 held-out generations of up to 2,048 tokens at
-# each of 9 evaluation points is the probe's largest cost on a GPU.
-REAL_DEFAULTS = StudentDefaults("real", max_length=4096, probe_max_length=2048, max_new_tokens=2048, probe_steps=100,
-                                probe_batch=8, probe_eval_every=25, probe_eval_problems=64, train_batch=16)
+# each of the 3 evaluation points (the base, then each set after its steps) is the probe's largest
+# cost on a GPU. The probe's length is the lab's (the predictor's inputs are measured that way).
+REAL_DEFAULTS = StudentDefaults("real", max_length=4096, probe_max_length=2048, max_new_tokens=2048,
+                                probe_steps=DEFAULT_STEPS, probe_batch=8, probe_eval_every=25,
+                                probe_eval_problems=DEFAULT_EVAL_PROBLEMS, train_batch=16)
 CHOSEN = ("max_length", "probe_max_length", "max_new_tokens", "probe_steps", "probe_batch", "probe_eval_every",
           "probe_eval_problems")
 

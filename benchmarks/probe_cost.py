@@ -9,7 +9,11 @@ them (the teacher-NLL and drift columns stay at the full slice: they are cheap s
 For every (steps, eval problems) setting this recomputes each unit's features, refits the
 predictor's model kind leave-one-student-out, and prints its mean regret next to the probe's
 cost as a share of the full 5-epoch run it advises on (tokens, measured). The cheapest setting
-within 0.5 points of the best is marked: it is the one `advisor recommend` should default to.
+within 0.5 points of the best is marked: it is the one `advisor recommend` defaults to.
+
+`--records-out PATH` writes every record with its features replayed at that chosen setting (or at
+`--records-at STEPS,PROBLEMS`): the records the shipped predictor is fitted on, so that its inputs
+are measured as `advisor recommend`'s default probe measures them.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from statistics import mean
 
 
 from capacity_advisor.advisor.predictor import PROBE_FEATURES, cross_validate, label_rows, read_records
+from capacity_advisor.models.files import finite, write_jsonl
 from capacity_advisor.probes.run import features, truncate
 
 STEPS = (25, 50, 100, 200)
@@ -69,6 +74,8 @@ def main() -> int:
     ap.add_argument("--kind", default="logistic")
     ap.add_argument("--members", type=int, default=8)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--records-out", type=Path, default=None, help="write the records with features at one setting")
+    ap.add_argument("--records-at", default=None, help="STEPS,PROBLEMS for --records-out (default: the chosen one)")
     args = ap.parse_args()
     records, probes = [], {}
     for folder in args.calibration:
@@ -105,6 +112,18 @@ def main() -> int:
           f"problems ({pick['mean_regret_points']:.2f} points, {100 * pick['cost_share_of_5_epochs']:.1f}% of the run)")
     if args.json:
         args.json.write_text(json.dumps({"table": table, "chosen": pick}, indent=1) + "\n")
+    if args.records_out:
+        steps, n_eval = ((int(x) for x in args.records_at.split(",")) if args.records_at
+                         else (pick["steps"], pick["eval_problems"]))
+        out = []
+        for rec in records:
+            u = rec["unit"]
+            probe = probes[(u["task"], u["score"], u["size"], u["seed"], u.get("teacher"))]
+            settings = {**rec.get("settings", {}), "probe_replayed": {"steps": steps, "eval_problems": n_eval}}
+            out.append(finite({**rec, "settings": settings,
+                        "features": features(replay_curves(probe["curves"], steps, n_eval), probe["context"])}))
+        write_jsonl(args.records_out, out)
+        print(f"{len(out)} records with the features of a {steps}-step probe on {n_eval} problems: {args.records_out}")
     return 0
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from capacity_advisor.models.errors import InputError, one_line
+from capacity_advisor.probes.run import DEFAULT_EVAL_PROBLEMS as PROBE_EVAL_PROBLEMS, DEFAULT_STEPS as PROBE_STEPS
 
 
 class UsageLine(click.ClickException):
@@ -223,12 +224,13 @@ def select(pool_path, scores_path, strategy, mix, score_kind, switch_epoch, fmt,
 @click.option("--pool", "-p", "pool_path", required=True, help="Pool file or datasets folder.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Output folder (probe.json, probe.png).")
 @click.option("--scores", "scores_path", default=None, help="scores.jsonl of this pool under this model (else scored now, cached).")
-@click.option("--steps", default=100, show_default=True, help="Optimizer steps per strategy.")
+@click.option("--steps", default=PROBE_STEPS, show_default=True, help="Optimizer steps per strategy.")
 @click.option("--batch-size", default=8, show_default=True)
 @click.option("--learning-rate", type=float, default=None, help="Default: the lab recipe's, else by model size.")
 @click.option("--warmup-steps", default=10, show_default=True, help="Linear warm-up, then a constant rate.")
 @click.option("--eval-every", default=25, show_default=True)
-@click.option("--eval-problems", default=128, show_default=True, help="Held-out problems for generations and teacher NLL.")
+@click.option("--eval-problems", default=PROBE_EVAL_PROBLEMS, show_default=True,
+              help="Held-out problems for generations and teacher NLL.")
 @click.option("--max-new-tokens", default=256, show_default=True)
 @click.option("--max-length", default=2048, show_default=True)
 @click.option("--strategies", default="high,low", show_default=True, help="Comma list of high, low, mixed.")

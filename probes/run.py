@@ -191,8 +191,9 @@ def run_probe(model_spec: str, data: ProbeData, cfg: ProbeConfig, out_dir: str |
                              callbacks=[_Steps(s)], stream=log or io.StringIO(), step0_row=step0)
         curves[s] = _curve(out / s / "eval.jsonl")
         step0 = step0 or curves[s][0]
-    train_tokens = sum(_mean_tokens(base.tokenizer, data.train[s], cfg.max_length) * cfg.steps * cfg.batch_size
-                       for s in cfg.strategies)
+    # sequences trained x the set's mean length: the same count whether the probe resumed or not
+    train_tokens = round(sum(_mean_tokens(base.tokenizer, data.train[s], cfg.max_length) * cfg.steps * cfg.batch_size
+                             for s in cfg.strategies))
     report = {
         "version": 2,
         "model": base.description | {"spec": model_spec},

@@ -112,8 +112,11 @@ def budgets(runs: dict) -> tuple:
 
 def collect(cal: Path, out: Path) -> dict:
     """Per (task, size, seed): each option's best accuracy up to every budget, and its training tokens."""
+    from capacity_advisor.models.lab import LADDER
+
+    order = {name: i for i, name in enumerate(LADDER)}
     results = {}
-    for folder in sorted((out).glob("*/sum/*-s*")):
+    for folder in sorted(out.glob("*/sum/*-s*"), key=lambda f: (f.parts[-3], order.get(f.name.rsplit("-s", 1)[0], 99), f.name)):
         task, name = folder.parts[-3], folder.name
         size, seed = name.rsplit("-s", 1)
         runs = {}
@@ -162,22 +165,31 @@ def markdown(results: dict) -> str:
 
 
 def summary(results: dict) -> str:
-    """Per option, over every student and budget: mean gain over best(high, low) and over mixed 0.5, and wins."""
-    rows: dict[str, list[tuple[float, float]]] = {}
+    """Per option, over every budget: mean gain over best(high, low) per student and overall, over
+    mixed 0.5, and how many (student, budget) cells it beats best(high, low) in by more than 1 point."""
+    rows: dict[str, list[tuple[str, float, float]]] = {}
+    sizes = []
     for res in results.values():
-        opts = res["options"]
+        opts, size = res["options"], res["size"]
+        sizes.append(size)
         for b in opts["high"]["accuracy"]:
             best = max(opts["high"]["accuracy"][b], opts["low"]["accuracy"][b])
             mixed = opts.get("mixed", {}).get("accuracy", {}).get(b)
             for o, v in opts.items():
                 a = v["accuracy"][b]
-                rows.setdefault(o, []).append((a - best, a - mixed if mixed is not None else float("nan")))
-    lines = ["| option | mean Δ vs best(high,low), points | mean Δ vs mixed 0.5, points | beats best(high,low) by > 1 pt | cells |",
-             "|---|---|---|---|---|"]
-    for o, v in sorted(rows.items(), key=lambda kv: -sum(d for d, _ in kv[1]) / len(kv[1])):
+                rows.setdefault(o, []).append((size, a - best, a - mixed if mixed is not None else float("nan")))
+    head = ["option", *[f"{s}" for s in sizes], "all: Δ vs best(high,low)", "all: Δ vs mixed 0.5",
+            "cells won by > 1 pt", "cells"]
+    lines = ["Mean Δ in pass@1 points over budgets 1, 2, 3 and 5 epochs; per student, against best(high, low):", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for o, v in sorted(rows.items(), key=lambda kv: -sum(d for _, d, _ in kv[1]) / len(kv[1])):
+        per = []
+        for size in sizes:
+            d = [x for s, x, _ in v if s == size]
+            per.append(f"{100 * sum(d) / len(d):+.1f}" if d else "—")
         n = len(v)
-        lines.append(f"| {o} | {100 * sum(d for d, _ in v) / n:+.2f} | {100 * sum(m for _, m in v) / n:+.2f} | "
-                     f"{sum(d > 0.01 for d, _ in v)} | {n} |")
+        lines.append(f"| {o} | " + " | ".join(per) + f" | {100 * sum(d for _, d, _ in v) / n:+.2f} | "
+                     f"{100 * sum(m for _, _, m in v) / n:+.2f} | {sum(d > 0.01 for _, d, _ in v)} | {n} |")
     return "\n".join(lines) + "\n"
 
 
@@ -197,7 +209,7 @@ def main() -> int:
             run_size(args.calibration, args.out, args.task, size, args.seed, short, long, lambda s: print(s, flush=True))
     results = collect(args.calibration, args.out)
     write_json(args.out / "results.json", results)
-    text = "Per option, over every student and budget:\n\n" + summary(results) + markdown(results)
+    text = summary(results) + markdown(results)
     (args.out / "results.md").write_text(text)
     print(text)
     return 0

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import read_jsonl, write_jsonl
+from capacity_advisor.models.files import read_jsonl_input, write_jsonl
 
 CLASSES = ("solved", "responsive", "unsolved")
 PROBLEM_FILTERS = ("all", *CLASSES)
@@ -87,12 +87,8 @@ def keep_problems(pool: Pool, path: str | Path, which: str) -> Pool:
     if which == "all":
         return pool
     p = Path(path)
-    if not p.exists():
-        raise InputError(f"--problems {which} needs {p}: score the pool with --compute-budgets SHORT,LONG first")
-    try:
-        rows = read_jsonl(p)
-    except ValueError as e:
-        raise InputError(f"{e}; rescore with --compute-budgets") from None
+    rows = read_jsonl_input(p, f"--problems {which} needs {p}: score the pool with --compute-budgets SHORT,LONG first",
+                            "; rescore with --compute-budgets")
     classes = {str(r.get("id")): r.get("class") for r in rows}
     if any(c not in CLASSES for c in classes.values()):
         raise InputError(f"{p} is not a compute file written by `advisor score --compute-budgets`")

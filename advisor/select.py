@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import atomic_path, read_jsonl, write_jsonl
+from capacity_advisor.models.files import atomic_path, read_jsonl_input, write_jsonl
 from capacity_advisor.models.ranking import RANKINGS, SCORE_FIELDS, extremes, score_value  # noqa: F401  (re-exported)
 from capacity_advisor.training.manifest import STRATEGIES
 
@@ -61,13 +61,8 @@ class Selection:
 
 
 def load_scores(path: str | Path) -> dict[tuple[str, int], dict]:
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"scores file {path} does not exist: run `advisor score` first")
-    try:
-        rows = read_jsonl(p)
-    except ValueError as e:
-        raise InputError(f"{e}: the scores file is damaged; rerun `advisor score` (it resumes from its cache)") from None
+    rows = read_jsonl_input(path, f"scores file {path} does not exist: run `advisor score` first",
+                            ": the scores file is damaged; rerun `advisor score` (it resumes from its cache)")
     out: dict[tuple[str, int], dict] = {}
     for n, r in enumerate(rows, 1):
         missing = [f for f in REQUIRED_SCORE_FIELDS if f not in r]

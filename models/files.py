@@ -133,6 +133,17 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     return rows
 
 
+def read_jsonl_input(path: str | os.PathLike, missing: str | None = None, damaged: str = "") -> list[dict]:
+    """`read_jsonl` for a file the user hands over: one InputError if it is absent (`missing`) or a
+    line is bad (the line's problem, then `damaged`: how to make the file again)."""
+    if missing is not None and not Path(path).exists():
+        raise InputError(missing)
+    try:
+        return read_jsonl(path)
+    except ValueError as e:
+        raise InputError(f"{e}{damaged}") from None
+
+
 def stable_hash(obj: Any, n: int = 16) -> str:
     """A short hex digest of a JSON-serialisable object (key order does not matter)."""
     blob = json.dumps(obj, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8")

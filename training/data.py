@@ -15,15 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import read_jsonl
+from capacity_advisor.models.files import read_jsonl_input
 
 
 def read_sft_rows(path: str | Path) -> list[dict]:
     """Rows with string `prompt` and `completion` (plus whatever else they carry)."""
-    try:
-        rows = read_jsonl(path)
-    except ValueError as e:
-        raise InputError(str(e)) from None
+    rows = read_jsonl_input(path)
     if not rows:
         raise InputError(f"dataset {path} has no rows: select a non-empty training set")
     for i, r in enumerate(rows, 1):
@@ -37,10 +34,7 @@ def read_sft_rows(path: str | Path) -> list[dict]:
 
 def read_eval_set(path: str | Path, limit: int | None) -> list[dict]:
     """The held-out rows: string `prompt`, optional `answer`, optional `references` (teacher responses)."""
-    try:
-        rows = read_jsonl(path)
-    except ValueError as e:
-        raise InputError(str(e)) from None
+    rows = read_jsonl_input(path)
     rows = rows[:limit] if limit else rows
     for i, r in enumerate(rows, 1):
         if not isinstance(r.get("prompt"), str):

@@ -19,6 +19,21 @@ from capacity_advisor.advisor.priors import fit_lab_prior
 from capacity_advisor.models.errors import InputError
 
 
+def probe_of(records: Sequence[dict]) -> dict | None:
+    """The probe (steps, held-out problems) every record's features were measured with, when they
+    all say the same; `advisor recommend` then probes that way by default."""
+    seen = set()
+    for rec in records:
+        p = (rec.get("settings") or {}).get("probe") if isinstance(rec.get("settings"), dict) else None
+        ok = isinstance(p, dict) and all(isinstance(p.get(k), int) and not isinstance(p.get(k), bool) and p[k] >= 1
+                                         for k in ("steps", "eval_problems"))
+        seen.add((p["steps"], p["eval_problems"]) if ok else None)
+    if len(seen) != 1 or None in seen:
+        return None
+    steps, n = seen.pop()
+    return {"steps": steps, "eval_problems": n}
+
+
 def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0.01, features: str = "probe",
                  kinds: Sequence[str] = KINDS, n_members: int = 24, seed: int = 0, jobs: int = 1,
                  note: str | None = None) -> dict:
@@ -41,6 +56,7 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0
         "tie_margin": tie_margin, "rule_of_thumb": vars(Rule.fit(rows)),
         "lab_prior": fit_lab_prior(rows),
         "params_range": [min(r["n_params"] for r in rows), max(r["n_params"] for r in rows)],
+        **({"probe": probe} if (probe := probe_of(records)) else {}),
         **({"note": note} if note else {}),
     }
     pred.save(out)

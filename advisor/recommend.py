@@ -129,16 +129,36 @@ def load_predictor(path: str | None) -> Predictor:
     return Predictor.load(predictor_root(path))
 
 
-def resolve_settings(cfg: RecommendConfig, description: dict) -> dict:
-    """Every setting recommend chooses, as {name: {"value", "source"}}."""
+def predictor_probe(predictor: Predictor) -> dict | None:
+    """The probe a predictor's inputs were measured with (`advisor fit` stores it when its records
+    agree), checked: a predictor file is user input."""
+    p = (predictor.meta or {}).get("probe")
+    if p is None:
+        return None
+    if not isinstance(p, dict) or not all(isinstance(p.get(k), int) and not isinstance(p.get(k), bool)
+                                          and 1 <= p[k] <= 100_000 for k in ("steps", "eval_problems")):
+        raise InputError("the predictor's meta.probe must hold whole numbers 'steps' and 'eval_problems' "
+                         "between 1 and 100000: refit it with `advisor fit`")
+    return {"steps": p["steps"], "eval_problems": p["eval_problems"]}
+
+
+def resolve_settings(cfg: RecommendConfig, description: dict, predictor_probe: dict | None = None) -> dict:
+    """Every setting recommend chooses, as {name: {"value", "source"}}. The probe's length and
+    held-out problems default to those the predictor's inputs were measured with, when it says."""
     lab = cfg.model.startswith("lab:")
     d = LAB_DEFAULTS if lab else REAL_DEFAULTS
     where = "lab default" if lab else "default for real students"
+    fitted = {"probe_steps": (predictor_probe or {}).get("steps"),
+              "probe_eval_problems": (predictor_probe or {}).get("eval_problems")}
     out = {}
     for name in CHOSEN:
         given = getattr(cfg, name)
-        out[name] = {"value": given, "source": f"--{name.replace('_', '-')}"} if given is not None else \
-            {"value": getattr(d, name), "source": where}
+        if given is not None:
+            out[name] = {"value": given, "source": f"--{name.replace('_', '-')}"}
+        elif fitted.get(name):
+            out[name] = {"value": fitted[name], "source": "the predictor (its inputs were measured so)"}
+        else:
+            out[name] = {"value": getattr(d, name), "source": where}
     ctx = description.get("max_position_embeddings")
     for name in ("max_length", "probe_max_length"):
         if ctx and out[name]["source"] != f"--{name.replace('_', '-')}" and ctx < out[name]["value"]:
@@ -230,7 +250,7 @@ def recommend(cfg: RecommendConfig, status=None, progress=None) -> dict:
     desc = describe_config(cfg.model)  # the config on the meta device: no weights, no tokenizer
     key = inputs_key(cfg, desc)
     _check_out(out, key)
-    settings = resolve_settings(cfg, desc)
+    settings = resolve_settings(cfg, desc, predictor_probe(predictor))
     if cfg.no_probe and not cfg.pool:
         return _advice_only(cfg, desc, predictor, settings, key, out, t0)
     return _full(cfg, desc, predictor, settings, key, out, t0, say, progress)

@@ -119,7 +119,8 @@ def main() -> int:
         for rec in records:
             u = rec["unit"]
             probe = probes[(u["task"], u["score"], u["size"], u["seed"], u.get("teacher"))]
-            settings = {**rec.get("settings", {}), "probe_replayed": {"steps": steps, "eval_problems": n_eval}}
+            settings = {**rec.get("settings", {}), "probe": {"steps": steps, "eval_problems": n_eval},
+                        "probe_replayed_from": (rec.get("settings") or {}).get("probe")}
             out.append(finite({**rec, "settings": settings,
                         "features": features(replay_curves(probe["curves"], steps, n_eval), probe["context"])}))
         write_jsonl(args.records_out, out)

@@ -46,6 +46,7 @@ def test_quick_calibration_writes_records_and_resumes(lab_home, tmp_path):
         assert [e["epoch"] for e in rec["evals"]] == [0.0, 0.5, 1.0]  # the base, then two evaluations per epoch
         assert all(0 <= e["accuracy"] <= 1 for e in rec["evals"])
         assert "low_teacher_nll_drop_rel" in rec["features"] and rec["unit"]["score"] == "sum"
+        assert rec["settings"]["probe"] == {"steps": 4, "eval_problems": 8}  # the probe its features came from
         assert rec["best_accuracy"] == max(e["accuracy"] for e in rec["evals"] if e["step"] > 0)
     text = (tmp_path / "cal" / "records.jsonl").read_text()
     assert str(tmp_path) not in text and "NaN" not in text
@@ -80,6 +81,35 @@ def test_fit_cli_prints_the_tables_and_saves(tmp_path):
     assert pred.meta["lab_prior"]["features"] == ["log10_params", "budget", "log10_params_x_budget"]
     r = run("fit", "--records", path, "--out", tmp_path / "p2", "--kinds", "forest")
     assert r.exit_code == 2 and "--kinds" in r.stderr
+
+
+def test_the_predictor_says_how_its_inputs_were_probed_and_recommend_probes_so(lab_pool_file, tmp_path,
+                                                                              synthetic_predictor):
+    from capacity_advisor.advisor.fit import probe_of
+    from capacity_advisor.advisor.predictor import Predictor
+
+    recs = make_records()
+    assert probe_of(recs) is None  # records that do not say
+    said = [{**r, "settings": {**(r.get("settings") or {}), "probe": {"steps": 6, "eval_problems": 16}}} for r in recs]
+    assert probe_of(said) == {"steps": 6, "eval_problems": 16}
+    assert probe_of(said[:-1] + [{**said[-1], "settings": {"probe": {"steps": 7, "eval_problems": 16}}}]) is None
+
+    pred = Predictor.load(synthetic_predictor)
+    pred.meta = {**pred.meta, "probe": {"steps": 6, "eval_problems": 16}}
+    pred.save(tmp_path / "p6")
+    common = ["--model", "lab:xs", "--pool", lab_pool_file, "--device", "cpu", "--json", "--budget", 2]
+    r = run("recommend", "--predictor", tmp_path / "p6", "--out", tmp_path / "rec", *common)
+    assert r.exit_code == 0, r.stderr
+    settings = json.loads(r.stdout)["settings"]
+    assert settings["probe_steps"] == {"value": 6, "source": "the predictor (its inputs were measured so)"}
+    assert settings["probe_eval_problems"]["value"] == 16
+    probe = json.loads((tmp_path / "rec" / "probe" / "probe.json").read_text())
+    assert max(p["step"] for p in probe["curves"]["high"]) == 6
+
+    pred.meta = {**pred.meta, "probe": {"steps": 10**9, "eval_problems": 16}}  # a crafted file must not hang the run
+    pred.save(tmp_path / "pbig")
+    r = run("recommend", "--predictor", tmp_path / "pbig", "--out", tmp_path / "rec2", *common)
+    assert r.exit_code == 2 and "meta.probe" in r.stderr and not (tmp_path / "rec2").exists()
 
 
 def test_recommend_end_to_end_on_the_smallest_lab_student(lab_pool_file, tmp_path, synthetic_predictor):

@@ -322,7 +322,10 @@ def collect_records(cfg: CalibrateConfig) -> list[dict]:
         for strategy in cfg.options:
             path = u.folder(out) / strategy / "record.json"
             if path.exists():
-                records.append(portable(json.loads(path.read_text()), u, cfg.teacher))
+                rec = portable(json.loads(path.read_text()), u, cfg.teacher)
+                # the probe its features were measured with, so `advisor fit` can tell recommend
+                rec["settings"].setdefault("probe", {"steps": cfg.probe_steps, "eval_problems": cfg.probe_eval_problems})
+                records.append(rec)
     return records
 
 

@@ -14,7 +14,6 @@ the trainer switches at `switch_epoch`. The score is the summed log-probability 
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import mean
@@ -23,7 +22,7 @@ from typing import Mapping, Sequence
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import atomic_path, read_jsonl_input, write_jsonl
-from capacity_advisor.models.ranking import RANKINGS, SCORE_FIELDS, extremes, score_value  # noqa: F401  (re-exported)
+from capacity_advisor.models.ranking import RANKINGS, SCORE_FIELDS, extremes, low_share, score_value  # noqa: F401  (re-exported)
 from capacity_advisor.training.manifest import STRATEGIES
 
 FORMATS = ("trl", "messages", "alpaca")
@@ -106,8 +105,7 @@ def select(pool: Pool, scores: Mapping[tuple[str, int], dict], cfg: SelectConfig
             f"scores do not cover {len(missing)} of {len(pool)} problems (first: {missing[0]!r}): "
             "score this pool with the same field and filter flags, then select"
         )
-    n_low = round(cfg.mix * len(chosen)) if cfg.strategy == "mixed" else 0
-    low_ids = set(random.Random(cfg.seed).sample([pid for pid, _, _ in chosen], n_low)) if n_low else set()
+    low_ids = low_share([pid for pid, _, _ in chosen], cfg.mix, cfg.seed) if cfg.strategy == "mixed" else set()
 
     def row(pid: str, r: dict, phase: str) -> dict:
         prob = pool.get(pid)

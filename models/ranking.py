@@ -7,7 +7,8 @@ D_high end, and each problem's highest and lowest candidates are its high and lo
 
 from __future__ import annotations
 
-from typing import Mapping
+import random
+from typing import Mapping, Sequence
 
 SCORE_FIELDS = {"mean": "logprob_mean", "sum": "logprob_sum", "rsr": "rank_mean", "local": "logprob_local"}
 RANKINGS = tuple(SCORE_FIELDS)
@@ -33,3 +34,10 @@ def extremes(values: Mapping[int, float]) -> tuple[int, int]:
     hi = max(ks, key=lambda k: (values[k], -k))
     lo = min(ks, key=lambda k: (values[k], k))
     return hi, lo
+
+
+def low_share(ids: Sequence[str], mix: float, seed: int) -> set[str]:
+    """The problems a mixed set gives their low response: a share `mix` of `ids`, drawn with `seed`
+    (the same draw for `advisor select` and for re-ranking during training)."""
+    n = round(mix * len(ids))
+    return set(random.Random(seed).sample(list(ids), n)) if n else set()

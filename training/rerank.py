@@ -19,14 +19,13 @@ scoring are counted, so a comparison with the static selection can be made at eq
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 from transformers import TrainerCallback
 
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import read_jsonl, write_jsonl
-from capacity_advisor.models.ranking import extremes, score_value
+from capacity_advisor.models.ranking import extremes, low_share, score_value
 
 
 def read_candidates(path: str | Path, dataset_ids: set[str]) -> list[dict]:
@@ -49,8 +48,7 @@ def choose(candidates: list[dict], scores: list[list[dict]], strategy: str, mix:
     """Each problem's chosen candidate index: argmax (high) or argmin (low) of the ranking, or for
     mixed a share `mix` of the problems (drawn with `seed`, as `advisor select` draws them) on argmin."""
     ids = [str(c["id"]) for c in candidates]
-    n_low = round(mix * len(ids)) if strategy == "mixed" else 0
-    low_ids = set(random.Random(seed).sample(ids, n_low)) if n_low else set()
+    low_ids = low_share(ids, mix, seed) if strategy == "mixed" else set()
     out = []
     for pid, rows in zip(ids, scores):
         hi, lo = extremes({k: score_value(r, score) for k, r in enumerate(rows)})

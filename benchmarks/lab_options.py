@@ -57,9 +57,7 @@ def run_size(cal: Path, out: Path, task: str, size: str, seed: int, short: int, 
     from capacity_advisor.models.loading import load_model
 
     torch.set_num_threads(1)
-    settings = json.loads((cal / "config.json").read_text())["settings"]
-    cfg = CalibrateConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()
-                             if k in CalibrateConfig.__dataclass_fields__})
+    cfg = CalibrateConfig.from_folder(cal)
     unit = Unit(task, "sum", size, seed)
     base = unit.folder(cal)
     probe = base / "probe" / "probe.json"

@@ -27,19 +27,8 @@ from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import write_json, write_jsonl
 
 
-def config_of(sweep: Path) -> CalibrateConfig:
-    path = sweep / "config.json"
-    if not path.is_file():
-        raise InputError(f"{sweep} has no config.json: name a folder written by `advisor calibrate --out`")
-    settings = json.loads(path.read_text())["settings"]
-    known = CalibrateConfig.__dataclass_fields__
-    kw = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items() if k in known}
-    kw["out"] = str(sweep)
-    return CalibrateConfig(**kw)
-
-
 def publish(sweep: Path, dest: Path) -> dict:
-    cfg = config_of(sweep)
+    cfg = CalibrateConfig.from_folder(sweep)
     runs = 0
     for rec in sorted(sweep.glob("*/*/*/*/record.json")):
         run = rec.parent

@@ -109,6 +109,16 @@ class CalibrateConfig:
                    n_eval=8, candidates=4, evals_per_epoch=2, batch=16, probe_steps=4, probe_batch=4,
                    probe_eval_every=2, probe_eval_problems=8, max_new_tokens=24, teacher="program", quick=True)
 
+    @classmethod
+    def from_folder(cls, out: str | Path) -> "CalibrateConfig":
+        """The settings a sweep folder was run with (its config.json), with `out` that folder."""
+        path = Path(out) / "config.json"
+        if not path.is_file():
+            raise InputError(f"{out} has no config.json: name a folder written by `advisor calibrate --out`")
+        settings = json.loads(path.read_text())["settings"]
+        kw = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items() if k in cls.__dataclass_fields__}
+        return cls(**{**kw, "out": str(out)})
+
     @property
     def teacher_model(self) -> str | None:
         """The teacher whose view the evaluations report (none for the scripted teacher)."""

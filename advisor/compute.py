@@ -23,7 +23,7 @@ from pathlib import Path
 
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import read_jsonl_input, write_jsonl
+from capacity_advisor.models.files import read_jsonl_input
 
 CLASSES = ("solved", "responsive", "unsolved")
 PROBLEM_FILTERS = ("all", *CLASSES)
@@ -74,10 +74,6 @@ def measure(backend, pool: Pool, cfg: ComputeConfig, checker: str, progress=None
         right[budget] = [sum(check_answer(t, p.answer, checker) for t in texts) for p, texts in zip(problems, outs)]
     return [{"id": p.id, "short_right": s, "long_right": lg, "samples": cfg.samples, "short": cfg.short, "long": cfg.long,
              "class": classify(s, lg)} for p, s, lg in zip(problems, right[cfg.short], right[cfg.long])]
-
-
-def write(rows: list[dict], path: str | Path) -> None:
-    write_jsonl(path, rows)
 
 
 def keep_problems(pool: Pool, path: str | Path, which: str) -> Pool:

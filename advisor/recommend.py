@@ -333,12 +333,12 @@ def _full(cfg, desc, predictor, settings, key, out: Path, t0: float, say, progre
         curve = {o: probs[:, j].tolist() for j, o in enumerate(predictor.options)}
         if desc["n_params"] >= PAPER_FROM:  # what the paper found for students of this size, beside the measurement
             advice["paper_prior"] = paper_prior_advice(desc["n_params"], cfg.budget)
-    strategy, mix, switch = schedule_of(advice["strategy"])
+    strategy, _, switch = schedule_of(advice["strategy"])
     if strategy == "curriculum" and switch >= cfg.budget:  # the switch never comes: this is D_high
         advice["confidence_reasons"].append(f"{advice['strategy']} switches after the {cfg.budget:g}-epoch budget: "
                                             "within it, it trains on D_high")
-        advice["strategy"], strategy, switch = "high", "high", None
-    mix = cfg.mix if advice["strategy"] == "mixed" else mix
+        advice["strategy"] = "high"
+    strategy, mix, switch = _schedule(cfg, advice["strategy"])
 
     # the dataset: every problem outside the probe's held-out slice, which becomes the eval set
     held = set(split.eval_ids)
@@ -360,13 +360,18 @@ def _full(cfg, desc, predictor, settings, key, out: Path, t0: float, say, progre
     return report
 
 
+def _schedule(cfg: RecommendConfig, option: str) -> tuple[str, float, float | None]:
+    """(strategy, mix, switch epoch) of an advised option; a plain "mixed" takes --mix."""
+    strategy, mix, switch = schedule_of(option)
+    return strategy, cfg.mix if option == "mixed" else mix, switch
+
+
 def _report(cfg, desc, advice, curve, settings, features, probe, predictor, selection, train_rows, eval_rows, t0) -> dict:
     return {
         "strategy": advice["strategy"],
         "answer": advice.get("answer", advice["strategy"]),
-        "mix": (cfg.mix if advice["strategy"] == "mixed" else schedule_of(advice["strategy"])[1])
-        if advice["strategy"].startswith("mixed") else 0.0,
-        "switch_epoch": schedule_of(advice["strategy"])[2],
+        "mix": _schedule(cfg, advice["strategy"])[1],
+        "switch_epoch": _schedule(cfg, advice["strategy"])[2],
         "probabilities": advice["probabilities"],
         "interval": advice.get("interval"),
         "crossover_epoch": _crossover(curve),

@@ -150,6 +150,7 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
         from capacity_advisor.advisor import compute as compute_mod
         from capacity_advisor.advisor.probe import pick_checker
         from capacity_advisor.models.backends import make_backend
+        from capacity_advisor.models.files import write_jsonl
 
         gen = make_backend("hf", lm, token_budget=token_budget) if backend == "hf" else \
             make_backend("vllm", lm, token_budget=token_budget or 8192, tensor_parallel_size=tensor_parallel_size,
@@ -157,7 +158,7 @@ def score(model, pool_path, out, device, dtype, backend, max_length, token_budge
         with work_progress("short and long attempts", unit="problems") as (on_start, advance):
             on_start(2 * len(pool), 0)
             rows = compute_mod.measure(gen, pool, compute, pick_checker(pool, checker), progress=advance)
-        compute_mod.write(rows, Path(out) / "compute.jsonl")
+        write_jsonl(Path(out) / "compute.jsonl", rows)
         counts = {c: sum(r["class"] == c for r in rows) for c in compute_mod.CLASSES}
         console.print(f"compute-responsive: {counts} (budgets {compute.short} and {compute.long} new tokens); "
                       f"wrote {Path(out) / 'compute.jsonl'}")

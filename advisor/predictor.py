@@ -285,7 +285,7 @@ def member_proba(m: dict, X: np.ndarray, options: Sequence[str] = SETS) -> np.nd
     """Probabilities over `options` (columns) for one member; options it never saw get 0."""
     k = len(m["classes"])
     if m["kind"] == "logistic":
-        z = (np.where(np.isnan(X), np.array(m["fill"]), X) - np.array(m["mean"])) / np.array(m["scale"])
+        z = _standardized(m, X)
         logits = z @ np.array(m["coef"]).T + np.array(m["intercept"])
     elif m["kind"] == "lightgbm":
         raw = np.zeros((len(X), k if k > 2 else 1))
@@ -293,7 +293,7 @@ def member_proba(m: dict, X: np.ndarray, options: Sequence[str] = SETS) -> np.nd
             raw[:, i % raw.shape[1]] += _tree_predict(t, X)
         logits = raw if k > 2 else np.hstack([np.zeros_like(raw), raw])
     elif m["kind"] == "ridge":
-        z = (np.where(np.isnan(X), np.array(m["fill"]), X) - np.array(m["mean"])) / np.array(m["scale"])
+        z = _standardized(m, X)
         budget = np.where(np.isnan(X[:, m["budget_index"]]), 0.0, X[:, m["budget_index"]])
         gaps = _with_budget(z, budget) @ np.array(m["coef"]).T + np.array(m["intercept"]) - m["margin"]
         logits = np.hstack([np.zeros((len(X), 1)), gaps]) / m["spread"]
@@ -308,6 +308,11 @@ def member_proba(m: dict, X: np.ndarray, options: Sequence[str] = SETS) -> np.nd
     for j, c in enumerate(m["classes"]):
         out[:, list(options).index(c)] = p[:, j]
     return out
+
+
+def _standardized(m: dict, X: np.ndarray) -> np.ndarray:
+    """X as a fitted member saw it: NaN inputs filled as in fitting, then z-scored (see _standardize)."""
+    return (np.where(np.isnan(X), np.array(m["fill"]), X) - np.array(m["mean"])) / np.array(m["scale"])
 
 
 def _standardize(X: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

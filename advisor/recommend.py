@@ -29,7 +29,7 @@ from capacity_advisor.advisor.select import RANKINGS
 from capacity_advisor.training.manifest import SETS, schedule_of
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import stable_hash, versions, write_json, write_jsonl
-from capacity_advisor.probes.run import DEFAULT_EVAL_PROBLEMS, DEFAULT_STEPS
+from capacity_advisor.probes.recipe import LAB, REAL
 
 SHIPPED = "predictor_data"  # package folder of the default predictor
 BUDGET_GRID = tuple(x / 4 for x in range(2, 41))  # 0.5 .. 10 epochs, for the crossover
@@ -50,14 +50,15 @@ class StudentDefaults:
     train_batch: int  # the manifest's global batch
 
 
-LAB_DEFAULTS = StudentDefaults("lab", max_length=96, probe_max_length=96, max_new_tokens=48, probe_steps=DEFAULT_STEPS,
-                               probe_batch=8, probe_eval_every=25, probe_eval_problems=DEFAULT_EVAL_PROBLEMS, train_batch=32)
+LAB_DEFAULTS = StudentDefaults("lab", max_length=LAB.max_length, probe_max_length=LAB.max_length,
+                               max_new_tokens=LAB.max_new_tokens, probe_steps=LAB.steps, probe_batch=LAB.batch_size,
+                               probe_eval_every=LAB.eval_every, probe_eval_problems=LAB.eval_problems, train_batch=32)
 # Reasoning traces run to thousands of tokens; 64 held-out generations of up to 2,048 tokens at
 # each of the 3 evaluation points (the base, then each set after its steps) is the probe's largest
 # cost on a GPU. The probe's length is the lab's (the predictor's inputs are measured that way).
-REAL_DEFAULTS = StudentDefaults("real", max_length=4096, probe_max_length=2048, max_new_tokens=2048,
-                                probe_steps=DEFAULT_STEPS, probe_batch=8, probe_eval_every=25,
-                                probe_eval_problems=DEFAULT_EVAL_PROBLEMS, train_batch=16)
+REAL_DEFAULTS = StudentDefaults("real", max_length=4096, probe_max_length=REAL.max_length,
+                                max_new_tokens=REAL.max_new_tokens, probe_steps=REAL.steps, probe_batch=REAL.batch_size,
+                                probe_eval_every=REAL.eval_every, probe_eval_problems=REAL.eval_problems, train_batch=16)
 CHOSEN = ("max_length", "probe_max_length", "max_new_tokens", "probe_steps", "probe_batch", "probe_eval_every",
           "probe_eval_problems")
 
@@ -173,17 +174,10 @@ def resolve_settings(cfg: RecommendConfig, description: dict, predictor_probe: d
 
 
 def learning_rate(spec: str, n_params: int) -> tuple[float, str]:
-    """The SFT rate a probe and the full run share: the lab recipe's, or a size default."""
-    if spec.startswith("lab:"):
-        from capacity_advisor.models.lab import LADDER
-        from capacity_advisor.models.lab.ladder import parse_name
+    """The SFT rate a probe and the full run share: the probe recipe's rule."""
+    from capacity_advisor.probes.recipe import recipe_for
 
-        name, _ = parse_name(spec[len("lab:"):])
-        if name in LADDER:
-            return LADDER[name].lr * 0.5, "lab recipe (half the pretraining peak)"
-    from capacity_advisor.probes.run import auto_learning_rate
-
-    return auto_learning_rate(n_params), "size default"
+    return recipe_for(spec).learning_rate(spec, n_params)
 
 
 def inputs_key(cfg: RecommendConfig, description: dict) -> str:
@@ -202,7 +196,7 @@ def _check_out(out: Path, key: str) -> None:
                          "pass a new --out, or delete that folder to start over")
 
 
-TEACHER_SAMPLING = dict(n=8, temperature=1.0, top_p=1.0, max_new_tokens=64, seed=0)  # as calibration samples pools
+TEACHER_SAMPLING = dict(n=8, temperature=1.0, top_p=1.0, max_new_tokens=LAB.max_new_tokens, seed=0)  # as calibration samples pools
 
 
 def lab_pool(task: str, n: int, out: Path, say=lambda m: None) -> Path:

@@ -7,7 +7,8 @@ without checkpoints, datasets, score caches or anything that names the machine i
 SWEEP is an `advisor calibrate --out` folder. DEST receives, per finished run,
 `TASK/SCORE/SIZE-sSEED/STRATEGY/{record.json,eval.jsonl}` (the record made portable the way
 `records.jsonl` is), the sweep's `config.json` with its settings but not its folder, and
-`records.jsonl` (every finished run, for `advisor fit --records`), and per unit the probe's
+`records.jsonl` (every finished run, for `advisor fit --records`; the runs of `--budget-runs` go
+to `budget-records.jsonl`), and per unit the probe's
 report as `probe/probe.json.gz` (its curves keep every held-out problem's result, which
 `benchmarks/probe_cost.py` replays). The probe's training folders, datasets and checkpoints stay
 behind. Rerunning replaces DEST's files with the sweep's current state.
@@ -39,7 +40,7 @@ def publish(sweep: Path, dest: Path) -> dict:
         unit = Unit(task=task, score=score, size=size, seed=int(seed))
         target = dest / task / score / unit_name / strategy
         target.mkdir(parents=True, exist_ok=True)
-        write_json(target / "record.json", portable(json.loads(rec.read_text()), unit, cfg.teacher))
+        write_json(target / "record.json", portable(json.loads(rec.read_text()), unit, cfg.teacher, cfg.temperature))
         shutil.copyfile(run / "eval.jsonl", target / "eval.jsonl")
         runs += 1
         probe = run.parent / "probe" / "probe.json"
@@ -52,6 +53,8 @@ def publish(sweep: Path, dest: Path) -> dict:
     write_json(dest / "config.json", {"stage": "calibrate", "settings": settings, "versions": original.get("versions")})
     records = collect_records(cfg)
     write_jsonl(dest / "records.jsonl", records)
+    if cfg.budget_runs:
+        write_jsonl(dest / "budget-records.jsonl", collect_records(cfg, budget_runs=True))
     return {"runs": runs, "records": len(records), "dest": str(dest)}
 
 

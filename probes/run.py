@@ -38,11 +38,7 @@ METRICS = ("train_loss", "teacher_nll", "teacher_nll_high", "teacher_nll_low", "
            "answer_rate", "repetition_rate", "copy_rate", "finish_rate", "base_drift", "teacher_view")
 
 
-# The default probe: the cheapest setting within 0.5 points of held-out regret of the best one in
-# the lab (benchmarks/probe_cost.py, docs/results.md); the shipped predictor is fitted on the
-# features such a probe measures.
-DEFAULT_STEPS = 25
-DEFAULT_EVAL_PROBLEMS = 64
+from capacity_advisor.probes.recipe import DEFAULT_EVAL_PROBLEMS, DEFAULT_STEPS, recipe_for  # noqa: E402
 
 
 @dataclass
@@ -51,7 +47,7 @@ class ProbeConfig:
 
     steps: int = DEFAULT_STEPS  # --steps: optimizer steps per strategy
     batch_size: int = 8  # --batch-size: sequences per step (over all processes)
-    learning_rate: float | None = None  # --learning-rate; None: by size (see auto_learning_rate)
+    learning_rate: float | None = None  # --learning-rate; None: the recipe's rule (probes.recipe)
     warmup_steps: int = 10  # --warmup-steps: linear warm-up, then constant
     eval_every: int = 25  # --eval-every: steps between evaluation points
     eval_problems: int = DEFAULT_EVAL_PROBLEMS  # --eval-problems: held-out problems for generations and teacher NLL
@@ -122,17 +118,6 @@ class ProbeData:
                 for p, a, (_, h), (_, lo) in zip(self.eval_prompts, self.eval_answers, self.teacher_high, self.teacher_low)]
 
 
-def auto_learning_rate(n_params: int) -> float:
-    """Full-fine-tuning rates in the range SFT recipes use by size (tiny lab students tolerate far more)."""
-    if n_params < 10e6:
-        return 1e-3
-    if n_params < 200e6:
-        return 2e-4
-    if n_params < 3e9:
-        return 2e-5
-    return 1e-5
-
-
 Progress = Callable[[str, int, int], None]  # (strategy, step, total)
 
 
@@ -168,7 +153,7 @@ def run_probe(model_spec: str, data: ProbeData, cfg: ProbeConfig, out_dir: str |
     data.validate(cfg.strategies)
     out = Path(out_dir)
     base = lm or load_model(model_spec, device=cfg.device, dtype=cfg.dtype)
-    lr = cfg.learning_rate or auto_learning_rate(base.description["n_params"])
+    lr = cfg.learning_rate or recipe_for(model_spec).learning_rate(model_spec, base.description["n_params"])[0]
     model = {**base.description, "spec": model_spec}
     write_jsonl(out / "data" / "eval.jsonl", data.eval_rows())
     for s in cfg.strategies:

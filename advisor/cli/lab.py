@@ -19,9 +19,9 @@ from capacity_advisor.models.errors import InputError
 
 
 def _sizes(text: str | None, teacher: bool = False) -> list[str]:
-    from capacity_advisor.models.lab import LADDER, TEACHER
+    from capacity_advisor.models.lab import LADDER, TEACHERS
 
-    known = [*LADDER, *([TEACHER.name] if teacher else [])]
+    known = [*LADDER, *(TEACHERS if teacher else [])]
     if not text:
         return known
     names = [s.strip() for s in text.split(",") if s.strip()]

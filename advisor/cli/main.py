@@ -76,7 +76,7 @@ def cli():
 
 from capacity_advisor.advisor.cli import report  # noqa: E402  (below the group it renders for)
 from capacity_advisor.advisor.cli.options import (  # noqa: E402
-    checker_option, dataset_options, device_options, dp_options, ints, json_option, model_option, names, pool_options,
+    checker_option, dataset_options, device_options, dp_options, floats, ints, json_option, model_option, names, pool_options,
     pool_settings,
     score_option, seed_option, skip_tokens_option, vllm_options,
 )
@@ -368,14 +368,17 @@ def fit(records_path, out, tie_margin, feature_set, kinds, members, jobs, seed, 
 @click.option("--tasks", default="modchain,addition", show_default=True)
 @click.option("--epochs", default=5, show_default=True, help="The longest budget.")
 @click.option("--n-train", default=3000, show_default=True, help="Problems per teacher pool.")
-@click.option("--probe-steps", default=200, show_default=True, help="The longest probe; shorter ones are replayed from its prefix.")
+@click.option("--probe-steps", default=50, show_default=True, help="The longest probe; shorter ones are replayed from its prefix.")
 @click.option("--jobs", default=1, show_default=True, help="Units in parallel, one torch thread each.")
 @click.option("--teacher", default="lab:teacher", show_default=True,
-              help="The lab model that samples the pools, or 'program' for the scripted teacher's candidates.")
+              help="The lab model that samples the pools (lab:teacher, lab:teacher-xl), or 'program' for the scripted teacher's candidates.")
+@click.option("--temperature", default=1.0, show_default=True, help="The teacher model's sampling temperature.")
+@click.option("--budget-runs", default="", help="Also train each set of the first seed as runs of just these epochs, e.g. 1,2.")
 @click.option("--schedules", default="", help="Options beyond D_high / D_low / D_mixed, e.g. mixed@0.25,mixed@0.75,curriculum@2.")
 @click.option("--quick", is_flag=True, help="Tiny settings (one small student, one seed, one epoch, the scripted teacher) for tests.")
 @json_option
-def calibrate(out, sizes, seeds, mean_seeds, tasks, epochs, n_train, probe_steps, jobs, teacher, schedules, quick, as_json):
+def calibrate(out, sizes, seeds, mean_seeds, tasks, epochs, n_train, probe_steps, jobs, teacher, temperature, budget_runs,
+              schedules, quick, as_json):
     """The lab sweep: teacher pools, probes and full high/low/mixed runs — RunRecords for `advisor fit`."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries
     from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, run_calibration
@@ -388,6 +391,7 @@ def calibrate(out, sizes, seeds, mean_seeds, tasks, epochs, n_train, probe_steps
         cfg = CalibrateConfig(out=out, sizes=names(sizes, "--sizes"), seeds=ints(seeds, "--seeds"),
                               mean_seeds=ints(mean_seeds, "--mean-seeds"), tasks=names(tasks, "--tasks"),
                               epochs=epochs, n_train=n_train, probe_steps=probe_steps, jobs=jobs, teacher=teacher,
+                              temperature=temperature, budget_runs=floats(budget_runs, "--budget-runs"),
                               schedules=names(schedules, "--schedules"))
     cfg.validate()
     check_writable_dir(out, "--out")

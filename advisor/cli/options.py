@@ -100,3 +100,17 @@ def ints(text: str, flag: str) -> tuple[int, ...]:
         return tuple(int(s) for s in text.split(",") if s.strip())
     except ValueError:
         raise InputError(f"{flag} {text!r}: give comma-separated integers, e.g. 0,1,2") from None
+
+
+def floats(text: str, flag: str) -> tuple[float, ...]:
+    import math
+
+    from capacity_advisor.models.errors import InputError
+
+    try:
+        out = tuple(float(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        raise InputError(f"{flag} {text!r}: give comma-separated numbers, e.g. 1,2") from None
+    if not all(math.isfinite(x) for x in out):
+        raise InputError(f"{flag} {text!r}: give finite numbers")
+    return out

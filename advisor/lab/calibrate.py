@@ -32,6 +32,7 @@ from typing import Callable
 
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, read_jsonl, versions, write_json, write_jsonl
+from capacity_advisor.probes.recipe import LAB
 from capacity_advisor.training.manifest import SETS, schedule_of
 
 EVAL_SEED = 10_000  # the held-out problems are the same for every pool seed
@@ -50,13 +51,15 @@ class CalibrateConfig:
     candidates: int = 8  # --candidates: teacher samples per problem
     evals_per_epoch: int = 4
     batch: int = 32
-    probe_steps: int = 200  # --probe-steps: the longest probe (shorter ones are its prefixes)
-    probe_batch: int = 8
-    probe_eval_every: int = 25
-    probe_eval_problems: int = 128
-    max_new_tokens: int = 48
+    probe_steps: int = 2 * LAB.steps  # --probe-steps: the longest probe (shorter ones, the recipe's among them, are its prefixes)
+    probe_batch: int = LAB.batch_size
+    probe_eval_every: int = LAB.eval_every
+    probe_eval_problems: int = LAB.eval_problems
+    max_new_tokens: int = LAB.max_new_tokens
     jobs: int = 1  # --jobs: units in parallel (one torch thread each)
     teacher: str = "lab:teacher"  # --teacher: the lab model that samples the pools, or "program" (the scripted teacher)
+    temperature: float = 1.0  # --temperature: the teacher's sampling temperature
+    budget_runs: tuple[float, ...] = ()  # --budget-runs: also train each set as a run of just these epochs (seed 0)
     schedules: tuple[str, ...] = ()  # --schedules: options beyond D_high / D_low / D_mixed, e.g. mixed@0.25,curriculum@2
     quick: bool = False  # --quick: tiny settings for tests
 
@@ -89,6 +92,10 @@ class CalibrateConfig:
                 bad.append(f"--schedules {option}: the switch must come before the last epoch ({self.epochs})")
         if self.teacher != "program" and not self.teacher.startswith("lab:"):
             bad.append(f"--teacher {self.teacher!r}: name a lab model (lab:teacher) or 'program' for the scripted teacher")
+        if not 0 < self.temperature <= 2:
+            bad.append(f"--temperature {self.temperature} must be in (0, 2]")
+        if any(not 0 < b < self.epochs for b in self.budget_runs):
+            bad.append(f"--budget-runs {','.join(map(str, self.budget_runs))}: each must lie between 0 and --epochs ({self.epochs})")
         if bad:
             raise InputError("; ".join(bad))
 
@@ -118,6 +125,11 @@ class CalibrateConfig:
         settings = json.loads(path.read_text())["settings"]
         kw = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items() if k in cls.__dataclass_fields__}
         return cls(**{**kw, "out": str(out)})
+
+    @property
+    def source(self) -> str:
+        """The pool source this sweep samples from: the teacher, and its temperature for a model."""
+        return "program" if self.teacher == "program" else f"{self.teacher}@T{self.temperature:g}"
 
     @property
     def teacher_model(self) -> str | None:
@@ -187,8 +199,8 @@ def teacher_pool(cfg: CalibrateConfig, task: str, seed: int, log: Log) -> tuple[
         write_jsonl(problems_file, [{"id": f"{task}-{s}-{i}", "problem": p.prompt, "answer": p.answer, "task": task}
                                     for i, p in enumerate(probs)])
         summary = generate_pool(GenerateConfig(
-            teacher=cfg.teacher, problems=str(problems_file), out=str(path), n=cfg.candidates, temperature=1.0,
-            top_p=1.0, max_new_tokens=64, device="cpu", dtype="float32", checker="lab", shard_size=500,
+            teacher=cfg.teacher, problems=str(problems_file), out=str(path), n=cfg.candidates, temperature=cfg.temperature,
+            top_p=1.0, max_new_tokens=LAB.max_new_tokens, device="cpu", dtype="float32", checker="lab", shard_size=500,
             token_budget=32768, seed=s))
         log(f"{task} pool s{s}: {summary['generations']} teacher samples, {summary['correct']} correct, "
             f"{summary['problems_with_two_correct']} problems rankable [{time.time() - t0:.0f}s]")
@@ -205,10 +217,10 @@ def teacher_pool(cfg: CalibrateConfig, task: str, seed: int, log: Log) -> tuple[
 
 
 def lab_learning_rate(size: str) -> float:
-    """The lab's SFT rate: half the student's pretraining peak (probes and full runs alike)."""
-    from capacity_advisor.models.lab import LADDER
+    """The lab's SFT rate (probes and full runs alike): the probe recipe's rule."""
+    from capacity_advisor.models.lab import n_params
 
-    return LADDER[size].lr * 0.5
+    return LAB.learning_rate(f"lab:{size}", n_params(size))[0]
 
 
 def run_unit(cfg: CalibrateConfig, unit: Unit, pool_path: Path, eval_path: Path) -> str:
@@ -227,25 +239,35 @@ def run_unit(cfg: CalibrateConfig, unit: Unit, pool_path: Path, eval_path: Path)
     pool = read_pool(pool_path)
     scores = _scores(lm, pool, folder / "scores.jsonl")
     lr = lab_learning_rate(unit.size)
-    pcfg = ProbeConfig(steps=cfg.probe_steps, batch_size=cfg.probe_batch, learning_rate=lr,
-                       eval_every=cfg.probe_eval_every, eval_problems=cfg.probe_eval_problems,
-                       max_new_tokens=cfg.max_new_tokens, max_length=96, seed=unit.seed, device="cpu",
-                       dtype="float32", teacher=cfg.teacher_model, per_problem=True, token_budget=16384)
+    pcfg = LAB.with_(steps=cfg.probe_steps, batch_size=cfg.probe_batch, eval_every=cfg.probe_eval_every,
+                     eval_problems=cfg.probe_eval_problems, max_new_tokens=cfg.max_new_tokens).probe_config(
+        learning_rate=lr, seed=unit.seed, device="cpu", dtype="float32", teacher=cfg.teacher_model, per_problem=True)
     if not (folder / "probe" / "probe.json").exists():
         split = build_probe_data(pool, scores, pcfg, tokenizer=lm.tokenizer, checker="lab", score=unit.score)
         run_probe(f"lab:{unit.size}", split.data, pcfg, folder / "probe", lm=lm)
     probe = json.loads((folder / "probe" / "probe.json").read_text())
     for option in cfg.options:
         train_option(cfg, unit, option, lm, pool, pool_path, scores, eval_path, probe["features"], folder)
+    if unit.seed == min(cfg.seeds):
+        for budget in cfg.budget_runs:
+            for option in SETS:
+                train_option(cfg, unit, option, lm, pool, pool_path, scores, eval_path, probe["features"], folder,
+                             name=budget_run_name(option, budget), epochs=budget)
     return f"{unit.task} {unit.score} {unit.name}: done [{time.time() - t0:.0f}s]"
+
+
+def budget_run_name(option: str, budget: float) -> str:
+    """The folder of a set's run of just `budget` epochs (its own schedule, as the manifest of
+    `advisor recommend --budget B` trains it)."""
+    return f"{option}-e{budget:g}"
 
 
 def train_option(cfg: CalibrateConfig, unit: Unit, option: str, lm, pool, pool_path: Path, scores: dict, eval_path: Path,
                  features: dict, folder: Path, name: str | None = None, score: str | None = None,
-                 rerank: dict | None = None) -> Path:
+                 rerank: dict | None = None, epochs: float | None = None) -> Path:
     """One full run of the unit's student on one option, as `advisor train` would run its manifest
     (skipped when finished); `name` the run folder, `score` another ranking, `rerank` a
-    training.rerank spec. Returns the run folder."""
+    training.rerank spec, `epochs` another length than the sweep's. Returns the run folder."""
     import io
     import shutil
 
@@ -271,12 +293,12 @@ def train_option(cfg: CalibrateConfig, unit: Unit, option: str, lm, pool, pool_p
         mix=mix if strategy == "mixed" else 0.0,
         eval=EvalSpec(path=os.path.relpath(eval_path, folder), checker="lab", max_new_tokens=cfg.max_new_tokens,
                       limit=None, teacher=cfg.teacher_model, base_drift=True, view_limit=64, token_budget=16384),
-        training=TrainingSpec(epochs=cfg.epochs, learning_rate=lab_learning_rate(unit.size), batch_size=cfg.batch,
+        training=TrainingSpec(epochs=epochs or cfg.epochs, learning_rate=lab_learning_rate(unit.size), batch_size=cfg.batch,
                               max_length=96, evals_per_epoch=cfg.evals_per_epoch, seed=unit.seed, save_total_limit=1,
                               switch_epoch=switch, rerank=rerank),
         features=features,
         pool={"task": unit.task, "source": pool_path.name, "score": score or unit.score,
-              "fingerprint": pool.fingerprint(), "teacher": cfg.teacher},
+              "fingerprint": pool.fingerprint(), "teacher": cfg.teacher, "temperature": cfg.temperature},
         base_dir=str(folder),
     )
     m.to_json(folder / f"{name}.manifest.json")
@@ -313,7 +335,7 @@ def run_calibration(cfg: CalibrateConfig, log: Log = print) -> dict:
     for name in ([cfg.teacher[len("lab:"):]] if cfg.teacher_model else []) + list(cfg.ladder):
         student_path(name)
     pools = {(t, s): teacher_pool(cfg, t, s, log) for t in cfg.tasks for s in sorted(set(cfg.seeds) | set(cfg.mean_seeds))}
-    todo = [u for u in units(cfg) if not all((u.folder(out) / s / "record.json").exists() for s in cfg.options)]
+    todo = [u for u in units(cfg) if not all((u.folder(out) / s / "record.json").exists() for s in run_names(cfg, u))]
     log(f"{len(todo)} of {len(units(cfg))} units to run, {cfg.jobs} at a time")
     jobs = Parallel(n_jobs=cfg.jobs, backend="loky", return_as="generator_unordered") if cfg.jobs > 1 else None
     calls = [delayed(run_unit)(cfg, u, *pools[(u.task, u.seed)]) for u in todo]
@@ -321,25 +343,35 @@ def run_calibration(cfg: CalibrateConfig, log: Log = print) -> dict:
         log(line)
     records = collect_records(cfg)
     write_jsonl(out / "records.jsonl", records)
+    if cfg.budget_runs:
+        write_jsonl(out / "budget-records.jsonl", collect_records(cfg, budget_runs=True))
     return {"records": len(records), "path": str(out / "records.jsonl"), "seconds": round(time.time() - t_all, 1)}
 
 
-def collect_records(cfg: CalibrateConfig) -> list[dict]:
-    """The RunRecords of every finished run, in a fixed order, with machine paths removed."""
+def run_names(cfg: CalibrateConfig, unit: Unit) -> list[str]:
+    """The run folders a unit holds when finished: one per option, and its budget runs."""
+    extra = [budget_run_name(o, b) for b in cfg.budget_runs for o in SETS] if unit.seed == min(cfg.seeds) else []
+    return [*cfg.options, *extra]
+
+
+def collect_records(cfg: CalibrateConfig, budget_runs: bool = False) -> list[dict]:
+    """The RunRecords of every finished run, in a fixed order, with machine paths removed; with
+    `budget_runs`, those of the runs of shorter budgets instead (kept apart: they label nothing)."""
     out = Path(cfg.out)
     records = []
     for u in sorted(units(cfg), key=lambda u: (u.task, u.score, cfg.ladder.index(u.size), u.seed)):
-        for strategy in cfg.options:
+        names = [n for n in run_names(cfg, u) if (n in cfg.options) != budget_runs]
+        for strategy in names:
             path = u.folder(out) / strategy / "record.json"
             if path.exists():
-                rec = portable(json.loads(path.read_text()), u, cfg.teacher)
+                rec = portable(json.loads(path.read_text()), u, cfg.teacher, cfg.temperature)
                 # the probe its features were measured with, so `advisor fit` can tell recommend
                 rec["settings"].setdefault("probe", {"steps": cfg.probe_steps, "eval_problems": cfg.probe_eval_problems})
                 records.append(rec)
     return records
 
 
-def portable(record: dict, unit: Unit, teacher: str = "lab:teacher") -> dict:
+def portable(record: dict, unit: Unit, teacher: str = "lab:teacher", temperature: float = 1.0) -> dict:
     """A record that says what ran without saying where: no absolute paths, run-relative names."""
     r = dict(record)
     r["model"] = {k: v for k, v in r["model"].items() if k != "path"}
@@ -360,5 +392,8 @@ def portable(record: dict, unit: Unit, teacher: str = "lab:teacher") -> dict:
     settings["seed"] = unit.seed
     r["settings"] = settings
     r["provenance"] = {k: v for k, v in provenance.items() if k not in ("manifest", "final_checkpoint")}
-    r["unit"] = {"task": unit.task, "score": unit.score, "size": unit.size, "seed": unit.seed, "teacher": teacher}
+    from capacity_advisor.models.lab.ladder import RECIPE_VERSION
+
+    r["unit"] = {"task": unit.task, "score": unit.score, "size": unit.size, "seed": unit.seed, "teacher": teacher,
+                 "temperature": temperature, "lab": RECIPE_VERSION}
     return finite(r)  # JSON has no NaN: null instead, so any JSON reader takes the records

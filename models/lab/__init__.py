@@ -12,6 +12,7 @@ from capacity_advisor.models.lab.ladder import (
     DEFAULT_SEED,
     LADDER,
     TEACHER,
+    TEACHERS,
     build_student,
     is_built,
     ladder_names,
@@ -25,7 +26,7 @@ from capacity_advisor.models.lab.pool import pool_rows, write_pool
 from capacity_advisor.models.lab.tasks import FAMILIES, Problem, check, extract_answer, make_problems, style_of, teacher_candidates
 
 __all__ = [
-    "DEFAULT_SEED", "FAMILIES", "LADDER", "Problem", "TEACHER", "build_student", "check", "extract_answer",
+    "DEFAULT_SEED", "FAMILIES", "LADDER", "Problem", "TEACHER", "TEACHERS", "build_student", "check", "extract_answer",
     "is_built", "ladder_names", "list_students", "make_problems", "n_params", "pool_rows",
     "recipe_hash", "student_dir", "student_path", "style_of", "teacher_candidates", "write_pool",
 ]

@@ -11,9 +11,11 @@ a synthetic corpus of all task families in which some reasoning styles are commo
 (`CORPUS_STYLES`), with a step budget that grows with its size, so bigger students are better
 base models.
 
-The teacher (`lab:teacher`, 2.25M parameters) is pretrained on every reasoning procedure of every
-family in equal shares (`TEACHER_STYLES`, no answer-only style): the known mixture its sampled
-pools come from, as the paper's pools come from sampling a larger model. A student folder is an ordinary Hugging Face
+Two teachers write the lab's sampled pools, as the paper's pools come from sampling a larger model:
+`lab:teacher` (2.26M parameters) is pretrained on every reasoning procedure of every family in
+equal shares, and `lab:teacher-xl` (5.4M parameters, 4x the largest student, another shape) on a
+mixture that favours the spelled-out procedures (`TEACHER_CORPORA`); neither sees the
+answer-only style. A student folder is an ordinary Hugging Face
 model folder (config.json, model.safetensors, tokenizer files) plus `build.json` (the recipe,
 cost and final loss). The folder name carries a hash of the recipe, so changing the recipe
 never reuses stale weights; a build writes into a temporary folder renamed into place when
@@ -34,7 +36,7 @@ from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import advisor_home, stable_hash, write_json
 from capacity_advisor.models.lab import tasks
 
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2  # 2: the carry marker in the alphabet, harder tasks, two-digit lists
 DEFAULT_SEED = 0
 
 
@@ -68,6 +70,8 @@ LADDER: dict[str, StudentSpec] = {
     )
 }
 TEACHER = StudentSpec("teacher", hidden=208, layers=4, heads=4, ffn=624, steps=3000, batch=64, lr=1e-3)
+TEACHER_XL = StudentSpec("teacher-xl", hidden=288, layers=5, heads=4, ffn=864, steps=2400, batch=64, lr=8e-4)
+TEACHERS: dict[str, StudentSpec] = {t.name: t for t in (TEACHER, TEACHER_XL)}
 
 # Pretraining corpus: family weights, and per family how often each procedure appears.
 # Answer-only and terse styles are common, spelled-out procedures rare (a few percent), so the
@@ -78,11 +82,25 @@ CORPUS_STYLES = {
     "addition": {"direct": 0.30, "digits": 0.45, "columns": 0.20, "places": 0.05},
     "listmax": {"direct": 0.30, "running": 0.45, "compare": 0.20, "sort": 0.05},
 }
-# The teacher's corpus: every family equally, every reasoning procedure of a family equally.
+# The teachers' corpora: every family equally. `teacher`: every reasoning procedure of a family
+# equally; `teacher-xl`: the spelled-out procedures (each family's last two) three times as often
+# as the terse ones.
 TEACHER_FAMILIES = {name: 1 / len(tasks.FAMILIES) for name in tasks.FAMILIES}
 TEACHER_STYLES = {
     name: {p: 1 / (len(f.procedures) - 1) for p in f.procedures if p != "direct"} for name, f in tasks.FAMILIES.items()
 }
+
+
+def _verbose_styles() -> dict:
+    out = {}
+    for name, f in tasks.FAMILIES.items():
+        procs = [p for p in f.procedures if p != "direct"]
+        weights = [3.0 if i >= len(procs) - 2 else 1.0 for i in range(len(procs))]
+        out[name] = {p: w / sum(weights) for p, w in zip(procs, weights)}
+    return out
+
+
+TEACHER_CORPORA = {"teacher": (TEACHER_FAMILIES, TEACHER_STYLES), "teacher-xl": (TEACHER_FAMILIES, _verbose_styles())}
 MAX_LENGTH = 96
 
 
@@ -91,10 +109,10 @@ def ladder_names() -> list[str]:
 
 
 def spec(name: str) -> StudentSpec:
-    if name == TEACHER.name:
-        return TEACHER
+    if name in TEACHERS:
+        return TEACHERS[name]
     if name not in LADDER:
-        raise InputError(f"unknown lab model {name!r}: use one of {', '.join([*LADDER, TEACHER.name])}")
+        raise InputError(f"unknown lab model {name!r}: use one of {', '.join([*LADDER, *TEACHERS])}")
     return LADDER[name]
 
 
@@ -106,7 +124,7 @@ def shape(s: StudentSpec) -> str:
 
 def corpus(name: str) -> tuple[dict, dict]:
     """(family weights, procedure weights per family) of a model's pretraining corpus."""
-    return (TEACHER_FAMILIES, TEACHER_STYLES) if name == TEACHER.name else (CORPUS_FAMILIES, CORPUS_STYLES)
+    return TEACHER_CORPORA.get(name, (CORPUS_FAMILIES, CORPUS_STYLES))
 
 
 def recipe(name: str, seed: int = DEFAULT_SEED, steps: int | None = None) -> dict:
@@ -199,7 +217,7 @@ def make_config(s: StudentSpec, tokenizer):
 def corpus_batches(seed: int, batch: int, name: str = "xs"):
     """An endless, seeded stream of pretraining batches of (prompt, response) pairs for model `name`."""
     families, corpus_styles = corpus(name)
-    rng = random.Random(f"corpus:{seed}") if name != TEACHER.name else random.Random(f"teacher-corpus:{seed}")
+    rng = random.Random(f"corpus:{seed}") if name not in TEACHERS else random.Random(f"{name}-corpus:{seed}")
     fams = list(families)
     fw = [families[f] for f in fams]
     while True:
@@ -279,13 +297,13 @@ def n_params(name: str) -> int:
 
 
 def list_students(seed: int = DEFAULT_SEED, teacher: bool = True) -> list[dict]:
-    """Every ladder student (and the teacher): name, role, parameters, layers, hidden size, shape, built."""
+    """Every ladder student (and the teachers): name, role, parameters, layers, hidden size, shape, built."""
     rows = []
-    for name in [*LADDER, *([TEACHER.name] if teacher else [])]:
+    for name in [*LADDER, *(TEACHERS if teacher else [])]:
         d = student_dir(name, seed)
         built = (d / "build.json").exists()
         s = spec(name)
-        row = {"name": name, "role": "teacher" if name == TEACHER.name else "student", "n_params": n_params(name),
+        row = {"name": name, "role": "teacher" if name in TEACHERS else "student", "n_params": n_params(name),
                "layers": s.layers, "hidden": s.hidden, "shape": shape(s), "built": built,
                "recipe_hash": recipe_hash(name, seed), "path": str(d)}
         if built:

@@ -5,7 +5,7 @@ Every problem is a prompt that ends with `=`; every response starts right after 
 
     modchain  C3+4*9-2+7=        left-to-right arithmetic mod 10; difficulty = number of operands
     addition  S457+368=          multi-digit addition with carries; difficulty = digits per operand
-    listmax   M3,8,1,5=          maximum of a list; difficulty = list length
+    listmax   M37,82,15,44=      maximum of a list of two-digit numbers; difficulty = list length
 
 Each family has several correct *procedures* that show more or less reasoning (`direct` shows
 none). The teacher samples among the reasoning procedures with random surface variation; the
@@ -156,7 +156,8 @@ def _ad_places(p: Problem, rng: random.Random) -> str:
 
 
 def _listmax_problem(rng: random.Random, n: int) -> Problem:
-    xs = [rng.randrange(10) for _ in range(n)]
+    # two-digit numbers: with single digits the answer of a long list is 9 most of the time
+    xs = [rng.randrange(10, 100) for _ in range(n)]
     return Problem("listmax", "M" + ",".join(map(str, xs)) + "=", str(max(xs)), tuple(xs))
 
 
@@ -199,27 +200,28 @@ FAMILIES: dict[str, Family] = {
         "modchain",
         _modchain_problem,
         {"direct": _direct, "skip": _mc_skip, "running": _mc_running, "explicit": _mc_explicit, "full": _mc_full},
-        default_difficulty=5,
-        difficulty_range=(2, 5),
+        default_difficulty=8,
+        difficulty_range=(2, 8),
     ),
     "addition": Family(
         "addition",
         _addition_problem,
         {"direct": _direct, "digits": _ad_digits, "columns": _ad_columns, "places": _ad_places},
-        default_difficulty=3,
-        difficulty_range=(1, 3),
+        default_difficulty=4,
+        difficulty_range=(1, 4),
     ),
     "listmax": Family(
         "listmax",
         _listmax_problem,
         {"direct": _direct, "running": _lm_running, "compare": _lm_compare, "sort": _lm_sort},
-        default_difficulty=6,
-        difficulty_range=(2, 6),
+        default_difficulty=8,
+        difficulty_range=(2, 8),
     ),
 }
 
-# Every character any task can produce; the tokenizer is built from this (order is frozen).
-ALPHABET = "0123456789+-*=<>|,/;:ACMS"
+# Every character any task can produce; the tokenizer is built from this (order is frozen; new
+# characters are appended). `c` is the carry marker of addition's `digits` procedure.
+ALPHABET = "0123456789+-*=<>|,/;:ACMSc"
 
 
 def family(task: str) -> Family:

@@ -1,0 +1,113 @@
+"""The probe recipe: how a probe is run for each kind of student, defined once.
+
+    from capacity_advisor.probes.recipe import recipe_for
+    r = recipe_for("lab:m", n_params=108_672)      # the lab's recipe
+    cfg = r.probe_config(seed=0, device="cpu")     # a probes.run.ProbeConfig measuring exactly that way
+
+`advisor probe`, `advisor recommend` and `advisor calibrate` all take their probe settings from
+here, and a fitted predictor stores the recipe its inputs were measured with (`as_dict()`), so a
+probe measured another way is refused or reported rather than silently read as if it matched.
+
+Two kinds: `lab` (the embedded lab's students, whose responses are under a hundred characters)
+and `real` (everything else: reasoning traces of thousands of tokens). The step count and the
+number of held-out problems are the lab's cheapest probe within 0.5 points of held-out regret of
+the best (benchmarks/probe_cost.py, docs/results.md section 5); the rest follows the kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+from capacity_advisor.models.errors import InputError
+
+DEFAULT_STEPS = 25
+DEFAULT_EVAL_PROBLEMS = 64
+# The fields that shape a probe's measurements: a predictor fitted on one recipe reads features
+# measured with another only if these agree.
+MEASURING = ("steps", "batch_size", "eval_every", "eval_problems", "max_new_tokens", "max_length", "warmup_steps")
+
+
+@dataclass(frozen=True)
+class ProbeRecipe:
+    kind: str  # "lab" or "real"
+    steps: int = DEFAULT_STEPS  # optimizer steps per set
+    batch_size: int = 8  # sequences per step
+    eval_every: int = 25  # steps between evaluation points
+    eval_problems: int = DEFAULT_EVAL_PROBLEMS  # held-out problems generated on at each point
+    max_new_tokens: int = 2048  # generation bound at each evaluation
+    max_length: int = 2048  # prompt + response tokens in probe training
+    warmup_steps: int = 10  # linear warm-up, then a constant rate (a shorter probe is a prefix of a longer one)
+    token_budget: int | None = None  # padded tokens per evaluation batch (None: the backend's default)
+
+    def learning_rate(self, model: str, n_params: int) -> tuple[float, str]:
+        """(rate, where it comes from) of a probe and the full run it advises on: half a ladder
+        student's pretraining peak; for any other model the full-fine-tuning rate SFT recipes use
+        at its size."""
+        from capacity_advisor.models.lab import LADDER
+
+        size = lab_size(model)
+        if self.kind == "lab" and size in LADDER:
+            return LADDER[size].lr * 0.5, "lab recipe (half the pretraining peak)"
+        return size_learning_rate(n_params), "size default"
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if k in ("kind", *MEASURING)}
+
+    def with_(self, **changes) -> "ProbeRecipe":
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def capped(self, context: int | None) -> "ProbeRecipe":
+        """The recipe within a model's context: training length and new tokens at most `context`
+        (prompt and generation share it; new tokens keep at least a quarter of it for the prompt)."""
+        if not context or context < 16:
+            return self
+        return replace(self, max_length=min(self.max_length, context),
+                       max_new_tokens=min(self.max_new_tokens, max(8, context * 3 // 4)))
+
+    def probe_config(self, **kw):
+        from capacity_advisor.probes.run import ProbeConfig
+
+        return ProbeConfig(steps=self.steps, batch_size=self.batch_size, warmup_steps=self.warmup_steps,
+                           eval_every=self.eval_every, eval_problems=self.eval_problems,
+                           max_new_tokens=self.max_new_tokens, max_length=self.max_length,
+                           token_budget=self.token_budget, **kw)
+
+
+LAB = ProbeRecipe("lab", max_new_tokens=72, max_length=96, token_budget=16384)
+REAL = ProbeRecipe("real")
+RECIPES = {r.kind: r for r in (LAB, REAL)}
+
+
+def lab_size(model: str) -> str | None:
+    """The ladder name of `lab:NAME[@STEPS]`, or None for any other model."""
+    if not isinstance(model, str) or not model.startswith("lab:"):
+        return None
+    return model[len("lab:"):].partition("@")[0]
+
+
+def recipe_for(model: str) -> ProbeRecipe:
+    return LAB if lab_size(model) is not None else REAL
+
+
+def size_learning_rate(n_params: int) -> float:
+    """Full-fine-tuning rates in the range SFT recipes use by size (tiny lab students tolerate far more)."""
+    if n_params < 10e6:
+        return 1e-3
+    if n_params < 200e6:
+        return 2e-4
+    if n_params < 3e9:
+        return 2e-5
+    return 1e-5
+
+
+def check_recipe(raw) -> dict:
+    """A recipe read from a file a user may hand over (a predictor's `meta.recipe`), checked."""
+    if not isinstance(raw, dict) or raw.get("kind") not in RECIPES:
+        raise InputError("the predictor's meta.recipe must be an object with 'kind' lab or real")
+    out = {"kind": raw["kind"]}
+    for k in MEASURING:
+        v = raw.get(k)
+        if not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1_000_000):
+            raise InputError(f"the predictor's meta.recipe.{k} must be a whole number from 0 to 1,000,000")
+        out[k] = v
+    return out

@@ -45,17 +45,20 @@ def fit_lab_prior(rows: Sequence[dict]) -> dict:
             "params_range": [min(r["n_params"] for r in rows), max(r["n_params"] for r in rows)]}
 
 
-def lab_prior_advice(prior: dict, n_params: float, budget: float) -> dict:
-    from capacity_advisor.advisor.predictor import _check_member, member_proba
+def lab_prior_advice(prior: dict, n_params: float, budget: float, options: Sequence[str] | None = None) -> dict:
+    """The lab prior's answer over `options` (the predictor's; default high, low, mixed)."""
+    from capacity_advisor.advisor.predictor import check_member, member_proba
     from capacity_advisor.training.manifest import SETS
 
+    options = tuple(options or SETS)
     if not isinstance(prior, dict) or list(prior.get("features") or []) != list(LAB_PRIOR_FEATURES):
         raise InputError("the predictor holds no lab prior; refit it with `advisor fit`")
-    _check_member(prior.get("member"), len(LAB_PRIOR_FEATURES),
-                  lambda why: InputError(f"the predictor's lab prior is damaged ({why}); refit it with `advisor fit`"))
+    check_member(prior.get("member"), len(LAB_PRIOR_FEATURES),
+                 lambda why: InputError(f"the predictor's lab prior is damaged ({why}); refit it with `advisor fit`"),
+                 options)
     f = _prior_features(n_params, budget)
-    p = member_proba(prior["member"], np.array([[f[k] for k in LAB_PRIOR_FEATURES]]))[0]
-    probs = {s: float(v) for s, v in zip(SETS, p)}
+    p = member_proba(prior["member"], np.array([[f[k] for k in LAB_PRIOR_FEATURES]]), options)[0]
+    probs = {s: float(v) for s, v in zip(options, p)}
     lo, hi = prior.get("params_range") or [float("nan"), float("nan")]
     inside = lo <= n_params <= hi
     reasons = ["lab prior: fitted on the calibration students' outcomes by parameter count and budget alone"]
@@ -134,4 +137,4 @@ def prior_advice(n_params: float, budget: float, predictor=None) -> dict:
         return paper_prior_advice(n_params, budget)
     if predictor is None:
         raise InputError("the lab prior needs a predictor folder written by `advisor fit`")
-    return lab_prior_advice(predictor.meta.get("lab_prior"), n_params, budget)
+    return lab_prior_advice(predictor.meta.get("lab_prior"), n_params, budget, predictor.options)

@@ -83,28 +83,32 @@ def test_labels_follow_the_best_checkpoint_up_to_the_budget():
     assert "log10_params" not in rows[0]["features"] and rows[0]["features"]["ranking_sum"] == 1.0
 
 
-@pytest.mark.parametrize("kind", ["logistic", "lightgbm", "ridge"])
+@pytest.mark.parametrize("kind", ["logistic", "lightgbm", "ridge", "curve"])
 def test_fit_recovers_the_rule_from_probe_features_alone(kind):
     model = fit_predictor(label_rows(make_records()), kind, FEATS, n_members=8)
     grid = [(lp, b) for lp in (4.2, 4.8, 5.2, 6.8, 7.2, 7.8) for b in (0.5, 1, 2, 4, 5)]
     rng = random.Random(0)
     rows = [{**probe_features(lp, rng), "budget": b} for lp, b in grid]
-    assert model.predict(rows) == [truth(lp, b) for lp, b in grid]
+    right = [p == truth(lp, b) for p, (lp, b) in zip(model.predict(rows), grid)]
+    if kind == "curve":  # a smooth curve in log(1 + epochs) may miss the step at 3 epochs by one budget
+        assert sum(right) >= len(grid) - 2 and all(ok for ok, (lp, b) in zip(right, grid) if b != 2)
+    else:
+        assert all(right)
     assert "log10_params" not in model.features and "n_params" not in model.features
 
 
 def test_cross_validated_model_beats_every_baseline():
     rows = label_rows(make_records())
-    cv = cross_validate(rows, "student", ("logistic",), FEATS, n_members=4)
+    cv = cross_validate(rows, "student", "logistic", FEATS, n_members=4)
     m = cv["methods"]
-    assert m["logistic"]["accuracy"] >= 0.85
-    for name in ("always high (GRAPE)", "always low", "always mixed"):
-        assert m["logistic"]["mean_regret_points"] < m[name]["mean_regret_points"], name
-    lo, hi = m["logistic"]["ci90"]
-    assert lo <= m["logistic"]["mean_regret_points"] <= hi
-    assert m["always high (GRAPE)"]["arm_sum"]["rows"] == m["always high (GRAPE)"]["rows"]
-    # the fair rule of thumb is the true rule here, so it does well too
-    assert m["rule of thumb (fitted thresholds)"]["accuracy"] >= 0.85
+    assert m["predictor"]["decision_accuracy"] >= 0.85 and m["policy"]["decision_accuracy"] >= 0.8
+    for name in ("always high", "always low", "always mixed"):
+        assert m["policy"]["regret"] < m[name]["regret"], name
+    lo, hi = m["policy"]["ci90"]
+    assert lo <= m["policy"]["regret"] <= hi
+    assert m["always high"]["arms"]["sum"]["rows"] == m["always high"]["rows"]
+    # the fair size rule is the true rule here, so it does well too
+    assert m["size rule"]["decision_accuracy"] >= 0.85
 
 
 def test_rule_of_thumb_recovers_its_thresholds():
@@ -140,7 +144,7 @@ def test_interval_widens_and_confidence_drops_off_the_data():
     assert near and near[0]["distance"] <= near[-1]["distance"] and near[0]["outcomes"]["5"]["label"] == "low"
 
 
-@pytest.mark.parametrize("kind", ["logistic", "lightgbm", "ridge"])
+@pytest.mark.parametrize("kind", ["logistic", "lightgbm", "ridge", "curve"])
 def test_save_and_load_round_trip_without_pickle(kind, tmp_path):
     rows = label_rows(make_records())
     model = fit_predictor(rows, kind, FEATS, n_members=4)
@@ -153,7 +157,7 @@ def test_save_and_load_round_trip_without_pickle(kind, tmp_path):
 def test_numpy_trees_match_lightgbm():
     import lightgbm as lgb
 
-    from capacity_advisor.advisor.predictor import _lightgbm_params, matrix
+    from capacity_advisor.advisor.predictor import lightgbm_params, matrix
 
     rows = label_rows(make_records())
     X = matrix(rows, FEATS)
@@ -161,7 +165,7 @@ def test_numpy_trees_match_lightgbm():
     y = np.array([("high", "low", "mixed").index(r["label"]) for r in rows])
     classes = tuple(c for c in ("high", "low", "mixed") if c in {r["label"] for r in rows})
     y = np.array([classes.index(r["label"]) for r in rows])
-    params = _lightgbm_params(classes, seed=0)
+    params = lightgbm_params(classes, seed=0)
     booster = lgb.train(params, lgb.Dataset(X, y), num_boost_round=60)
     mine = fit_member([{**r, "features": dict(zip(FEATS, x))} for r, x in zip(rows, X)], "lightgbm", FEATS)
     theirs = booster.predict(X)
@@ -236,7 +240,7 @@ def test_shipped_predictor_loads_and_answers():
     from capacity_advisor.advisor.recommend import load_predictor
 
     shipped = load_predictor(None)
-    assert shipped.meta["records"] >= 2 and "always high (GRAPE)" in shipped.meta["cv"]["student"]["methods"]
+    assert shipped.meta["records"] >= 2 and "always high" in shipped.meta["cv"]["student"]["methods"]
     feats = {k: shipped.range[k]["mean"] for k in shipped.features if k in shipped.range}
     p = shipped.predict_proba([feats])[0]
     assert abs(p.sum() - 1) < 1e-6 and shipped.advise(feats)["confidence"] in ("high", "medium", "low")
@@ -252,3 +256,147 @@ def test_wrongly_typed_records_are_one_input_error(tmp_path, bad):
     path.write_text(json.dumps(make_records()[0]) + "\n" + json.dumps(bad) + "\n")
     with pytest.raises(InputError, match="line 2: "):
         read_records(path)
+
+
+# ---- pool sources, folds, the noise floor and the policy ----------------------------------------
+
+SOURCES = [("modchain", "program", 1.0), ("addition", "lab:teacher", 1.0), ("listmax", "lab:teacher-xl", 0.7)]
+
+
+def make_unit_records(sources=SOURCES, seeds=(0, 1)):
+    """make_records' students, each on several pool sources, with calibration `unit` fields."""
+    recs = []
+    for task, teacher, temperature in sources:
+        for rec in make_records(seeds):
+            size = rec["model"]["spec"][len("lab:"):]
+            recs.append({**rec, "unit": {"task": task, "score": "sum", "size": size, "seed": rec["settings"]["seed"],
+                                         "teacher": teacher, "temperature": temperature, "lab": 2}})
+    return recs
+
+
+def test_rows_say_their_source_task_and_teacher():
+    rows = label_rows(make_unit_records())
+    assert {r["source"] for r in rows} == {"lab2:modchain/program", "lab2:addition/lab:teacher@T1",
+                                          "lab2:listmax/lab:teacher-xl@T0.7"}
+    assert {r["task"] for r in rows} == {"modchain", "addition", "listmax"}
+    assert {r["teacher"] for r in rows} == {"program", "lab:teacher", "lab:teacher-xl"}
+
+
+@pytest.mark.parametrize("split", ["student", "shape", "source", "task", "teacher"])
+def test_cv_folds_hold_no_unit_on_both_sides(split):
+    from capacity_advisor.advisor.predictor import folds
+
+    rows = label_rows(make_unit_records())
+    for r in rows:  # a shape besides the balanced ladder, so the shape split has a fold
+        if r["student"] in ("lab:s2", "lab:s5"):
+            r["shape"] = "deep-narrow"
+    fs = folds(rows, split)
+    assert fs
+    for name, train, test in fs:
+        assert not {r["unit"] for r in train} & {r["unit"] for r in test}, (split, name)
+        assert {r[split] for r in test} == {name}
+        assert len(train) + len(test) == len(rows)
+
+
+def test_noise_floor_chooses_what_won_on_the_other_seeds():
+    from capacity_advisor.advisor.predictor import noise_floor
+
+    rows = label_rows(make_unit_records(sources=SOURCES[:1], seeds=(0, 1, 2)))
+    picks = noise_floor(rows)
+    assert len(picks) == len(rows)
+    for r, choice in picks:
+        others = [o["label"] for o in rows if (o["student"], o["features"]["budget"]) == (r["student"], r["features"]["budget"])
+                  and o["seed"] != r["seed"]]
+        assert choice in others
+
+
+def test_policy_falls_back_off_the_data_and_not_on_it():
+    from capacity_advisor.advisor.predictor import Policy
+
+    model = fit_predictor(label_rows(make_records(seeds=(0, 1, 2))), "logistic", FEATS, n_members=8)
+    policy = Policy(max_distance=1.0, margin=0.0)
+    rng = random.Random(3)
+    inside = probe_features(7.0, rng)
+    on = policy.decide(model, inside, n_params=10**7, budget=5)
+    assert on["answered_by"] == "predictor" and on["strategy"] == "low"
+    far = {**inside, "gap_answer_logprob_area_gain": 40.0, "low_repetition_area": 9.0}
+    off = policy.decide(model, far, n_params=10**7, budget=5)
+    assert off["answered_by"] == "fallback: always D_high" and off["strategy"] == "high" and off["distance_ratio"] > 1
+    big = policy.decide(model, far, n_params=7.6e9, budget=5)  # the paper's 7-8B students: D_low after 2-5 epochs
+    assert big["answered_by"] == "fallback: the paper's findings" and big["strategy"] == "low"
+    cautious = Policy(max_distance=math.inf, margin=2.0).decide(model, inside, n_params=10**7, budget=5)
+    assert cautious["answered_by"] == "predictor" and cautious["strategy"] == "high"
+    assert Policy.from_dict(policy.to_dict()) == policy
+    with pytest.raises(InputError, match="meta.policy"):
+        Policy.from_dict({"max_distance": -1, "margin": 0.1})
+
+
+def test_nested_policy_beats_the_constants_on_a_source_it_never_saw():
+    rows = label_rows(make_unit_records())
+    cv = cross_validate(rows, "source", "logistic", FEATS, n_members=4)
+    m = cv["methods"]
+    assert set(cv["policies"]) == {r["source"] for r in rows}
+    assert m["policy"]["regret"] < min(m[c]["regret"] for c in ("always high", "always low", "always mixed"))
+    assert m["noise floor"]["rows"] == len(rows)
+
+
+def test_reasons_name_what_pushes_toward_the_answer_first():
+    model = fit_predictor(label_rows(make_records()), "logistic", FEATS, n_members=8)
+    big = {**probe_features(7.2, random.Random(1)), "budget": 5}
+    reasons = model.reasons(big, k=len(FEATS))
+    weights = [r["weight"] for r in reasons]
+    assert weights and weights[0] > 0
+    assert weights == sorted(weights, key=lambda w: (w <= 0, -abs(w)))
+    assert all(r["toward"] == "low" for r in reasons if r["weight"] > 0)
+
+
+@pytest.mark.parametrize("case", [
+    "nan threshold", "infinity leaf", "nan in meta", "huge integer", "overflowing float", "classes as lists",
+    "feature an int", "rule a list", "rule a string", "params_range of 3", "params_range a string",
+    "params_range nulls", "typical distance text", "chained tree", "many members", "nan typical distance",
+])
+def test_a_crafted_predictor_with_a_matching_checksum_is_one_input_error(tmp_path, case):
+    path = _saved(tmp_path)
+    good = json.loads(path.read_text())
+    raw = json.loads(json.dumps(good))
+    tree = raw["members"][0]["trees"][0]
+    text = None
+    if case == "nan threshold":
+        text = json.dumps(_resign(raw)).replace('"threshold": [', '"threshold": [NaN, ', 1)
+    elif case == "infinity leaf":
+        text = json.dumps(_resign(raw)).replace('"value": [', '"value": [Infinity, ', 1)
+    elif case == "nan in meta":
+        raw["meta"] = {"tie_margin": float("nan")}
+    elif case == "huge integer":
+        text = json.dumps(_resign(raw)).replace('"format": 2', '"format": ' + "9" * 5000, 1)
+    elif case == "overflowing float":
+        text = json.dumps(_resign(raw)).replace('"typical_distance": ', '"typical_distance": 1e999999, "x": ', 1)
+    elif case == "classes as lists":
+        raw["members"][0]["classes"] = [["high"], ["low"]]
+    elif case == "feature an int":
+        tree["feature"] = 3
+    elif case == "rule a list":
+        raw["meta"] = {"rule_of_thumb": [1, 2]}
+    elif case == "rule a string":
+        raw["meta"] = {"rule_of_thumb": "low"}
+    elif case == "params_range of 3":
+        raw["meta"] = {"params_range": [1, 2, 3]}
+    elif case == "params_range a string":
+        raw["meta"] = {"lab_prior": {"features": ["log10_params", "budget", "log10_params_x_budget"],
+                                     "params_range": "big", "member": {}}}
+    elif case == "params_range nulls":
+        raw["meta"] = {"params_range": [None, None]}
+    elif case == "typical distance text":
+        raw["typical_distance"] = "far"
+    elif case == "nan typical distance":
+        text = json.dumps(_resign(raw)).replace('"typical_distance": ', '"typical_distance": NaN, "x": ', 1)
+    elif case == "chained tree":  # 20,001 nodes in a chain: a walk of 20,000 steps per prediction
+        n = 20_001
+        raw["members"][0]["trees"][0] = {
+            "feature": [0] * (n - 1) + [-1], "threshold": [0.0] * n, "left": list(range(1, n)) + [-1],
+            "right": list(range(1, n)) + [-1], "default_left": [1] * n, "nan_as": [0] * n, "value": [0.0] * n}
+    elif case == "many members":
+        raw["members"] = [{"kind": "constant", "classes": ["high"], "proba": [1.0]}] * 200_000
+    path.write_text(text if text is not None else json.dumps(_resign(raw), allow_nan=True))
+    with pytest.raises(InputError, match="damaged|format|refit"):
+        Predictor.load(path.parent)

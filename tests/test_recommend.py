@@ -73,9 +73,9 @@ def test_fit_cli_prints_the_tables_and_saves(tmp_path):
     r = run("fit", "--records", path, "--out", tmp_path / "pred", "--members", 4, "--json")
     assert r.exit_code == 0, r.stderr
     res = json.loads(r.stdout)
-    methods = set(res["cv"]["student"]["methods"])
-    assert {"lightgbm", "logistic", "always high (GRAPE)", "always low", "always mixed",
-            "rule of thumb (fitted thresholds)"} <= methods
+    methods = set(res["cv"]["student"])
+    assert {"policy", "predictor", "always high", "always low", "always mixed", "size rule", "noise floor"} <= methods
+    assert set(res["kinds"]) == {"logistic", "lightgbm", "ridge", "curve"} and res["chosen"] in res["kinds"]
     pred = Predictor.load(tmp_path / "pred")
     assert pred.kind == res["chosen"] and len(pred.members) == 4
     assert pred.meta["lab_prior"]["features"] == ["log10_params", "budget", "log10_params_x_budget"]
@@ -91,7 +91,7 @@ def test_the_predictor_says_how_its_inputs_were_probed_and_recommend_probes_so(l
     recs = make_records()
     assert probe_of(recs) is None  # records that do not say
     said = [{**r, "settings": {**(r.get("settings") or {}), "probe": {"steps": 6, "eval_problems": 16}}} for r in recs]
-    assert probe_of(said) == {"steps": 6, "eval_problems": 16}
+    assert {k: probe_of(said)[k] for k in ("kind", "steps", "eval_problems")} == {"kind": "lab", "steps": 6, "eval_problems": 16}
     assert probe_of(said[:-1] + [{**said[-1], "settings": {"probe": {"steps": 7, "eval_problems": 16}}}]) is None
 
     pred = Predictor.load(synthetic_predictor)

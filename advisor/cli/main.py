@@ -14,6 +14,7 @@ import click
 
 from capacity_advisor.models.errors import InputError, one_line
 from capacity_advisor.probes.run import DEFAULT_EVAL_PROBLEMS as PROBE_EVAL_PROBLEMS, DEFAULT_STEPS as PROBE_STEPS
+from capacity_advisor.advisor.predictor import FEATURE_SETS, FITTABLE, SPLITS
 
 
 class UsageLine(click.ClickException):
@@ -331,29 +332,34 @@ def generate(teacher, problems, out, n, temperature, top_p, max_new_tokens, chec
 @click.option("--records", "-r", "records_path", default=None, help="RunRecords JSONL (default: the records store).")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Predictor folder to write.")
 @click.option("--tie-margin", default=0.01, show_default=True, help="Accuracy gap under which strategies count as tied.")
-@click.option("--features", "feature_set", default="probe", show_default=True, type=click.Choice(["probe", "probe+teacher"]),
-              help="probe: inputs every probe measures; probe+teacher: also the teacher view (needs --teacher at recommend).")
-@click.option("--kinds", default="logistic,lightgbm,ridge", show_default=True,
-              help="Model kinds to cross-validate (ridge regresses each set's accuracy gap over D_high); the best is kept.")
+@click.option("--features", "feature_set", default="probe", show_default=True, type=click.Choice(list(FEATURE_SETS)),
+              help="probe: inputs every probe measures; contrast: D_low against D_high only; +teacher: also the teacher view.")
+@click.option("--kinds", default=",".join(FITTABLE), show_default=True,
+              help="Model kinds to cross-validate; the one whose policy does best leaving a pool source out is kept.")
+@click.option("--cv", "cv_splits", default=",".join(SPLITS), show_default=True,
+              help="Held-out tables to measure: comma-separated splits.")
+@click.option("--choose-by", default="source", show_default=True, type=click.Choice(list(SPLITS)),
+              help="The split whose held-out regret chooses the kind and the policy's thresholds.")
 @click.option("--members", default=24, show_default=True, help="Ensemble members (bootstrap resamples of the calibration units).")
 @click.option("--jobs", default=1, show_default=True, help="Processes fitting members in parallel.")
 @seed_option("Bootstrap draws and LightGBM's seed.")
 @click.option("--note", default=None, help="A line stored with the predictor (what the records were).")
 @json_option
-def fit(records_path, out, tie_margin, feature_set, kinds, members, jobs, seed, note, as_json):
+def fit(records_path, out, tie_margin, feature_set, kinds, cv_splits, choose_by, members, jobs, seed, note, as_json):
     """Fit the predictor on RunRecords; print its cross-validated tables against the baselines."""
-    from capacity_advisor.advisor.cli.ui import emit_json
-    from capacity_advisor.advisor.fit import fit_and_save
-    from capacity_advisor.advisor.predictor import KINDS, read_records
+    from capacity_advisor.advisor.cli.ui import console, emit_json
+    from capacity_advisor.advisor.fit import check_settings, fit_and_save
+    from capacity_advisor.advisor.predictor import read_records
     from capacity_advisor.models.files import advisor_home, check_writable_dir
 
-    chosen = names(kinds, "--kinds")
-    bad = [k for k in chosen if k not in KINDS]
-    if bad or not chosen:
-        raise InputError(f"--kinds {kinds!r}: use {', '.join(KINDS)}")
+    chosen, splits = names(kinds, "--kinds"), names(cv_splits, "--cv")
+    check_settings(tie_margin, members, seed, jobs, chosen, splits, choose_by)
     check_writable_dir(out, "--out")
     path = records_path or str(advisor_home() / "records.jsonl")
-    result = fit_and_save(read_records(path), out, tie_margin, feature_set, chosen, members, seed, jobs, note)
+    records = read_records(path)
+    log = None if as_json else (lambda m: console.print(m, highlight=False))
+    result = fit_and_save(records, out, tie_margin, feature_set, chosen, members, seed, jobs, note, splits, choose_by,
+                          log=log)
     if as_json:
         emit_json(result)
     else:

@@ -89,17 +89,19 @@ def probe(report: dict, out: str) -> None:
 
 
 def cross_validation(result: dict) -> None:
-    for split, cv in result["cv"].items():
-        arms = sorted({k[4:] for row in cv["methods"].values() for k in row if k.startswith("arm_")})
-        t = Table(title=f"Leave one {split} out ({len(cv['folds'])} folds; {result['rows']} rows; labels {result['labels']}; "
-                        f"near-ties {result['ties']})", title_justify="left")
-        for col in ("method", "accuracy", "mean regret (points)", "90% interval", *[f"regret, {a} ranking" for a in arms]):
+    pol = result.get("policy") or {}
+    console.print(f"kind: {result['chosen']}; policy: predictor trusted up to {pol.get('max_distance')}x the typical "
+                  f"distance, margin {pol.get('margin')}, range check {'on' if pol.get('use_range') else 'off'}; "
+                  f"{result['rows']} rows, labels {result['labels']}, near-ties {result['ties']}", highlight=False)
+    for split, methods in result["cv"].items():
+        t = Table(title=f"Leave one {split} out", title_justify="left")
+        for col in ("method", "regret (points)", "decision accuracy", "rows"):
             t.add_column(col, justify="left" if col == "method" else "right")
-        for name, row in sorted(cv["methods"].items(), key=lambda kv: kv[1]["mean_regret_points"]):
-            mark = " ← chosen" if name == result["chosen"] else ""
-            t.add_row(name + mark, f"{row['accuracy']:.3f}", f"{row['mean_regret_points']:.2f}",
-                      f"{row['ci90'][0]:.2f}-{row['ci90'][1]:.2f}",
-                      *[f"{row[f'arm_{a}']['mean_regret_points']:.2f}" if f"arm_{a}" in row else "—" for a in arms])
+        for name, row in sorted(methods.items(), key=lambda kv: kv[1]["regret"] if kv[1]["regret"] is not None else 1e9):
+            mark = " ← shipped" if name == "policy" else ""
+            reg = "—" if row["regret"] is None else f"{row['regret']:.2f}"
+            acc = "—" if row["decision_accuracy"] is None else f"{row['decision_accuracy']:.3f}"
+            t.add_row(name + mark, reg, acc, str(row["rows"]))
         console.print(t)
 
 

@@ -1,0 +1,37 @@
+"""The fitted predictor: probe measurements + the epoch budget -> high / low / mixed, and the
+policy that ships it.
+
+    rows = label_rows(read_records("calibration/records.jsonl"))      # labels.py
+    table = cross_validate(rows, split="source", kind="lightgbm")      # policy.py, evaluate.py
+    predictor = fit_predictor(rows, kind="lightgbm")                   # ensemble.py, members.py
+    predictor.save("predictor/"); Predictor.load("predictor/").advise(features)
+
+Modules: `labels` (records -> labelled rows, the input sets), `members` (the table of model kinds),
+`forest` (LightGBM trees as checked numpy arrays), `ensemble` (the bagged ensemble, its range
+check, neighbours and file), `evaluate` (regret, the baselines, folds, the noise floor), `policy`
+(the predictor plus its fallback off the data, thresholds by cross-validation).
+"""
+
+from capacity_advisor.advisor.predictor.ensemble import FORMAT, MAX_FILE_BYTES, Predictor, fit_predictor, strict_loads
+from capacity_advisor.advisor.predictor.evaluate import (
+    CONSTANTS, SPLITS, TIE_MARGIN, Rule, baseline_picks, folds, is_right, noise_floor, regret, summarize,
+)
+from capacity_advisor.advisor.predictor.labels import (
+    BUDGETS, CONTRAST_FEATURES, FEATURE_SETS, PROBE_FEATURES, TEACHER_FEATURES, best_up_to, inputs, label_rows, matrix,
+    options_in, read_records, record_option, shape_of, unit_of,
+)
+from capacity_advisor.advisor.predictor.members import (
+    FITTABLE, KINDS, check_member, fit_member, fit_members, lightgbm_params, member_proba,
+)
+from capacity_advisor.advisor.predictor.policy import (
+    PAPER_FROM, Policy, choose_policy, cross_validate, fallback, permutation_importance, select_policy,
+)
+
+__all__ = [
+    "BUDGETS", "CONSTANTS", "CONTRAST_FEATURES", "FEATURE_SETS", "FITTABLE", "FORMAT", "KINDS", "MAX_FILE_BYTES",
+    "PAPER_FROM", "PROBE_FEATURES", "SPLITS", "TEACHER_FEATURES", "TIE_MARGIN", "Policy", "Predictor", "Rule",
+    "baseline_picks", "best_up_to", "check_member", "choose_policy", "cross_validate", "fallback", "fit_member",
+    "fit_members", "fit_predictor", "folds", "inputs", "is_right", "label_rows", "lightgbm_params", "matrix",
+    "member_proba", "noise_floor", "options_in", "permutation_importance", "read_records", "record_option", "regret",
+    "select_policy", "shape_of", "strict_loads", "summarize", "unit_of",
+]

@@ -1,0 +1,395 @@
+"""The fitted predictor: an ensemble of members, what it needs to judge a new student against its
+data, and its file.
+
+    predictor = fit_predictor(rows, kind="lightgbm")   # bagged members, calibrated range, unit table
+    predictor.save("predictor/"); Predictor.load("predictor/").advise(features)
+
+The ensemble's members are fitted on bootstrap resamples of the calibration units; their spread
+gives an interval on each probability. For every input it stores the calibrated range, and the
+standardized measurements of every calibration unit, so `advise` can say whether a student is
+inside the data, which calibrated students are nearest and what they measured.
+
+Saved as one JSON file. It is parsed with hooks that refuse NaN, Infinity, numbers that overflow
+a float and integers of more than 30 digits, and every field is checked for type, shape and
+range before use: a crafted file gives one InputError, never a crash, a hang or a huge allocation.
+The sha256 inside only detects damage; it is not a signature.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, PROBE_FEATURES, matrix, options_in
+from capacity_advisor.advisor.predictor.members import MAX_MEMBERS, check_member, fit_members, member_proba
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import atomic_path, finite
+from capacity_advisor.training.manifest import SETS, schedule_of
+
+FORMAT = 2
+MAX_FILE_BYTES = 64 << 20
+MAX_FEATURES = 512
+MAX_UNITS = 100_000
+
+
+# ---- strict JSON ------------------------------------------------------------------------------
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > 30:
+        raise ValueError("an integer of more than 30 digits")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise ValueError(f"{text[:20]} overflows a float")
+    return x
+
+
+def strict_loads(text: str):
+    """json.loads that refuses NaN / Infinity literals, overflowing floats and huge integers."""
+    return json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int, parse_float=_finite_float)
+
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _json_num(x: float):
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
+
+
+def _distance(a: np.ndarray, b: np.ndarray) -> float:
+    """Root-mean-square difference over the inputs both have (NaN inputs are skipped)."""
+    ok = ~(np.isnan(a) | np.isnan(b))
+    return float(np.sqrt(np.mean((a[ok] - b[ok]) ** 2))) if ok.any() else float("inf")
+
+
+@dataclass
+class Predictor:
+    """An ensemble over `features` plus what it needs to judge a new student against its data."""
+
+    features: tuple[str, ...]
+    members: list[dict]
+    kind: str = "logistic"
+    options: tuple[str, ...] = SETS  # what it chooses among, in preference order
+    range: dict = field(default_factory=dict)  # feature -> {min, max, mean, sd}
+    units: list[dict] = field(default_factory=list)  # calibration units: name, z (standardized inputs), outcomes
+    typical_distance: float = float("nan")  # 95th percentile of a unit's distance to its nearest other student
+    meta: dict = field(default_factory=dict)
+
+    def member_probas(self, rows_or_features: Sequence[dict]) -> np.ndarray:
+        X = matrix(rows_or_features, self.features)
+        return np.stack([member_proba(m, X, self.options) for m in self.members])  # (members, rows, options)
+
+    def predict_proba(self, rows_or_features: Sequence[dict]) -> np.ndarray:
+        return self.member_probas(rows_or_features).mean(axis=0)
+
+    def predict(self, rows_or_features: Sequence[dict]) -> list[str]:
+        return [self.options[i] for i in self.predict_proba(rows_or_features).argmax(axis=1)]
+
+    def interval(self, features: dict, lo: float = 10, hi: float = 90) -> dict:
+        """Per option, the members' lo-th and hi-th percentile of its probability."""
+        p = self.member_probas([features])[:, 0, :]
+        return {s: (float(np.percentile(p[:, j], lo)), float(np.percentile(p[:, j], hi))) for j, s in enumerate(self.options)}
+
+    # ---- where the student sits among the calibrated ones --------------------------------------
+    def measured(self) -> list[str]:
+        return [k for k in self.features if k not in NOT_MEASURED]
+
+    def _z(self, features: dict) -> np.ndarray:
+        nan = {"mean": float("nan"), "sd": 1.0}  # an input the calibration never measured
+        X = matrix([features], self.measured())[0]
+        return np.array([(x - self.range.get(k, nan)["mean"]) / self.range.get(k, nan)["sd"]
+                         for k, x in zip(self.measured(), X)])
+
+    def range_check(self, features: dict, slack: float = 0.1) -> list[dict]:
+        """Per input: its value, the calibrated [min, max], and whether the value lies inside
+        (with `slack` times the range on each side)."""
+        out = []
+        X = matrix([features], self.features)[0]
+        for k, v in zip(self.features, X):
+            r = self.range.get(k)
+            if r is None:
+                continue
+            width = max(r["max"] - r["min"], 1e-12)
+            inside = None if math.isnan(v) else bool(r["min"] - slack * width <= v <= r["max"] + slack * width)
+            out.append({"feature": k, "value": None if math.isnan(v) else float(v), "min": r["min"], "max": r["max"],
+                        "inside": inside})
+        return out
+
+    def neighbours(self, features: dict, k: int = 3) -> list[dict]:
+        """The calibrated units nearest to this student in standardized probe measurements."""
+        if not self.units:
+            return []
+        z = self._z(features)
+        out = [{**{kk: v for kk, v in u.items() if kk != "z"}, "distance": _distance(z, np.array(u["z"], dtype=float))}
+               for u in self.units]
+        out.sort(key=lambda u: u["distance"])
+        return out[:k]
+
+    def advise(self, features: dict) -> dict:
+        """Probabilities, interval, range check, neighbours, and a confidence with its reasons."""
+        per_member = self.member_probas([features])[:, 0, :]
+        probs = {s: float(v) for s, v in zip(self.options, per_member.mean(axis=0))}
+        choice = max(probs, key=probs.get)
+        interval = {s: (float(np.percentile(per_member[:, j], 10)), float(np.percentile(per_member[:, j], 90)))
+                    for j, s in enumerate(self.options)}
+        checks = self.range_check(features)
+        outside = [c for c in checks if c["inside"] is False]
+        near = self.neighbours(features)
+        far = bool(near) and math.isfinite(self.typical_distance) and near[0]["distance"] > self.typical_distance
+        others_hi = max((interval[s][1] for s in self.options if s != choice), default=0.0)
+        words = []
+        if outside:
+            confidence = "low"
+            words.append("outside the calibrated range on " + ", ".join(
+                f"{c['feature']} = {c['value']:.3g} (calibrated {c['min']:.3g} to {c['max']:.3g})" for c in outside[:4]))
+        elif far:
+            confidence = "low"
+            words.append(f"inside every input's range, but far from every calibrated student (distance "
+                         f"{near[0]['distance']:.2f} > {self.typical_distance:.2f}, the 95th percentile among them)")
+        elif interval[choice][0] > others_hi:
+            confidence = "high"
+            words.append(f"the ensemble's 10-90% interval for D_{choice} ({interval[choice][0]:.2f}-{interval[choice][1]:.2f}) "
+                         f"lies above every other choice's")
+        else:
+            confidence = "medium"
+            words.append(f"inside the calibrated data, but the ensemble's intervals overlap "
+                         f"(D_{choice} {interval[choice][0]:.2f}-{interval[choice][1]:.2f}, others up to {others_hi:.2f})")
+        return {"strategy": choice, "probabilities": probs, "interval": interval, "confidence": confidence,
+                "confidence_reasons": words, "range": checks, "neighbours": near, "outside": len(outside) > 0,
+                "far": far}
+
+    def reasons(self, features: dict, k: int = 3) -> list[dict]:
+        """The inputs that moved the chosen option's probability most, by replacing each with its
+        calibrated mean (an occlusion measure that works for every member kind): those that push
+        toward the choice first, then those against it. One batched evaluation."""
+        keys = [key for key in self.features if key in self.range]
+        rows = [features] + [{**features, key: self.range[key]["mean"]} for key in keys]
+        p = self.predict_proba(rows)
+        choice = int(p[0].argmax())
+        values = matrix([features], keys)[0] if keys else []
+        out = [{"feature": key, "value": float(v), "weight": float(p[0][choice] - p[i + 1][choice]),
+                "toward": self.options[choice] if p[0][choice] >= p[i + 1][choice] else f"not {self.options[choice]}"}
+               for i, (key, v) in enumerate(zip(keys, values)) if abs(p[0][choice] - p[i + 1][choice]) > 1e-6]
+        out.sort(key=lambda r: (r["weight"] <= 0, -abs(r["weight"])))
+        return out[:k]
+
+    # ---- persistence -----------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"format": FORMAT, "kind": self.kind, "features": list(self.features), "options": list(self.options),
+                "members": self.members,
+                "range": self.range, "units": finite(self.units), "typical_distance": _json_num(self.typical_distance),
+                "meta": finite(self.meta)}
+
+    def save(self, folder: str | Path) -> Path:
+        body = self.to_dict()
+        blob = json.dumps(body, sort_keys=True, allow_nan=False)
+        path = Path(folder) / "predictor.json"
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps({"sha256": hashlib.sha256(blob.encode()).hexdigest(), **body}, indent=1,
+                                      allow_nan=False) + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "Predictor":
+        path = Path(folder) / "predictor.json"
+        if not path.is_file():
+            raise InputError(f"no predictor at {folder} (predictor.json missing): run `advisor fit` or drop --predictor")
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise InputError(f"predictor file {path} is {path.stat().st_size:,} bytes, more than any predictor needs; refit it")
+        try:
+            raw = strict_loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError, RecursionError) as e:
+            why = type(e).__name__ if not isinstance(e, ValueError) or isinstance(e, json.JSONDecodeError) else str(e)[:80]
+            raise InputError(f"predictor file {path} is damaged ({why}); refit it with `advisor fit`") from None
+        return cls.from_dict(raw, str(path))
+
+    @classmethod
+    def from_dict(cls, raw: dict, where: str = "predictor") -> "Predictor":
+        def bad(why: str) -> InputError:
+            return InputError(f"predictor file {where} is damaged ({why}); refit it with `advisor fit`")
+
+        if not isinstance(raw, dict):
+            raise bad("not a JSON object")
+        if raw.get("format") != FORMAT:
+            raise InputError(f"predictor {where} has format {str(raw.get('format'))[:20]!r}, this version reads {FORMAT}; "
+                             "refit it with `advisor fit`")
+        body = {k: v for k, v in raw.items() if k != "sha256"}
+        try:
+            digest = hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
+        except (TypeError, ValueError):
+            raise bad("unreadable content") from None
+        if raw.get("sha256") != digest:
+            raise bad("its content does not match its sha256")
+        feats = raw.get("features")
+        if not (isinstance(feats, list) and 0 < len(feats) <= MAX_FEATURES and all(isinstance(f, str) for f in feats)
+                and len(set(feats)) == len(feats)):
+            raise bad("features")
+        if not isinstance(raw.get("kind", ""), str):
+            raise bad("kind")
+        options = raw.get("options", list(SETS))
+        try:
+            if not (isinstance(options, list) and options and len(options) <= 64 and all(isinstance(o, str) for o in options)
+                    and len(set(options)) == len(options)):
+                raise InputError("options")
+            for o in options:
+                schedule_of(o)
+        except InputError:
+            raise bad("options") from None
+        members = raw.get("members")
+        if not isinstance(members, list) or not members:
+            raise bad("no members")
+        if len(members) > MAX_MEMBERS:
+            raise bad(f"more than {MAX_MEMBERS} members")
+        for m in members:
+            check_member(m, len(feats), bad, options)
+        rng = raw.get("range") or {}
+        if not isinstance(rng, dict) or not all(
+                isinstance(k, str) and isinstance(v, dict) and all(_is_num(v.get(x)) for x in ("min", "max", "mean", "sd"))
+                and v["sd"] > 0 and v["min"] <= v["max"] for k, v in rng.items()):
+            raise bad("range")
+        units = raw.get("units") or []
+        n_z = len([f for f in feats if f not in NOT_MEASURED])
+        if not isinstance(units, list) or len(units) > MAX_UNITS or not all(_unit_ok(u, n_z) for u in units):
+            raise bad("units")
+        td = raw.get("typical_distance")
+        if td is not None and not _is_num(td):
+            raise bad("typical_distance")
+        meta = raw.get("meta") if raw.get("meta") is not None else {}
+        why = check_meta(meta, options)
+        if why:
+            raise bad(f"meta.{why}")
+        return cls(tuple(feats), members, str(raw.get("kind", "")), tuple(options), rng, units,
+                   float(td) if td is not None else float("nan"), meta)
+
+
+def _unit_ok(u, n_z: int) -> bool:
+    if not (isinstance(u, dict) and isinstance(u.get("z"), list) and len(u["z"]) == n_z
+            and all(v is None or _is_num(v) for v in u["z"])):
+        return False
+    for key in ("unit", "student", "task", "score", "source", "teacher"):
+        if u.get(key) is not None and not isinstance(u[key], str):
+            return False
+    for key in ("seed", "n_params"):
+        if u.get(key) is not None and not (isinstance(u[key], int) and not isinstance(u[key], bool)):
+            return False
+    outcomes = u.get("outcomes", {})
+    return isinstance(outcomes, dict) and all(
+        isinstance(b, str) and isinstance(o, dict) and isinstance(o.get("label"), str)
+        and all(k == "label" or v is None or _is_num(v) for k, v in o.items()) for b, o in outcomes.items())
+
+
+def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
+    """What is wrong with a predictor's `meta` (the fields any code reads), or None."""
+    from capacity_advisor.advisor.priors import LAB_PRIOR_FEATURES
+    from capacity_advisor.probes.recipe import check_recipe
+
+    if not isinstance(meta, dict):
+        return "not an object"
+
+    def pair(v) -> bool:
+        return isinstance(v, list) and len(v) == 2 and all(_is_num(x) and x > 0 for x in v) and v[0] <= v[1]
+
+    rule = meta.get("rule_of_thumb")
+    if rule is not None and not (isinstance(rule, dict) and all(rule.get(k) is None or _is_num(rule.get(k))
+                                                                for k in ("t_params", "t_budget"))):
+        return "rule_of_thumb"
+    if meta.get("params_range") is not None and not pair(meta["params_range"]):
+        return "params_range"
+    prior = meta.get("lab_prior")
+    if prior is not None:
+        if not (isinstance(prior, dict) and prior.get("features") == list(LAB_PRIOR_FEATURES)
+                and pair(prior.get("params_range"))):
+            return "lab_prior"
+        try:
+            check_member(prior.get("member"), len(LAB_PRIOR_FEATURES), lambda why: InputError(why), options)
+        except InputError:
+            return "lab_prior.member"
+    probe = meta.get("probe")
+    if probe is not None and not (isinstance(probe, dict) and all(
+            isinstance(probe.get(k), int) and not isinstance(probe.get(k), bool) and 1 <= probe[k] <= 100_000
+            for k in ("steps", "eval_problems"))):
+        return "probe"
+    if meta.get("recipe") is not None:
+        try:
+            check_recipe(meta["recipe"])
+        except InputError:
+            return "recipe"
+    for key in ("cv", "labels", "policy"):
+        if meta.get(key) is not None and not isinstance(meta[key], dict):
+            return key
+    if meta.get("labels") is not None and not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                                  for k, v in meta["labels"].items()):
+        return "labels"
+    for key in ("records", "rows", "ties"):
+        if meta.get(key) is not None and not (isinstance(meta[key], int) and not isinstance(meta[key], bool)):
+            return key
+    if meta.get("students") is not None and not (isinstance(meta["students"], list)
+                                                 and all(isinstance(s, str) for s in meta["students"])):
+        return "students"
+    for key in ("feature_set", "chosen_by", "note"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            return key
+    if meta.get("tie_margin") is not None and not _is_num(meta["tie_margin"]):
+        return "tie_margin"
+    return None
+
+
+def fit_predictor(rows: Sequence[dict], kind: str = "logistic", features: Sequence[str] = PROBE_FEATURES,
+                  n_members: int = 24, seed: int = 0, jobs: int = 1) -> Predictor:
+    """The bagged ensemble with its calibrated range and the unit table for neighbours."""
+    members = fit_members(rows, kind, features, n_members, seed, jobs)
+    X = matrix(rows, features)
+    rng = {}
+    for j, k in enumerate(features):
+        col = X[:, j][~np.isnan(X[:, j])]
+        if len(col):
+            sd = float(col.std())
+            rng[k] = {"min": float(col.min()), "max": float(col.max()), "mean": float(col.mean()),
+                      "sd": sd if sd > 1e-12 else 1.0}
+    pred = Predictor(tuple(features), members, kind, options_in(rows), rng)
+    by_unit: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_unit[r["unit"]].append(r)
+    pred.units = []
+    for u, rs in sorted(by_unit.items()):
+        r0 = rs[0]
+        pred.units.append({"unit": u, "student": r0["student"], "task": r0["task"], "source": r0.get("source"),
+                           "teacher": r0.get("teacher"), "score": r0["score"],
+                           "seed": r0["seed"], "n_params": r0.get("n_params"),
+                           "z": [_json_num(v) for v in pred._z(r0["features"])],
+                           "outcomes": {f"{r['features']['budget']:g}": {"label": r["label"],
+                                                                          **{s: round(a, 4) for s, a in r["accuracy"].items()}}
+                                        for r in rs}})
+    Z = np.array([u["z"] for u in pred.units], dtype=float).reshape(len(pred.units), -1)
+    students = np.array([u["student"] for u in pred.units])
+    dists = []
+    for i in range(len(pred.units)):
+        others = Z[students != students[i]]
+        if len(others):
+            d = others - Z[i]
+            ok = ~np.isnan(d)
+            n = ok.sum(axis=1)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rms = np.sqrt(np.where(ok, d, 0.0).__pow__(2).sum(axis=1) / n)
+            rms = rms[n > 0]
+            if len(rms):
+                dists.append(float(rms.min()))
+    pred.typical_distance = float(np.percentile(dists, 95)) if dists else float("nan")
+    return pred
+

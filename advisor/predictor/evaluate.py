@@ -1,0 +1,158 @@
+"""How good advice is on data it was not fitted on: regret, the baselines, folds and the noise floor.
+
+    table = cross_validate(rows, split="source", kind="lightgbm")   # every method, held out by source
+
+Regret is the accuracy lost against the best option in hindsight, in points; a choice within the
+tie margin (1 point) of the best is a right decision. The baselines, defined here once and used by
+`advisor recommend` too: the constant rules (always high — GRAPE's —, always low, always mixed)
+and the size rule (low iff log10(parameters) and the budget pass thresholds fitted to minimise
+regret). The noise floor chooses, for each row, the option that won on the *other* seeds of the
+same student, pool source, ranking and budget: what the labels' own noise allows.
+
+Folds leave out one value of a row's `student`, `shape`, `source`, `task` or `teacher` at a time;
+every row of a unit shares those values, so no unit is ever on both sides of a fold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from statistics import mean
+from typing import Sequence
+
+import numpy as np
+
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.training.manifest import option_order
+
+TIE_MARGIN = 0.01
+CONSTANTS = {"always high": "high", "always low": "low", "always mixed": "mixed"}
+SPLITS = ("student", "shape", "source", "task", "teacher")
+
+
+def regret(row: dict, choice: str) -> float:
+    """Accuracy lost against the best option in hindsight (0..1); an option never run counts as the worst."""
+    accs = row["accuracy"]
+    return max(accs.values()) - accs.get(choice, min(accs.values()))
+
+
+def is_right(row: dict, choice: str, tie_margin: float = TIE_MARGIN) -> bool:
+    return regret(row, choice) <= tie_margin + 1e-12
+
+
+@dataclass
+class Rule:
+    """The paper's rule of thumb made fair: low iff log10(params) ≥ t_params and budget ≥ t_budget,
+    with both thresholds fitted to minimise regret (infinite: never low)."""
+
+    t_params: float
+    t_budget: float
+
+    @classmethod
+    def fit(cls, rows: Sequence[dict]) -> "Rule":
+        P = sorted({math.log10(r["n_params"]) for r in rows}) + [math.inf]
+        E = sorted({r["features"]["budget"] for r in rows}) + [math.inf]
+        best = None
+        for tp in P:
+            for te in E:
+                rule = cls(tp, te)
+                reg = mean(regret(r, rule.choose(r)) for r in rows)
+                if best is None or reg < best[0] - 1e-12:
+                    best = (reg, rule)
+        return best[1]
+
+    @classmethod
+    def from_meta(cls, meta: dict | None) -> "Rule | None":
+        """The rule a predictor stores (`meta.rule_of_thumb`; null thresholds are infinite)."""
+        if not isinstance(meta, dict):
+            return None
+        t = [meta.get("t_params"), meta.get("t_budget")]
+        if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in t):
+            return None
+        return cls(*(math.inf if v is None else float(v) for v in t))
+
+    def decide(self, n_params: float, budget: float) -> str:
+        return "low" if (math.log10(max(1.0, n_params)) >= self.t_params and budget >= self.t_budget) else "high"
+
+    def choose(self, row: dict) -> str:
+        return self.decide(row["n_params"], row["features"]["budget"])
+
+    def describe(self) -> str:
+        if not (math.isfinite(self.t_params) and math.isfinite(self.t_budget)):
+            return "size rule (always high)"
+        return f"size rule (low if params ≥ 10^{self.t_params:.2f} and epochs ≥ {self.t_budget:g})"
+
+
+def split_key(split: str):
+    if split not in SPLITS:
+        raise InputError(f"unknown split {split!r}: use {', '.join(SPLITS)}")
+    return lambda r: r.get(split) or "unknown"
+
+
+def folds(rows: Sequence[dict], split: str) -> list[tuple[str, list[dict], list[dict]]]:
+    """(held-out name, train rows, test rows) for leaving one value of `split` out at a time."""
+    key = split_key(split)
+    names = sorted({key(r) for r in rows})
+    if split == "shape":  # the balanced ladder spans every size; holding it out leaves nothing to learn from
+        names = [n for n in names if n not in ("balanced", "unknown")]
+    out = []
+    for name in names:
+        train = [r for r in rows if key(r) != name]
+        test = [r for r in rows if key(r) == name]
+        if train and test and len({r["student"] for r in train}) >= 2 and len({r["label"] for r in train}) >= 1:
+            out.append((name, train, test))
+    return out
+
+
+def noise_floor(rows: Sequence[dict]) -> list[tuple[dict, str]]:
+    """(row, the option that won most often on the other seeds of its student, source, ranking
+    and budget) for every row that has other seeds."""
+    by = defaultdict(list)
+    for r in rows:
+        by[(r["source"], r["score"], r["student"], r["features"]["budget"])].append(r)
+    out = []
+    for group in by.values():
+        for r in group:
+            others = Counter(o["label"] for o in group if o is not r and o["seed"] != r["seed"])
+            if others:
+                top = max(others.values())
+                out.append((r, min((o for o, n in others.items() if n == top), key=option_order)))
+    return out
+
+
+def summarize(pairs: Sequence[tuple[dict, str]], tie_margin: float = TIE_MARGIN, seed: int = 0) -> dict:
+    """Rows, mean regret (points) with a 90 % bootstrap interval over units, decision accuracy
+    (share of rows within the tie margin of the best option), and the same per ranking arm."""
+    if not pairs:
+        return {"rows": 0, "regret": None, "decision_accuracy": None, "ci90": [None, None], "arms": {}}
+    regrets = np.array([100 * regret(r, s) for r, s in pairs])
+    groups = np.array([r["group"] for r, _ in pairs])
+    out = {"rows": len(pairs), "regret": float(regrets.mean()),
+           "decision_accuracy": float(np.mean([is_right(r, s, tie_margin) for r, s in pairs])),
+           "ci90": _group_bootstrap(regrets, groups, seed), "arms": {}}
+    for arm in sorted({r["score"] for r, _ in pairs}):
+        sub = [(r, s) for r, s in pairs if r["score"] == arm]
+        out["arms"][arm] = {"rows": len(sub), "regret": float(np.mean([100 * regret(r, s) for r, s in sub])),
+                            "decision_accuracy": float(np.mean([is_right(r, s, tie_margin) for r, s in sub]))}
+    return out
+
+
+def _group_bootstrap(values: np.ndarray, groups: np.ndarray, seed: int, n: int = 1000) -> list[float]:
+    """90% interval of the mean, resampling whole groups (a unit's budgets move together)."""
+    names = np.unique(groups)
+    idx = {g: np.nonzero(groups == g)[0] for g in names}
+    rng = np.random.default_rng(seed)
+    means = []
+    for _ in range(n):
+        take = np.concatenate([idx[g] for g in rng.choice(names, size=len(names), replace=True)])
+        means.append(values[take].mean())
+    return [float(np.percentile(means, 5)), float(np.percentile(means, 95))]
+
+
+def baseline_picks(train: Sequence[dict], test: Sequence[dict]) -> dict[str, list[tuple[dict, str]]]:
+    """The constant rules and the size rule fitted on `train`, applied to `test`."""
+    rule = Rule.fit(train)
+    picks = {name: [(r, s) for r in test] for name, s in CONSTANTS.items()}
+    picks["size rule"] = [(r, rule.choose(r)) for r in test]
+    return picks

@@ -1,0 +1,227 @@
+"""From RunRecords to labelled rows: what was measured, and which set won at each budget.
+
+    rows = label_rows(read_records("calibration/records.jsonl"))
+
+Labels follow the paper's protocol: for a unit (pool source, ranking, student, seed) and a budget
+of E epochs, each set is worth its best checkpoint accuracy up to epoch E, and the label is the
+best set. Near-ties (within `tie_margin`) go to the cheaper, steadier choice, high > mixed > low.
+
+Every row says where it came from, so held-out tables can leave out any of them: `student`,
+`shape`, `source` (a task and the teacher that wrote its candidates, at its temperature, in one
+version of the lab), `task` (the family), `teacher` (the model or program that wrote the pool).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import read_jsonl
+from capacity_advisor.training.manifest import option_of, option_order, schedule_of
+
+BUDGETS = (0.5, 1, 2, 3, 4, 5)
+
+# Measured on the student by the probe and the selection; none of them grows with model size.
+PROBE_FEATURES = (
+    "budget", "ranking_sum",
+    "likelihood_gap_per_token", "length_ratio_low_high",
+    "base_accuracy", "base_repetition_rate",
+    "high_train_loss_drop_rel", "low_train_loss_drop_rel", "gap_train_loss_drop_rel",
+    "high_teacher_nll_drop_rel", "low_teacher_nll_drop_rel", "gap_teacher_nll_drop_rel", "low_teacher_nll_low_drop_rel",
+    "high_drift_rel", "low_drift_rel",
+    "low_repetition_area", "low_repetition_peak", "gap_repetition_area",
+    "high_answer_logprob_area_gain", "low_answer_logprob_area_gain", "gap_answer_logprob_area_gain",
+    "high_accuracy_area_gain", "low_accuracy_area_gain", "gap_accuracy_area_gain",
+    "gap_answer_rate_gain",
+)
+# Only with a teacher model in the probe (always in the lab; rarely for real students).
+TEACHER_FEATURES = ("high_teacher_view_drop_rel", "low_teacher_view_drop_rel", "gap_teacher_view_drop_rel")
+# Contrasts within a unit: D_low against D_high, each relative to the base where it has a level.
+# A level (the base accuracy, a loss, the likelihood gap) tells a task or a pool source apart; a
+# contrast says how the two sets moved the same student on the same problems.
+CONTRAST_FEATURES = (
+    "budget", "ranking_sum",
+    "gap_train_loss_drop_rel", "gap_teacher_nll_drop_rel", "gap_drift_rel", "gap_repetition_area",
+    "gap_accuracy_gain_headroom", "gap_answer_logprob_gain_rel", "gap_answer_rate_gain",
+)
+FEATURE_SETS = {
+    "probe": PROBE_FEATURES,
+    "probe+teacher": PROBE_FEATURES + TEACHER_FEATURES,
+    "contrast": CONTRAST_FEATURES,
+    "contrast+teacher": CONTRAST_FEATURES + ("gap_teacher_view_drop_rel",),
+}
+NOT_MEASURED = ("budget", "ranking_sum")  # inputs of a row that no probe measures
+
+
+def _num(v) -> float:
+    if isinstance(v, bool):
+        return float("nan")
+    try:
+        x = float(v)
+    except (TypeError, ValueError, OverflowError):
+        return float("nan")
+    return x if math.isfinite(x) else float("nan")
+
+
+def contrasts(f: dict) -> dict:
+    """The contrast inputs derived from a probe's features (NaN where an ingredient is missing)."""
+    base_acc, base_lp = _num(f.get("base_accuracy")), _num(f.get("base_answer_logprob"))
+    out = {}
+    gain = _num(f.get("low_accuracy_gain")) - _num(f.get("high_accuracy_gain"))
+    if math.isnan(gain):
+        gain = _num(f.get("gap_accuracy_gain"))
+    out["gap_accuracy_gain_headroom"] = gain / max(1.0 - base_acc, 0.05) if math.isfinite(base_acc) else float("nan")
+    lp = _num(f.get("gap_answer_logprob_gain"))
+    out["gap_answer_logprob_gain_rel"] = lp / max(abs(base_lp), 1e-3) if math.isfinite(base_lp) else float("nan")
+    return out
+
+
+def inputs(f: dict) -> dict:
+    """A feature dict with its derived contrasts added (measured values are never replaced)."""
+    return {**contrasts(f), **f}
+
+
+def matrix(rows_or_features: Sequence[dict], features: Sequence[str]) -> np.ndarray:
+    feats = [inputs(r["features"] if "features" in r else r) for r in rows_or_features]
+    return np.array([[_num(f.get(k)) for k in features] for f in feats], dtype=float).reshape(len(feats), len(features))
+
+
+# ---- records ------------------------------------------------------------------------------------
+
+
+def read_records(path: str | Path) -> list[dict]:
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"records file {path} does not exist: run `advisor calibrate` or `advisor train` first")
+    try:
+        records = read_jsonl(p)
+    except (ValueError, RecursionError) as e:
+        raise InputError(f"{str(e)[:200]}: remove the damaged line from the records file") from None
+    for n, rec in enumerate(records, 1):
+        why = _record_problem(rec)
+        if why:
+            raise InputError(f"{path} line {n}: {why}; is this a records file written by `advisor calibrate` or `advisor train`?")
+    return records
+
+
+def _record_problem(rec) -> str | None:
+    """What makes a record unusable, or None. Only the fields labelling reads are checked."""
+    if not isinstance(rec, dict):
+        return "a record must be an object"
+    if not isinstance(rec.get("model"), dict):
+        return "'model' must be an object"
+    n = rec["model"].get("n_params")
+    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 10**15):
+        return "'model.n_params' must be a whole number"
+    if not isinstance(rec.get("strategy"), str):
+        return "'strategy' must be text"
+    for key in ("features", "pool", "settings", "unit"):
+        if rec.get(key) is not None and not isinstance(rec[key], dict):
+            return f"'{key}' must be an object"
+    evals = rec.get("evals")
+    if not isinstance(evals, list) or not all(isinstance(e, dict) for e in evals):
+        return "'evals' must be a list of objects"
+    for e in evals:
+        if not isinstance(e.get("epoch"), (int, float)) or isinstance(e.get("epoch"), bool) or not math.isfinite(e["epoch"]):
+            return "every eval needs a numeric 'epoch'"
+        acc = e.get("accuracy")
+        if acc is not None and (not isinstance(acc, (int, float)) or isinstance(acc, bool) or not math.isfinite(acc)):
+            return "an eval's 'accuracy' must be a number or null"
+    return None
+
+
+def unit_of(rec: dict) -> dict:
+    """Where a record's run came from: source, task, teacher, ranking, student, seed."""
+    u = rec.get("unit")
+    if isinstance(u, dict):
+        teacher = str(u.get("teacher", "lab:teacher"))
+        temperature = _num(u.get("temperature", 1.0))
+        family = str(u.get("task"))
+        writer = "program" if teacher == "program" else f"{teacher}@T{temperature:g}"
+        return {"task": family, "teacher": teacher, "source": f"lab{u.get('lab', 1)}:{family}/{writer}",
+                "score": u.get("score"), "student": f"lab:{u.get('size')}", "seed": u.get("seed")}
+    m, pool = rec.get("model") or {}, rec.get("pool") or {}
+    task = str(pool.get("task") or pool.get("fingerprint") or pool.get("source"))
+    teacher = str(pool.get("teacher") or "unknown")
+    return {"task": task, "teacher": teacher, "source": f"{task}/{teacher}", "score": pool.get("score", "sum"),
+            "student": m.get("spec") or m.get("fingerprint"), "seed": (rec.get("settings") or {}).get("seed", 0)}
+
+
+def best_up_to(evals: Sequence[dict], budget: float) -> float:
+    accs = [e["accuracy"] for e in evals
+            if e.get("accuracy") is not None and e.get("step", 1) > 0 and e["epoch"] <= budget + 1e-9]
+    return max(accs) if accs else float("nan")
+
+
+def record_option(rec: dict) -> str | None:
+    """The schedule a run trained on (high, low, mixed, mixed@F, curriculum@E), or None."""
+    training = ((rec.get("settings") or {}).get("training") or {})
+    try:
+        name = option_of(rec.get("strategy"), rec.get("mix"), training.get("switch_epoch"))
+        schedule_of(name)
+    except (InputError, TypeError, ValueError):
+        return None
+    return name
+
+
+def options_in(rows: Sequence[dict]) -> tuple[str, ...]:
+    """Every option any row measured, in preference order."""
+    return tuple(sorted({o for r in rows for o in r["accuracy"]}, key=option_order))
+
+
+def shape_of(model: dict) -> str:
+    """balanced, deep-narrow or shallow-wide, from hidden size per layer (as the lab ladder defines them)."""
+    h, n = model.get("hidden_size"), model.get("n_layers")
+    if not h or not n:
+        return "unknown"
+    per_layer = h / n
+    return "deep-narrow" if per_layer < 16 else "shallow-wide" if per_layer > 64 else "balanced"
+
+
+def label_rows(records: Iterable[dict], budgets: Sequence[float] = BUDGETS, tie_margin: float = 0.01) -> list[dict]:
+    """One row per (unit, budget) that has both a high and a low run.
+
+    The label is the best option at the budget; near-ties (within `tie_margin`) go to the cheaper,
+    steadier option (`training.manifest.option_order`: high, mixes, curricula, low)."""
+    groups: dict[tuple, dict[str, dict]] = defaultdict(dict)
+    where: dict[tuple, dict] = {}
+    for rec in records:
+        option = record_option(rec)
+        if option and isinstance(rec.get("evals"), list):
+            u = unit_of(rec)
+            key = (u["source"], u["score"], u["student"], u["seed"])
+            groups[key][option] = rec
+            where[key] = u
+    rows = []
+    for key, runs in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        if "high" not in runs or "low" not in runs:
+            continue
+        u = where[key]
+        name = "|".join(map(str, key))
+        horizon = min(max(e["epoch"] for e in r["evals"]) for r in runs.values())
+        first = runs["high"]
+        model = first.get("model") or {}
+        for budget in [b for b in budgets if b <= horizon + 1e-9]:
+            accs = {s: best_up_to(r["evals"], budget) for s, r in runs.items()}
+            if any(math.isnan(a) for a in accs.values()):
+                continue
+            best = max(accs.values())
+            near = sorted((s for s in accs if accs[s] >= best - tie_margin), key=option_order)
+            rows.append({
+                "group": name, "unit": name,
+                "student": u["student"], "source": u["source"], "task": u["task"], "teacher": u["teacher"],
+                "score": u["score"], "seed": u["seed"],
+                "n_params": model.get("n_params"),
+                "shape": shape_of(model),
+                "features": {**(first.get("features") or {}), "budget": float(budget),
+                             "ranking_sum": float(u["score"] == "sum")},
+                "accuracy": accs,
+                "label": near[0],
+                "tie": len(near) > 1,
+            })
+    return rows

@@ -1,0 +1,226 @@
+"""The decision policy `advisor recommend` ships: the predictor, and a declared fallback when the
+student's measurements lie off the calibrated data.
+
+    policy = Policy(max_distance=1.0, margin=0.1)
+    decision = policy.decide(predictor, features, n_params=1.5e9, budget=3)   # who answered, and what
+
+The predictor answers when the student is on the data: every measured input inside its calibrated
+range (with 10 % slack) when `use_range`, and the nearest calibrated student of another name no
+farther than `max_distance` times the 95th-percentile distance among calibrated students. It must
+also be sure enough: a choice other than D_high stands only if its probability beats D_high's by
+`margin`. Otherwise the fallback answers: always D_high below 10^8 parameters (GRAPE's rule, the
+safe choice for small students in the paper and the lab), the paper's findings for students of
+that size from 10^8 up.
+
+The thresholds are chosen by cross-validation on the records, holding out whole groups (a pool
+source by default, the split on which advice must hold for a user's own pool); their quality is
+measured by nested cross-validation (`cross_validate`): the thresholds of each outer fold are
+chosen on its training rows only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from itertools import product
+from statistics import mean
+from typing import Sequence
+
+import numpy as np
+
+from capacity_advisor.advisor.predictor.ensemble import Predictor, fit_predictor
+from capacity_advisor.advisor.predictor.evaluate import (
+    TIE_MARGIN, baseline_picks, folds, noise_floor, regret, summarize,
+)
+from capacity_advisor.advisor.predictor.labels import inputs
+from capacity_advisor.models.errors import InputError
+
+PAPER_FROM = 1e8  # from this size the fallback is the paper's findings (advisor.priors)
+DISTANCES = (0.5, 0.75, 1.0, 1.5, 2.0, math.inf)
+MARGINS = (0.0, 0.1, 0.2, 0.3, 0.5, 2.0)  # 2.0: the predictor never overrides D_high
+
+
+@dataclass(frozen=True)
+class Policy:
+    max_distance: float = math.inf  # in units of the predictor's typical distance
+    margin: float = 0.0
+    use_range: bool = False
+
+    def on_data(self, outside: bool, ratio: float) -> bool:
+        return not (self.use_range and outside) and not (ratio > self.max_distance)
+
+    def choose(self, probs: dict, outside: bool, ratio: float) -> str | None:
+        """The predictor's choice under these thresholds, or None when the fallback answers."""
+        if not self.on_data(outside, ratio):
+            return None
+        choice = max(probs, key=probs.get)
+        if choice != "high" and probs[choice] - probs.get("high", 0.0) < self.margin:
+            return "high"
+        return choice
+
+    def decide(self, predictor: Predictor, features: dict, n_params: float, budget: float) -> dict:
+        """What the policy answers for one student at one budget, and who answered."""
+        advice = predictor.advise({**features, "budget": float(budget)})
+        ratio = distance_ratio(predictor, advice)
+        outside = bool(advice.get("outside"))
+        pick = self.choose(advice["probabilities"], outside, ratio)
+        if pick is not None:
+            why = "the predictor" if pick == advice["strategy"] else \
+                f"the predictor, held to D_high (D_{advice['strategy']} was not {self.margin:g} more probable)"
+            return {"strategy": pick, "answered_by": "predictor", "why": why, "advice": advice,
+                    "distance_ratio": ratio, "outside": outside}
+        strategy, who = fallback(n_params, budget)
+        reasons = []
+        if self.use_range and outside:
+            reasons.append("some measurements lie outside the calibrated range")
+        if ratio > self.max_distance:
+            reasons.append(f"the nearest calibrated student is {ratio:.2f}x the typical distance away "
+                           f"(the policy trusts the predictor up to {self.max_distance:g}x)")
+        return {"strategy": strategy, "answered_by": who, "why": "; ".join(reasons) or "off the calibrated data",
+                "advice": advice, "distance_ratio": ratio, "outside": outside}
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["max_distance"] = None if math.isinf(self.max_distance) else self.max_distance
+        return d
+
+    @classmethod
+    def from_dict(cls, raw) -> "Policy":
+        """A policy read from a predictor file (user input), checked."""
+        if not isinstance(raw, dict):
+            raise InputError("the predictor's meta.policy must be an object")
+        d, m, r = raw.get("max_distance"), raw.get("margin"), raw.get("use_range", False)
+        ok = (d is None or (isinstance(d, (int, float)) and not isinstance(d, bool) and 0 <= d < 1e6)) and \
+            isinstance(m, (int, float)) and not isinstance(m, bool) and 0 <= m <= 2 and isinstance(r, bool)
+        if not ok:
+            raise InputError("the predictor's meta.policy holds thresholds out of range; refit it with `advisor fit`")
+        return cls(math.inf if d is None else float(d), float(m), r)
+
+
+def fallback(n_params: float | None, budget: float) -> tuple[str, str]:
+    """(strategy, who answered) when the predictor does not: D_high below 10^8 parameters, the
+    paper's findings from there up (their hedge, D_mixed, where the paper is silent)."""
+    if n_params is not None and n_params >= PAPER_FROM:
+        from capacity_advisor.advisor.priors import paper_prior_advice
+
+        return paper_prior_advice(n_params, budget)["strategy"], "fallback: the paper's findings"
+    return "high", "fallback: always D_high"
+
+
+def distance_ratio(predictor: Predictor, advice: dict) -> float:
+    near = advice.get("neighbours") or []
+    td = predictor.typical_distance
+    if not near or not (isinstance(td, float) and math.isfinite(td) and td > 0):
+        return 0.0
+    return float(near[0]["distance"]) / td
+
+
+# ---- held-out measurements ----------------------------------------------------------------------
+
+
+def held_out(train: Sequence[dict], test: Sequence[dict], kind: str, features: Sequence[str], n_members: int,
+             seed: int, jobs: int = 1) -> list[dict]:
+    """For every test row, what a predictor fitted on `train` says: probabilities, whether an input
+    is outside the calibrated range, and the distance ratio to the nearest calibrated student."""
+    pred = fit_predictor(train, kind, features, n_members, seed, jobs)
+    probs = pred.predict_proba(test)
+    out = []
+    Z = np.array([u["z"] for u in pred.units], dtype=float).reshape(len(pred.units), -1)
+    students = np.array([u["student"] for u in pred.units])
+    td = pred.typical_distance
+    for r, p in zip(test, probs):
+        z = pred._z(r["features"])
+        d = Z[students != r["student"]] - z
+        ok = ~np.isnan(d)
+        n = ok.sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rms = np.sqrt((np.where(ok, d, 0.0) ** 2).sum(axis=1) / n)
+        nearest = float(rms[n > 0].min()) if (n > 0).any() else math.inf
+        ratio = nearest / td if math.isfinite(td) and td > 0 else 0.0
+        outside = any(c["inside"] is False for c in pred.range_check(r["features"]))
+        out.append({"row": r, "probs": dict(zip(pred.options, map(float, p))), "ratio": ratio, "outside": outside})
+    return out
+
+
+def _policy_regret(measured: Sequence[dict], policy: Policy) -> float:
+    return mean(regret(m["row"], policy.choose(m["probs"], m["outside"], m["ratio"]) or "high") for m in measured)
+
+
+GRID = tuple(Policy(d, m, r) for d, m, r in product(DISTANCES, MARGINS, (False, True)))
+
+
+def choose_policy(measured: Sequence[dict]) -> Policy:
+    """The thresholds with the lowest regret on held-out measurements; near-ties (within 0.05
+    points) go to the more cautious policy (the predictor trusted less far, held to a larger margin)."""
+    scored = [(_policy_regret(measured, p), p) for p in GRID]
+    best = min(s for s, _ in scored)
+    near = [p for s, p in scored if s <= best + 5e-4]
+    return min(near, key=lambda p: (p.max_distance, -p.margin, not p.use_range))
+
+
+def fold_measurements(rows: Sequence[dict], split: str, kind: str, features: Sequence[str], n_members: int,
+                      seed: int, jobs: int = 1) -> list[dict]:
+    out = []
+    for _, train, test in folds(rows, split):
+        out += held_out(train, test, kind, features, n_members, seed, jobs)
+    return out
+
+
+def select_policy(rows: Sequence[dict], split: str, kind: str, features: Sequence[str], n_members: int = 8,
+                  seed: int = 0, jobs: int = 1) -> Policy:
+    """Thresholds chosen by leaving one `split` value out at a time on `rows`."""
+    measured = fold_measurements(rows, split, kind, features, n_members, seed, jobs)
+    if not measured:
+        return Policy()
+    return choose_policy(measured)
+
+
+def cross_validate(rows: Sequence[dict], split: str = "student", kind: str = "lightgbm",
+                   features: Sequence[str] | None = None, n_members: int = 8, tie_margin: float = TIE_MARGIN,
+                   seed: int = 0, jobs: int = 1, policy_split: str | None = None) -> dict:
+    """Every method held out by `split`: the policy (thresholds chosen on each outer fold's training
+    rows by an inner leave-one-`policy_split`-out, default the same split), the predictor alone
+    (argmax), the constant rules, the size rule, and the noise floor."""
+    from capacity_advisor.advisor.predictor.labels import PROBE_FEATURES
+
+    features = tuple(features or PROBE_FEATURES)
+    inner_split = policy_split or split
+    fs = folds(rows, split)
+    if not fs:
+        raise InputError(f"records cover too few students/{split}s to hold one out (need at least 2 students)")
+    picks: dict[str, list] = {"policy": [], "predictor": []}
+    chosen = {}
+    for name, train, test in fs:
+        inner = fold_measurements(train, inner_split, kind, features, n_members, seed, jobs)
+        policy = choose_policy(inner) if inner else Policy()
+        chosen[name] = policy.to_dict()
+        for m in held_out(train, test, kind, features, n_members, seed, jobs):
+            picks["policy"].append((m["row"], policy.choose(m["probs"], m["outside"], m["ratio"]) or "high"))
+            picks["predictor"].append((m["row"], max(m["probs"], key=m["probs"].get)))
+        for method, pairs in baseline_picks(train, test).items():
+            picks.setdefault(method, []).extend(pairs)
+    picks["noise floor"] = noise_floor(rows)
+    return {"split": split, "folds": [f[0] for f in fs], "kind": kind, "policies": chosen,
+            "methods": {m: summarize(p, tie_margin, seed) for m, p in picks.items()}}
+
+
+def permutation_importance(rows: Sequence[dict], kind: str, features: Sequence[str], split: str = "student",
+                           n_members: int = 8, seed: int = 0, repeats: int = 3) -> list[dict]:
+    """Held-out regret increase (points) when one input is shuffled among the held-out rows."""
+    rng = np.random.default_rng(seed)
+    models = [(fit_predictor(train, kind, features, n_members, seed), test) for _, train, test in folds(rows, split)]
+    base = mean(regret(r, s) for m, test in models for r, s in zip(test, m.predict(test)))
+    out = []
+    for key in features:
+        deltas = []
+        for _ in range(repeats):
+            total = []
+            for m, test in models:
+                full = [inputs(r["features"]) for r in test]
+                vals = [f.get(key) for f in full]
+                perm = rng.permutation(len(vals))
+                shuffled = [{**f, key: vals[perm[i]]} for i, f in enumerate(full)]
+                total += [regret(r, s) for r, s in zip(test, m.predict(shuffled))]
+            deltas.append(mean(total) - base)
+        out.append({"feature": key, "regret_increase_points": 100 * float(np.mean(deltas))})
+    return sorted(out, key=lambda d: -d["regret_increase_points"])

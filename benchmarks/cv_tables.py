@@ -2,10 +2,12 @@
 
     .venv/bin/python benchmarks/cv_tables.py advisor/predictor_data
 
-One table per split (leave one student / shape / task out): per method, accuracy (a choice within
-the tie margin of the best counts as right), mean regret in accuracy points with its bootstrap 90 %
-interval over held-out groups, and the regret per ranking arm. The numbers are the ones `advisor
-fit` measured and stored in the predictor (`meta.cv`), not recomputed.
+One table per split (leave one student / shape / pool source / task / teacher out): per method —
+the policy `advisor recommend` ships, the predictor alone (its argmax), the constant rules, the
+fitted size rule and the noise floor — the mean regret in accuracy points with its bootstrap 90 %
+interval over units, the decision accuracy (a choice within 1 point of the best set), and the
+regret per ranking arm. The numbers are the ones `advisor fit` measured and stored in the
+predictor (`meta.cv`), not recomputed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from pathlib import Path
 
 from capacity_advisor.advisor.predictor import Predictor
 
+NAMES = {"student": "student", "shape": "shape (deep-narrow or shallow-wide students held out)", "source": "pool source",
+         "task": "task family", "teacher": "teacher"}
+ORDER = ("policy", "predictor", "always high", "always low", "always mixed", "size rule", "noise floor")
+
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -23,20 +29,25 @@ def main() -> int:
     args = ap.parse_args()
     p = Predictor.load(args.predictor)
     meta = p.meta
-    print(f"Fitted on {meta['records']} records: {meta['rows']} (student, pool, seed, ranking, budget) rows, "
-          f"labels {meta['labels']}, near-ties {meta['ties']}; chosen kind: {p.kind} ({len(p.members)} members).\n")
-    names = {"student": "student", "shape": "shape (deep-narrow or shallow-wide students held out)", "task": "pool source"}
+    pol = meta.get("policy") or {}
+    print(f"Fitted on {meta['records']} records: {meta['rows']} (unit, budget) rows, labels {meta['labels']}, "
+          f"near-ties {meta['ties']}; kind {p.kind} ({len(p.members)} members, inputs `{meta.get('feature_set')}`); "
+          f"policy: the predictor answers within {pol.get('max_distance')}x the typical distance, margin "
+          f"{pol.get('margin')}, range check {'on' if pol.get('use_range') else 'off'} ({pol.get('chosen_by')}).\n")
     for split, cv in meta["cv"].items():
         methods = cv["methods"]
-        arms = sorted({k[4:] for row in methods.values() for k in row if k.startswith("arm_")})
-        print(f"Leave one {names.get(split, split)} out ({', '.join(map(str, cv['folds']))}):\n")
-        head = ["method", "accuracy", "mean regret (points)", "90 % interval", *[f"regret, {a} arm" for a in arms]]
+        arms = sorted({a for row in methods.values() for a in row.get("arms", {})})
+        print(f"Leave one {NAMES.get(split, split)} out ({len(cv['folds'])} folds: {', '.join(map(str, cv['folds']))}):\n")
+        head = ["method", "regret (points)", "90 % interval", "decision accuracy", *[f"regret, {a} arm" for a in arms]]
         print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
-        for name, row in sorted(methods.items(), key=lambda kv: kv[1]["mean_regret_points"]):
-            mark = f"**{name}** (shipped kind)" if name == p.kind else name
-            cells = [mark, f"{row['accuracy']:.3f}", f"{row['mean_regret_points']:.2f}",
-                     f"{row['ci90'][0]:.2f}–{row['ci90'][1]:.2f}"]
-            cells += [f"{row[f'arm_{a}']['mean_regret_points']:.2f}" if f"arm_{a}" in row else "—" for a in arms]
+        for name in [m for m in ORDER if m in methods]:
+            row = methods[name]
+            if row["regret"] is None:
+                continue
+            mark = f"**{name}** (shipped)" if name == "policy" else name
+            cells = [mark, f"{row['regret']:.2f}", f"{row['ci90'][0]:.2f}–{row['ci90'][1]:.2f}",
+                     f"{100 * row['decision_accuracy']:.0f} %"]
+            cells += [f"{row['arms'][a]['regret']:.2f}" if a in row.get("arms", {}) else "—" for a in arms]
             print("| " + " | ".join(cells) + " |")
         print()
     return 0

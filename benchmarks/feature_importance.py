@@ -1,8 +1,8 @@
-"""Which probe measurements carry the label: permutation importance, leave one student out.
+"""Which probe measurements carry the label: permutation importance, one student (or source) held out.
 
-    .venv/bin/python benchmarks/feature_importance.py calibration/records.jsonl [--features probe+teacher]
+    .venv/bin/python benchmarks/feature_importance.py calibration/records.jsonl [--features probe+teacher] [--split source]
 
-For each held-out student the predictor's model kind is fitted on the others; then one input at
+For each held-out student (or pool source, task, teacher: `--split`) the predictor's model kind is fitted on the others; then one input at
 a time is shuffled among the held-out rows and the increase in mean regret (accuracy points) is
 the input's importance. Repeated shuffles are averaged. With `probe+teacher` the teacher-view
 movements (the lab teacher's NLL of the student's generations) compete with the other inputs.
@@ -24,12 +24,13 @@ def main() -> int:
     ap.add_argument("--features", default="probe+teacher", choices=sorted(FEATURE_SETS))
     ap.add_argument("--kind", default="logistic")
     ap.add_argument("--score", default=None, help="Only rows of one ranking arm (sum or mean).")
+    ap.add_argument("--split", default="student", choices=("student", "shape", "source", "task", "teacher"))
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
     rows = label_rows(read_records(args.records))
     if args.score:
         rows = [r for r in rows if r["score"] == args.score]
-    table = permutation_importance(rows, args.kind, FEATURE_SETS[args.features])
+    table = permutation_importance(rows, args.kind, FEATURE_SETS[args.features], split=args.split)
     if args.markdown:
         print("| input | regret increase when shuffled (points) |\n|---|---|")
         for t in table:

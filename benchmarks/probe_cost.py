@@ -1,8 +1,9 @@
 """The probe's cost-quality curve: held-out regret against what the probe costs.
 
-    .venv/bin/python benchmarks/probe_cost.py calibration/teacher calibration/scripted --kind ridge [--json out.json]
+    .venv/bin/python benchmarks/probe_cost.py calibration/teacher calibration/scripted --kind lightgbm [--json out.json]
+    .venv/bin/python benchmarks/probe_cost.py calibration/lab2/* --records-at 25,64 --no-table --records-out R.jsonl
 
-Calibration probes run `probe_steps` (200) steps with a fixed warm-up and a constant rate after
+Calibration probes run `probe_steps` (200 in the first lab's sweeps, 50 in the pool-source sweep) steps with a fixed warm-up and a constant rate after
 it, so a probe of 25, 50 or 100 steps is exactly the prefix of that curve; and they keep every
 held-out problem's result, so an evaluation on fewer problems is replayed from the first N of
 them (the teacher-NLL and drift columns stay at the full slice: they are cheap scoring passes).
@@ -28,6 +29,7 @@ from statistics import mean
 
 from capacity_advisor.advisor.predictor import PROBE_FEATURES, cross_validate, label_rows, read_records
 from capacity_advisor.models.files import finite, write_jsonl
+from capacity_advisor.probes.recipe import MEASURING
 from capacity_advisor.probes.run import features, truncate
 
 STEPS = (25, 50, 100, 200)
@@ -76,13 +78,14 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--records-out", type=Path, default=None, help="write the records with features at one setting")
     ap.add_argument("--records-at", default=None, help="STEPS,PROBLEMS for --records-out (default: the chosen one)")
+    ap.add_argument("--no-table", action="store_true", help="with --records-at: only write the records")
     args = ap.parse_args()
     records, probes = [], {}
     for folder in args.calibration:
         for rec in read_records(folder / "records.jsonl"):
-            records.append(rec)
             u = rec["unit"]
-            key = (u["task"], u["score"], u["size"], u["seed"], u.get("teacher"))
+            key = (str(folder), u["task"], u["score"], u["size"], u["seed"])
+            records.append((key, rec))
             if key in probes:
                 continue
             path = folder / u["task"] / u["score"] / f"{u['size']}-s{u['seed']}" / "probe" / "probe.json"
@@ -93,33 +96,43 @@ def main() -> int:
     for steps in STEPS:
         for n_eval in EVAL_PROBLEMS:
             recs, costs = [], []
-            for rec in records:
-                u = rec["unit"]
-                probe = probes[(u["task"], u["score"], u["size"], u["seed"], u.get("teacher"))]
+            for key, rec in records:
+                probe = probes[key]
+                if steps > probe["settings"]["steps"] or n_eval > probe["settings"]["eval_problems"]:
+                    break
                 f = features(replay_curves(probe["curves"], steps, n_eval), probe["context"])
                 recs.append({**rec, "features": f})
                 costs.append(probe_cost(probe, steps, n_eval))
-            cv = cross_validate(label_rows(recs), "student", (args.kind,), PROBE_FEATURES, n_members=args.members)
-            m = cv["methods"][args.kind]
-            table.append({"steps": steps, "eval_problems": n_eval, "mean_regret_points": m["mean_regret_points"],
-                          "ci90": m["ci90"], "accuracy": m["accuracy"], "cost_share_of_5_epochs": mean(costs)})
-            print(f"steps {steps:>4}  eval {n_eval:>4}: regret {m['mean_regret_points']:.2f} "
-                  f"({m['ci90'][0]:.2f}-{m['ci90'][1]:.2f})  accuracy {m['accuracy']:.3f}  "
-                  f"cost {100 * mean(costs):.1f}% of a 5-epoch run", flush=True)
-    best = min(t["mean_regret_points"] for t in table)
-    pick = min((t for t in table if t["mean_regret_points"] <= best + 0.5), key=lambda t: t["cost_share_of_5_epochs"])
-    print(f"cheapest within 0.5 points of the best ({best:.2f}): {pick['steps']} steps, {pick['eval_problems']} "
-          f"problems ({pick['mean_regret_points']:.2f} points, {100 * pick['cost_share_of_5_epochs']:.1f}% of the run)")
+            else:
+                # the predictor alone (argmax): the probe's length is a question about its inputs
+                cv = cross_validate(label_rows(recs), "student", args.kind, PROBE_FEATURES, n_members=args.members)
+                m = cv["methods"]["predictor"]
+                table.append({"steps": steps, "eval_problems": n_eval, "mean_regret_points": m["regret"],
+                              "ci90": m["ci90"], "accuracy": m["decision_accuracy"], "cost_share_of_5_epochs": mean(costs)})
+                print(f"steps {steps:>4}  eval {n_eval:>4}: regret {m['regret']:.2f} "
+                      f"({m['ci90'][0]:.2f}-{m['ci90'][1]:.2f})  accuracy {m['decision_accuracy']:.3f}  "
+                      f"cost {100 * mean(costs):.1f}% of a 5-epoch run", flush=True)
+    if args.records_at and args.no_table:
+        table = []
+    best = min((t["mean_regret_points"] for t in table), default=None)
+    pick = None
+    if table:
+        pick = min((t for t in table if t["mean_regret_points"] <= best + 0.5), key=lambda t: t["cost_share_of_5_epochs"])
+        print(f"cheapest within 0.5 points of the best ({best:.2f}): {pick['steps']} steps, {pick['eval_problems']} "
+              f"problems ({pick['mean_regret_points']:.2f} points, {100 * pick['cost_share_of_5_epochs']:.1f}% of the run)")
     if args.json:
         args.json.write_text(json.dumps({"table": table, "chosen": pick}, indent=1) + "\n")
     if args.records_out:
         steps, n_eval = ((int(x) for x in args.records_at.split(",")) if args.records_at
                          else (pick["steps"], pick["eval_problems"]))
         out = []
-        for rec in records:
-            u = rec["unit"]
-            probe = probes[(u["task"], u["score"], u["size"], u["seed"], u.get("teacher"))]
-            settings = {**rec.get("settings", {}), "probe": {"steps": steps, "eval_problems": n_eval},
+        for key, rec in records:
+            probe = probes[key]
+            # the recipe the replayed features stand for: the probe's own settings, shortened
+            recipe = {"kind": "lab", **{k: probe["settings"][k] for k in MEASURING if k in probe["settings"]},
+                      "steps": steps, "eval_problems": n_eval}
+            recipe["eval_every"] = min(recipe.get("eval_every", steps), steps)
+            settings = {**rec.get("settings", {}), "probe": recipe,
                         "probe_replayed_from": (rec.get("settings") or {}).get("probe")}
             out.append(finite({**rec, "settings": settings,
                         "features": features(replay_curves(probe["curves"], steps, n_eval), probe["context"])}))

@@ -192,7 +192,7 @@ def test_gpu_check_script_runs_end_to_end_on_the_stand_in(tmp_path, fake, monkey
     spec.loader.exec_module(gpu_check)
     res = gpu_check.main(["--device", "cpu", "--vocab", "2048", "--hidden", "64", "--layers", "1", "--pairs", "8",
                           "--min-response", "8", "--max-response", "24", "--long-tokens", "200", "--gen-prompts", "2",
-                          "--gen-n", "2", "--gen-tokens", "4", "--out", str(tmp_path / "r.json")])
+                          "--gen-n", "2", "--gen-tokens", "4", "--students", "none", "--out", str(tmp_path / "r.json")])
     assert res["agreement"]["within_bf16_tolerance"] is True  # fp32 on both sides here
     assert res["agreement"]["max_abs_diff_mean_vllm_vs_hf_bf16"] < 1e-4
     assert res["scoring"]["hf_tokens_per_s"] > 0 and res["generation"]["vllm_new_tokens"] > 0

@@ -33,7 +33,7 @@ import click
 
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import file_digest, stable_hash, versions, write_json
-from capacity_advisor.training.manifest import Manifest, load_manifest
+from capacity_advisor.training.manifest import Manifest, TrainingSpec, load_manifest
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
@@ -132,7 +132,7 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
         return json.loads(done.read_text(encoding="utf-8"))
 
     import torch
-    from transformers import Trainer, TrainingArguments
+    from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback as HFProgress
     from transformers.utils import logging as hf_logging
 
@@ -162,34 +162,7 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     train_set = SFTDataset(rows, t.switch_epoch, where=str(m.dataset_path))
     eval_rows = read_eval_set(m.eval_path, e.limit) if m.eval_path else []
 
-    args = TrainingArguments(
-        output_dir=str(run_dir),
-        per_device_train_batch_size=per_device,
-        gradient_accumulation_steps=t.grad_accum,
-        num_train_epochs=float(t.epochs),
-        max_steps=t.max_steps or -1,
-        learning_rate=t.learning_rate,
-        lr_scheduler_type=t.lr_scheduler,
-        # transformers 5 reads a warmup_steps below 1 as a share of all steps
-        warmup_steps=t.warmup_steps if t.warmup_steps is not None else float(t.warmup_ratio),
-        weight_decay=t.weight_decay,
-        logging_strategy="steps",
-        logging_steps=1,
-        eval_strategy="no",  # evaluation is generation-based, in EvalCallback
-        save_strategy="no",  # EvalCallback asks for a checkpoint at each evaluation
-        save_total_limit=t.save_total_limit,
-        seed=t.seed,
-        data_seed=t.seed,
-        use_cpu=use_cpu,
-        bf16=bf16,
-        fp16=fp16,
-        **_checkpointing(t.gradient_checkpointing),
-        report_to="none",
-        disable_tqdm=True,
-        remove_unused_columns=False,
-        ddp_backend="gloo" if use_cpu and world > 1 else None,
-        ddp_find_unused_parameters=False,
-    )
+    args = training_arguments(t, run_dir, per_device, use_cpu, bf16, fp16, world)
     _ = args.device  # sets up the process group under torchrun / accelerate launch
     is_main = args.process_index == 0
     progress = cbs.ProgressCallback(stream)
@@ -310,6 +283,42 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
             write_json(run_dir / "record.json", record)
     cbs.barrier()
     return record if record is not None else {}
+
+
+def training_arguments(t: TrainingSpec, run_dir: Path, per_device: int, use_cpu: bool, bf16: bool, fp16: bool,
+                       world: int = 1):
+    """The Trainer's settings for a TrainingSpec, in one place, so that what times a training step
+    (benchmarks/gpu_check.py) steps exactly as a run does."""
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=str(run_dir),
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=t.grad_accum,
+        num_train_epochs=float(t.epochs),
+        max_steps=t.max_steps or -1,
+        learning_rate=t.learning_rate,
+        lr_scheduler_type=t.lr_scheduler,
+        # transformers 5 reads a warmup_steps below 1 as a share of all steps
+        warmup_steps=t.warmup_steps if t.warmup_steps is not None else float(t.warmup_ratio),
+        weight_decay=t.weight_decay,
+        logging_strategy="steps",
+        logging_steps=1,
+        eval_strategy="no",  # evaluation is generation-based, in EvalCallback
+        save_strategy="no",  # EvalCallback asks for a checkpoint at each evaluation
+        save_total_limit=t.save_total_limit,
+        seed=t.seed,
+        data_seed=t.seed,
+        use_cpu=use_cpu,
+        bf16=bf16,
+        fp16=fp16,
+        **_checkpointing(t.gradient_checkpointing),
+        report_to="none",
+        disable_tqdm=True,
+        remove_unused_columns=False,
+        ddp_backend="gloo" if use_cpu and world > 1 else None,
+        ddp_find_unused_parameters=False,
+    )
 
 
 def _checkpointing(on: bool) -> dict:

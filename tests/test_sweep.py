@@ -1,0 +1,88 @@
+"""A quick pool-source sweep end to end: two sources calibrate, publish, refit, and the held-out
+tables the fit stores are the ones it prints and the ones a second fit reproduces."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def two_sources(tmp_path_factory):
+    """Two scripted-teacher sources (modchain, listmax), two tiny students, two seeds, published."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from publish_calibration import publish
+
+    from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, run_calibration
+    from conftest import home_with
+
+    home = home_with(tmp_path_factory, "sweep-home", "xs", "s")
+    work, dest = tmp_path_factory.mktemp("work"), tmp_path_factory.mktemp("published")
+    import os
+
+    old = os.environ.get("ADVISOR_HOME")
+    os.environ["ADVISOR_HOME"] = str(home)
+    try:
+        for task in ("modchain", "listmax"):
+            cfg = replace(CalibrateConfig.quick_settings(str(work / task)), tasks=(task,), sizes=("xs", "s"),
+                          seeds=(0, 1), budget_runs=(0.5,))
+            run_calibration(cfg, log=lambda m: None)
+            publish(work / task, dest / task)
+    finally:
+        if old is None:
+            os.environ.pop("ADVISOR_HOME", None)
+        else:
+            os.environ["ADVISOR_HOME"] = old
+    return dest
+
+
+@pytest.mark.slow
+def test_a_quick_sweep_publishes_refits_and_reproduces_its_own_table(two_sources, tmp_path):
+    from capacity_advisor.advisor.fit import fit_and_save
+    from capacity_advisor.advisor.predictor import Predictor, read_records
+
+    records = []
+    for task in ("modchain", "listmax"):
+        folder = two_sources / task
+        text = (folder / "records.jsonl").read_text()
+        assert str(two_sources.parent) not in text and "/tmp/" not in text  # no machine paths
+        records += read_records(folder / "records.jsonl")
+        budget = read_records(folder / "budget-records.jsonl")
+        assert budget and all(r["settings"]["training"]["epochs"] == 0.5 for r in budget)
+        assert {r["unit"]["seed"] for r in budget} == {0}
+    assert {r["unit"]["task"] for r in records} == {"modchain", "listmax"}
+    kw = dict(n_members=2, kinds=("logistic",), cv=("student", "source"), cv_members=2)
+    first = fit_and_save(records, tmp_path / "a", **kw)
+    second = fit_and_save(records, tmp_path / "b", **kw)
+    assert first["cv"] == second["cv"]
+    assert set(first["cv"]) == {"source"}  # with two students, holding one out would leave one to learn from
+    assert {"policy", "always high", "always low", "always mixed", "size rule", "noise floor"} <= set(first["cv"]["source"])
+    stored = Predictor.load(tmp_path / "a").meta["cv"]
+    assert stored["source"]["folds"] == sorted({f"lab2:{t}/program" for t in ("modchain", "listmax")})
+    for split, methods in first["cv"].items():
+        for name, row in methods.items():
+            assert row["regret"] == stored[split]["methods"][name]["regret"]
+    printed = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cv_tables.py"), str(tmp_path / "a")],
+                             capture_output=True, text=True, check=True).stdout
+    policy = first["cv"]["source"]["policy"]
+    assert f"| **policy** (shipped) | {policy['regret']:.2f} |" in printed
+
+
+@pytest.mark.slow
+def test_budget_runs_compare_with_the_truncated_labels(two_sources):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from budget_labels import compare
+
+    out = compare([two_sources / "modchain", two_sources / "listmax"])
+    row = out["by_budget"]["0.5"]
+    assert row["rows"] == out["rows"] == 4  # two students x two sources, seed 0
+    assert 0 <= row["labels_agree"] <= 1 and row["regret_of_truncated_label"] >= 0
+    assert set(row["mean_accuracy_shift"]) == {"high", "low", "mixed"}
+    json.dumps(out)

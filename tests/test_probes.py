@@ -116,6 +116,7 @@ class _Killed(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_killed_probe_resumes_to_the_same_report(tiny_llama, tmp_path):
     cfg = ProbeConfig(**CFG)
     lm, data = _data(tiny_llama, tmp_path, cfg)

@@ -36,6 +36,7 @@ def lab_pool_file(lab_home, tmp_path):
     return pool
 
 
+@pytest.mark.slow
 def test_quick_calibration_writes_records_and_resumes(lab_home, tmp_path):
     r = run("calibrate", "--quick", "--out", tmp_path / "cal", "--json")
     assert r.exit_code == 0, r.stderr
@@ -112,6 +113,7 @@ def test_the_predictor_says_how_its_inputs_were_probed_and_recommend_probes_so(l
     assert r.exit_code == 2 and "meta.probe" in r.stderr and not (tmp_path / "rec2").exists()
 
 
+@pytest.mark.slow
 def test_recommend_end_to_end_on_the_smallest_lab_student(lab_pool_file, tmp_path, synthetic_predictor):
     out = tmp_path / "rec"
     common = ["--model", "lab:xs", "--pool", lab_pool_file, "--predictor", synthetic_predictor, "--probe-steps", 8,
@@ -240,6 +242,7 @@ def test_recommend_on_a_real_model_folder_reports_where_each_setting_came_from(t
     assert m.eval.checker == "math" and m.training.max_length == 4096
 
 
+@pytest.mark.slow
 def test_calibration_covers_extra_schedules_and_the_predictor_chooses_among_them(lab_home, tmp_path):
     """mixed@0.25 is trained as a share of a quarter of the problems on their low response, labelled,
     and becomes one of the predictor's options."""

@@ -10,6 +10,10 @@ import os
 
 import pytest
 
+# The tests' models are tiny: a second torch thread buys nothing, and on shared cores the threads of
+# one process spin against each other (a lab probe took twice as long). OMP_NUM_THREADS overrides.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 CORPUS = [
     "Question: what is 12 + 35? Answer: 47.",
     "Let us think step by step. First add the tens, then the units.",
@@ -43,6 +47,21 @@ def make_tokenizer(chat: bool):
     if chat:
         fast.chat_template = CHAT_TEMPLATE
     return fast
+
+
+def addition_pool(path, n: int, generations):
+    """A pool of `n` problems "what is a + b?" (a, b drawn with seed 0) whose candidates are
+    `generations(a, b, i)`; written as JSONL to `path`."""
+    import json
+    import random
+
+    rng = random.Random(0)
+    rows = []
+    for i in range(n):
+        a, b = rng.randint(1, 9), rng.randint(1, 9)
+        rows.append({"id": f"q{i}", "problem": f"what is {a} + {b}?", "answer": str(a + b), "generations": generations(a, b, i)})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
 
 
 def build_tiny(path, arch: str, seed: int = 0, hidden: int = 32, layers: int = 2, context: int = 4096):

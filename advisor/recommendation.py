@@ -111,6 +111,13 @@ class Recommendation:
     def probe_cost(self) -> dict | None:
         return self.probe["cost"] if self.probe else None
 
+    @property
+    def probe_share(self) -> float | None:
+        """The probe's tokens as a share of the full run's over the budget."""
+        cost = self.probe_cost or {}
+        per_epoch = cost.get("full_run_tokens_per_epoch")
+        return cost["probe_tokens"] / (per_epoch * self.budget) if per_epoch else None
+
     def value(self, setting: str):
         return self.settings[setting]["value"]
 

@@ -191,7 +191,7 @@ def recommendation(rec, out: str) -> None:
     cost = rec.probe_cost
     if cost:
         spent += f"; probe {cost['probe_tokens']:,} tokens"
-        share = probe_share(cost, rec.budget)
+        share = rec.probe_share
         if share is not None:
             spent += f" = {share:.1%} of the {rec.budget:g}-epoch full run"
     if rec.pool is not None:
@@ -201,9 +201,3 @@ def recommendation(rec, out: str) -> None:
     else:
         console.print(f"compute: {spent}. Wrote {out}/recommendation.json (advice only) and report.png; "
                       "rerun with --pool for the selected dataset and a training manifest.", highlight=False)
-
-
-def probe_share(cost: dict, budget: float) -> float | None:
-    """The probe's tokens as a share of the full run's at the budget."""
-    per_epoch = cost.get("full_run_tokens_per_epoch")
-    return cost["probe_tokens"] / (per_epoch * budget) if per_epoch else None

@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench bench-all vllm-env gpu-check clean
+.PHONY: install demo test test-fast bench bench-all vllm-env gpu-check clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -20,8 +20,13 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m capacity_advisor.advisor.cli.demo
 
+# Everything, with the slowest tests listed at the end (mark the long ones `@pytest.mark.slow`).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
+
+# All but the tests marked slow: about two minutes on two cores.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/scoring.py

@@ -1,6 +1,13 @@
-"""The probe stage from the advisor's side: turn a pool and its scores into ProbeData, run it.
+"""The probe stage from the advisor's side: its settings, the held-out split, the run.
 
-    advisor probe --model lab:s --pool pool.jsonl --out runs/probe --steps 100
+    advisor probe --model lab:s --pool pool.jsonl --out runs/probe
+
+`plan_probe` settles every setting of a probe, each with where it came from: the recipe the
+predictor's inputs were measured with (`probes.recipe.fitted_recipe`), the recipe for the
+student's kind, the user's flags, the model's context and the pool's size; and it says plainly
+where the probe then measures otherwise than the predictor's inputs were measured. `advisor probe`
+and `advisor recommend` both probe through it, so the same student, pool and predictor give the
+same features from either verb.
 
 A held-out slice of `eval_problems` problems (drawn with the seed) never enters probe training:
 its prompts are generated from, its references checked, and its high and low responses form the
@@ -10,14 +17,167 @@ teacher set. The rest give D_high / D_low / D_mixed by the student's own scores.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
 from statistics import mean
 
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.advisor.select import SelectConfig, select
 from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
+from capacity_advisor.probes.recipe import LENGTHS, Fitted, ProbeRecipe, fitted_recipe, recipe_for
 from capacity_advisor.probes.run import ProbeConfig, ProbeData
+
+# Each recipe setting: its flag in `advisor probe`, its flag in `advisor recommend`, its help. The
+# CLI builds both verbs' options from this table, and every message about a setting names its flag.
+RECIPE_FLAGS = {
+    "steps": ("--steps", "--probe-steps", "Optimizer steps per probed set."),
+    "batch_size": ("--batch-size", "--probe-batch", "Sequences per probe step."),
+    "eval_every": ("--eval-every", "--probe-eval-every", "Probe steps between evaluation points."),
+    "eval_problems": ("--eval-problems", "--probe-eval-problems",
+                      "Held-out problems the probe generates on and checks (never trained on)."),
+    "warmup_steps": ("--warmup-steps", "--probe-warmup-steps", "Linear warm-up steps of the probe, then a constant rate."),
+    "max_new_tokens": ("--max-new-tokens", "--max-new-tokens",
+                       "New tokens per evaluation generation (recommend: the full run's too, in its manifest)."),
+    "max_length": ("--max-length", "--probe-max-length", "Probe training: prompt + response tokens."),
+    "score_length": (None, "--max-length", "Scoring: prompt + response tokens of each candidate (longer ones are cut and flagged)."),
+}
+VERBS = ("probe", "recommend")
+FROM_PREDICTOR = "the predictor (its inputs were measured so)"
+SHIPPED = "predictor_data"  # package folder of the default predictor
+
+
+def flag(setting: str, verb: str) -> str | None:
+    return RECIPE_FLAGS[setting][VERBS.index(verb)]
+
+
+def setting_name(setting: str, verb: str) -> str:
+    """How the verb's report and config.json name a recipe setting: after its flag."""
+    f = flag(setting, verb)
+    return f[2:].replace("-", "_") if f else setting
+
+
+def predictor_root(path: str | None):
+    return path if path is not None else resources.files("capacity_advisor.advisor") / SHIPPED
+
+
+def load_predictor(path: str | None):
+    from capacity_advisor.advisor.predictor import Predictor
+
+    return Predictor.load(predictor_root(path))
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """A probe's settings, where each came from, and how they stand against the predictor's recipe."""
+
+    recipe: ProbeRecipe
+    sources: dict  # recipe setting -> where its value came from
+    verb: str = "recommend"
+    fitted: Fitted | None = None
+    departing: frozenset = frozenset()  # settings the user's flags (or a small pool) moved
+
+    def settings(self) -> dict:
+        """{name: {"value", "source"}} for every recipe setting, named as the verb's flags are."""
+        return {setting_name(k, self.verb): {"value": getattr(self.recipe, k), "source": self.sources[k]}
+                for k in RECIPE_FLAGS}
+
+    def within(self, context: int | None) -> "ProbePlan":
+        """The plan within a model's context (`max_position_embeddings`), the caps said in the sources."""
+        capped = self.recipe.capped(context)
+        sources = {k: (f"{s}, capped at the model's context ({context:,} positions)"
+                       if getattr(capped, k) != getattr(self.recipe, k) else s) for k, s in self.sources.items()}
+        return replace(self, recipe=capped, sources=sources)
+
+    def for_pool(self, problems: int) -> "ProbePlan":
+        """The plan for a pool of `problems` rankable problems: held-out problems cut to a quarter
+        of a pool too small for the recipe (unless a flag set them); InputError when the pool
+        cannot hold the probe at all."""
+        r, plan = self.recipe, self
+        eval_flag, batch_flag = flag("eval_problems", self.verb), flag("batch_size", self.verb)
+        if problems < 2 * (r.eval_problems + r.batch_size) and self.sources["eval_problems"] != eval_flag \
+                and problems // 4 < r.eval_problems:
+            plan = replace(self, recipe=replace(r, eval_problems=max(1, problems // 4)),
+                           sources={**self.sources, "eval_problems": f"capped at a quarter of the pool's {problems} problems"},
+                           departing=self.departing | {"eval_problems"})
+        r = plan.recipe
+        if problems < r.eval_problems + r.batch_size:
+            raise InputError(f"the pool has {problems} rankable problems; a probe needs {eval_flag} ({r.eval_problems}) "
+                             f"held out plus at least {batch_flag} ({r.batch_size}) to train on: use a larger pool or "
+                             "smaller settings")
+        return plan
+
+    def notes(self) -> tuple[list[str], bool]:
+        """Lines saying where this probe measures otherwise than the predictor's inputs were
+        measured, and whether the user's flags (or pool) caused any of it."""
+        if self.fitted is None:
+            return [], False
+        moved, kept = [], []
+        for k in self.fitted.stated:
+            value, theirs = getattr(self.recipe, k), getattr(self.fitted.recipe, k)
+            if value != theirs:
+                (moved if k in self.departing else kept).append(
+                    f"{setting_name(k, self.verb)} {value:,} ({self.sources[k]}) where they had {theirs:,}")
+        lines = []
+        if moved:
+            lines.append("the probe measured otherwise than the predictor's inputs were measured: " + "; ".join(moved)
+                         + ". The predictor reads these features as if measured its way")
+        if kept:
+            lines.append(f"the predictor's inputs were measured on {self.fitted.recipe.kind} students; this "
+                         f"{self.recipe.kind} student is probed with its own kind's lengths: " + "; ".join(kept))
+        return lines, bool(moved)
+
+    def probe_config(self, **run) -> ProbeConfig:
+        return self.recipe.probe_config(**run)
+
+
+def plan_probe(model: str, verb: str, fitted: Fitted | None = None, given: dict | None = None) -> ProbePlan:
+    """The probe's settings before the model is read: the predictor's recipe where it states one
+    (its lengths only for students of its own kind), else the recipe for the student's kind; then
+    the flags in `given` ({recipe setting: value})."""
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    own = recipe_for(model)
+    check_given(given, verb)
+    sources = {k: "lab default" if own.kind == "lab" else "default for real students" for k in RECIPE_FLAGS}
+    recipe = own
+    if fitted is not None:
+        take = [k for k in fitted.stated if fitted.recipe.kind == own.kind or k not in LENGTHS]
+        recipe = recipe.with_(**{k: getattr(fitted.recipe, k) for k in take})
+        sources.update({k: FROM_PREDICTOR for k in take})
+    recipe = recipe.with_(**given)
+    sources.update({k: flag(k, verb) for k in given})
+    departing = set(given)
+    if "eval_every" in given and given["eval_every"] > recipe.steps:
+        raise InputError(f"{flag('eval_every', verb)} {given['eval_every']} must not exceed the probe's steps "
+                         f"({recipe.steps}, {sources['steps']})")
+    if recipe.eval_every > recipe.steps:
+        recipe = replace(recipe, eval_every=recipe.steps)
+        sources["eval_every"] = "capped at the probe steps"
+        if "steps" in given:
+            departing.add("eval_every")
+    return ProbePlan(recipe, sources, verb, fitted, frozenset(departing))
+
+
+def check_given(given: dict, verb: str) -> None:
+    bad = []
+    for k, v in given.items():
+        if k not in RECIPE_FLAGS or flag(k, verb) is None:
+            raise InputError(f"{k} is not a probe setting of `advisor {verb}`")
+        low = 0 if k == "warmup_steps" else 8 if k in ("max_length", "score_length") else 1
+        if not (isinstance(v, int) and not isinstance(v, bool) and v >= low):
+            bad.append(f"{flag(k, verb)} {v} must be at least {low}")
+    if bad:
+        raise InputError("; ".join(bad))
+
+
+def predictor_plan(model: str, verb: str, predictor, given: dict | None = None) -> ProbePlan:
+    """`plan_probe` with the recipe a loaded predictor states (checked: its file is user input)."""
+    return plan_probe(model, verb, fitted_recipe(predictor.meta), given)
+
+
+# ---- the held-out split and the sets --------------------------------------------------------
+
 
 def pick_checker(pool: Pool, checker: str = "auto") -> str:
     return metrics.choose_checker(checker, pool.has_answers, pool.tasks)
@@ -81,7 +241,25 @@ def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None,
     return Split(data, train_ids, eval_ids, high.summary)
 
 
+# ---- scores, then the probe -----------------------------------------------------------------
+
 LOCAL_WINDOW = 32  # tokens of context each step is scored with under --score local
+
+
+def given_scores(path: str, pool: Pool, score: str = "sum") -> dict:
+    """Scores a user hands over (`--scores`), read and checked against the pool before any work."""
+    from capacity_advisor.advisor.select import load_scores
+
+    scores = load_scores(path)
+    missing = [p.id for p in pool.problems if any((p.id, c.k) not in scores for c in p.candidates)]
+    if missing:
+        raise InputError(f"--scores {path} does not cover {len(missing)} of the pool's {len(pool)} problems (first: "
+                         f"{missing[0]!r}): they are scores of another pool, or of this one read with other field or "
+                         "filter flags; score this pool under this model with `advisor score` (the same pool flags) "
+                         "and pass those, or drop --scores to score it now")
+    if score != "sum":
+        select(pool, scores, SelectConfig("high", score=score))  # the ranking's own fields are there
+    return scores
 
 
 @dataclass
@@ -91,32 +269,84 @@ class ProbeStage:
     report: dict | None  # None when the probe was not run
 
 
-def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_dir, scores_path: str | None = None,
+def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_dir, scores: dict | None = None,
                checker: str = "auto", score: str = "sum", mix: float = 0.5, max_length: int = 4096,
                backend: str = "hf", run: bool = True, say=None, progress=None, skip_tokens: int = 0) -> ProbeStage:
-    """Score the pool under the student (cached; or read `scores_path`), split it, and probe.
+    """Score the pool under the student (cached; unless `scores` are given), split it, and probe.
 
     The one path from a pool to probe measurements, for `advisor probe` and `advisor recommend`.
     `say(message)` reports the stage; `progress(strategy, step, total)` the probe's steps.
     """
-    from pathlib import Path
-
     from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
     from capacity_advisor.advisor.select import load_scores
     from capacity_advisor.probes.run import run_probe
 
     say = say or (lambda message: None)
     cfg.validate()
-    if scores_path is None:
+    if scores is None:
         say(f"scoring {pool.n_candidates:,} candidates under the student (cached)")
         score_pool(pool, ScoreConfig(model, device=cfg.device, dtype=cfg.dtype, backend=backend, max_length=max_length,
                                      skip_tokens=skip_tokens, local_window=LOCAL_WINDOW if score == "local" else 0),
                    score_dir, lm=lm if backend == "hf" else None)
-        scores_path = str(Path(score_dir) / "scores.jsonl")
-    scores = load_scores(scores_path)
+        scores = load_scores(Path(score_dir) / "scores.jsonl")
     split = build_probe_data(pool, scores, cfg, tokenizer=lm.tokenizer, checker=checker, mix=mix, score=score)
     report = None
     if run:
         say(f"probing {', '.join(f'D_{s}' for s in cfg.strategies)}")
         report = run_probe(model, split.data, cfg, probe_dir, lm=lm, progress=progress)
     return ProbeStage(scores, split, report)
+
+
+# ---- `advisor probe` ---------------------------------------------------------------------------
+
+
+@dataclass
+class ProbeJob:
+    """What `advisor probe` is asked; each field is the flag of the same name."""
+
+    model: str
+    pool: str
+    out: str
+    scores: str | None = None  # scores.jsonl of this pool under this model (else scored now, cached)
+    predictor: str | None = None  # whose recipe to measure with (None: the shipped predictor's)
+    recipe: dict = field(default_factory=dict)  # recipe settings given by flags ({setting: value})
+    learning_rate: float | None = None  # None: the recipe's rule
+    strategies: tuple[str, ...] = ("high", "low")
+    lora_r: int = 0
+    teacher: str | None = None
+    checker: str = "auto"
+    score: str = "sum"
+    device: str = "auto"
+    dtype: str = "auto"
+    seed: int = 0
+    pool_options: dict = field(default_factory=dict)
+
+
+def probe_job(job: ProbeJob, say=None, progress=None) -> dict:
+    """`advisor probe`: every input checked before any work (flags, model, pool, scores, predictor,
+    the probe's fit in the pool), then the student loaded and probed. Returns the probe report
+    with `chosen` (each setting and its source) and `notes` (where it measured otherwise than
+    the predictor's inputs)."""
+    from capacity_advisor.advisor.pool import PoolOptions, read_pool
+    from capacity_advisor.models.loading import check_model_spec, load_model
+
+    say = say or (lambda message: None)
+    run = dict(learning_rate=job.learning_rate, strategies=tuple(job.strategies), lora_r=job.lora_r, seed=job.seed,
+               device=job.device, dtype=job.dtype, teacher=job.teacher)
+    plan = predictor_plan(job.model, "probe", load_predictor(job.predictor), job.recipe)
+    plan.probe_config(**run).validate()
+    check_model_spec(job.model)
+    pool = read_pool(job.pool, PoolOptions(**job.pool_options))
+    plan = plan.for_pool(len(pool))
+    scores = given_scores(job.scores, pool, job.score) if job.scores else None
+    say(f"loading {job.model}")
+    lm = load_model(job.model, device=job.device, dtype=job.dtype)
+    plan = plan.within(lm.description.get("max_position_embeddings"))
+    rate = (job.learning_rate, "--learning-rate") if job.learning_rate else \
+        plan.recipe.learning_rate(job.model, lm.description["n_params"])
+    cfg = plan.probe_config(**{**run, "learning_rate": rate[0]})
+    stage = probe_pool(job.model, pool, cfg, lm, Path(job.out) / "score", job.out, scores=scores, checker=job.checker,
+                       score=job.score, max_length=plan.recipe.score_length, say=say, progress=progress)
+    notes, _ = plan.notes()
+    chosen = {**plan.settings(), "learning_rate": {"value": rate[0], "source": rate[1]}}
+    return {**stage.report, "chosen": chosen, "notes": notes}

@@ -8,11 +8,14 @@ Writes OUT/recommendation.json (the manifest `advisor train` consumes unchanged)
 (the selected data, TRL prompt/completion), OUT/eval.jsonl (the probe's held-out slice, when the
 pool has reference answers), OUT/report.png, OUT/config.json; OUT/score/ and OUT/probe/ keep the
 stages' own outputs, so a rerun resumes from them. A folder that holds a recommendation for other
-inputs is refused.
+inputs is refused, before any work.
 
-Every setting recommend chooses itself comes from one place (`StudentDefaults`, one per kind of
-student) and is reported with where it came from: a flag, the lab's defaults, the defaults for
-real students, or the model's config.
+`recommend` reads as its steps: check every input (`check_inputs`), describe the student, then
+either advise from the priors alone (`advise_only`) or take the pool, score and probe it
+(`measure`), ask the predictor (`advise`), and write the dataset, manifest, config and figure
+(`write_outputs`). The probe's settings come from `advisor.probe.plan_probe` (the predictor's
+recipe, the student's kind, the flags, the model's context, the pool's size), each reported with
+where it came from.
 """
 
 from __future__ import annotations
@@ -20,47 +23,20 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 
-
-from capacity_advisor.advisor.predictor import BUDGETS, Predictor
+from capacity_advisor.advisor.probe import ProbePlan, check_given, load_predictor, predictor_plan  # noqa: F401
+from capacity_advisor.advisor.recommendation import (
+    BUDGET_GRID, Recommendation, baselines, predictor_row, reason_text, write_advice, write_manifest,
+)
+from capacity_advisor.advisor.schedule import Schedule
 from capacity_advisor.advisor.select import RANKINGS
-from capacity_advisor.training.manifest import SETS, schedule_of
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import stable_hash, versions, write_json, write_jsonl
-from capacity_advisor.probes.recipe import LAB, REAL
+from capacity_advisor.models.files import finite, stable_hash, versions, write_json, write_jsonl
+from capacity_advisor.probes.recipe import LAB, lab_size
+from capacity_advisor.training.manifest import SETS
 
-SHIPPED = "predictor_data"  # package folder of the default predictor
-BUDGET_GRID = tuple(x / 4 for x in range(2, 41))  # 0.5 .. 10 epochs, for the crossover
-
-
-@dataclass(frozen=True)
-class StudentDefaults:
-    """What recommend uses when a flag is not given, for one kind of student."""
-
-    kind: str
-    max_length: int  # scoring: prompt + response tokens
-    probe_max_length: int  # probe training: prompt + response tokens
-    max_new_tokens: int  # probe and full-run evaluation generations
-    probe_steps: int
-    probe_batch: int
-    probe_eval_every: int
-    probe_eval_problems: int
-    train_batch: int  # the manifest's global batch
-
-
-LAB_DEFAULTS = StudentDefaults("lab", max_length=LAB.max_length, probe_max_length=LAB.max_length,
-                               max_new_tokens=LAB.max_new_tokens, probe_steps=LAB.steps, probe_batch=LAB.batch_size,
-                               probe_eval_every=LAB.eval_every, probe_eval_problems=LAB.eval_problems, train_batch=32)
-# Reasoning traces run to thousands of tokens; 64 held-out generations of up to 2,048 tokens at
-# each of the 3 evaluation points (the base, then each set after its steps) is the probe's largest
-# cost on a GPU. The probe's length is the lab's (the predictor's inputs are measured that way).
-REAL_DEFAULTS = StudentDefaults("real", max_length=4096, probe_max_length=REAL.max_length,
-                                max_new_tokens=REAL.max_new_tokens, probe_steps=REAL.steps, probe_batch=REAL.batch_size,
-                                probe_eval_every=REAL.eval_every, probe_eval_problems=REAL.eval_problems, train_batch=16)
-CHOSEN = ("max_length", "probe_max_length", "max_new_tokens", "probe_steps", "probe_batch", "probe_eval_every",
-          "probe_eval_problems")
+BACKENDS = ("hf", "vllm")  # scoring backends (the probe always trains with transformers)
 
 
 @dataclass
@@ -76,16 +52,9 @@ class RecommendConfig:
     lab_task: str = "modchain"  # --lab-task
     lab_n: int = 1000  # --lab-n: problems of the lab pool
     sample: int | None = None  # --sample: rank and probe on N problems drawn with --seed
-    max_length: int | None = None  # --max-length (scoring); None: by kind of student, capped by the model config
-    probe_max_length: int | None = None  # --probe-max-length
-    max_new_tokens: int | None = None  # --max-new-tokens (evaluation generations)
-    probe_steps: int | None = None
-    probe_batch: int | None = None
-    probe_eval_every: int | None = None
-    probe_eval_problems: int | None = None
+    recipe: dict = field(default_factory=dict)  # probe settings given by flags: {recipe setting: value} (advisor.probe.RECIPE_FLAGS)
     backend: str = "hf"  # --backend for scoring (the probe always trains with hf)
-    mix: float = 0.5  # the mix written for a "mixed" recommendation
-    score: str = "sum"  # --score: rank candidates by summed log-prob (the paper's), mean per token (GRAPE's), or rsr
+    score: str = "sum"  # --score: rank candidates by summed log-prob (the paper's), mean per token (GRAPE's), rsr or local
     skip_tokens: int = 0  # --skip-tokens: leave each response's first N tokens out of its score
     checker: str = "auto"
     device: str = "auto"
@@ -94,6 +63,8 @@ class RecommendConfig:
     pool_options: dict = field(default_factory=dict)
 
     def validate(self) -> None:
+        from capacity_advisor.models.lab import FAMILIES
+
         bad = []
         if not (isinstance(self.budget, (int, float)) and math.isfinite(self.budget) and self.budget > 0):
             bad.append(f"--budget {self.budget} must be a positive number of epochs")
@@ -103,97 +74,131 @@ class RecommendConfig:
             bad.append(f"--score {self.score!r} is unknown: use {', '.join(RANKINGS)}")
         if self.skip_tokens < 0:
             bad.append(f"--skip-tokens {self.skip_tokens} must be at least 0")
-        if not 0 <= self.mix <= 1:
-            bad.append(f"--mix {self.mix} is outside [0, 1]")
-        if self.backend not in ("hf", "vllm"):
-            bad.append(f"--backend {self.backend!r} is unknown: use hf or vllm")
-        for name in (*CHOSEN, "sample"):
-            v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or v < 1):
-                bad.append(f"--{name.replace('_', '-')} {v} must be a whole number of at least 1")
-        if self.probe_steps and self.probe_eval_every and self.probe_eval_every > self.probe_steps:
-            bad.append(f"--probe-eval-every {self.probe_eval_every} must not exceed --probe-steps ({self.probe_steps})")
+        if self.backend not in BACKENDS:
+            bad.append(f"--backend {self.backend!r} is unknown: use {' or '.join(BACKENDS)}")
+        if self.sample is not None and self.sample < 1:
+            bad.append(f"--sample {self.sample} must be at least 1")
         if self.lab_n < 1:
             bad.append(f"--lab-n {self.lab_n} must be at least 1")
-        if not self.pool and not self.model.startswith("lab:") and not self.no_probe:
+        if self.lab_task not in FAMILIES:
+            bad.append(f"--lab-task {self.lab_task!r} is unknown: use one of {', '.join(FAMILIES)}")
+        if not self.pool and lab_size(self.model) is None and not self.no_probe:
             bad.append(f"--pool is needed to probe {self.model} (only lab students have a built-in pool); "
                        "or pass --no-probe for advice from the parameter count alone")
+        try:
+            check_given(self.recipe, "recommend")
+        except InputError as e:
+            bad.append(str(e))
         if bad:
             raise InputError("; ".join(bad))
 
 
-def predictor_root(path: str | None):
-    return path if path is not None else resources.files("capacity_advisor.advisor") / SHIPPED
+@dataclass
+class Checked:
+    """What recommend reads before any work, every part of it checked."""
+
+    predictor: object  # the Predictor
+    plan: ProbePlan  # the probe's settings before the model's context is known
+    key: str  # what the out folder is made from
+    description: dict | None  # the student's config; None for a lab student (describing it may pretrain it)
+    pool: object | None  # the user's pool, sampled; None: the lab pool, taken when the work starts
+    pool_size: int  # problems of the user's pool before --sample drew from it
+    scores: dict | None  # the user's --scores, checked against the pool
 
 
-def load_predictor(path: str | None) -> Predictor:
-    return Predictor.load(predictor_root(path))
+def recommend(cfg: RecommendConfig, status=None, progress=None) -> Recommendation:
+    """The flow of the module doc; `status(message)` reports the stage, `progress(strategy, step,
+    total)` the probe's steps. Nothing is reported, and nothing written, before every check passed."""
+    say = status or (lambda message: None)
+    t0 = time.time()
+    checked = check_inputs(cfg)
+    desc = checked.description or describe_student(cfg.model, say)
+    if cfg.no_probe and not cfg.pool:
+        return advise_only(cfg, checked, desc, t0)
+    pool, whole = (checked.pool, checked.pool_size) if checked.pool is not None else take_pool(cfg, say)
+    plan = checked.plan.for_pool(len(pool)).within(desc.get("max_position_embeddings"))
+    settings = chosen_settings(cfg, plan, desc)
+    stage = measure(cfg, pool, checked.scores, plan, settings, say, progress)
+    rec = advise(cfg, checked.predictor, desc, settings, stage, plan)
+    write_outputs(cfg, rec, pool, whole, stage, checked, t0)
+    return rec
 
 
-def predictor_probe(predictor: Predictor) -> dict | None:
-    """The probe a predictor's inputs were measured with (`advisor fit` stores it when its records
-    agree), checked: a predictor file is user input."""
-    p = (predictor.meta or {}).get("probe")
-    if p is None:
-        return None
-    if not isinstance(p, dict) or not all(isinstance(p.get(k), int) and not isinstance(p.get(k), bool)
-                                          and 1 <= p[k] <= 100_000 for k in ("steps", "eval_problems")):
-        raise InputError("the predictor's meta.probe must hold whole numbers 'steps' and 'eval_problems' "
-                         "between 1 and 100000: refit it with `advisor fit`")
-    return {"steps": p["steps"], "eval_problems": p["eval_problems"]}
+def check_inputs(cfg: RecommendConfig) -> Checked:
+    """Flags, model, out folder, predictor, pool and scores: every input recommend reads, checked
+    before any work (a lab student is not pretrained, no file is written)."""
+    from capacity_advisor.models.files import check_writable_dir
+    from capacity_advisor.models.loading import check_model_spec, describe_config
+
+    cfg.validate()
+    check_model_spec(cfg.model)
+    check_writable_dir(cfg.out, "--out")
+    predictor = load_predictor(cfg.predictor)
+    plan = predictor_plan(cfg.model, "recommend", predictor, cfg.recipe)
+    desc = None if lab_size(cfg.model) is not None else describe_config(cfg.model)
+    key = inputs_key(cfg, desc["fingerprint"] if desc else lab_identity(cfg.model))
+    check_out(Path(cfg.out), key)
+    pool = scores = None
+    whole = 0
+    if cfg.pool:
+        from capacity_advisor.advisor.pool import PoolOptions, read_pool
+
+        full = read_pool(cfg.pool, PoolOptions(**cfg.pool_options))
+        pool, whole = sampled(full, cfg.sample, cfg.seed), len(full)
+        plan = plan.for_pool(len(pool))
+        if cfg.scores:
+            from capacity_advisor.advisor.probe import given_scores
+
+            scores = given_scores(cfg.scores, pool, cfg.score)
+    return Checked(predictor, plan, key, desc, pool, whole, scores)
 
 
-def resolve_settings(cfg: RecommendConfig, description: dict, predictor_probe: dict | None = None) -> dict:
-    """Every setting recommend chooses, as {name: {"value", "source"}}. The probe's length and
-    held-out problems default to those the predictor's inputs were measured with, when it says."""
-    lab = cfg.model.startswith("lab:")
-    d = LAB_DEFAULTS if lab else REAL_DEFAULTS
-    where = "lab default" if lab else "default for real students"
-    fitted = {"probe_steps": (predictor_probe or {}).get("steps"),
-              "probe_eval_problems": (predictor_probe or {}).get("eval_problems")}
-    out = {}
-    for name in CHOSEN:
-        given = getattr(cfg, name)
-        if given is not None:
-            out[name] = {"value": given, "source": f"--{name.replace('_', '-')}"}
-        elif fitted.get(name):
-            out[name] = {"value": fitted[name], "source": "the predictor (its inputs were measured so)"}
-        else:
-            out[name] = {"value": getattr(d, name), "source": where}
-    ctx = description.get("max_position_embeddings")
-    for name in ("max_length", "probe_max_length"):
-        if ctx and out[name]["source"] != f"--{name.replace('_', '-')}" and ctx < out[name]["value"]:
-            out[name] = {"value": int(ctx), "source": "model config (max_position_embeddings)"}
-    if out["probe_eval_every"]["value"] > out["probe_steps"]["value"]:
-        out["probe_eval_every"] = {"value": out["probe_steps"]["value"], "source": "capped at the probe steps"}
-    lr, lr_source = learning_rate(cfg.model, description["n_params"])
-    out["learning_rate"] = {"value": lr, "source": lr_source}
-    out["train_batch"] = {"value": d.train_batch, "source": where}
-    out["score"] = {"value": cfg.score, "source": "--score" if cfg.score != "sum" else "default (the paper's ranking)"}
-    return out
+def lab_identity(spec: str) -> dict:
+    """A lab student's identity without building it: its name and its recipe's hash."""
+    from capacity_advisor.models.lab.ladder import parse_name, recipe_hash
+
+    name, steps = parse_name(spec[len("lab:"):])
+    return {"spec": spec, "recipe_hash": recipe_hash(name, steps=steps)}
 
 
-def learning_rate(spec: str, n_params: int) -> tuple[float, str]:
-    """The SFT rate a probe and the full run share: the probe recipe's rule."""
-    from capacity_advisor.probes.recipe import recipe_for
-
-    return recipe_for(spec).learning_rate(spec, n_params)
-
-
-def inputs_key(cfg: RecommendConfig, description: dict) -> str:
+def inputs_key(cfg: RecommendConfig, model_identity) -> str:
     """What a recommendation folder was made from; a folder is reused only for the same inputs."""
     d = asdict(cfg)
     for informational in ("out", "predictor", "device"):
         d.pop(informational)
-    return stable_hash({"config": d, "model": description.get("fingerprint")})
+    return stable_hash({"config": d, "model": model_identity})
 
 
-def _check_out(out: Path, key: str) -> None:
+def check_out(out: Path, key: str) -> None:
     from capacity_advisor.models.files import recorded_key
 
     if recorded_key(out, "inputs_key") not in (None, key):
         raise InputError(f"{out} holds a recommendation made from other inputs (model, pool or settings); "
                          "pass a new --out, or delete that folder to start over")
+
+
+def sampled(pool, n: int | None, seed: int):
+    """`n` problems of the pool drawn with `seed` (the whole pool when it has no more)."""
+    import random
+
+    from capacity_advisor.advisor.pool import Pool
+
+    if not n or n >= len(pool):
+        return pool
+    keep = set(random.Random(seed).sample([p.id for p in pool.problems], n))
+    return Pool([p for p in pool.problems if p.id in keep], pool.source, pool.layout, pool.fields, pool.n_rows,
+                pool.skipped_candidates, pool.skipped_problems, pool.skipped_examples)
+
+
+def describe_student(spec: str, say) -> dict:
+    """The student's config (meta device, no weights); a lab student is pretrained here on first use."""
+    from capacity_advisor.models.lab.ladder import parse_name, student_dir
+    from capacity_advisor.models.loading import describe_config
+
+    name, steps = parse_name(spec[len("lab:"):])
+    if not (student_dir(name, steps=steps) / "build.json").exists():
+        say(f"pretraining {spec} (first use; cached after)")
+    return describe_config(spec)
 
 
 TEACHER_SAMPLING = dict(n=8, temperature=1.0, top_p=1.0, max_new_tokens=LAB.max_new_tokens, seed=0)  # as calibration samples pools
@@ -207,11 +212,8 @@ def lab_pool(task: str, n: int, out: Path, say=lambda m: None) -> Path:
     """
     import gzip
     import json
+    from importlib import resources
 
-    from capacity_advisor.models.lab import FAMILIES
-
-    if task not in FAMILIES:
-        raise InputError(f"--lab-task {task!r} is unknown: use one of {', '.join(FAMILIES)}")
     src = resources.files("capacity_advisor.models.lab") / "data" / f"{task}-teacher-pool.jsonl.gz"
     rows = []
     if src.is_file():
@@ -231,265 +233,143 @@ def lab_pool(task: str, n: int, out: Path, say=lambda m: None) -> Path:
     return out / "pool.jsonl"
 
 
-def recommend(cfg: RecommendConfig, status=None, progress=None) -> dict:
-    """Run the flow of the module doc; `status(message)` reports the stage, `progress(strategy,
-    step, total)` the probe's steps. Returns the report (the CLI prints it)."""
-    from capacity_advisor.models.loading import describe_config
+def take_pool(cfg: RecommendConfig, say) -> tuple:
+    """The lab teacher's pool for a lab student (OUT/pool.jsonl), sampled; and its size before."""
+    from capacity_advisor.advisor.pool import read_pool
 
-    cfg.validate()
-    say = status or (lambda msg: None)
+    full = read_pool(lab_pool(cfg.lab_task, cfg.lab_n, Path(cfg.out), say))
+    return sampled(full, cfg.sample, cfg.seed), len(full)
+
+
+def chosen_settings(cfg: RecommendConfig, plan: ProbePlan, desc: dict) -> dict:
+    """Every setting recommend chose, {name: {"value", "source"}}: the probe's, then the run's."""
+    lr, lr_source = plan.recipe.learning_rate(cfg.model, desc["n_params"])
+    kind = "lab default" if plan.recipe.kind == "lab" else "default for real students"
+    return {**plan.settings(), "learning_rate": {"value": lr, "source": lr_source},
+            "train_batch": {"value": plan.recipe.train_batch, "source": kind},
+            "score": {"value": cfg.score, "source": "--score" if cfg.score != "sum" else "default (the paper's ranking)"}}
+
+
+def measure(cfg: RecommendConfig, pool, scores, plan: ProbePlan, settings: dict, say, progress):
+    """Load the student, score the pool (or take --scores), split off the held-out slice, probe."""
+    from capacity_advisor.advisor.probe import probe_pool
+    from capacity_advisor.models.loading import load_model
+
+    pcfg = plan.probe_config(learning_rate=settings["learning_rate"]["value"], seed=cfg.seed, device=cfg.device,
+                             dtype=cfg.dtype, teacher=cfg.teacher)
+    say(f"loading {cfg.model}")
+    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
     out = Path(cfg.out)
-    t0 = time.time()
-    predictor = load_predictor(cfg.predictor)
-    desc = describe_config(cfg.model)  # the config on the meta device: no weights, no tokenizer
-    key = inputs_key(cfg, desc)
-    _check_out(out, key)
-    settings = resolve_settings(cfg, desc, predictor_probe(predictor))
-    if cfg.no_probe and not cfg.pool:
-        return _advice_only(cfg, desc, predictor, settings, key, out, t0)
-    return _full(cfg, desc, predictor, settings, key, out, t0, say, progress)
+    return probe_pool(cfg.model, pool, pcfg, lm, out / "score", out / "probe", scores=scores, checker=cfg.checker,
+                      score=cfg.score, max_length=plan.recipe.score_length, skip_tokens=cfg.skip_tokens,
+                      backend=cfg.backend, run=not cfg.no_probe, say=say, progress=progress)
 
 
-def _prior(cfg: RecommendConfig, desc: dict, predictor: Predictor) -> tuple[dict, dict]:
+def prior(cfg: RecommendConfig, n_params: float, predictor) -> tuple[dict, dict]:
+    """The priors' advice at the budget, and their curve over BUDGET_GRID."""
     from capacity_advisor.advisor.priors import prior_advice
 
-    advice = prior_advice(desc["n_params"], cfg.budget, predictor)
-    by_budget = [prior_advice(desc["n_params"], b, predictor)["probabilities"] for b in BUDGET_GRID]
+    advice = prior_advice(n_params, cfg.budget, predictor)
+    by_budget = [prior_advice(n_params, b, predictor)["probabilities"] for b in BUDGET_GRID]
     return advice, {s: [p[s] for p in by_budget] for s in SETS}
 
 
-def _crossover(curve: dict) -> float | None:
-    """The first budget at which D_low is more likely the best than D_high."""
-    return next((b for b, lo, hi in zip(BUDGET_GRID, curve["low"], curve["high"]) if lo > hi + 1e-9), None)
-
-
-def _advice_only(cfg, desc, predictor, settings, key, out: Path, t0: float) -> dict:
-    """`--no-probe` without a pool: advice from the parameter count, nothing scored, no weights read."""
-    advice, curve = _prior(cfg, desc, predictor)
-    report = _report(cfg, desc, advice, curve, settings, features={"budget": float(cfg.budget)}, probe=None,
-                     predictor=predictor, selection=None, train_rows=0, eval_rows=0, t0=t0)
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "recommendation.json", {"version": 1, "advice_only": True, **{k: report[k] for k in (
-        "strategy", "answer", "probabilities", "crossover_epoch", "confidence", "confidence_reasons", "prior", "model",
-        "budget")}, "dataset": None, "next": "rerun with --pool to get the selected dataset and a training manifest"})
-    write_json(out / "config.json", {"stage": "recommend", "inputs_key": key, "settings": asdict(cfg),
-                                     "chosen": settings, "versions": versions()})
-    plot_report(report, curve, None, predictor, out / "report.png")
-    return report
-
-
-def _full(cfg, desc, predictor, settings, key, out: Path, t0: float, say, progress) -> dict:
-    from capacity_advisor.advisor.pool import Pool, PoolOptions, read_pool
+def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stage, plan: ProbePlan) -> Recommendation:
+    """The predictor's answer on the probe's measurements (the priors' without a probe)."""
     from capacity_advisor.advisor.priors import PAPER_FROM, paper_prior_advice
-    from capacity_advisor.advisor.probe import probe_pool
-    from capacity_advisor.advisor.select import SelectConfig, export, select
-    from capacity_advisor.models.loading import load_model
-    from capacity_advisor.probes.run import ProbeConfig
 
-    v = {k: s["value"] for k, s in settings.items()}
-    pool_path = cfg.pool or None
-    if pool_path is None:
-        pool_path = lab_pool(cfg.lab_task, cfg.lab_n, out, say)
-    pool = read_pool(pool_path, PoolOptions(**cfg.pool_options))
-    if cfg.sample and cfg.sample < len(pool):
-        import random
-
-        keep = set(random.Random(cfg.seed).sample([p.id for p in pool.problems], cfg.sample))
-        pool = Pool([p for p in pool.problems if p.id in keep], pool.source, pool.layout, pool.fields, pool.n_rows,
-                    pool.skipped_candidates, pool.skipped_problems, pool.skipped_examples)
-    need = v["probe_eval_problems"] + v["probe_batch"]
-    if len(pool) < 2 * need and settings["probe_eval_problems"]["source"] != "--probe-eval-problems":
-        v["probe_eval_problems"] = max(1, len(pool) // 4)
-        settings["probe_eval_problems"] = {"value": v["probe_eval_problems"],
-                                           "source": f"capped at a quarter of the pool's {len(pool)} problems"}
-    pcfg = ProbeConfig(steps=v["probe_steps"], batch_size=v["probe_batch"], learning_rate=v["learning_rate"],
-                       eval_every=v["probe_eval_every"], eval_problems=v["probe_eval_problems"],
-                       max_new_tokens=v["max_new_tokens"], max_length=v["probe_max_length"], seed=cfg.seed,
-                       device=cfg.device, dtype=cfg.dtype, teacher=cfg.teacher)
-    pcfg.validate()
-    say(f"loading {cfg.model}")
-    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
-    stage = probe_pool(cfg.model, pool, pcfg, lm, out / "score", out / "probe", scores_path=cfg.scores,
-                       checker=cfg.checker, score=cfg.score, mix=cfg.mix, max_length=v["max_length"],
-                       skip_tokens=cfg.skip_tokens,
-                       backend=cfg.backend, run=not cfg.no_probe, say=say, progress=progress)
-    scores, split, probe = stage.scores, stage.split, stage.report
-    features = {"budget": float(cfg.budget), "ranking_sum": float(cfg.score == "sum"),
-                "likelihood_gap_per_token": split.data.context["likelihood_gap_per_token"],
-                "length_ratio_low_high": split.data.context["length_ratio_low_high"]}
-    if probe is None:
-        advice, curve = _prior(cfg, desc, predictor)
+    context = stage.split.data.context
+    measured = {"likelihood_gap_per_token": context["likelihood_gap_per_token"],
+                "length_ratio_low_high": context["length_ratio_low_high"]}
+    if stage.report is None:
+        advice, curve = prior(cfg, desc["n_params"], predictor)
     else:
-        features.update(probe["features"])
-        advice = predictor.advise(features)
-        advice["reasons"] = predictor.reasons(features)
-        probs = predictor.predict_proba([{**features, "budget": b} for b in BUDGET_GRID])
+        measured.update(stage.report["features"])
+        row = predictor_row(measured, cfg.budget, cfg.score)
+        advice = {**predictor.advise(row), "reasons": predictor.reasons(row)}
+        probs = predictor.predict_proba([predictor_row(measured, b, cfg.score) for b in BUDGET_GRID])
         curve = {o: probs[:, j].tolist() for j, o in enumerate(predictor.options)}
         if desc["n_params"] >= PAPER_FROM:  # what the paper found for students of this size, beside the measurement
             advice["paper_prior"] = paper_prior_advice(desc["n_params"], cfg.budget)
-    strategy, _, switch = schedule_of(advice["strategy"])
-    if strategy == "curriculum" and switch >= cfg.budget:  # the switch never comes: this is D_high
-        advice["confidence_reasons"].append(f"{advice['strategy']} switches after the {cfg.budget:g}-epoch budget: "
-                                            "within it, it trains on D_high")
-        advice["strategy"] = "high"
-    strategy, mix, switch = _schedule(cfg, advice["strategy"])
+        notes, departs = plan.notes()
+        if departs:
+            advice["confidence"] = "low"
+        advice["confidence_reasons"] = notes + advice["confidence_reasons"]
+    rec = recommendation(cfg, predictor, desc, settings, advice, curve)
+    rec.measurements, rec.probe, rec.selection = measured, stage.report, stage.split.selection_summary
+    return rec
 
-    # the dataset: every problem outside the probe's held-out slice, which becomes the eval set
-    held = set(split.eval_ids)
-    sel = select(pool, scores, SelectConfig(strategy=strategy, mix=mix, seed=cfg.seed, score=cfg.score))
+
+def recommendation(cfg: RecommendConfig, predictor, desc: dict, settings: dict, advice: dict, curve: dict) -> Recommendation:
+    schedule, why = Schedule.parse(advice["strategy"]).within(cfg.budget)
+    reasons = list(advice.get("confidence_reasons", [])) + ([why] if why else [])
+    rules, rule_words = baselines(predictor, desc["n_params"], cfg.budget, cfg.score)
+    return Recommendation(
+        schedule=schedule, answer=advice.get("answer", schedule.option),
+        probabilities=advice["probabilities"], confidence=advice["confidence"], confidence_reasons=reasons,
+        predictor=f"{advice['prior']} prior" if advice.get("prior") else predictor.kind, model=desc, budget=cfg.budget,
+        score=cfg.score, settings=settings, curve=curve, baselines=rules, rule_of_thumb=rule_words,
+        interval=advice.get("interval"), range=advice.get("range"), neighbours=advice.get("neighbours"),
+        reasons=[reason_text(r) for r in advice.get("reasons", [])], prior=advice.get("prior"),
+        paper_prior=advice.get("paper_prior"))
+
+
+def advise_only(cfg: RecommendConfig, checked: Checked, desc: dict, t0: float) -> Recommendation:
+    """`--no-probe` without a pool: advice from the parameter count, nothing scored, no weights read."""
+    from capacity_advisor.advisor.report_figure import write_figure
+
+    plan = checked.plan.within(desc.get("max_position_embeddings"))
+    settings = chosen_settings(cfg, plan, desc)
+    advice, curve = prior(cfg, desc["n_params"], checked.predictor)
+    rec = recommendation(cfg, checked.predictor, desc, settings, advice, curve)
+    rec.seconds = round(time.time() - t0, 1)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_advice(rec, out)
+    write_config(cfg, checked.key, settings)
+    write_figure(rec, checked.predictor, out / "report.png")
+    return rec
+
+
+def write_outputs(cfg: RecommendConfig, rec: Recommendation, pool, whole: int, stage, checked: Checked,
+                  t0: float) -> None:
+    """The recommended set minus the probe's held-out slice (train.jsonl), that slice (eval.jsonl),
+    the manifest, config.json and the figure."""
+    from capacity_advisor.advisor.report_figure import write_figure
+    from capacity_advisor.advisor.select import SelectConfig, export, select
+
+    out = Path(cfg.out)
+    held = set(stage.split.eval_ids)
+    s = rec.schedule
+    sel = select(pool, stage.scores, SelectConfig(strategy=s.strategy, mix=s.mix, seed=cfg.seed, score=cfg.score))
     sel.rows = [r for r in sel.rows if r["id"] not in held]
     export(sel, out / "train.jsonl", "trl")
     eval_rows = [{"prompt": pool.get(i).prompt, "answer": pool.get(i).answer, "task": pool.get(i).task}
-                 for i in split.eval_ids if pool.get(i).answer is not None]
+                 for i in stage.split.eval_ids if pool.get(i).answer is not None]
     if eval_rows:
         write_jsonl(out / "eval.jsonl", eval_rows)
-    report = _report(cfg, desc, advice, curve, settings, features, probe, predictor, sel.summary, len(sel.rows),
-                     len(eval_rows), t0)
-    report["pool"] = {**pool.summary(), "source": Path(str(pool.source)).name,
-                      **({"sampled": cfg.sample} if cfg.sample else {})}
-    write_manifest(report, split.data.checker if eval_rows else "none", cfg, settings, out)
-    write_json(out / "config.json", {"stage": "recommend", "inputs_key": key, "settings": asdict(cfg),
-                                     "chosen": settings, "versions": versions()})
-    plot_report(report, curve, probe, predictor, out / "report.png")
-    return report
+    rec.selection, rec.train_rows, rec.eval_rows = sel.summary, len(sel.rows), len(eval_rows)
+    rec.checker = stage.split.data.checker
+    rec.pool = {**pool.summary(), "source": Path(str(pool.source)).name, **({"sampled": cfg.sample} if cfg.sample else {})}
+    if len(pool) < whole:
+        rec.notes.append(sample_note(cfg, rec, whole, len(held)))
+    rec.seconds = round(time.time() - t0, 1)
+    write_manifest(rec, out, cfg.model, cfg.teacher, cfg.seed)
+    write_config(cfg, checked.key, rec.settings)
+    write_figure(rec, checked.predictor, out / "report.png")
 
 
-def _schedule(cfg: RecommendConfig, option: str) -> tuple[str, float, float | None]:
-    """(strategy, mix, switch epoch) of an advised option; a plain "mixed" takes --mix."""
-    strategy, mix, switch = schedule_of(option)
-    return strategy, cfg.mix if option == "mixed" else mix, switch
+def write_config(cfg: RecommendConfig, key: str, settings: dict) -> None:
+    write_json(Path(cfg.out) / "config.json", finite({"stage": "recommend", "inputs_key": key, "settings": asdict(cfg),
+                                                      "chosen": settings, "versions": versions()}))
 
 
-def _report(cfg, desc, advice, curve, settings, features, probe, predictor, selection, train_rows, eval_rows, t0) -> dict:
-    return {
-        "strategy": advice["strategy"],
-        "answer": advice.get("answer", advice["strategy"]),
-        "mix": _schedule(cfg, advice["strategy"])[1],
-        "switch_epoch": _schedule(cfg, advice["strategy"])[2],
-        "probabilities": advice["probabilities"],
-        "interval": advice.get("interval"),
-        "crossover_epoch": _crossover(curve),
-        "confidence": advice["confidence"],
-        "confidence_reasons": advice.get("confidence_reasons", []),
-        "range": advice.get("range"),
-        "neighbours": advice.get("neighbours"),
-        "reasons": [_reason_text(r) for r in advice.get("reasons", [])],
-        "paper_prior": advice.get("paper_prior"),
-        "prior": advice.get("prior"),
-        "predictor": advice.get("prior") and f"{advice['prior']} prior" or predictor.kind,
-        "baselines": baseline_advice(predictor, desc["n_params"], cfg.budget),
-        "model": desc,
-        "budget": cfg.budget,
-        "features": features,
-        "settings": settings,
-        "selection": selection,
-        "train_rows": train_rows,
-        "eval_rows": eval_rows,
-        "probe_cost": probe["cost"] if probe else None,
-        "seconds": round(time.time() - t0, 1),
-    }
-
-
-def baseline_advice(predictor: Predictor, n_params: float, budget: float) -> dict:
-    out = {"GRAPE (always high)": "high", "always low": "low", "always mixed": "mixed"}
-    rule = predictor.meta.get("rule_of_thumb") or {}
-    if rule:
-        tp, te = rule.get("t_params"), rule.get("t_budget")
-        if isinstance(tp, (int, float)) and isinstance(te, (int, float)):
-            low = math.log10(max(1, n_params)) >= tp and budget >= te
-            name = (f"lab rule of thumb (low if params ≥ 10^{tp:.2f} and epochs ≥ {te:g})"
-                    if math.isfinite(tp) and math.isfinite(te) else "lab rule of thumb (always high)")
-            out[name] = "low" if low else "high"
-    return out
-
-
-def _reason_text(r: dict) -> str:
-    val = r["value"]
-    val = "n/a" if val is None or (isinstance(val, float) and math.isnan(val)) else f"{val:.3g}"
-    return f"{r['feature']} = {val} (moves P(D_{r['toward'].replace('not ', '')}) by {r['weight']:+.2f})"
-
-
-def write_manifest(report: dict, checker: str, cfg: RecommendConfig, settings: dict, out: Path) -> None:
-    from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
-
-    v = {k: s["value"] for k, s in settings.items()}
-    manifest = Manifest(
-        model={**{k: x for k, x in report["model"].items() if k != "path"}, "spec": cfg.model},
-        dataset="train.jsonl",
-        strategy=schedule_of(report["strategy"])[0],
-        mix=report["mix"],
-        probabilities=report["probabilities"],
-        crossover_epoch=report["crossover_epoch"],
-        confidence=report["confidence"],
-        reasons=report["reasons"] + report["confidence_reasons"],
-        eval=EvalSpec(path="eval.jsonl" if report["eval_rows"] else None, checker=checker,
-                      max_new_tokens=v["max_new_tokens"], teacher=cfg.teacher),
-        training=TrainingSpec(epochs=float(cfg.budget), learning_rate=v["learning_rate"], batch_size=v["train_batch"],
-                              max_length=v["max_length"], seed=cfg.seed, switch_epoch=report["switch_epoch"]),
-        features=report["features"],
-        pool=report["pool"],
-    )
-    manifest.to_json(out / "recommendation.json")
-
-
-def plot_report(report: dict, curve: dict, probe: dict | None, predictor: Predictor, path: Path) -> None:
-    """Left: P(strategy) by budget. Middle: the probe. Right: where the student sits among the
-    calibrated students (parameters against the input that moved the advice most)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from capacity_advisor.models.files import atomic_path
-
-    panels = 3 if probe else 1
-    fig, axes = plt.subplots(1, panels, figsize=(5.0 * panels, 3.4), squeeze=False)
-    ax = axes[0][0]
-    colors = {"high": "tab:blue", "low": "tab:red", "mixed": "tab:purple"}
-    for s, probs in curve.items():
-        ax.plot(BUDGET_GRID, probs, label=f"P(D_{s})", color=colors.get(s))
-    ax.axvline(report["budget"], color="gray", ls="--", lw=1)
-    if report["crossover_epoch"]:
-        ax.axvline(report["crossover_epoch"], color="tab:red", ls=":", lw=1)
-    ax.set_xlabel("epoch budget")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title(f"at {report['budget']:g} epochs: D_{report['strategy']} ({report['confidence']} confidence)", fontsize=9)
-    ax.legend(fontsize=7)
-    if probe:
-        ax = axes[0][1]
-        for s, c in probe["curves"].items():
-            key = "answer_logprob" if c[-1].get("answer_logprob") is not None else "teacher_nll"
-            ax.plot([p["step"] for p in c], [p[key] for p in c], marker="o", ms=3, label=f"D_{s}", color=colors.get(s))
-            ax.set_ylabel(key)
-        ax.set_xlabel("probe step")
-        ax.set_title("probe", fontsize=9)
-        ax.legend(fontsize=7)
-        ax = axes[0][2]
-        feature = next((r.split(" = ")[0] for r in report["reasons"]), None) or "gap_answer_logprob_area_gain"
-        j = predictor.features.index(feature) if feature in predictor.features else None
-        budget = f"{min(BUDGETS, key=lambda b: abs(b - report['budget'])):g}"
-        for u in predictor.units:
-            if j is None or u.get("n_params") is None:
-                continue
-            zj = u["z"][[k for k in predictor.features if k not in ("budget", "ranking_sum")].index(feature)] \
-                if feature not in ("budget", "ranking_sum") else None
-            if zj is None:
-                continue
-            y = zj * predictor.range[feature]["sd"] + predictor.range[feature]["mean"]
-            label = (u.get("outcomes", {}).get(budget) or {}).get("label", "high")
-            ax.scatter(u["n_params"], y, s=12, color=colors.get(label), alpha=0.6)
-        y_student = report["features"].get(feature)
-        if y_student is not None and not (isinstance(y_student, float) and math.isnan(y_student)):
-            ax.scatter(report["model"]["n_params"], y_student, s=80, marker="*", color="black", label="this student")
-            ax.legend(fontsize=7)
-        ax.set_xscale("log")
-        ax.set_xlabel("parameters")
-        ax.set_ylabel(feature, fontsize=8)
-        ax.set_title(f"calibrated students, coloured by best set at {budget} epochs", fontsize=8)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=80, format="png")
-    plt.close(fig)
-
-
-
+def sample_note(cfg: RecommendConfig, rec: Recommendation, whole: int, held: int) -> str:
+    """What --sample did to train.jsonl, and how to train on the whole pool instead."""
+    pool = cfg.pool or f"{cfg.out}/pool.jsonl"
+    return (f"train.jsonl holds the {cfg.sample} problems --sample drew, less the probe's {held} held out "
+            f"({rec.train_rows} rows), not the pool's {whole:,}. To train on the whole pool, rerun without --sample (it "
+            f"scores every problem; the probe stays this size), or select it from the pool's scores: advisor score "
+            f"--model {cfg.model} --pool {pool} --out {cfg.out}/score-all, then advisor select --pool {pool} --scores "
+            f"{cfg.out}/score-all/scores.jsonl {rec.schedule.select_flags()} --out {cfg.out}/train-all.jsonl "
+            f"(with the same pool flags), and set \"dataset\" in recommendation.json to train-all.jsonl")

@@ -1,12 +1,13 @@
 """The probe recipe: how a probe is run for each kind of student, defined once.
 
     from capacity_advisor.probes.recipe import recipe_for
-    r = recipe_for("lab:m", n_params=108_672)      # the lab's recipe
+    r = recipe_for("lab:m")                        # the lab's recipe
     cfg = r.probe_config(seed=0, device="cpu")     # a probes.run.ProbeConfig measuring exactly that way
 
-`advisor probe`, `advisor recommend` and `advisor calibrate` all take their probe settings from
-here, and a fitted predictor stores the recipe its inputs were measured with (`as_dict()`), so a
-probe measured another way is refused or reported rather than silently read as if it matched.
+`advisor probe`, `advisor recommend` and `advisor calibrate` take their probe settings from here,
+and a fitted predictor stores the recipe its inputs were measured with (`as_dict()`, under
+`meta.recipe`; `fitted_recipe` reads it back), so a probe measured another way is reported rather
+than silently read as if it matched.
 
 Two kinds: `lab` (the embedded lab's students, whose responses are under a hundred characters)
 and `real` (everything else: reasoning traces of thousands of tokens). The step count and the
@@ -25,6 +26,8 @@ DEFAULT_EVAL_PROBLEMS = 64
 # The fields that shape a probe's measurements: a predictor fitted on one recipe reads features
 # measured with another only if these agree.
 MEASURING = ("steps", "batch_size", "eval_every", "eval_problems", "max_new_tokens", "max_length", "warmup_steps")
+LENGTHS = ("max_new_tokens", "max_length")  # bounds that follow the kind of student, not the predictor
+MAX_SETTING = 1_000_000  # no recipe setting is larger; a file that says otherwise is refused
 
 
 @dataclass(frozen=True)
@@ -34,10 +37,12 @@ class ProbeRecipe:
     batch_size: int = 8  # sequences per step
     eval_every: int = 25  # steps between evaluation points
     eval_problems: int = DEFAULT_EVAL_PROBLEMS  # held-out problems generated on at each point
-    max_new_tokens: int = 2048  # generation bound at each evaluation
+    max_new_tokens: int = 2048  # generation bound at each evaluation (the probe's and the full run's)
     max_length: int = 2048  # prompt + response tokens in probe training
     warmup_steps: int = 10  # linear warm-up, then a constant rate (a shorter probe is a prefix of a longer one)
     token_budget: int | None = None  # padded tokens per evaluation batch (None: the backend's default)
+    score_length: int = 4096  # scoring: prompt + response tokens of each candidate (longer ones are cut and flagged)
+    train_batch: int = 16  # sequences per optimizer step of the full run the manifest describes
 
     def learning_rate(self, model: str, n_params: int) -> tuple[float, str]:
         """(rate, where it comes from) of a probe and the full run it advises on: half a ladder
@@ -51,17 +56,18 @@ class ProbeRecipe:
         return size_learning_rate(n_params), "size default"
 
     def as_dict(self) -> dict:
+        """What a predictor stores as `meta.recipe`: the kind and every measuring setting."""
         return {k: v for k, v in asdict(self).items() if k in ("kind", *MEASURING)}
 
     def with_(self, **changes) -> "ProbeRecipe":
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def capped(self, context: int | None) -> "ProbeRecipe":
-        """The recipe within a model's context: training length and new tokens at most `context`
-        (prompt and generation share it; new tokens keep at least a quarter of it for the prompt)."""
+        """The recipe within a model's context: training and scoring length at most `context`, new
+        tokens at most three quarters of it (prompt and generation share it)."""
         if not context or context < 16:
             return self
-        return replace(self, max_length=min(self.max_length, context),
+        return replace(self, max_length=min(self.max_length, context), score_length=min(self.score_length, context),
                        max_new_tokens=min(self.max_new_tokens, max(8, context * 3 // 4)))
 
     def probe_config(self, **kw):
@@ -73,7 +79,10 @@ class ProbeRecipe:
                            token_budget=self.token_budget, **kw)
 
 
-LAB = ProbeRecipe("lab", max_new_tokens=72, max_length=96, token_budget=16384)
+LAB = ProbeRecipe("lab", max_new_tokens=72, max_length=96, token_budget=16384, score_length=96, train_batch=32)
+# Reasoning traces run to thousands of tokens; 64 held-out generations of up to 2,048 tokens at
+# each of the 3 evaluation points (the base, then each set after its steps) is the probe's largest
+# cost on a GPU.
 REAL = ProbeRecipe("real")
 RECIPES = {r.kind: r for r in (LAB, REAL)}
 
@@ -100,6 +109,10 @@ def size_learning_rate(n_params: int) -> float:
     return 1e-5
 
 
+def _whole(v, low: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v <= MAX_SETTING
+
+
 def check_recipe(raw) -> dict:
     """A recipe read from a file a user may hand over (a predictor's `meta.recipe`), checked."""
     if not isinstance(raw, dict) or raw.get("kind") not in RECIPES:
@@ -107,7 +120,39 @@ def check_recipe(raw) -> dict:
     out = {"kind": raw["kind"]}
     for k in MEASURING:
         v = raw.get(k)
-        if not (isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1_000_000):
-            raise InputError(f"the predictor's meta.recipe.{k} must be a whole number from 0 to 1,000,000")
+        if not _whole(v, 0 if k == "warmup_steps" else 1):
+            raise InputError(f"the predictor's meta.recipe.{k} must be a whole number from "
+                             f"{0 if k == 'warmup_steps' else 1} to {MAX_SETTING:,}: refit it with `advisor fit`")
         out[k] = v
+    if out["eval_every"] > out["steps"]:
+        raise InputError("the predictor's meta.recipe.eval_every exceeds its steps: refit it with `advisor fit`")
     return out
+
+
+PROBE_STATES = ("steps", "eval_problems")  # what a predictor file's older `meta.probe` states
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """The recipe a predictor's inputs were measured with, and which of its settings the file states."""
+
+    recipe: ProbeRecipe
+    stated: tuple[str, ...]  # measuring settings the predictor file gives; the rest are its kind's defaults
+
+
+def fitted_recipe(meta) -> Fitted | None:
+    """The recipe a predictor's inputs were measured with, from its `meta`: `meta.recipe`; for
+    files that predate it, the lab recipe with `meta.probe`'s steps and held-out problems (the
+    only settings those files state); None when the file says neither. Checked: a predictor file
+    is user input."""
+    meta = meta if isinstance(meta, dict) else {}
+    if meta.get("recipe") is not None:
+        raw = check_recipe(meta["recipe"])
+        return Fitted(replace(RECIPES[raw["kind"]], **{k: raw[k] for k in MEASURING}), MEASURING)
+    p = meta.get("probe")
+    if p is None:
+        return None
+    if not (isinstance(p, dict) and all(_whole(p.get(k), 1) and p[k] <= 100_000 for k in PROBE_STATES)):
+        raise InputError("the predictor's meta.probe must hold whole numbers 'steps' and 'eval_problems' "
+                         "between 1 and 100000: refit it with `advisor fit`")
+    return Fitted(LAB.with_(**{k: p[k] for k in PROBE_STATES}), PROBE_STATES)

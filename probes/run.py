@@ -31,28 +31,27 @@ from typing import Callable, Sequence
 
 from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import versions, write_json, write_jsonl
+from capacity_advisor.models.files import finite, versions, write_json, write_jsonl
+from capacity_advisor.probes.recipe import DEFAULT_EVAL_PROBLEMS, DEFAULT_STEPS, REAL, recipe_for  # noqa: F401  (re-exported)
 from capacity_advisor.training.manifest import SETS
 
 METRICS = ("train_loss", "teacher_nll", "teacher_nll_high", "teacher_nll_low", "answer_logprob", "accuracy",
            "answer_rate", "repetition_rate", "copy_rate", "finish_rate", "base_drift", "teacher_view")
 
 
-from capacity_advisor.probes.recipe import DEFAULT_EVAL_PROBLEMS, DEFAULT_STEPS, recipe_for  # noqa: E402
-
-
 @dataclass
 class ProbeConfig:
-    """Settings of a probe run; each field is the CLI flag of the same name."""
+    """Settings of a probe run; each field is the CLI flag of the same name. The measuring settings
+    default to the recipe for real students; `ProbeRecipe.probe_config()` builds one for any recipe."""
 
-    steps: int = DEFAULT_STEPS  # --steps: optimizer steps per strategy
-    batch_size: int = 8  # --batch-size: sequences per step (over all processes)
+    steps: int = REAL.steps  # --steps: optimizer steps per strategy
+    batch_size: int = REAL.batch_size  # --batch-size: sequences per step (over all processes)
     learning_rate: float | None = None  # --learning-rate; None: the recipe's rule (probes.recipe)
-    warmup_steps: int = 10  # --warmup-steps: linear warm-up, then constant
-    eval_every: int = 25  # --eval-every: steps between evaluation points
-    eval_problems: int = DEFAULT_EVAL_PROBLEMS  # --eval-problems: held-out problems for generations and teacher NLL
-    max_new_tokens: int = 256  # --max-new-tokens: generation bound at each evaluation
-    max_length: int = 2048  # --max-length: prompt + response tokens in training
+    warmup_steps: int = REAL.warmup_steps  # --warmup-steps: linear warm-up, then constant
+    eval_every: int = REAL.eval_every  # --eval-every: steps between evaluation points
+    eval_problems: int = REAL.eval_problems  # --eval-problems: held-out problems for generations and teacher NLL
+    max_new_tokens: int = REAL.max_new_tokens  # --max-new-tokens: generation bound at each evaluation
+    max_length: int = REAL.max_length  # --max-length: prompt + response tokens in training
     strategies: tuple[str, ...] = ("high", "low")  # --strategies: add "mixed" to probe D_mixed too
     lora_r: int = 0  # --lora-r: 0 = full fine-tuning; > 0 = LoRA of that rank (peft)
     seed: int = 0  # --seed: data order
@@ -60,7 +59,7 @@ class ProbeConfig:
     dtype: str = "auto"  # --dtype
     teacher: str | None = None  # --teacher: a teacher model, for teacher_view
     per_problem: bool = False  # keep per-problem results (calibration: replay cheaper probes)
-    token_budget: int | None = None  # padded tokens per evaluation batch (None: the backend's default)
+    token_budget: int | None = REAL.token_budget  # padded tokens per evaluation batch (None: the backend's default)
 
     def validate(self) -> None:
         bad = []
@@ -192,7 +191,7 @@ def run_probe(model_spec: str, data: ProbeData, cfg: ProbeConfig, out_dir: str |
         "seconds": round(sum(r["provenance"]["seconds"] for r in records.values()), 2),
         "versions": versions(),
     }
-    write_json(out / "probe.json", report)
+    write_json(out / "probe.json", finite(report))  # NaN (a metric that does not apply) is null in the file
     write_json(out / "config.json", {"stage": "probe", "settings": report["settings"], "model": model_spec,
                                      "versions": versions()})
     plot(report, out / "probe.png")

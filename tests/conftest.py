@@ -10,6 +10,10 @@ import os
 
 import pytest
 
+# The tests' models are tiny: a second torch thread buys nothing, and on shared cores the threads of
+# one process spin against each other (a lab probe took twice as long). OMP_NUM_THREADS overrides.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 CORPUS = [
     "Question: what is 12 + 35? Answer: 47.",
     "Let us think step by step. First add the tens, then the units.",
@@ -45,14 +49,29 @@ def make_tokenizer(chat: bool):
     return fast
 
 
-def build_tiny(path, arch: str, seed: int = 0, hidden: int = 32, layers: int = 2):
+def addition_pool(path, n: int, generations):
+    """A pool of `n` problems "what is a + b?" (a, b drawn with seed 0) whose candidates are
+    `generations(a, b, i)`; written as JSONL to `path`."""
+    import json
+    import random
+
+    rng = random.Random(0)
+    rows = []
+    for i in range(n):
+        a, b = rng.randint(1, 9), rng.randint(1, 9)
+        rows.append({"id": f"q{i}", "problem": f"what is {a} + {b}?", "answer": str(a + b), "generations": generations(a, b, i)})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def build_tiny(path, arch: str, seed: int = 0, hidden: int = 32, layers: int = 2, context: int = 4096):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
     tok = make_tokenizer(chat=(arch == "qwen2"))
     common = dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2, num_hidden_layers=layers,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=context,
                   pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
     if arch == "llama":
         model = LlamaForCausalLM(LlamaConfig(bos_token_id=tok.bos_token_id, **common))
@@ -61,6 +80,23 @@ def build_tiny(path, arch: str, seed: int = 0, hidden: int = 32, layers: int = 2
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
+
+
+# Tests of other files that take a minute or more on two shared cores, or that need a fixture which
+# does (`make test-fast` leaves them out; `make test` runs everything). Tests in the files with
+# their own `@pytest.mark.slow` are marked there.
+SLOW_TESTS = {
+    "test_training.py::test_torchrun_two_processes_on_cpu",  # two torchrun processes
+    "test_lab.py::test_quick_calibration_report",  # a whole quick calibration sweep
+}
+SLOW_FIXTURES = {"quick_teacher"}  # a lab teacher pretrained for the test (about a minute)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = f"{item.path.name}::{item.originalname}"
+        if name in SLOW_TESTS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -152,3 +152,26 @@ def test_transformers_floor_is_one_number(monkeypatch):
 
     with pytest.raises(InputError, match="transformers 4.46.0 is installed; capacity-advisor needs 5.0 or newer"):
         loading.check_transformers()
+
+
+def test_progress_off_a_terminal_is_plain_lines_and_nothing_before_the_first_report(capsys):
+    from capacity_advisor.advisor.cli import ui
+    from capacity_advisor.models.errors import InputError
+
+    with ui.work("steps") as w:
+        task = w.add_task("probe D_high", total=20)  # no line yet: the work may still be refused
+        assert capsys.readouterr().err == ""
+        for step in range(1, 21):
+            w.update(task, completed=step)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split(" (")[0] for line in lines] == [f"probe D_high: {n}/20 steps" for n in range(1, 21, 2)] + [
+        "probe D_high: 20/20 steps"]
+    with pytest.raises(InputError):
+        with ui.work() as w:
+            w.status("loading the model")  # a stage's first line waits, and goes with a mistake found as it begins
+            raise InputError("bad weights")
+    assert capsys.readouterr().err == ""
+    with ui.work() as w:
+        w.status("loading the model")
+        w.status("scoring")
+    assert capsys.readouterr().err.splitlines() == ["loading the model", "scoring"]

@@ -25,6 +25,13 @@ USAGE = [
     (["probe", "-m", "m", "-p", "p", "-o", "OUT", "--steps", "many"], "'many' is not a valid integer"),
     (["train"], "Missing argument 'MANIFEST'"),
     (["calibrate", "--epochs", "x"], "'x' is not a valid integer"),
+    (["fit", "-r", "POOL", "-o", "OUT", "--jobs", "0"], "Invalid value for '--jobs'"),
+    (["fit", "-r", "POOL", "-o", "OUT", "--tie-margin", "nan"], "'nan' is not a finite number"),
+    (["fit", "-r", "POOL", "-o", "OUT", "--tie-margin", "2"], "2 is not from 0 to 1"),
+    (["fit", "-r", "POOL", "-o", "OUT", "--seed", "-1"], "Invalid value for '--seed'"),
+    (["fit", "-r", "POOL", "-o", "OUT", "--members", "0"], "Invalid value for '--members'"),
+    (["recommend", "-m", "lab:xs", "-b", "nan", "-o", "OUT"], "'nan' is not a finite number"),
+    (["probe", "-m", "m", "-p", "p", "-o", "OUT", "--learning-rate", "inf"], "'inf' is not a finite number"),
 ]
 
 
@@ -169,6 +176,14 @@ BAD_INPUT = [
     (["recommend", "-m", "lab:xs", "-b", "-1", "-o", "OUT", "--no-probe"], "--budget -1.0 must be a positive"),
     (["recommend", "-m", "EMPTY", "-b", "2", "-o", "OUT", "--no-probe"], "has no config.json"),
     (["probe", "-m", "EMPTY", "-p", "POOL", "-o", "OUT"], "has no config.json"),
+    (["recommend", "-m", "lab:xs", "-b", "2", "-o", "OUT", "--predictor", "EMPTY"], "no predictor at"),
+    (["recommend", "-m", "lab:xs", "-b", "2", "-o", "OUT", "--predictor", "BAD"], "no predictor at"),
+    (["recommend", "-m", "lab:xs", "-b", "2", "-o", "OUT", "-p", "POOL"], "the pool has 1 rankable problems"),
+    (["recommend", "-m", "lab:xs", "-b", "2", "-o", "OUT", "--probe-steps", "0"], "--probe-steps 0 must be at least 1"),
+    (["recommend", "-m", "lab:xs", "-b", "2", "-o", "OUT", "--probe-steps", "4", "--probe-eval-every", "8"],
+     "--probe-eval-every 8 must not exceed the probe's steps (4, --probe-steps)"),
+    (["probe", "-m", "lab:xs", "-p", "POOL", "-o", "OUT"], "the pool has 1 rankable problems"),
+    (["probe", "-m", "lab:xs", "-p", "POOL", "-o", "OUT", "--eval-every", "0"], "--eval-every 0 must be at least 1"),
 ]
 
 
@@ -207,3 +222,26 @@ def test_a_filesystem_fault_anywhere_else_is_one_line():
 
     check_one_error_line(CliRunner().invoke(group, ["denied"]), "/some/where: Permission denied")
     assert isinstance(CliRunner().invoke(group, ["bug"]).exception, OSError)
+
+
+VERB_ERRORS = [args for args, _ in BAD_INPUT + USAGE if args[0] in ("recommend", "probe")]
+
+
+@pytest.mark.parametrize("args", VERB_ERRORS, ids=[" ".join(a) for a in VERB_ERRORS])
+def test_errors_name_only_flags_the_verb_has(tmp_path, args):
+    result, _ = invoke(args, tmp_path)
+    assert result.exit_code == 2
+    named = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", result.stderr)) - {"--help"}
+    flags = {o for p in cli.commands[args[0]].params for o in p.opts}
+    assert named <= flags, (named - flags, result.stderr)
+
+
+def test_main_takes_argv_and_returns_the_exit_code(tmp_path, capsys):
+    from capacity_advisor.advisor.cli.main import main
+
+    assert main(["lab", "pool", "--n", "4", "--out", str(tmp_path / "p.jsonl"), "--json"]) == 0
+    assert (tmp_path / "p.jsonl").exists()
+    assert main(["nosuch"]) == 2 and main(["recommend", "-m", "lab:xs", "-o", str(tmp_path / "o")]) == 2
+    assert main(["--version"]) == 0
+    err = capsys.readouterr().err
+    assert "error: No such command 'nosuch'" in err and "Missing option '--budget'" in err

@@ -2,7 +2,6 @@
 
 import json
 import math
-import random
 
 import pytest
 import torch
@@ -50,16 +49,11 @@ def test_answers_on_handmade_strings():
 
 
 def _pool(tmp_path, n=24):
-    rng = random.Random(0)
-    rows = []
-    for i in range(n):
-        a, b = rng.randint(1, 9), rng.randint(1, 9)
-        rows.append({"id": f"q{i}", "problem": f"what is {a} + {b}?", "answer": str(a + b),
-                     "generations": [f"The answer is {a + b}.",
-                                     f"Let us think step by step. {a} + {b} = {a + b}. The answer is {a + b}.",
-                                     f"{a} plus {b} makes {a + b}, so the answer is {a + b}."]})
-    path = tmp_path / "pool.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from conftest import addition_pool
+
+    path = addition_pool(tmp_path / "pool.jsonl", n, lambda a, b, i: [
+        f"The answer is {a + b}.", f"Let us think step by step. {a} + {b} = {a + b}. The answer is {a + b}.",
+        f"{a} plus {b} makes {a + b}, so the answer is {a + b}."])
     return read_pool(path)
 
 
@@ -116,6 +110,7 @@ class _Killed(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_killed_probe_resumes_to_the_same_report(tiny_llama, tmp_path):
     cfg = ProbeConfig(**CFG)
     lm, data = _data(tiny_llama, tmp_path, cfg)
@@ -160,3 +155,40 @@ def test_probe_cli_bad_settings(tiny_llama, tmp_path):
     r = CliRunner().invoke(cli, ["probe", "--model", tiny_llama, "--pool", str(pool), "--out", str(tmp_path / "o"),
                                  "--eval-problems", "30", "--device", "cpu"])
     assert r.exit_code == 2 and "a probe needs --eval-problems (30) held out" in r.stderr
+
+
+def test_probe_with_scores_of_another_pool_says_what_to_do(tiny_llama, tmp_path):
+    from click.testing import CliRunner
+
+    from capacity_advisor.advisor.cli.main import cli
+
+    _pool(tmp_path)
+    scored = tmp_path / "pool.jsonl"
+    other = tmp_path / "other.jsonl"
+    other.write_text(scored.read_text().replace('"id": "q', '"id": "r'))
+    r = CliRunner().invoke(cli, ["score", "--model", tiny_llama, "--pool", str(scored), "--out", str(tmp_path / "s"),
+                                 "--device", "cpu"])
+    assert r.exit_code == 0, r.stderr
+    r = CliRunner().invoke(cli, ["probe", "--model", tiny_llama, "--pool", str(other), "--scores",
+                                 str(tmp_path / "s" / "scores.jsonl"), "--eval-problems", "4", "--out", str(tmp_path / "o"),
+                                 "--device", "cpu"])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error: --scores "), r.stderr
+    assert "does not cover 24 of the pool's 24 problems" in r.stderr and "then select" not in r.stderr
+    assert "`advisor score`" in r.stderr and "drop --scores" in r.stderr and not (tmp_path / "o").exists()
+
+
+def test_probe_caps_new_tokens_and_length_at_the_models_context(tmp_path):
+    from capacity_advisor.advisor.probe import plan_probe
+    from capacity_advisor.probes.recipe import LAB, REAL, Fitted
+
+    plan = plan_probe(str(tmp_path), "probe").within(512)
+    assert plan.recipe.max_new_tokens == 384 and plan.recipe.max_length == 512 and plan.recipe.score_length == 512
+    assert plan.settings()["max_new_tokens"]["source"] == "default for real students, capped at the model's context (512 positions)"
+    assert plan.within(None).recipe == plan.recipe and plan_probe(str(tmp_path), "probe").recipe == REAL
+    # a lab-fitted predictor: a real student takes its steps and held-out problems, and its own kind's lengths
+    fitted = plan_probe("x/y", "recommend", Fitted(LAB.with_(steps=6), ("steps", "max_new_tokens")))
+    assert fitted.recipe.steps == 6 and fitted.recipe.max_new_tokens == REAL.max_new_tokens
+    notes, departs = fitted.notes()
+    assert not departs and "measured on lab students" in notes[0] and "max_new_tokens 2,048" in notes[0]
+    assert plan_probe("x/y", "probe", given={"max_new_tokens": 100}).within(64).settings()["max_new_tokens"] == {
+        "value": 48, "source": "--max-new-tokens, capped at the model's context (64 positions)"}

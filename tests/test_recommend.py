@@ -36,6 +36,7 @@ def lab_pool_file(lab_home, tmp_path):
     return pool
 
 
+@pytest.mark.slow
 def test_quick_calibration_writes_records_and_resumes(lab_home, tmp_path):
     r = run("calibrate", "--quick", "--out", tmp_path / "cal", "--json")
     assert r.exit_code == 0, r.stderr
@@ -112,6 +113,7 @@ def test_the_predictor_says_how_its_inputs_were_probed_and_recommend_probes_so(l
     assert r.exit_code == 2 and "meta.probe" in r.stderr and not (tmp_path / "rec2").exists()
 
 
+@pytest.mark.slow
 def test_recommend_end_to_end_on_the_smallest_lab_student(lab_pool_file, tmp_path, synthetic_predictor):
     out = tmp_path / "rec"
     common = ["--model", "lab:xs", "--pool", lab_pool_file, "--predictor", synthetic_predictor, "--probe-steps", 8,
@@ -213,19 +215,19 @@ def test_recommend_takes_precomputed_scores(lab_home, tmp_path, synthetic_predic
     assert r.exit_code == 2 and "--scores needs the --pool" in r.stderr
 
 
+def real_pool(path, n=40, empty_first=True):
+    """Sums with two boxed answers each; with `empty_first`, the first problem also has an empty
+    candidate (skipped, and counted)."""
+    from conftest import addition_pool
+
+    return addition_pool(path, n, lambda a, b, i: [
+        f"The answer is \\\\boxed{{{a + b}}}.", f"Let us think. {a} + {b} = {a + b}. The answer is \\\\boxed{{{a + b}}}.",
+        *([""] if empty_first and i == 0 else [])])
+
+
 def test_recommend_on_a_real_model_folder_reports_where_each_setting_came_from(tiny_llama, tmp_path, synthetic_predictor):
     """A student that is not a lab model: its pool is required, its defaults are the real-student ones."""
-    import random
-
-    rng = random.Random(0)
-    rows = []
-    for i in range(40):
-        a, b = rng.randint(1, 9), rng.randint(1, 9)
-        rows.append({"id": f"q{i}", "problem": f"what is {a} + {b}?", "answer": str(a + b),
-                     "generations": [f"The answer is \\\\boxed{{{a + b}}}.",
-                                     f"Let us think. {a} + {b} = {a + b}. The answer is \\\\boxed{{{a + b}}}."]})
-    pool = tmp_path / "pool.jsonl"
-    pool.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pool = real_pool(tmp_path / "pool.jsonl", empty_first=False)
     r = run("recommend", "--model", tiny_llama, "--budget", 2, "--pool", pool, "--out", tmp_path / "rec",
             "--predictor", synthetic_predictor, "--probe-steps", 4, "--probe-eval-problems", 4, "--max-new-tokens", 8,
             "--sample", 30, "--device", "cpu", "--json")
@@ -240,6 +242,7 @@ def test_recommend_on_a_real_model_folder_reports_where_each_setting_came_from(t
     assert m.eval.checker == "math" and m.training.max_length == 4096
 
 
+@pytest.mark.slow
 def test_calibration_covers_extra_schedules_and_the_predictor_chooses_among_them(lab_home, tmp_path):
     """mixed@0.25 is trained as a share of a quarter of the problems on their low response, labelled,
     and becomes one of the predictor's options."""
@@ -280,3 +283,214 @@ def test_recommend_writes_the_schedule_the_predictor_chose(lab_pool_file, tmp_pa
     assert rep["strategy"] == "mixed@0.25" and rep["mix"] == 0.25 and set(rep["probabilities"]) >= {"mixed@0.25", "high"}
     m = load_manifest(tmp_path / "rec" / "recommendation.json")
     assert (m.strategy, m.mix) == ("mixed", 0.25)
+
+
+# ---- one probe recipe ------------------------------------------------------------------------
+
+SMALL = dict(steps=4, eval_every=2, eval_problems=4, batch_size=4)  # a recipe small enough to probe in seconds
+
+
+@pytest.fixture
+def small_lab_pool(lab_home, tmp_path):
+    pool = tmp_path / "small.jsonl"
+    assert run("lab", "pool", "--n", 24, "--out", pool).exit_code == 0
+    return pool
+
+
+def recipe_predictor(synthetic_predictor, folder, **recipe):
+    """The synthetic predictor, stating that its inputs were measured with the lab recipe changed by `recipe`."""
+    from capacity_advisor.probes.recipe import LAB
+
+    pred = Predictor.load(synthetic_predictor)
+    pred.meta = {**pred.meta, "recipe": LAB.with_(**recipe).as_dict()}
+    pred.save(folder)
+    return folder
+
+
+def measured_with(probe_json) -> dict:
+    from capacity_advisor.probes.recipe import MEASURING
+
+    settings = json.loads(Path(probe_json).read_text())["settings"]
+    return {k: settings[k] for k in MEASURING}
+
+
+def test_probe_and_recommend_measure_a_lab_student_with_the_predictors_recipe(small_lab_pool, tmp_path,
+                                                                              synthetic_predictor):
+    from capacity_advisor.probes.recipe import LAB, MEASURING
+
+    pred = recipe_predictor(synthetic_predictor, tmp_path / "pred", **SMALL)
+    common = ["--model", "lab:xs", "--pool", small_lab_pool, "--predictor", pred, "--device", "cpu", "--json"]
+    p = run("probe", *common, "--out", tmp_path / "probe")
+    r = run("recommend", *common, "--budget", 2, "--out", tmp_path / "rec")
+    assert p.exit_code == r.exit_code == 0, p.stderr + r.stderr
+    want = {k: getattr(LAB.with_(**SMALL), k) for k in MEASURING}
+    assert measured_with(tmp_path / "probe" / "probe.json") == measured_with(tmp_path / "rec" / "probe" / "probe.json") == want
+    by_probe = json.loads((tmp_path / "probe" / "probe.json").read_text())["features"]
+    by_recommend = json.loads((tmp_path / "rec" / "probe" / "probe.json").read_text())["features"]
+    assert by_probe == by_recommend and "gap_teacher_nll_drop_rel" in by_probe
+    rep = json.loads(r.stdout)
+    assert rep["settings"]["probe_steps"] == {"value": 4, "source": "the predictor (its inputs were measured so)"}
+    assert rep["settings"]["max_new_tokens"]["value"] == LAB.max_new_tokens
+    assert not any("measured otherwise" in x for x in rep["confidence_reasons"])
+    assert json.loads(p.stdout)["chosen"]["steps"]["source"] == "the predictor (its inputs were measured so)"
+
+
+@pytest.mark.slow
+def test_advisor_probe_measures_a_lab_student_as_the_shipped_predictor_states(lab_home, tmp_path):
+    from importlib import resources
+
+    from capacity_advisor.probes.recipe import LAB, MEASURING, RECIPES
+
+    meta = json.loads((resources.files("capacity_advisor.advisor") / "predictor_data" / "predictor.json").read_text())["meta"]
+    if meta.get("recipe"):
+        want = RECIPES[meta["recipe"]["kind"]].with_(**meta["recipe"])
+    else:  # a file from before meta.recipe states only the probe's steps and held-out problems
+        want = LAB.with_(**meta.get("probe", {}))
+    pool = tmp_path / "pool.jsonl"
+    assert run("lab", "pool", "--n", 2 * (want.eval_problems + want.batch_size), "--out", pool).exit_code == 0
+    r = run("probe", "--model", "lab:xs", "--pool", pool, "--out", tmp_path / "probe", "--device", "cpu")
+    assert r.exit_code == 0, r.stderr
+    assert measured_with(tmp_path / "probe" / "probe.json") == {k: getattr(want, k) for k in MEASURING}
+
+
+def test_a_flag_that_measures_otherwise_is_said_and_lowers_confidence(small_lab_pool, tmp_path, synthetic_predictor):
+    pred = recipe_predictor(synthetic_predictor, tmp_path / "pred", **SMALL)
+    r = run("recommend", "--model", "lab:xs", "--pool", small_lab_pool, "--predictor", pred, "--device", "cpu",
+            "--budget", 2, "--probe-steps", 6, "--out", tmp_path / "rec", "--json")
+    assert r.exit_code == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["confidence"] == "low"
+    first = rep["confidence_reasons"][0]
+    assert first.startswith("the probe measured otherwise than the predictor's inputs were measured")
+    assert "probe_steps 6 (--probe-steps) where they had 4" in first
+    assert first in load_manifest(tmp_path / "rec" / "recommendation.json").reasons
+
+
+@pytest.mark.parametrize("recipe,fragment", [
+    ({"kind": "lab", "steps": "many"}, "meta.recipe.steps must be a whole number"),
+    ({"kind": "tpu"}, "'kind' lab or real"),
+    ([1, 2], "must be an object"),
+])
+def test_a_crafted_meta_recipe_is_one_error_line(lab_home, tmp_path, synthetic_predictor, recipe, fragment):
+    pred = Predictor.load(synthetic_predictor)
+    pred.meta = {**pred.meta, "recipe": recipe}
+    pred.save(tmp_path / "pred")
+    for verb in (["recommend", "--budget", 2], ["probe", "--pool", tmp_path / "nopool.jsonl"]):
+        r = CliRunner().invoke(cli, [str(a) for a in [*verb, "--model", "lab:xs", "--predictor", tmp_path / "pred",
+                                                      "--out", tmp_path / "out"]])
+        assert r.exit_code == 2 and r.stderr.count("\n") == 1 and fragment in r.stderr, r.stderr
+        assert not (tmp_path / "out").exists()
+
+
+def test_the_out_folder_is_checked_before_a_lab_student_is_pretrained(tmp_path, synthetic_predictor):
+    out = tmp_path / "rec"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({"stage": "recommend", "inputs_key": "made-from-something-else"}))
+    r = run("recommend", "--model", "lab:s", "--budget", 2, "--out", out, "--predictor", synthetic_predictor, "--no-probe")
+    assert r.exit_code == 2 and "other inputs" in r.stderr and r.stderr.count("\n") == 1
+    assert not (tmp_path / "advisor-home" / "lab").exists()  # lab:s was not pretrained
+
+
+# ---- a real-architecture student with a short context ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def short_context_model(tmp_path_factory):
+    from conftest import build_tiny
+
+    return build_tiny(tmp_path_factory.mktemp("ctx48"), "llama", seed=3, context=48)
+
+
+def strict_json(path):
+    def refuse(constant):
+        raise ValueError(f"{path} holds {constant}")
+
+    return json.loads(Path(path).read_text(), parse_constant=refuse)
+
+
+def test_a_short_context_caps_the_probe_and_the_report_says_so(short_context_model, tmp_path, synthetic_predictor):
+    pool = real_pool(tmp_path / "pool.jsonl")
+    r = run("recommend", "--model", short_context_model, "--budget", 2, "--pool", pool, "--predictor", synthetic_predictor,
+            "--probe-steps", 2, "--probe-eval-every", 2, "--probe-eval-problems", 4, "--sample", 30, "--device", "cpu",
+            "--out", tmp_path / "rec")
+    assert r.exit_code == 0, r.stderr
+    chosen = json.loads((tmp_path / "rec" / "config.json").read_text())["chosen"]
+    capped = "default for real students, capped at the model's context (48 positions)"
+    assert chosen["max_new_tokens"] == {"value": 36, "source": capped}
+    assert chosen["probe_max_length"] == {"value": 48, "source": capped}
+    assert chosen["max_length"] == {"value": 48, "source": capped}
+    probe = strict_json(tmp_path / "rec" / "probe" / "probe.json")  # no NaN literals, though some metrics do not apply
+    assert probe["settings"]["max_new_tokens"] == 36 and probe["settings"]["max_length"] == 48
+    manifest = strict_json(tmp_path / "rec" / "recommendation.json")
+    assert manifest["eval"]["max_new_tokens"] == 36 and manifest["training"]["max_length"] == 48
+    assert any(v is None for v in manifest["features"].values())
+    assert load_manifest(tmp_path / "rec" / "recommendation.json").training.max_length == 48  # `advisor train` reads it
+
+    # the report, as a log file gets it: plain lines, no bars, table rows whole, the pool as read, the notes
+    lines = r.stderr.splitlines()
+    assert any(line.startswith("probe D_high: 2/2 steps") for line in lines)
+    assert not any("probe D_high" in line and "━" in line for line in lines)
+    assert any("max_new_tokens" in line and capped in line for line in lines)  # not cut at 80 columns
+    assert any("fields" in line and "prompt = problem" in line and "responses = generations" in line for line in lines)
+    assert any("skipped candidates" in line and "1" in line for line in lines)
+    assert "of the 2-epoch full run" in r.stderr
+    text = " ".join(r.stderr.split())  # long lines wrap at the table width
+    note = text[text.index("note: train.jsonl"):]
+    assert "holds the 30 problems" in note and "not the pool's 40" in note and "advisor select" in note
+
+
+# ---- the typed steps ---------------------------------------------------------------------------
+
+
+def test_a_schedule_is_parsed_once_and_kept_within_the_budget():
+    from capacity_advisor.advisor.schedule import Schedule
+
+    s = Schedule.parse("curriculum@2")
+    assert (s.strategy, s.mix, s.switch_epoch) == ("curriculum", 0.0, 2.0)
+    assert s.within(3) == (s, None) and s.select_flags() == "--strategy curriculum --switch-epoch 2"
+    high, why = s.within(1.5)
+    assert high.strategy == "high" and "switches after the 1.5-epoch budget" in why
+    assert Schedule.parse("mixed@0.25").mix == 0.25 and Schedule.parse("mixed").mix == 0.5
+
+
+def test_the_baselines_are_the_calibrations_own(synthetic_predictor):
+    from capacity_advisor.advisor.predictor import CONSTANTS, SIZE_RULE as RULE_OF_THUMB, Rule
+    from capacity_advisor.advisor.recommendation import baselines
+
+    pred = Predictor.load(synthetic_predictor)
+    rule = Rule.from_meta(pred.meta["rule_of_thumb"])
+    for n, budget in ((1e4, 1), (1e7, 5)):
+        rules, words = baselines(pred, n, budget, "sum")
+        assert {k: v for k, v in rules.items() if k != RULE_OF_THUMB} == CONSTANTS
+        assert rules[RULE_OF_THUMB] == rule.choose({"n_params": n, "features": {"budget": budget}})
+    pred.meta = {**pred.meta, "rule_of_thumb": ["not", "a", "rule"]}  # a crafted file: no rule, no crash
+    assert RULE_OF_THUMB not in baselines(pred, 1e4, 1, "sum")[0]
+
+
+def test_the_figure_is_readable_and_every_panel_has_a_legend(synthetic_predictor):
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    from capacity_advisor.advisor.recommendation import BUDGET_GRID, Recommendation
+    from capacity_advisor.advisor.report_figure import DPI, build_figure
+    from capacity_advisor.advisor.schedule import Schedule
+
+    pred = Predictor.load(synthetic_predictor)
+    measured = {k: pred.range[k]["mean"] for k in pred.features if k in pred.range}
+    feature = next(k for k in measured if k not in ("budget", "ranking_sum"))
+    point = lambda step, v: {"step": step, "answer_logprob": v}  # noqa: E731
+    rec = Recommendation(schedule=Schedule.parse("high"), answer="high", probabilities={"high": 0.6, "low": 0.3, "mixed": 0.1},
+                         confidence="medium", confidence_reasons=[], predictor="logistic",
+                         model={"spec": "lab:xs", "n_params": 4000}, budget=2.0, score="sum", settings={},
+                         curve={s: [p] * len(BUDGET_GRID) for s, p in (("high", 0.6), ("low", 0.3), ("mixed", 0.1))},
+                         measurements=measured, reasons=[f"{feature} = 0.1 (moves P(D_high) by +0.10)"],
+                         probe={"curves": {"high": [point(0, -2.0), point(4, -1.5)], "low": [point(0, -2.0), point(4, -1.8)]},
+                                "cost": {}})
+    fig = build_figure(rec, pred)
+    try:
+        assert DPI >= 100 and len(fig.axes) == 3
+        sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_text().strip()]
+        assert sizes and min(sizes) >= 10
+        assert all(ax.get_legend() is not None for ax in fig.axes)
+    finally:
+        plt.close(fig)

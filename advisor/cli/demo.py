@@ -16,7 +16,7 @@ import argparse
 import sys
 import time
 
-from capacity_advisor.advisor.cli.main import cli
+from capacity_advisor.advisor.cli.main import main as advisor
 
 
 def step(title: str, argv: list[str]) -> None:
@@ -25,11 +25,9 @@ def step(title: str, argv: list[str]) -> None:
     console.rule(f"[bold]{title}")
     console.print("$ advisor " + " ".join(argv), style="dim")
     t = time.time()
-    try:
-        cli.main(argv, standalone_mode=False)
-    except SystemExit as e:
-        if e.code:
-            raise
+    code = advisor(argv)
+    if code:
+        raise SystemExit(code)
     console.print(f"[dim]({time.time() - t:.1f}s)[/dim]")
 
 

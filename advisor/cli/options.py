@@ -1,12 +1,96 @@
-"""Options more than one verb takes, each declared once, with the choices the library knows."""
+"""Options more than one verb takes, each declared once, with the choices the library knows; and
+the two helpers that let a verb state each of its settings once: `field_option` (a flag for a
+field of the library's config: its default and type come from the field) and `take` (that config
+built from the parsed flags, by field name).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import types
+import typing
 from typing import Callable
 
 import click
 
 from capacity_advisor.models.loading import DEVICES, DTYPES
+from capacity_advisor.models.ranking import RANKINGS
+
+SEEDS = click.IntRange(0, 2**32 - 1)  # what every seeded library takes
+
+
+def field_option(cls, name: str, *decls: str, **extra) -> Callable:
+    """A click option for field `name` of dataclass `cls`: `--NAME-WITH-DASHES` unless `decls`
+    say otherwise, stored under the field's name, with the field's default and type."""
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    default = f.default if f.default is not dataclasses.MISSING else None
+    if isinstance(default, tuple):  # a list setting: given as comma-separated text, parsed by the verb
+        default, extra["type"] = ",".join(map(str, default)), str
+    hint = typing.get_type_hints(cls)[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)] if isinstance(hint, types.UnionType) else [hint]
+    kind = args[0] if len(args) == 1 else None
+    if kind is bool:
+        extra.setdefault("is_flag", True)
+    elif kind in (int, float, str) and "type" not in extra:
+        extra["type"] = FINITE if kind is float else kind
+    if default is not None:
+        extra.setdefault("default", default)
+        extra.setdefault("show_default", kind is not bool)
+    return click.option(*(decls or (f"--{name.replace('_', '-')}",)), name, **extra)
+
+
+def take(cls, kw: dict, **given):
+    """`cls` built from the parsed flags named after its fields (removed from `kw`), and `given`."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: kw.pop(k) for k in list(kw) if k in names}, **given)
+
+
+class Finite(click.ParamType):
+    """A float that is a number: click's own float takes 'nan' and 'inf'."""
+
+    name = "float"
+
+    def __init__(self, low: float | None = None, high: float | None = None):
+        self.low, self.high = low, high
+
+    def convert(self, value, param, ctx):
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a valid number", param, ctx)
+        if not math.isfinite(x):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if (self.low is not None and x < self.low) or (self.high is not None and x > self.high):
+            where = f"from {self.low:g} to {self.high:g}" if self.low is not None and self.high is not None else \
+                f"at least {self.low:g}" if self.low is not None else f"at most {self.high:g}"
+            self.fail(f"{value} is not {where}", param, ctx)
+        return x
+
+
+FINITE = Finite()
+
+
+def recipe_options(verb: str) -> Callable:
+    """The probe-recipe flags of `verb` (advisor.probe.RECIPE_FLAGS), each stored under its recipe
+    setting's name; unset, each comes from the predictor's recipe or the student's kind."""
+    from capacity_advisor.advisor.probe import RECIPE_FLAGS, VERBS
+
+    opts = []
+    for setting, row in RECIPE_FLAGS.items():
+        flag, help_text = row[VERBS.index(verb)], row[-1]
+        if flag:
+            opts.append(click.option(flag, setting, default=None, type=int,
+                                     help=f"{help_text} Default: the recipe (the predictor's, else by kind of student)."))
+    return _stack(*opts)
+
+
+def recipe_given(kw: dict, verb: str) -> dict:
+    """The recipe settings the user gave (removed from `kw`): {setting: value}."""
+    from capacity_advisor.advisor.probe import RECIPE_FLAGS, flag
+
+    given = {k: kw.pop(k) for k in RECIPE_FLAGS if flag(k, verb)}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _stack(*options) -> Callable:
@@ -26,13 +110,12 @@ device_options = _stack(device_option, dtype_option)
 
 
 def seed_option(help_text: str = "Random seed.") -> Callable:
-    return click.option("--seed", default=0, show_default=True, help=help_text)
+    return click.option("--seed", default=0, show_default=True, type=SEEDS, help=help_text)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout (tables go to stderr).")
 model_option = click.option("--model", "-m", required=True, help="Student: a local HF folder, a hub id, or lab:NAME.")
-score_option = click.option("--score", "score_kind", default="sum", show_default=True,
-                            type=click.Choice(["sum", "mean", "rsr", "local"]),
+score_option = click.option("--score", "score", default="sum", show_default=True, type=click.Choice(RANKINGS),
                             help="Rank candidates by summed log-prob (the paper's), mean per token (GRAPE's), the "
                                  "rank-surprisal ratio (arXiv 2601.14249) or step-local log-prob (arXiv 2510.03988).")
 skip_tokens_option = click.option("--skip-tokens", default=0, show_default=True,

@@ -12,18 +12,40 @@ from rich.table import Table
 
 from capacity_advisor.advisor.cli.ui import console, fmt, kv_table
 from capacity_advisor.advisor.predictor import BUDGETS
+from capacity_advisor.advisor.predictor import SIZE_RULE
 
 
 def pool(p) -> None:
-    s = p.summary()
-    rows = {"pool": p.source, "layout": s["layout"], "problems": s["problems"], "candidates": s["candidates"],
-            "per problem": s["candidates_per_problem"], "with answers": s["with_answers"]}
+    """The pool as read: its layout, the fields detected, what was kept and what skipped."""
+    console.print(pool_table(p.summary(), p.source, p.skipped_examples))
+
+
+def pool_table(s: dict, source=None, examples: dict | None = None):
+    rows = {"pool": source or s["source"], "layout": s["layout"],
+            "fields": ", ".join(f"{k} = {v}" for k, v in (s.get("fields") or {}).items() if v) or "—",
+            "problems": s["problems"], "candidates": s["candidates"], "per problem": s["candidates_per_problem"],
+            "with answers": s["with_answers"]}
+    if s.get("sampled"):
+        rows["sampled"] = f"{s['sampled']} problems (--sample)"
     if s["skipped_candidates"]:
         rows["skipped candidates"] = s["skipped_candidates"]
     if s["skipped_problems"]:
         rows["skipped problems"] = s["skipped_problems"]
-        rows["e.g."] = "; ".join(f"{k}: {', '.join(v)}" for k, v in p.skipped_examples.items())
-    console.print(kv_table("Pool", rows))
+        if examples:
+            rows["e.g."] = "; ".join(f"{k}: {', '.join(v)}" for k, v in examples.items())
+    return kv_table("Pool", rows)
+
+
+def waiting(verb: str, summary: dict, rank: int, size: int, written) -> None:
+    """A data-parallel rank that finished its shards while others still work."""
+    console.print(f"rank {rank}/{size}: {verb} {summary['computed']} shard(s); {len(summary['waiting_for'])} of "
+                  f"{summary['shards']} shards are still with other ranks. The last rank to finish writes {written}"
+                  + ("; rerun with --dp-size 1 to do what is missing and write it here." if verb == "scored" else "."))
+
+
+def compute(c: dict) -> None:
+    console.print(f"compute-responsive: {c['classes']} (budgets {c['short']} and {c['long']} new tokens); "
+                  f"wrote {c['written']}")
 
 
 def scores(summary: dict, backend: str) -> None:
@@ -80,12 +102,23 @@ def probe(report: dict, out: str) -> None:
             continue
         t.add_row(key, *[f"{fmt(a)} → {fmt(b)}" for a, b in vals])
     console.print(t)
+    if report.get("chosen"):
+        settings(report["chosen"])
+    for line in report.get("notes") or []:
+        console.print(f"[bold]measured[/bold]: {line}", highlight=False)
     c = report["cost"]
     share = c["share_of_full_run"]
     line = f"probe cost: {c['probe_tokens']:,} tokens"
     if share:
         line += " = " + ", ".join(f"{100 * v:.1f}% of a {e}-epoch full run" for e, v in share.items())
-    console.print(line + f". Wrote {Path(out) / 'probe.json'} and probe.png.")
+    console.print(line + f"; checker {report.get('checker', '—')}. Wrote {Path(out) / 'probe.json'} and probe.png.")
+
+
+def settings(chosen: dict) -> None:
+    t = Table(title="Settings chosen (and where from)", title_justify="left", show_header=False)
+    for k, s in chosen.items():
+        t.add_row(k, fmt(s["value"]), s["source"])
+    console.print(t)
 
 
 def cross_validation(result: dict) -> None:
@@ -105,67 +138,68 @@ def cross_validation(result: dict) -> None:
         console.print(t)
 
 
-def recommendation(report: dict, out: str) -> None:
+def recommendation(rec, out: str) -> None:
     """The recommend report: the answer, its probabilities and interval, why, where the student
-    sits among the calibrated ones, what the rules would say, the settings and their sources."""
-
-    m = report["model"]
-    answer = report.get("answer", report["strategy"])
-    head = (f"[bold]Train on: D_{report['strategy']}[/bold]"
-            + (f" (a share {report['mix']:g} of problems on their low response)" if report["strategy"].startswith("mixed")
-               else f" (D_high for {report['switch_epoch']:g} epochs, then D_low)" if report.get("switch_epoch") else "")
-            + (" — the evidence is silent here; mixed is the hedge" if answer == "uncertain" else "")
-            + f"   confidence: {report['confidence']}   ({report['predictor']})\n"
-            + f"student {m['spec']} ({m['n_params']:,} params), budget {report['budget']:g} epochs")
-    co = report["crossover_epoch"]
+    sits among the calibrated ones, what the rules would say, the settings and their sources, the
+    pool as read, and what was written."""
+    m = rec.model
+    how = rec.schedule.describe()
+    head = (f"[bold]Train on: D_{rec.strategy}[/bold]" + (f" ({how})" if how else "")
+            + (" — the evidence is silent here; mixed is the hedge" if rec.answer == "uncertain" else "")
+            + f"   confidence: {rec.confidence}   ({rec.predictor})\n"
+            + f"student {m['spec']} ({m['n_params']:,} params), budget {rec.budget:g} epochs")
+    co = rec.crossover_epoch
     head += ("\npredicted crossover: D_low overtakes D_high from about epoch " + f"{co:g}") if co else \
         "\npredicted crossover: none within 10 epochs (D_high stays ahead)"
     console.print(Panel(head, title="capacity-advisor", expand=False))
-    t = Table(title="Probabilities" + (" (10-90% interval over the ensemble)" if report.get("interval") else ""),
+    t = Table(title="Probabilities" + (" (10-90% interval over the ensemble)" if rec.interval else ""),
               title_justify="left")
-    for s in report["probabilities"]:
+    for s in rec.probabilities:
         t.add_column(f"D_{s}", justify="right")
-    iv = report.get("interval") or {}
-    t.add_row(*[f"{p:.2f}" + (f" ({iv[s][0]:.2f}-{iv[s][1]:.2f})" if s in iv else "")
-                for s, p in report["probabilities"].items()])
+    iv = rec.interval or {}
+    t.add_row(*[f"{p:.2f}" + (f" ({iv[s][0]:.2f}-{iv[s][1]:.2f})" if s in iv else "") for s, p in rec.probabilities.items()])
     console.print(t)
-    for line in report.get("confidence_reasons") or []:
-        console.print(f"[bold]confidence[/bold]: {line}")
-    if report["reasons"]:
-        console.print("[bold]Why[/bold]: " + "; ".join(report["reasons"]))
-    if report.get("neighbours"):
+    for line in rec.confidence_reasons:
+        console.print(f"[bold]confidence[/bold]: {line}", highlight=False)
+    if rec.reasons:
+        console.print("[bold]Why[/bold]: " + "; ".join(rec.reasons), highlight=False)
+    if rec.neighbours:
         t = Table(title="Nearest calibrated students (what they measured at this budget)", title_justify="left")
         for col in ("student", "task", "ranking", "distance", "best", "high", "low", "mixed"):
             t.add_column(col)
-        b = f"{min(BUDGETS, key=lambda x: abs(x - report['budget'])):g}"
-        for n in report["neighbours"]:
+        b = f"{min(BUDGETS, key=lambda x: abs(x - rec.budget)):g}"
+        for n in rec.neighbours:
             o = n.get("outcomes", {}).get(b, {})
             t.add_row(n["student"], str(n["task"]), str(n["score"]), f"{n['distance']:.2f}", o.get("label", "—"),
                       *[fmt(o.get(s)) for s in ("high", "low", "mixed")])
         console.print(t)
-    outside = [r for r in (report.get("range") or []) if r["inside"] is False]
+    outside = [r for r in (rec.range or []) if r["inside"] is False]
     if outside:
         console.print("[bold]outside the calibrated range[/bold]: " + ", ".join(
-            f"{r['feature']} = {r['value']:.3g} ({r['min']:.3g} to {r['max']:.3g})" for r in outside))
-    if report.get("paper_prior"):
-        pp = report["paper_prior"]
+            f"{r['feature']} = {r['value']:.3g} ({r['min']:.3g} to {r['max']:.3g})" for r in outside), highlight=False)
+    if rec.paper_prior:
+        pp = rec.paper_prior
         console.print(f"[bold]the paper, for students of this size[/bold]: {pp['answer']} — {pp['confidence_reasons'][0]}")
     t = Table(title="What the rules would say", title_justify="left", show_header=False)
-    for rule, choice in report["baselines"].items():
-        t.add_row(rule, choice)
+    for rule, choice in rec.baselines.items():
+        t.add_row(rule, choice + (f" ({rec.rule_of_thumb})" if rule == SIZE_RULE and rec.rule_of_thumb else ""))
     console.print(t)
-    t = Table(title="Settings chosen (and where from)", title_justify="left", show_header=False)
-    for k, s in report["settings"].items():
-        t.add_row(k, fmt(s["value"]), s["source"])
-    console.print(t)
-    cost = report.get("probe_cost")
-    spent = f"{report['seconds']}s"
-    if cost and cost.get("share_of_full_run"):
+    settings(rec.settings)
+    if rec.pool is not None:
+        console.print(pool_table(rec.pool))
+    for line in rec.notes:
+        console.print(f"[bold]note[/bold]: {line}", highlight=False)
+    spent = f"{rec.seconds}s"
+    cost = rec.probe_cost
+    if cost:
         spent += f"; probe {cost['probe_tokens']:,} tokens"
-    if report["train_rows"]:
-        console.print(f"compute: {spent}. Wrote {out}/recommendation.json, train.jsonl ({report['train_rows']} rows)"
-                      + (", eval.jsonl" if report["eval_rows"] else "") + ", report.png. "
-                      + f"Next: advisor train {out}/recommendation.json --out RUN")
+        share = rec.probe_share
+        if share is not None:
+            spent += f" = {share:.1%} of the {rec.budget:g}-epoch full run"
+    if rec.pool is not None:
+        console.print(f"compute: {spent}. Checker {rec.checker}. Wrote {out}/recommendation.json, train.jsonl "
+                      f"({rec.train_rows} rows)" + (", eval.jsonl" if rec.eval_rows else "") + ", report.png. "
+                      + f"Next: advisor train {out}/recommendation.json --out RUN", highlight=False)
     else:
         console.print(f"compute: {spent}. Wrote {out}/recommendation.json (advice only) and report.png; "
-                      "rerun with --pool for the selected dataset and a training manifest.")
+                      "rerun with --pool for the selected dataset and a training manifest.", highlight=False)

@@ -1,11 +1,23 @@
-"""Terminal output: rich tables and progress bars on stderr, JSON on stdout."""
+"""Terminal output: tables and progress on stderr, JSON on stdout.
+
+Progress (`work`) shows nothing until the first report, so a mistake found while the inputs are
+checked is the only line printed. On a terminal it draws rich bars (cleared again when a mistake
+of the user's stops the work). Elsewhere (a pipe, nohup, a scheduler, CI) it prints plain lines as
+the work goes — one per stage and about one per tenth of a counted one — and tables are laid out
+wide instead of cut at 80 columns; a stage's first line waits until the stage has run HOLD
+seconds or another line follows, so a mistake found as a stage begins (a damaged model file) is
+still the only line.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import math
+import os
 import sys
+import threading
+import time
 from typing import Any, Iterator
 
 from rich.console import Console
@@ -13,6 +25,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 console = Console(stderr=True)
+WIDE = 200  # columns for tables when stderr is not a terminal (a log file has no width)
+PLAIN_STEPS = 10  # a plain progress line about every tenth of a counted stage
+HOLD = 10.0  # seconds a stage's first plain line waits for the stage to prove possible
+
+
+def prepare() -> None:
+    """Lay tables out wide when stderr is not a terminal (unless COLUMNS says otherwise)."""
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = WIDE
 
 
 def emit_json(obj: Any) -> None:
@@ -21,60 +42,188 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(finite(obj), indent=2, ensure_ascii=False, default=str) + "\n")
 
 
-def _progress_bar(unit: str) -> Progress:
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn(f"{unit}"),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=False,
-    )
+class Work:
+    """Progress of one verb: tasks with a description, and a count once they have a total.
+
+    `add_task` / `update` mirror rich's Progress; `status(message)`, `steps(label, done, total)`
+    and `start(description, total, done)` / `advance(n)` are the callbacks library code reports
+    through."""
+
+    def __init__(self, unit: str = "items", plain: bool | None = None):
+        self.unit = unit
+        self.plain = (not console.is_terminal) if plain is None else plain
+        self.tasks: list[dict] = []
+        self._bar: Progress | None = None  # rich bars, started at the first report
+        self._status: int | None = None
+        self._labels: dict[str, int] = {}
+        self._pending: str | None = None  # a plain line held back (HOLD)
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+
+    # ---- rich's shape ----------------------------------------------------------------------
+    def add_task(self, description: str, total: int | None = None, rate: str = "", unit: str | None = None,
+                 rate_format: str | None = None, **_) -> int:
+        self.tasks.append({"description": description, "total": total, "completed": 0, "rate": rate,
+                           "unit": unit or self.unit, "rate_format": rate_format, "t0": time.perf_counter(),
+                           "done0": 0, "next": 0, "shown": False, "rich": None})
+        return len(self.tasks) - 1
+
+    def update(self, task: int, description: str | None = None, total: int | None = None, completed: int | None = None,
+               rate: str | None = None, advance: int = 0, **_) -> None:
+        t = self.tasks[task]
+        new_stage = description is not None and description != t["description"]
+        if description is not None:
+            t["description"] = description
+        if total is not None:
+            t["total"] = total
+        if completed is not None:
+            t["completed"] = completed
+        t["completed"] += advance
+        if rate is not None:
+            t["rate"] = rate
+        elif t["rate_format"] and advance:
+            elapsed = max(1e-9, time.perf_counter() - t["t0"])
+            t["rate"] = t["rate_format"].format((t["completed"] - t["done0"]) / elapsed)
+        if self.plain:
+            self._line(t, new_stage)
+        else:
+            self._draw(t)
+
+    def advance(self, task: int, n: int = 1) -> None:
+        self.update(task, advance=n)
+
+    # ---- callbacks for library code ------------------------------------------------------------
+    def status(self, message: str) -> None:
+        """A stage without a count (loading, scoring): the one status line changes."""
+        if self._status is None:
+            self._status = self.add_task(message)
+            self.tasks[self._status]["description"] = None  # so the first report is a new stage
+        self.update(self._status, description=message, total=None)
+
+    def steps(self, label: str, done: int, total: int) -> None:
+        """The count of the stage named `label` (a task per label)."""
+        if label not in self._labels:
+            self._labels[label] = self.add_task(label, total=total)
+        self.update(self._labels[label], total=total, completed=done)
+
+    def start(self, description: str, total: int, done: int = 0, unit: str | None = None,
+              rate_format: str | None = "{:.1f}/s") -> int:
+        """A counted stage that may resume work done before: its rate counts this run's work only."""
+        task = self.add_task(description, total=total, unit=unit, rate_format=rate_format)
+        self.tasks[task].update(done0=done, t0=time.perf_counter())
+        self.update(task, completed=done)
+        return task
+
+    # ---- drawing -------------------------------------------------------------------------
+    def _line(self, t: dict, new_stage: bool) -> None:
+        if t["total"] is None:
+            if new_stage:
+                self._print(t["description"], hold=True)
+            return
+        done, total = t["completed"], t["total"]
+        first = not t["shown"]
+        if not (new_stage or first or done >= t["next"] or (done >= total and done != t.get("last"))):
+            return
+        t["shown"], t["last"] = True, done
+        t["next"] = done + max(1, total // PLAIN_STEPS)
+        rate = f" {t['rate']}" if t["rate"] else ""
+        self._print(f"{t['description']}: {done:,}/{total:,} {t['unit']}{rate} ({time.perf_counter() - t['t0']:.0f}s)",
+                    hold=first or new_stage)
+
+    def _print(self, text: str, hold: bool = False) -> None:
+        """A plain line; one that opens a stage is held until HOLD seconds pass or a line follows."""
+        with self._lock:
+            self._release()
+            if hold:
+                self._pending = text
+                self._timer = threading.Timer(HOLD, self._flush)
+                self._timer.daemon = True
+                self._timer.start()
+            else:
+                console.print(text, highlight=False, soft_wrap=True)
+
+    def _release(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._pending is not None:
+            console.print(self._pending, highlight=False, soft_wrap=True)
+            self._pending = None
+
+    def _flush(self) -> None:
+        with self._lock:
+            self._release()
+
+    def _draw(self, t: dict) -> None:
+        if self._bar is None:
+            self._bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.fields[unit]}"), TextColumn("{task.fields[rate]}"),
+                                 TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
+            self._bar.start()
+        if t["rich"] is None:
+            t["rich"] = self._bar.add_task(t["description"] or "", total=t["total"], unit=t["unit"], rate=t["rate"])
+        self._bar.update(t["rich"], description=t["description"] or "", total=t["total"], completed=t["completed"],
+                         rate=t["rate"])
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Stop the bars; after a mistake of the user's, clear them (and drop a held line), so the
+        error line stands alone."""
+        from capacity_advisor.models.errors import InputError
+
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if error is not None:
+                self._pending = None
+            self._release()
+        if self._bar is not None:
+            if isinstance(error, InputError):
+                self._bar.live.transient = True
+            self._bar.stop()
+            self._bar = None
 
 
 @contextlib.contextmanager
-def progress(description: str, unit: str = "items") -> Iterator[Progress]:
-    with _progress_bar(unit) as bar:
-        yield bar
+def work(unit: str = "items") -> Iterator[Work]:
+    w = Work(unit)
+    try:
+        yield w
+    except BaseException as e:
+        w.close(e)
+        raise
+    w.close()
+
+
+@contextlib.contextmanager
+def progress(description: str = "", unit: str = "items") -> Iterator[Work]:
+    """Bars in rich's shape (`add_task`, `update`); nothing is drawn before the first update."""
+    with work(unit) as w:
+        yield w
 
 
 @contextlib.contextmanager
 def work_progress(description: str, unit: str, rate_format: str = "{:.1f}/s") -> Iterator[tuple]:
     """A progress bar for resumable work: yields `(on_start(total, already_done), advance(n))`.
 
-    The bar appears at `on_start`, once the work is known to be possible: a mistake found while
-    reading inputs or loading the model prints its one error line and nothing else. The rate
-    counts only work done in this run, not what was found cached."""
-    import time
+    The bar appears at `on_start`, once the work is known to be possible. The rate counts only
+    work done in this run, not what was found cached."""
+    with work(unit) as w:
+        task: list[int] = []
 
-    bar = _progress_bar(unit)
-    task = bar.add_task(description, total=None, rate="")
-    t0 = [time.perf_counter(), 0]
+        def on_start(total: int, done: int) -> None:
+            task[:] = [w.start(description, total, done, rate_format=rate_format)]
 
-    def on_start(total: int, done: int) -> None:
-        bar.update(task, total=total, completed=done)
-        t0[:] = [time.perf_counter(), done]
-        bar.start()
+        def advance(n: int) -> None:
+            w.advance(task[0], n)
 
-    def advance(n: int) -> None:
-        bar.advance(task, n)
-        done = bar.tasks[0].completed - t0[1]
-        bar.update(task, rate=rate_format.format(done / max(1e-9, time.perf_counter() - t0[0])))
-
-    try:
         yield on_start, advance
-    finally:
-        if bar.live.is_started:
-            bar.stop()
 
 
 def kv_table(title: str, rows: dict[str, Any]) -> Table:
     t = Table(title=title, show_header=False, title_justify="left")
-    t.add_column(style="bold")
-    t.add_column()
+    t.add_column(style="bold", overflow="fold")
+    t.add_column(overflow="fold")
     for k, v in rows.items():
         t.add_row(k, fmt(v))
     return t
@@ -94,8 +243,6 @@ def fmt(v: Any) -> str:
 
 def quiet_libraries() -> None:
     """Transformers' own progress bars and warnings would interleave with ours."""
-    import os
-
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         from transformers.utils import logging as hf_logging

@@ -294,7 +294,7 @@ def train_option(cfg: CalibrateConfig, unit: Unit, option: str, lm, pool, pool_p
         eval=EvalSpec(path=os.path.relpath(eval_path, folder), checker="lab", max_new_tokens=cfg.max_new_tokens,
                       limit=None, teacher=cfg.teacher_model, base_drift=True, view_limit=64, token_budget=16384),
         training=TrainingSpec(epochs=epochs or cfg.epochs, learning_rate=lab_learning_rate(unit.size), batch_size=cfg.batch,
-                              max_length=96, evals_per_epoch=cfg.evals_per_epoch, seed=unit.seed, save_total_limit=1,
+                              max_length=LAB.max_length, evals_per_epoch=cfg.evals_per_epoch, seed=unit.seed, save_total_limit=1,
                               switch_epoch=switch, rerank=rerank),
         features=features,
         pool={"task": unit.task, "source": pool_path.name, "score": score or unit.score,
@@ -314,7 +314,7 @@ def _scores(lm, pool, path: Path) -> dict:
 
     if not path.exists():
         items = [(p.id, c.k, p.prompt, c.text) for p in pool.problems for c in p.candidates]
-        rows = make_backend("hf", lm, token_budget=8192).score([(pr, tx) for _, _, pr, tx in items], max_length=96)
+        rows = make_backend("hf", lm, token_budget=8192).score([(pr, tx) for _, _, pr, tx in items], max_length=LAB.score_length)
         write_jsonl(path, [{"id": i, "k": k, **r} for (i, k, _, _), r in zip(items, rows)])
     return {(str(r["id"]), int(r["k"])): r for r in read_jsonl(path)}
 

@@ -14,7 +14,7 @@ check, neighbours and file), `evaluate` (regret, the baselines, folds, the noise
 
 from capacity_advisor.advisor.predictor.ensemble import FORMAT, MAX_FILE_BYTES, Predictor, fit_predictor, strict_loads
 from capacity_advisor.advisor.predictor.evaluate import (
-    CONSTANTS, SPLITS, TIE_MARGIN, Rule, baseline_picks, folds, is_right, noise_floor, regret, summarize,
+    CONSTANTS, SIZE_RULE, SPLITS, TIE_MARGIN, Rule, baseline_picks, folds, is_right, noise_floor, regret, summarize,
 )
 from capacity_advisor.advisor.predictor.labels import (
     BUDGETS, CONTRAST_FEATURES, FEATURE_SETS, PROBE_FEATURES, TEACHER_FEATURES, best_up_to, inputs, label_rows, matrix,
@@ -29,7 +29,7 @@ from capacity_advisor.advisor.predictor.policy import (
 
 __all__ = [
     "BUDGETS", "CONSTANTS", "CONTRAST_FEATURES", "FEATURE_SETS", "FITTABLE", "FORMAT", "KINDS", "MAX_FILE_BYTES",
-    "PAPER_FROM", "PROBE_FEATURES", "SPLITS", "TEACHER_FEATURES", "TIE_MARGIN", "Policy", "Predictor", "Rule",
+    "PAPER_FROM", "PROBE_FEATURES", "SIZE_RULE", "SPLITS", "TEACHER_FEATURES", "TIE_MARGIN", "Policy", "Predictor", "Rule",
     "baseline_picks", "best_up_to", "check_member", "choose_policy", "cross_validate", "fallback", "fit_member",
     "fit_members", "fit_predictor", "folds", "inputs", "is_right", "label_rows", "lightgbm_params", "matrix",
     "member_proba", "noise_floor", "options_in", "permutation_importance", "read_records", "record_option", "regret",

@@ -28,6 +28,7 @@ from capacity_advisor.training.manifest import option_order
 
 TIE_MARGIN = 0.01
 CONSTANTS = {"always high": "high", "always low": "low", "always mixed": "mixed"}
+SIZE_RULE = "size rule"  # the fitted size-and-budget rule, as every table names it
 SPLITS = ("student", "shape", "source", "task", "teacher")
 
 
@@ -154,5 +155,5 @@ def baseline_picks(train: Sequence[dict], test: Sequence[dict]) -> dict[str, lis
     """The constant rules and the size rule fitted on `train`, applied to `test`."""
     rule = Rule.fit(train)
     picks = {name: [(r, s) for r in test] for name, s in CONSTANTS.items()}
-    picks["size rule"] = [(r, rule.choose(r)) for r in test]
+    picks[SIZE_RULE] = [(r, rule.choose(r)) for r in test]
     return picks

@@ -1,0 +1,156 @@
+"""What `advisor recommend` answers, as one typed value, and the files written from it.
+
+`Recommendation` is read by the CLI's report, the manifest writer (`write_manifest`, the
+`recommendation.json` that `advisor train` consumes unchanged), the advice-only writer and the
+figure (`advisor.report_figure`); `as_dict()` is the `--json` output. `predictor_row` is the one
+place a probe's measurements meet the run's budget and ranking to form the predictor's input row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from capacity_advisor.advisor.schedule import Schedule
+from capacity_advisor.models.files import finite, write_json
+
+BUDGET_GRID = tuple(x / 4 for x in range(2, 41))  # 0.5 .. 10 epochs, for the crossover
+
+
+def predictor_row(measurements: dict, budget: float, score: str) -> dict:
+    """The predictor's input row: a probe's measurements, the run's epoch budget, and whether the
+    candidates were ranked by summed log-probability (the calibration's `ranking_sum`)."""
+    return {"budget": float(budget), "ranking_sum": float(score == "sum"), **measurements}
+
+
+def crossover(curve: dict) -> float | None:
+    """The first budget of BUDGET_GRID at which D_low is more likely the best than D_high."""
+    return next((b for b, lo, hi in zip(BUDGET_GRID, curve["low"], curve["high"]) if lo > hi + 1e-9), None)
+
+
+def baselines(predictor, n_params: float, budget: float, score: str) -> tuple[dict, str | None]:
+    """What the calibration's baselines choose for this student and budget ({name: choice}, named
+    as `advisor fit` names them), and the rule of thumb's thresholds in words."""
+    from capacity_advisor.advisor.predictor import CONSTANTS, SIZE_RULE, Rule
+
+    out = dict(CONSTANTS)
+    rule = Rule.from_meta((predictor.meta or {}).get("rule_of_thumb"))
+    if rule is None:
+        return out, None
+    out[SIZE_RULE] = rule.choose({"n_params": max(1.0, n_params), "features": predictor_row({}, budget, score)})
+    words = (f"low from 10^{rule.t_params:.2f} parameters and {rule.t_budget:g} epochs"
+             if math.isfinite(rule.t_params) and math.isfinite(rule.t_budget) else "always high")
+    return out, words
+
+
+def reason_text(r: dict) -> str:
+    val = r["value"]
+    val = "n/a" if val is None or (isinstance(val, float) and math.isnan(val)) else f"{val:.3g}"
+    return f"{r['feature']} = {val} (moves P(D_{r['toward'].replace('not ', '')}) by {r['weight']:+.2f})"
+
+
+@dataclass
+class Recommendation:
+    schedule: Schedule  # what to train on within the budget
+    answer: str  # the option, or "uncertain" where the evidence is silent (the schedule is then the hedge)
+    probabilities: dict  # option -> P(best at the budget)
+    confidence: str  # high | medium | low
+    confidence_reasons: list[str]
+    predictor: str  # what answered: the predictor's kind, or "lab prior" / "paper prior"
+    model: dict  # the student's description
+    budget: float  # epochs of the full run
+    score: str  # the ranking: sum | mean | rsr | local
+    settings: dict  # every setting recommend chose: {name: {"value", "source"}}
+    curve: dict  # option -> P(best) over BUDGET_GRID
+    baselines: dict = field(default_factory=dict)  # baseline name -> its choice
+    rule_of_thumb: str | None = None  # the fitted rule's thresholds in words
+    measurements: dict = field(default_factory=dict)  # the probe's features and the selection's gap and length ratio
+    interval: dict | None = None  # option -> the ensemble's 10-90% interval
+    range: list | None = None  # per input: value and calibrated range
+    neighbours: list | None = None  # the nearest calibrated students
+    reasons: list[str] = field(default_factory=list)  # the inputs that moved the answer most
+    prior: str | None = None  # "lab" or "paper" when a prior answered
+    paper_prior: dict | None = None  # the paper's finding for students of this size, beside a measurement
+    probe: dict | None = None  # the probe report (curves, features, cost)
+    selection: dict | None = None  # the selected set's summary
+    train_rows: int = 0
+    eval_rows: int = 0
+    checker: str = "none"  # the eval set's answer checker
+    pool: dict | None = None  # the pool's summary (None: advice only, nothing read)
+    notes: list[str] = field(default_factory=list)  # what the user should know about the outputs
+    seconds: float = 0.0
+
+    @property
+    def strategy(self) -> str:
+        return self.schedule.option
+
+    @property
+    def inputs(self) -> dict:
+        """The row the predictor read (or would read) at this budget."""
+        return predictor_row(self.measurements, self.budget, self.score)
+
+    @property
+    def crossover_epoch(self) -> float | None:
+        return crossover(self.curve)
+
+    @property
+    def probe_cost(self) -> dict | None:
+        return self.probe["cost"] if self.probe else None
+
+    @property
+    def probe_share(self) -> float | None:
+        """The probe's tokens as a share of the full run's over the budget."""
+        cost = self.probe_cost or {}
+        per_epoch = cost.get("full_run_tokens_per_epoch")
+        return cost["probe_tokens"] / (per_epoch * self.budget) if per_epoch else None
+
+    def value(self, setting: str):
+        return self.settings[setting]["value"]
+
+    def as_dict(self) -> dict:
+        """The `--json` output."""
+        return {
+            "strategy": self.strategy, "answer": self.answer, "mix": self.schedule.mix,
+            "switch_epoch": self.schedule.switch_epoch, "probabilities": self.probabilities, "interval": self.interval,
+            "crossover_epoch": self.crossover_epoch, "confidence": self.confidence,
+            "confidence_reasons": self.confidence_reasons, "range": self.range, "neighbours": self.neighbours,
+            "reasons": self.reasons, "paper_prior": self.paper_prior, "prior": self.prior, "predictor": self.predictor,
+            "baselines": self.baselines, "model": self.model, "budget": self.budget, "features": self.inputs,
+            "settings": self.settings, "selection": self.selection, "train_rows": self.train_rows,
+            "eval_rows": self.eval_rows, "probe_cost": self.probe_cost, "seconds": self.seconds, "notes": self.notes,
+            **({"pool": self.pool} if self.pool is not None else {}),
+        }
+
+
+def write_manifest(rec: Recommendation, out: Path, spec: str, teacher: str | None, seed: int) -> None:
+    """OUT/recommendation.json: the training manifest of the recommended set (`advisor train`)."""
+    from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
+
+    manifest = Manifest(
+        model={**{k: x for k, x in rec.model.items() if k != "path"}, "spec": spec},
+        dataset="train.jsonl",
+        strategy=rec.schedule.strategy,
+        mix=rec.schedule.mix,
+        probabilities=rec.probabilities,
+        crossover_epoch=rec.crossover_epoch,
+        confidence=rec.confidence,
+        reasons=rec.reasons + rec.confidence_reasons,
+        eval=EvalSpec(path="eval.jsonl" if rec.eval_rows else None, checker=rec.checker if rec.eval_rows else "none",
+                      max_new_tokens=rec.value("max_new_tokens"), teacher=teacher),
+        training=TrainingSpec(epochs=float(rec.budget), learning_rate=rec.value("learning_rate"),
+                              batch_size=rec.value("train_batch"), max_length=rec.value("max_length"), seed=seed,
+                              switch_epoch=rec.schedule.switch_epoch),
+        features=finite(rec.inputs),  # strict JSON: a measurement that does not apply is null
+        pool=finite(rec.pool),
+    )
+    manifest.to_json(out / "recommendation.json")
+
+
+def write_advice(rec: Recommendation, out: Path) -> None:
+    """OUT/recommendation.json without a dataset: advice from the parameter count and budget."""
+    write_json(out / "recommendation.json", finite({
+        "version": 1, "advice_only": True, "strategy": rec.strategy, "answer": rec.answer,
+        "probabilities": rec.probabilities, "crossover_epoch": rec.crossover_epoch, "confidence": rec.confidence,
+        "confidence_reasons": rec.confidence_reasons, "prior": rec.prior, "model": rec.model, "budget": rec.budget,
+        "dataset": None, "next": "rerun with --pool to get the selected dataset and a training manifest"}))

@@ -1,0 +1,114 @@
+"""`advisor score`, `advisor select` and `advisor fit` as one library call each: from the files a
+user names to the files they get, every input checked before any work.
+
+The steps themselves live with their data (`scoring`, `compute`, `select`, `fit`); these
+functions only read the inputs, call them in order and write the outputs, so the CLI does no
+library work of its own. Work reports through callbacks: `say(message)` for a stage,
+`start(description, total, done, unit)` / `advance(n)` for counted work, `on_pool(pool)` once the
+pool is read and the work is known to be possible.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from capacity_advisor.models.errors import InputError
+
+
+def _quiet(*args, **kw) -> None:
+    return None
+
+
+def score_file(pool_path: str, pool_options, cfg, out: str, compute=None, checker: str = "auto", say: Callable = _quiet,
+               start: Callable = _quiet, advance: Callable = _quiet, on_pool: Callable = _quiet) -> dict:
+    """Score every candidate of the pool under the student (`scoring.score_pool`, cached and
+    resumable) into OUT/scores.jsonl; with `compute` (a ComputeConfig), also measure which
+    problems the student solves only with the long budget (OUT/compute.jsonl). Returns the
+    scoring summary with the pool's and the compute measurement's."""
+    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.advisor.scoring import load_for, score_pool
+    from capacity_advisor.models.files import advisor_home, check_writable_dir
+
+    cfg.validate()
+    check_writable_dir(out, "--out")
+    check_writable_dir(advisor_home(), "ADVISOR_HOME (the score cache)")
+    pool = read_pool(pool_path, pool_options)
+    say(f"loading {cfg.model}")
+    lm = load_for(cfg)
+
+    def begin(total: int, done: int) -> None:  # inputs, model and cache are all usable by now
+        start("scoring", total, done, "candidates")
+        on_pool(pool)
+
+    summary = score_pool(pool, cfg, out, lm=lm, on_start=begin, advance=advance)
+    summary["pool"] = pool.summary()
+    if compute is not None and "waiting_for" not in summary:
+        summary["compute"] = measure_compute(pool, lm, cfg, compute, checker, Path(out), start, advance)
+    return summary
+
+
+def measure_compute(pool, lm, cfg, compute, checker: str, out: Path, start: Callable, advance: Callable) -> dict:
+    """Each problem attempted with the short and the long budget (`compute.measure`); OUT/compute.jsonl."""
+    from capacity_advisor.advisor import compute as compute_mod
+    from capacity_advisor.advisor.probe import pick_checker
+    from capacity_advisor.models.backends import make_backend
+    from capacity_advisor.models.files import write_jsonl
+
+    gen = make_backend("hf", lm, token_budget=cfg.token_budget) if cfg.backend == "hf" else \
+        make_backend("vllm", lm, token_budget=cfg.token_budget or 8192, tensor_parallel_size=cfg.tensor_parallel_size,
+                     gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)
+    start("short and long attempts", 2 * len(pool), 0, "problems")
+    rows = compute_mod.measure(gen, pool, compute, pick_checker(pool, checker), progress=advance)
+    write_jsonl(out / "compute.jsonl", rows)
+    return {"classes": {c: sum(r["class"] == c for r in rows) for c in compute_mod.CLASSES},
+            "short": compute.short, "long": compute.long, "written": str(out / "compute.jsonl")}
+
+
+def select_file(pool_path: str, pool_options, scores_path: str, cfg, out: str, fmt: str = "trl",
+                problems: str = "all", compute_path: str | None = None, candidates_path: str | None = None) -> dict:
+    """D_high / D_low / D_mixed / curriculum of a scored pool (`select.select`), exported to OUT in
+    `fmt`, with OUT's .config.json beside it; `problems` keeps one compute class (from
+    `compute_path`, default beside the scores); `candidates_path` also gets every candidate of
+    the selected problems (for training.rerank). Returns the selection's summary."""
+    from capacity_advisor.advisor import select as sel_mod
+    from capacity_advisor.advisor.compute import PROBLEM_FILTERS, keep_problems
+    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.models.files import check_writable_file, versions, write_json, write_jsonl
+
+    cfg.validate()
+    if fmt not in sel_mod.FORMATS:
+        raise InputError(f"--format {fmt!r} is unknown: use one of {', '.join(sel_mod.FORMATS)}")
+    if problems not in PROBLEM_FILTERS:
+        raise InputError(f"--problems {problems!r} is unknown: use one of {', '.join(PROBLEM_FILTERS)}")
+    check_writable_file(out, "--out")
+    if candidates_path:
+        check_writable_file(candidates_path, "--candidates")
+    pool = read_pool(pool_path, pool_options)
+    if problems != "all":
+        pool = keep_problems(pool, compute_path or Path(scores_path).with_name("compute.jsonl"), problems)
+    selection = sel_mod.select(pool, sel_mod.load_scores(scores_path), cfg)
+    n = sel_mod.export(selection, out, fmt)
+    if candidates_path:
+        ids = {r["id"] for r in selection.rows}
+        write_jsonl(candidates_path, ({"id": p.id, "prompt": p.prompt, "responses": [c.text for c in p.candidates]}
+                                      for p in pool.problems if p.id in ids))
+    summary = {**selection.summary, "format": fmt, "written": str(out), "rows_written": n, "problems_kept": problems}
+    write_json(Path(out).with_name(Path(out).stem + ".config.json"), {
+        "stage": "select", "versions": versions(), "settings": sel_mod.config_dict(cfg), "format": fmt,
+        "pool": pool.summary(), "scores": str(scores_path), "summary": summary,
+    })
+    return summary
+
+
+def fit_file(records_path: str | None, out: str, kinds: tuple[str, ...], **fit) -> dict:
+    """`advisor fit`: the records (default: the records store) read, the predictor fitted
+    (`fit.fit_and_save`) and saved to OUT. `fit` holds fit_and_save's settings."""
+    from capacity_advisor.advisor.fit import check_settings, fit_and_save
+    from capacity_advisor.advisor.predictor import read_records
+    from capacity_advisor.models.files import advisor_home, check_writable_dir
+
+    check_settings(fit.get("tie_margin", 0.01), fit.get("n_members", 24), fit.get("seed", 0), fit.get("jobs", 1), kinds,
+                   fit.get("cv", ()), fit.get("choose_by", "source"))
+    check_writable_dir(out, "--out")
+    return fit_and_save(read_records(records_path or str(advisor_home() / "records.jsonl")), out, kinds=kinds, **fit)

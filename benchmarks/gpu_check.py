@@ -19,7 +19,7 @@ In one process, in this order:
    random weights, in the dtype the trainer picks (training.sft.precision: bf16 on a GPU):
    - scoring: `HFBackend.score_encoded` at the device's default token budget, as `advisor score`
      runs it, on --scoring-pairs pairs of the assumed pool's shape cut at recommend's scoring max_length
-     (advisor.recommend.REAL_DEFAULTS): response tokens/s and peak memory;
+     (probes.recipe.REAL.score_length): response tokens/s and peak memory;
    - one probe step as `advisor probe` and `recommend` take it: the real-student recipe
      (probes/recipe.py REAL: batch 8, its max_length, warm-up, constant rate, the size's learning
      rate), its manifest (probes.run.manifest_for) and the Trainer settings of training/sft.py
@@ -529,12 +529,12 @@ def recipe_of(inputs: dict):
 def student_part(args, device: str, res: dict) -> None:
     import torch
 
-    from capacity_advisor.advisor.recommend import REAL_DEFAULTS
+    from capacity_advisor.probes.recipe import REAL as REAL_RECIPE
     from capacity_advisor.probes.recipe import REAL
     from capacity_advisor.probes.run import ProbeConfig
 
     recipe = REAL.with_(**QUICK_LENGTHS) if args.quick else REAL
-    score_max_length = QUICK_SCORE_MAX_LENGTH if args.quick else REAL_DEFAULTS.max_length
+    score_max_length = QUICK_SCORE_MAX_LENGTH if args.quick else REAL_RECIPE.score_length
     base_pool = QUICK_POOL if args.quick else PoolAssumption()
     pool = PoolAssumption(**{k: getattr(args, k) if getattr(args, k) is not None else v for k, v in asdict(base_pool).items()})
     strategies = len(ProbeConfig().strategies)

@@ -81,7 +81,6 @@ def test_probe_modes_and_settings_follow_the_project(quick):
 
 
 def test_projection_is_computed_from_the_measurements(quick):
-    from capacity_advisor.advisor.recommend import REAL_DEFAULTS
     from capacity_advisor.probes.recipe import REAL
 
     gpu_check, res, _ = quick
@@ -101,8 +100,8 @@ def test_projection_is_computed_from_the_measurements(quick):
         halved = gpu_check.project(faster, recipe, pool, inputs["score_max_length"], inputs["sets"])
         assert halved["seconds"]["probe_training"] == pytest.approx(again["seconds"]["probe_training"] / 2)
         # at the real recipe and the documented pool: every candidate scored up to recommend's max_length
-        full = gpu_check.project(m, REAL, gpu_check.PoolAssumption(), REAL_DEFAULTS.max_length, 2)
-        assert full["scored_tokens_per_response"] == REAL_DEFAULTS.max_length - gpu_check.PoolAssumption().prompt_tokens
+        full = gpu_check.project(m, REAL, gpu_check.PoolAssumption(), REAL.score_length, 2)
+        assert full["scored_tokens_per_response"] == REAL.score_length - gpu_check.PoolAssumption().prompt_tokens
         assert full["seconds"]["scoring"] == pytest.approx(
             12_000 * 4 * full["scored_tokens_per_response"] / m["scoring"]["response_tokens_per_s"])
         assert full["seconds"]["probe_training"] == pytest.approx(2 * REAL.steps * m["probe_step"]["seconds_per_step"])

@@ -328,8 +328,8 @@ def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
     if meta.get("recipe") is not None:
         try:
             check_recipe(meta["recipe"])
-        except InputError:
-            return "recipe"
+        except InputError as e:
+            return f"recipe: {e}"
     for key in ("cv", "labels", "policy"):
         if meta.get(key) is not None and not isinstance(meta[key], dict):
             return key

@@ -276,6 +276,7 @@ def prior(cfg: RecommendConfig, n_params: float, predictor) -> tuple[dict, dict]
 
 def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stage, plan: ProbePlan) -> Recommendation:
     """The predictor's answer on the probe's measurements (the priors' without a probe)."""
+    from capacity_advisor.advisor.predictor import Policy
     from capacity_advisor.advisor.priors import PAPER_FROM, paper_prior_advice
 
     context = stage.split.data.context
@@ -286,7 +287,17 @@ def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stage, p
     else:
         measured.update(stage.report["features"])
         row = predictor_row(measured, cfg.budget, cfg.score)
-        advice = {**predictor.advise(row), "reasons": predictor.reasons(row)}
+        policy = Policy.of(predictor)
+        decision = policy.decide(predictor, row, desc["n_params"], cfg.budget)
+        advice = {**decision["advice"], "reasons": predictor.reasons(row), "answered_by": decision["answered_by"],
+                  "answered_why": decision["why"], "policy": policy.describe()}
+        if decision["answered_by"] != "predictor" or decision["strategy"] != advice["strategy"]:
+            own = advice["strategy"]
+            advice["strategy"] = decision["strategy"]
+            advice["confidence_reasons"] = [f"{decision['answered_by']}: {decision['why']}; the predictor alone would "
+                                            f"say D_{own} (P = {advice['probabilities'][own]:.2f})"] + advice["confidence_reasons"]
+            if decision["answered_by"] != "predictor":
+                advice["confidence"] = "low"
         probs = predictor.predict_proba([predictor_row(measured, b, cfg.score) for b in BUDGET_GRID])
         curve = {o: probs[:, j].tolist() for j, o in enumerate(predictor.options)}
         if desc["n_params"] >= PAPER_FROM:  # what the paper found for students of this size, beside the measurement
@@ -311,7 +322,9 @@ def recommendation(cfg: RecommendConfig, predictor, desc: dict, settings: dict, 
         score=cfg.score, settings=settings, curve=curve, baselines=rules, rule_of_thumb=rule_words,
         interval=advice.get("interval"), range=advice.get("range"), neighbours=advice.get("neighbours"),
         reasons=[reason_text(r) for r in advice.get("reasons", [])], prior=advice.get("prior"),
-        paper_prior=advice.get("paper_prior"))
+        paper_prior=advice.get("paper_prior"),
+        answered_by=advice.get("answered_by", f"{advice['prior']} prior" if advice.get("prior") else "predictor"),
+        policy=advice.get("policy"))
 
 
 def advise_only(cfg: RecommendConfig, checked: Checked, desc: dict, t0: float) -> Recommendation:

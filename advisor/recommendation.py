@@ -78,6 +78,8 @@ class Recommendation:
     eval_rows: int = 0
     checker: str = "none"  # the eval set's answer checker
     pool: dict | None = None  # the pool's summary (None: advice only, nothing read)
+    answered_by: str = "predictor"  # the predictor, its fallback (always D_high / the paper's findings), or a prior
+    policy: str | None = None  # the shipped policy in words: when the predictor answers and when the fallback does
     notes: list[str] = field(default_factory=list)  # what the user should know about the outputs
     seconds: float = 0.0
 
@@ -116,6 +118,7 @@ class Recommendation:
             "crossover_epoch": self.crossover_epoch, "confidence": self.confidence,
             "confidence_reasons": self.confidence_reasons, "range": self.range, "neighbours": self.neighbours,
             "reasons": self.reasons, "paper_prior": self.paper_prior, "prior": self.prior, "predictor": self.predictor,
+            "answered_by": self.answered_by, "policy": self.policy,
             "baselines": self.baselines, "model": self.model, "budget": self.budget, "features": self.inputs,
             "settings": self.settings, "selection": self.selection, "train_rows": self.train_rows,
             "eval_rows": self.eval_rows, "probe_cost": self.probe_cost, "seconds": self.seconds, "notes": self.notes,

@@ -494,3 +494,28 @@ def test_the_figure_is_readable_and_every_panel_has_a_legend(synthetic_predictor
         assert all(ax.get_legend() is not None for ax in fig.axes)
     finally:
         plt.close(fig)
+
+
+def test_recommend_reports_the_fallback_off_the_data_and_the_predictor_on_it(lab_pool_file, synthetic_predictor, tmp_path):
+    """The same student and pool, two policies: one that trusts the predictor nowhere (a distance
+    limit of zero), one that trusts it everywhere. The report says which of the two answered."""
+    pred = Predictor.load(synthetic_predictor)
+    answers = {}
+    for name, policy in (("off", {"max_distance": 0.0, "margin": 0.0, "use_range": False}),
+                         ("on", {"max_distance": None, "margin": 0.0, "use_range": False})):
+        pred.meta = {**pred.meta, "policy": policy}
+        pred.save(tmp_path / f"pred-{name}")
+        r = run("recommend", "--model", "lab:xs", "--budget", 3, "--pool", lab_pool_file, "--predictor",
+                tmp_path / f"pred-{name}", "--probe-steps", 4, "--probe-eval-problems", 16, "--out", tmp_path / name,
+                "--device", "cpu", "--json")
+        assert r.exit_code == 0, r.stderr
+        answers[name] = json.loads(r.stdout)
+    off, on = answers["off"], answers["on"]
+    assert off["answered_by"] == "fallback: always D_high" and off["strategy"] == "high" and off["confidence"] == "low"
+    assert any(line.startswith("fallback: always D_high") for line in off["confidence_reasons"])
+    assert on["answered_by"] == "predictor" and on["strategy"] == max(on["probabilities"], key=on["probabilities"].get)
+    assert "otherwise the fallback" in off["policy"]
+    text = run("recommend", "--model", "lab:xs", "--budget", 3, "--pool", lab_pool_file, "--predictor",
+               tmp_path / "pred-off", "--probe-steps", 4, "--probe-eval-problems", 16, "--out", tmp_path / "off",
+               "--device", "cpu")
+    assert text.exit_code == 0 and "answered by: fallback: always D_high" in text.stderr  # the report goes to stderr

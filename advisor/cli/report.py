@@ -147,6 +147,7 @@ def recommendation(rec, out: str) -> None:
     head = (f"[bold]Train on: D_{rec.strategy}[/bold]" + (f" ({how})" if how else "")
             + (" — the evidence is silent here; mixed is the hedge" if rec.answer == "uncertain" else "")
             + f"   confidence: {rec.confidence}   ({rec.predictor})\n"
+            + f"answered by: {rec.answered_by}\n"
             + f"student {m['spec']} ({m['n_params']:,} params), budget {rec.budget:g} epochs")
     co = rec.crossover_epoch
     head += ("\npredicted crossover: D_low overtakes D_high from about epoch " + f"{co:g}") if co else \
@@ -161,16 +162,18 @@ def recommendation(rec, out: str) -> None:
     console.print(t)
     for line in rec.confidence_reasons:
         console.print(f"[bold]confidence[/bold]: {line}", highlight=False)
+    if rec.policy:
+        console.print(f"[bold]policy[/bold]: {rec.policy}", highlight=False)
     if rec.reasons:
         console.print("[bold]Why[/bold]: " + "; ".join(rec.reasons), highlight=False)
     if rec.neighbours:
         t = Table(title="Nearest calibrated students (what they measured at this budget)", title_justify="left")
-        for col in ("student", "task", "ranking", "distance", "best", "high", "low", "mixed"):
+        for col in ("student", "pool source", "ranking", "distance", "best", "high", "low", "mixed"):
             t.add_column(col)
         b = f"{min(BUDGETS, key=lambda x: abs(x - rec.budget)):g}"
         for n in rec.neighbours:
             o = n.get("outcomes", {}).get(b, {})
-            t.add_row(n["student"], str(n["task"]), str(n["score"]), f"{n['distance']:.2f}", o.get("label", "—"),
+            t.add_row(n["student"], str(n.get("source") or n["task"]), str(n["score"]), f"{n['distance']:.2f}", o.get("label", "—"),
                       *[fmt(o.get(s)) for s in ("high", "low", "mixed")])
         console.print(t)
     outside = [r for r in (rec.range or []) if r["inside"] is False]

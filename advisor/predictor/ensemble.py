@@ -333,6 +333,13 @@ def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
     for key in ("cv", "labels", "policy"):
         if meta.get(key) is not None and not isinstance(meta[key], dict):
             return key
+    if meta.get("policy") is not None:
+        from capacity_advisor.advisor.predictor.policy import Policy
+
+        try:
+            Policy.from_dict(meta["policy"])
+        except InputError:
+            return "policy"
     if meta.get("labels") is not None and not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
                                                   for k, v in meta["labels"].items()):
         return "labels"

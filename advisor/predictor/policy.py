@@ -85,6 +85,23 @@ class Policy:
         return d
 
     @classmethod
+    def of(cls, predictor: Predictor) -> "Policy":
+        """The policy a predictor file states (`meta.policy`); without one the predictor always answers."""
+        raw = (predictor.meta or {}).get("policy")
+        return cls() if raw is None else cls.from_dict(raw)
+
+    def describe(self) -> str:
+        parts = [f"the predictor answers when its nearest calibrated student is within {self.max_distance:g}x the "
+                 "typical distance" if math.isfinite(self.max_distance) else "the predictor answers wherever the student lies"]
+        if self.use_range:
+            parts.append("and every measured input lies inside the calibrated range")
+        if self.margin > 1:
+            parts.append("but never overrides D_high")
+        elif self.margin > 0:
+            parts.append(f"and a set other than D_high is {self.margin:g} more probable than D_high")
+        return " ".join(parts) + "; otherwise the fallback (D_high below 10^8 parameters, the paper's findings from 10^8)"
+
+    @classmethod
     def from_dict(cls, raw) -> "Policy":
         """A policy read from a predictor file (user input), checked."""
         if not isinstance(raw, dict):

@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import Callable
 
 from capacity_advisor.advisor.pool import (
-    ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, DatasetSource, given_ids, pick_field, read_rows, stand_in_id, utf8_text,
+    ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, DatasetSource, given_ids, iter_rows, pick_field, stand_in_id, utf8_text,
 )
 from capacity_advisor.advisor.shards import ShardPlan, cache_folder
+from capacity_advisor.models.backends import VLLM_DEFAULTS
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import (FORMAT_VERSION, advisor_home, atomic_path, check_writable_dir, check_writable_file, read_jsonl,
-                          stable_hash, versions, write_json, write_jsonl)
+from capacity_advisor.models.files import (FORMAT_VERSION, advisor_home, atomic_path, check_writable_dir, check_writable_file,
+                                           refuse_overwrite, stable_hash, versions, write_json, write_jsonl)
 
 OUT_SUFFIXES = (".jsonl", ".parquet")
 
@@ -61,7 +62,7 @@ class GenerateConfig:
     shard_size: int = 64  # --shard-size: problems per cached shard (the unit of resume)
     token_budget: int | None = None  # --token-budget: tokens per generation batch, prompt + new (None: the backend's default)
     tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float = VLLM_DEFAULTS.gpu_memory_utilization
     dp_rank: int = 0
     dp_size: int = 1
     seed: int = 0
@@ -101,7 +102,11 @@ class ProblemRow:
 
 
 def read_problems(cfg: GenerateConfig) -> tuple[list[ProblemRow], dict]:
-    rows = read_rows(cfg.problems, what="problems file", source=DatasetSource(cfg.split, cfg.subset, cfg.revision))
+    """The problems to generate for; with `limit`, only the first rows are read."""
+    from itertools import islice
+
+    rows = list(islice(iter_rows(cfg.problems, what="problems file", source=DatasetSource(cfg.split, cfg.subset, cfg.revision)),
+                       cfg.limit))
     if not rows:
         raise InputError(f"problems file {cfg.problems} holds no rows")
     keys = set().union(*(r.keys() for r in rows[:100]))
@@ -113,7 +118,6 @@ def read_problems(cfg: GenerateConfig) -> tuple[list[ProblemRow], dict]:
     if fields["prompt"] is None:
         raise InputError(f"no problem text field in {cfg.problems} (looked for {', '.join(PROMPT_KEYS)}); "
                          f"name it with --prompt-field (fields: {', '.join(sorted(keys))})")
-    rows = rows[: cfg.limit] if cfg.limit else rows
     try:
         return _problem_rows(cfg, rows, fields), fields
     except RecursionError:  # a field nested just under the parser's limit can still overflow str()
@@ -175,10 +179,11 @@ def generate_pool(
     from capacity_advisor.models.metrics import choose_checker
     from capacity_advisor.models.loading import load_model
     from capacity_advisor.models.metrics import check_answer, math_checker_name
-    from capacity_advisor.models.template import template_id
+    from capacity_advisor.models.template import check_prompts, template_id
 
     cfg.validate()
     check_writable_file(cfg.out, "--out")
+    refuse_overwrite([cfg.problems], [cfg.out, config_path(cfg.out)], "--out")
     check_writable_dir(advisor_home(), "ADVISOR_HOME (the generation cache)")
     problems, fields = read_problems(cfg)
     has_answers = any(p.answer not in (None, "") for p in problems)
@@ -191,6 +196,7 @@ def generate_pool(
 
         import_vllm()
     lm = lm or load_model(cfg.teacher, device=cfg.device, dtype=cfg.dtype, weights=backend_name != "vllm")
+    check_prompts(lm.tokenizer, (p.problem for p in problems))  # a template that fails on some: refused before any work
     tmpl = template_id(lm.tokenizer)
     parts = cache_parts(cfg, backend_name, lm, tmpl, problems)
     cache = cache_folder("generate", parts)
@@ -200,33 +206,29 @@ def generate_pool(
     n_cached = plan.my_cached_items()
     if on_start:
         on_start(plan.my_items(), n_cached)
-    backend, computed, t0 = None, 0, time.perf_counter()
-    for i in plan.todo():
-        if stop_after_shards is not None and computed >= stop_after_shards:
-            return {"stopped_early": True, "cache": str(cache)}
-        backend = backend or _make_backend(backend_name, lm, cfg)
-        shard = plan.shards[i]
-        comps = backend.generate([p.problem for p in shard], max_new_tokens=cfg.max_new_tokens,
-                                 temperature=cfg.temperature, n=cfg.n, seed=cfg.seed * 1_000_003 + i * cfg.shard_size,
-                                 progress=advance, top_p=cfg.top_p, details=True)
-        write_jsonl(plan.paths[i], ({"id": p.id, "candidates": c} for p, c in zip(shard, comps)))
-        computed += 1
+    backends: list = []
+
+    def work(i: int, shard) -> list[dict]:
+        if not backends:
+            backends.append(_make_backend(backend_name, lm, cfg))
+        comps = backends[0].generate([p.problem for p in shard], max_new_tokens=cfg.max_new_tokens,
+                                     temperature=cfg.temperature, n=cfg.n, seed=cfg.seed * 1_000_003 + i * cfg.shard_size,
+                                     progress=advance, top_p=cfg.top_p, details=True)
+        return [{"id": p.id, "candidates": c} for p, c in zip(shard, comps)]
+
+    t0 = time.perf_counter()
+    computed = plan.run(work, stop_after_shards)
+    if computed is None:
+        return {"stopped_early": True, "cache": str(cache)}
     elapsed = time.perf_counter() - t0
     missing = plan.missing()
     if missing:
         return {"waiting_for": missing, "shards": len(plan.shards), "computed": computed, "cache": str(cache), "key": key}
 
-    generated = {}
-    for path, shard in zip(plan.paths, plan.shards):
-        try:
-            cached = read_jsonl(path)
-        except ValueError:
-            cached = None
-        if cached is None or [r.get("id") for r in cached] != [p.id for p in shard] or \
-                not all(isinstance(r.get("candidates"), list) for r in cached):
-            path.unlink()  # written atomically, so this is outside damage: recompute it next time
-            raise InputError(f"cached shard {path} was damaged and has been removed; rerun the same command")
-        generated.update((r["id"], r["candidates"]) for r in cached)
+    def same(rows: list[dict], shard) -> bool:
+        return [r.get("id") for r in rows] == [p.id for p in shard] and all(isinstance(r.get("candidates"), list) for r in rows)
+
+    generated = {r["id"]: r["candidates"] for rows in plan.read(same) for r in rows}
     rows = []
     for p in problems:
         cands = generated[p.id]
@@ -269,7 +271,7 @@ def _make_backend(name: str, lm, cfg: GenerateConfig):
     from capacity_advisor.models.backends import make_backend
 
     if name == "vllm":
-        return make_backend("vllm", lm, token_budget=max(cfg.token_budget or 8192, cfg.max_new_tokens + 1),
+        return make_backend("vllm", lm, token_budget=VLLM_DEFAULTS.budget(cfg.token_budget, cfg.max_new_tokens + 1),
                             tensor_parallel_size=cfg.tensor_parallel_size,
                             gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)
     return make_backend("hf", lm, token_budget=cfg.token_budget)

@@ -18,16 +18,17 @@ are skipped; both are counted and reported. `strict=True` turns any skip into an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import JSONLError, read_jsonl, stable_hash
+from capacity_advisor.models.errors import InputError, one_line
+from capacity_advisor.models.files import JSONLError, iter_jsonl, read_jsonl, stable_hash_of_list
 
 PROMPT_KEYS = ("problem", "prompt", "question", "instruction", "query", "input")
 RESPONSES_KEYS = ("generations", "responses", "candidates", "completions", "outputs")
@@ -111,7 +112,7 @@ class Pool:
 
     def fingerprint(self) -> str:
         """Content hash of what will be scored (ids, prompts, kept candidates), whatever the file format."""
-        return stable_hash([[p.id, p.prompt, [[c.k, c.text] for c in p.candidates]] for p in self.problems])
+        return stable_hash_of_list([p.id, p.prompt, [[c.k, c.text] for c in p.candidates]] for p in self.problems)
 
     def get(self, pid: str) -> Problem:
         if not hasattr(self, "_index"):
@@ -141,31 +142,61 @@ class Pool:
 
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
+FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet", ".pq")
+_FILE_LIKE_SUFFIX = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,9}$")  # .jsonl, .jsonlx, .csv; not a version like -1.5
+ROW_BATCH = 1024  # rows converted at a time from Parquet and datasets folders
 
 
 def read_rows(path: str | Path, what: str = "pool", source: DatasetSource | None = None) -> list[dict]:
     """The rows of a JSONL, JSON or Parquet file, a datasets folder (save_to_disk, or a dataset
     repository laid out as the hub lays it out), or a hub dataset id; any fault is one InputError."""
-    source = source or DatasetSource()
+    return list(iter_rows(path, what, source))
+
+
+def iter_rows(path: str | Path, what: str = "pool", source: DatasetSource | None = None) -> Iterator[dict]:
+    """`read_rows` one row at a time: JSONL, Parquet and datasets folders are never held whole
+    (a JSON array is parsed whole, as JSON must be). Which source to read is decided, and a path
+    that does not exist refused, before the first row; a fault in a row is one InputError when
+    the reader reaches it."""
+    return _guarded(_open_rows(path, what, source or DatasetSource()), path, what)
+
+
+def looks_like_file(path: str) -> bool:
+    """Whether a path that does not exist was meant as a local file or folder, not a hub id: it
+    has a file-type suffix (`pool.jsonlx`), or a folder part that exists here (`data/pool200`)."""
+    p = Path(os.path.expanduser(path))
+    if path.startswith(("/", ".", "~")) or _FILE_LIKE_SUFFIX.search(p.name):
+        return True
+    return str(p.parent) not in ("", ".") and p.parent.is_dir()
+
+
+def _open_rows(path, what: str, source: DatasetSource) -> Iterator[dict]:
     p = Path(path)
-    if not p.exists() and HUB_ID.match(str(path)):
-        return _read_hub_dataset(str(path), what, source)
+    if not p.exists() and HUB_ID.match(str(path)) and not looks_like_file(str(path)):
+        return _dataset_rows(_load_hub_dataset(str(path), what, source), f"{what} {path}")
     if not p.exists():
-        raise InputError(f"{what} {path} does not exist: pass a JSONL, JSON, Parquet file, a datasets folder "
-                         "or a hub dataset id (org/name)")
+        raise InputError(f"{what} {path} does not exist (no such file or folder): pass a JSONL, JSON, Parquet file, "
+                         "a datasets folder or a hub dataset id (org/name)")
     if p.is_dir() and not _is_saved_dataset(p):
-        return _read_hub_dataset(str(p), what, source)
+        return _dataset_rows(_load_hub_dataset(str(p), what, source), f"{what} folder {p}")
     suffix = p.suffix.lower()
-    if not p.is_dir() and suffix not in (".jsonl", ".ndjson", ".json", ".parquet", ".pq"):
+    if not p.is_dir() and suffix not in FILE_SUFFIXES:
         raise InputError(f"{what} {path}: unknown file type {p.suffix!r}; use .jsonl, .json, .parquet or a datasets.save_to_disk folder")
+    if p.is_dir():
+        return _dataset_rows(_load_dataset_dir(p, what, source), f"{what} folder {p}", saved=True)
+    if suffix in (".jsonl", ".ndjson"):
+        return iter_jsonl(p)
+    if suffix == ".json":
+        return _json_rows(p, what)
+    return _parquet_rows(p)
+
+
+def _guarded(rows: Iterator[dict], path, what: str) -> Iterator[dict]:
+    """`rows`, each fault of the file while reading it turned into one InputError."""
     try:
-        if p.is_dir():
-            return _read_dataset_dir(p, what)
-        if suffix in (".jsonl", ".ndjson"):
-            return read_jsonl(p)
-        if suffix == ".json":
-            return _read_json(p, what)
-        return _read_parquet(p)
+        yield from rows
+    except InputError:
+        raise
     except JSONLError as e:
         raise InputError(f"{e}: fix or remove that line") from None
     except RecursionError:
@@ -174,6 +205,10 @@ def read_rows(path: str | Path, what: str = "pool", source: DatasetSource | None
         raise InputError(f"{what} {path} is not valid UTF-8 (byte {e.start}); save it as UTF-8") from None
     except (OSError, ValueError, TypeError) as e:
         raise InputError(f"cannot read {what} {path}: {e}") from None
+
+
+def _json_rows(p: Path, what: str) -> Iterator[dict]:
+    yield from _read_json(p, what)  # read when the first row is asked for, inside _guarded
 
 
 def _read_json(p: Path, what: str) -> list[dict]:
@@ -192,12 +227,13 @@ def _read_json(p: Path, what: str) -> list[dict]:
     return data
 
 
-def _read_parquet(p: Path) -> list[dict]:
+def _parquet_rows(p: Path) -> Iterator[dict]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        return pq.read_table(p).to_pylist()
+        for batch in pq.ParquetFile(p).iter_batches(batch_size=ROW_BATCH):
+            yield from batch.to_pylist()
     except pa.ArrowException as e:  # some (ArrowNotImplementedError) are neither ValueError nor OSError
         raise ValueError(f"not a readable Parquet file ({e})") from None
 
@@ -214,19 +250,22 @@ def _pick_split(ds, source: DatasetSource, where: str):
         return ds
     split = source.split or ("train" if "train" in ds else (next(iter(ds)) if len(ds) == 1 else None))
     if split not in ds:
-        raise InputError(f"{where} has splits {', '.join(ds)}: pick one with --split")
+        asked = f"no split {source.split!r}: " if source.split else ""
+        raise InputError(f"{where} has {asked}splits {', '.join(ds)}: pick one with --split")
     return ds[split]
 
 
-def _read_hub_dataset(spec: str, what: str, source: DatasetSource) -> list[dict]:
+def _load_hub_dataset(spec: str, what: str, source: DatasetSource):
     """A hub dataset id or a dataset repository folder, through `datasets.load_dataset` (which
     caches as it always does). Without the hub, the local cache only, or one line saying how to
-    bring the dataset here."""
+    bring the dataset here. A folder may name only files inside itself (`check_repository_folder`)."""
     import datasets
 
     local = os.path.isdir(spec)
     where = f"{what} {'folder ' if local else ''}{spec}" + (f" ({source.subset})" if source.subset else "")
-    if not local:
+    if local:
+        check_repository_folder(Path(spec), where)
+    else:
         from huggingface_hub import constants
 
         from capacity_advisor.models.loading import _hub_answers
@@ -243,27 +282,158 @@ def _read_hub_dataset(spec: str, what: str, source: DatasetSource) -> list[dict]
                 "then pass --pool DIR")
         raise InputError(f"cannot read {where}: {type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
                          f"{hint}") from None
-    ds = _pick_split(ds, source, where)
-    try:
-        return ds.to_list()
-    except Exception as e:
-        raise InputError(f"cannot read {where} ({type(e).__name__}: {e})") from None
+    return _pick_split(ds, source, where)
 
 
-def _read_dataset_dir(p: Path, what: str) -> list[dict]:
+def _load_dataset_dir(p: Path, what: str, source: DatasetSource):
     import datasets
 
+    where = f"{what} folder {p}"
+    check_saved_folder(p, where)
     try:
         ds = datasets.load_from_disk(str(p))
     except (InputError, RecursionError):
         raise
     except Exception as e:  # a damaged folder fails anywhere inside datasets and pyarrow, with any type
-        raise InputError(f"cannot read {what} folder {p} ({type(e).__name__}: {e}); save it again with save_to_disk") from None
-    ds = _pick_split(ds, DatasetSource(), f"{what} folder {p}")
+        raise InputError(f"cannot read {where} ({type(e).__name__}: {e}); save it again with save_to_disk") from None
+    return _pick_split(ds, source, where)
+
+
+def _dataset_rows(ds, where: str, saved: bool = False) -> Iterator[dict]:
+    """The rows of a `datasets.Dataset` (memory-mapped Arrow), a batch at a time."""
+    again = "; save it again with save_to_disk" if saved else ""
     try:
-        return ds.to_list()
+        for batch in ds.iter(batch_size=ROW_BATCH):
+            columns = list(batch)
+            yield from (dict(zip(columns, values)) for values in zip(*(batch[c] for c in columns)))
+    except (InputError, RecursionError):
+        raise
     except Exception as e:
-        raise InputError(f"cannot read {what} folder {p} ({type(e).__name__}: {e}); save it again with save_to_disk") from None
+        raise InputError(f"cannot read {where} ({type(e).__name__}: {e}){again}") from None
+
+
+# ---- folders may name only what lies inside them -----------------------------------------------
+
+_FOLDER_ENTRIES = 20_000  # entries a folder check looks at; a real dataset folder has a few hundred at most
+
+
+def check_repository_folder(folder: Path, where: str) -> None:
+    """Refuse a dataset repository folder whose card (README.md front matter, .huggingface.yaml)
+    names data outside the folder: an absolute path, a `..` that climbs out, a home folder, a URL;
+    or that holds a symbolic link leading outside it. `datasets` would read those files."""
+    meta: dict = {}
+    readme, standalone = folder / "README.md", folder / ".huggingface.yaml"
+    try:
+        if readme.is_file():
+            from huggingface_hub import DatasetCard
+
+            meta.update(DatasetCard.load(readme).data.to_dict())
+        if standalone.is_file():
+            import yaml
+
+            extra = yaml.safe_load(standalone.read_text(encoding="utf-8"))
+            if isinstance(extra, dict):
+                meta.update(extra)
+    except InputError:
+        raise
+    except Exception as e:  # bad YAML, bad UTF-8, a card of the wrong shape
+        raise InputError(f"{where}: its dataset card (README.md / .huggingface.yaml) cannot be read "
+                         f"({type(e).__name__}: {one_line(str(e))[:200]}); fix its YAML header") from None
+    configs = meta.get("configs")
+    entries = []
+    for config in (configs if isinstance(configs, list) else [configs] if isinstance(configs, dict) else []):
+        if isinstance(config, dict):
+            entries += _data_file_patterns(config.get("data_files"), where)
+            if config.get("data_dir") is not None:
+                entries.append(config["data_dir"])
+    for entry in entries:
+        _check_inside(folder, entry, where, "README data_files")
+    _check_links(folder, where)
+
+
+def check_saved_folder(folder: Path, where: str) -> None:
+    """Refuse a `save_to_disk` folder whose dataset_dict.json or state.json names files or splits
+    outside it (datasets joins those names to the folder, so an absolute one is read as it is)."""
+    splits = _small_json(folder / "dataset_dict.json", where)
+    if isinstance(splits, dict):
+        names = splits.get("splits")
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise InputError(f"{where}: dataset_dict.json must list its splits by name; save it again with save_to_disk")
+        for name in names:
+            if not name or "/" in name or "\\" in name or name in (".", ".."):
+                raise InputError(f"{where}: dataset_dict.json names a split {name[:60]!r} that is not a plain folder "
+                                 "name; save it again with save_to_disk")
+            check_saved_folder(folder / name, where)
+    state = _small_json(folder / "state.json", where)
+    if isinstance(state, dict):
+        files = state.get("_data_files")
+        if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("filename"), str) for f in files):
+            raise InputError(f"{where}: state.json does not list its data files; save it again with save_to_disk")
+        for f in files:
+            _check_inside(folder, f["filename"], where, "state.json")
+    _check_links(folder, where)
+
+
+def _small_json(path: Path, where: str):
+    if not path.is_file():
+        return None
+    try:
+        if path.stat().st_size > 16 << 20:
+            raise ValueError("larger than any datasets metadata file")
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        raise InputError(f"{where}: {path.name} cannot be read ({one_line(str(e))[:200]}); save it again with save_to_disk") from None
+
+
+def _data_file_patterns(value, where: str) -> list:
+    """Every path or pattern in a `data_files` value: a string, a list of them, a list of
+    {split, path} entries, or a {split: path(s)} mapping."""
+    out: list = []
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if len(out) + len(stack) > _FOLDER_ENTRIES:
+            raise InputError(f"{where}: its README data_files lists more than {_FOLDER_ENTRIES:,} entries")
+        if isinstance(v, dict):
+            stack.extend([v["path"]] if "path" in v else v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif v is not None:
+            out.append(v)
+    return out
+
+
+def _check_inside(folder: Path, entry, where: str, source: str) -> None:
+    text = entry if isinstance(entry, str) else str(entry)
+    shown = text if len(text) <= 80 else text[:80] + "…"
+    parts = re.split(r"[/\\]", text)
+    if ("://" in text or text.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", text) or ".." in parts
+            or os.path.isabs(text)):
+        raise InputError(f"{where}: {source} names {shown!r}, outside the folder; a dataset folder may only name "
+                         "files inside itself (relative paths, no '..')")
+    base = os.path.realpath(folder)
+    literal = re.split(r"[*?\[{]", text, maxsplit=1)[0]  # the part before any glob character
+    target = os.path.realpath(os.path.join(base, literal))
+    if target != base and not target.startswith(base.rstrip(os.sep) + os.sep):
+        raise InputError(f"{where}: {source} names {shown!r}, which leads outside the folder (a symbolic link?); "
+                         "a dataset folder may only name files inside itself")
+
+
+def _check_links(folder: Path, where: str) -> None:
+    """No symbolic link inside the folder may lead outside it."""
+    base = os.path.realpath(folder)
+    seen = 0
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            seen += 1
+            if seen > _FOLDER_ENTRIES:
+                return  # datasets reads only what the card or the layout names; those were checked
+            path = os.path.join(root, name)
+            if os.path.islink(path):
+                target = os.path.realpath(path)
+                if target != base and not target.startswith(base.rstrip(os.sep) + os.sep):
+                    raise InputError(f"{where}: {os.path.relpath(path, folder)} is a link to {target}, outside the "
+                                     "folder; copy the file in instead")
 
 
 # ---- layout detection and normalisation --------------------------------------------------------
@@ -406,32 +576,78 @@ def stand_in_id(n: int, taken: set[str]) -> str:
 
 
 def given_ids(rows: list[dict], id_field: str | None, what: str = "pool") -> list[str | None]:
-    return [utf8_text(str(r[id_field]), f"{what} row {n + 1}", id_field) if id_field and r.get(id_field) is not None else None
-            for n, r in enumerate(rows)]
+    return [given_id(r, id_field, f"{what} row {n + 1}") for n, r in enumerate(rows)]
 
 
-def read_pool(path: str | Path, opt: PoolOptions | None = None) -> Pool:
+def given_id(row: dict, id_field: str | None, where: str) -> str | None:
+    """The row's own id, as text, or None when it has none."""
+    return utf8_text(str(row[id_field]), where, id_field) if id_field and row.get(id_field) is not None else None
+
+
+def read_pool(path: str | Path, opt: PoolOptions | None = None, sample: int | None = None, seed: int = 0) -> Pool:
+    """The pool at `path`, read one row at a time. With `sample`, only `sample` of its usable
+    problems, drawn with `seed` (`random.Random(seed).sample` of their ids in pool order): a first
+    pass keeps no text, only what the filter needs, a second keeps the drawn problems' text only.
+    Row and skip counts describe the whole pool either way. A sample as large as the pool is the pool."""
     opt = opt or PoolOptions()
-    rows = read_rows(path, source=opt.source)
-    if not rows:
-        raise InputError(f"pool {path} is empty")
+    if sample is not None and (isinstance(sample, bool) or not isinstance(sample, int) or sample < 1):
+        raise InputError(f"--sample {sample!r} must be a whole number of problems, at least 1")
     try:
-        return _normalise(path, rows, opt)
+        if sample is None:
+            return _read(path, opt).pool
+        whole = _read(path, opt, light=True)
+        if sample >= len(whole.kept):
+            return _read(path, opt).pool
+        import random
+
+        drawn = set(random.Random(seed).sample([pid for _, pid in whole.kept], sample))
+        keep = {key: pid for key, pid in whole.kept if pid in drawn}
+        pool = _read(path, opt, keep=keep).pool
+        pool.n_rows = whole.pool.n_rows
+        pool.skipped_candidates, pool.skipped_problems = whole.pool.skipped_candidates, whole.pool.skipped_problems
+        pool.skipped_examples = whole.pool.skipped_examples
+        return pool
     except RecursionError:  # a field nested just under the parser's limit can still overflow str()
         raise InputError(f"pool {path} is nested too deeply to read; flatten its fields") from None
 
 
-def _normalise(path, rows: list[dict], opt: PoolOptions) -> Pool:
-    layout, f = detect_layout(rows, opt)
-    ids = given_ids(rows, f["id"], f"pool {Path(path).name}")
-    taken = {pid for pid in ids if pid is not None}
-    drafts: dict[tuple[str, str], Problem] = {}
-    for n, (row, pid) in enumerate(zip(rows, ids)):
-        where = f"pool {Path(path).name} row {n + 1}"
+@dataclass
+class _Read:
+    pool: Pool  # in a light pass: no problems, only the counts
+    kept: list[tuple[tuple, str]]  # (draft key, problem id) of every problem the filter keeps, in pool order
+
+
+def _read(path, opt: PoolOptions, light: bool = False, keep: dict | None = None) -> _Read:
+    """One pass over the pool's rows. `light`: keep no text, only what the filter needs (the
+    candidates' emptiness and marks). `keep`: materialise only these drafts (key -> problem id, from
+    a light pass); the others are read past."""
+    from itertools import chain, islice
+
+    rows = iter_rows(path, source=opt.source)
+    head = list(islice(rows, 50))
+    if not head:
+        raise InputError(f"pool {path} is empty")
+    layout, f = detect_layout(head, opt)
+    name = Path(path).name
+    taken: set[str] = set()  # every id the file gives: stand-in ids must differ from all of them
+    drafts: dict[tuple, Any] = {}  # key -> Problem, or in a light pass (prompt usable, [(text usable, mark), ...])
+    first_row: dict[tuple, int] = {}  # key -> first row, for drafts without an id of their own
+    passed: set[tuple] = set()  # drafts read past (`keep`), still checked for repeated ids
+    shapes: dict[tuple, tuple] = {}  # a light pass shares one object per distinct grouped draft
+    n_rows = 0
+    for n, row in enumerate(chain(head, rows)):
+        n_rows += 1
+        where = f"pool {name} row {n + 1}"
+        pid = given_id(row, f["id"], where)
+        if pid is not None:
+            taken.add(pid)
         if layout == "grouped":
-            if ("id", pid) in drafts:
+            key = ("id", pid) if pid is not None else ("row", n)
+            if pid is not None and (key in drafts or key in passed):
                 raise InputError(f"{where}: id {pid!r} repeats an earlier row; ids must be unique per problem (or pass --id-field)")
-            pid = pid if pid is not None else stand_in_id(n, taken)
+            if keep is not None and key not in keep:
+                passed.add(key)
+                continue
             if f["prompt"] not in row:
                 raise InputError(f"{where}: missing field {f['prompt']!r}; pass --prompt-field")
             gens = row.get(f["responses"])
@@ -442,53 +658,101 @@ def _normalise(path, rows: list[dict], opt: PoolOptions) -> Pool:
                 raise InputError(f"{where}: {f['correct']!r} must be a list as long as {f['responses']!r} ({len(gens)})")
             cands = [Candidate(k, _text(g, where, f"candidate {k}"), _as_bool(marks[k], where) if marks else None)
                      for k, g in enumerate(gens)]
-            drafts[("id", pid)] = Problem(pid, _text(row[f["prompt"]], where, f["prompt"]), cands, _answer(row, f, where), _task(row, where))
+            prompt = _text(row[f["prompt"]], where, f["prompt"])
+            if pid is None:
+                first_row[key] = n
+            if light:
+                shape = (bool(prompt.strip()), tuple((bool(c.text.strip()), c.correct) for c in cands))
+                drafts[key] = shapes.setdefault(shape, shape)
+            else:
+                drafts[key] = Problem(pid, prompt, cands, _answer(row, f, where), _task(row, where))
             continue
         prompt, response = _flat_pair(row, layout, f, where)
-        key = ("id", pid) if pid is not None else ("prompt", prompt)  # rows without an id are grouped by prompt
+        # rows without an id are grouped by prompt
+        key = ("id", pid) if pid is not None else ("prompt", hashlib.blake2b(prompt.encode("utf-8"), digest_size=16).digest())
         mark = _as_bool(row.get(f["correct"]), where) if f["correct"] else None
+        if keep is not None and key not in keep:
+            continue
         if key not in drafts:
-            drafts[key] = Problem(pid if pid is not None else stand_in_id(n, taken), prompt, [], _answer(row, f, where),
-                                  _task(row, where))
-        prob = drafts[key]
-        prob.candidates.append(Candidate(len(prob.candidates), response, mark))
-    return _filter(path, layout, f, len(rows), list(drafts.values()), opt)
+            if pid is None:
+                first_row[key] = n
+            drafts[key] = [bool(prompt.strip()), []] if light else Problem(pid, prompt, [], _answer(row, f, where), _task(row, where))
+        draft = drafts[key]
+        if light:
+            draft[1].append((bool(response.strip()), mark))
+        else:
+            draft.candidates.append(Candidate(len(draft.candidates), response, mark))
+    return _filter(path, layout, f, n_rows, drafts, first_row, taken, opt, keep)
 
 
-def _filter(path, layout: str, f: dict, n_rows: int, problems: list[Problem], opt: PoolOptions) -> Pool:
+def _filter(path, layout: str, f: dict, n_rows: int, drafts: dict, first_row: dict, taken: set, opt: PoolOptions,
+            keep: dict | None) -> _Read:
+    """Give every draft its id (its own, else a stand-in), then drop unusable candidates and skip
+    problems left with too few, counting both; the same decisions for light and full drafts."""
     pool = Pool([], str(path), layout, f, n_rows)
-
-    def skip(counter: Counter, reason: str, pid: str) -> None:
-        if opt.strict:
-            raise InputError(f"problem {pid!r}: {reason} (--strict); fix the pool or drop --strict to skip it")
-        counter[reason] += 1
-        pool.skipped_examples.setdefault(reason, [])
-        if len(pool.skipped_examples[reason]) < 5:
-            pool.skipped_examples[reason].append(pid)
-
-    for prob in problems:
-        if not prob.prompt.strip():
-            skip(pool.skipped_problems, "empty prompt", prob.id)
+    kept_keys: list[tuple[tuple, str]] = []
+    verdicts: dict = {}  # light passes share one verdict object per distinct outcome
+    for key, draft in drafts.items():
+        if keep is not None:
+            pid = keep[key]
+        else:
+            pid = key[1] if key[0] == "id" else stand_in_id(first_row[key], taken)
+        if isinstance(draft, Problem):
+            draft.id = pid
+            prompt_ok, marks = bool(draft.prompt.strip()), [(bool(c.text.strip()), c.correct) for c in draft.candidates]
+        else:
+            prompt_ok, marks = draft
+        verdict = _judge(prompt_ok, marks, opt, bool(f["correct"]))
+        verdict = verdicts.setdefault(verdict, verdict)
+        if not _tally(pool, verdict, pid, opt):
             continue
-        kept = []
-        for c in prob.candidates:
-            if not c.text.strip():
-                skip(pool.skipped_candidates, "empty response", prob.id)
-            elif c.correct is False and not opt.all_candidates:
-                pool.skipped_candidates["marked incorrect"] += 1  # the documented default, not a fault
-            elif c.correct is None and f["correct"] and not opt.all_candidates:
-                pool.skipped_candidates["correctness unknown"] += 1
-            else:
-                kept.append(c)
-        if len(kept) < opt.min_candidates:
-            skip(pool.skipped_problems, f"fewer than {opt.min_candidates} usable candidates", prob.id)
-            continue
-        prob.candidates = kept
-        pool.problems.append(prob)
-    if not pool.problems:
+        kept_keys.append((key, pid))
+        if isinstance(draft, Problem):
+            draft.candidates = [draft.candidates[i] for i in verdict[1]]
+            pool.problems.append(draft)
+        drafts[key] = None  # a light pass holds its drafts no longer than needed
+    if not kept_keys:
         why = "; ".join(f"{v} {k}" for k, v in {**pool.skipped_problems}.items()) or "no rows"
         raise InputError(
             f"pool {path}: no problem has {opt.min_candidates} usable candidates to rank ({why}); "
             "each problem needs several non-empty responses" + ("" if opt.all_candidates else " (or pass --all-candidates)")
         )
-    return pool
+    return _Read(pool, kept_keys)
+
+
+def _judge(prompt_ok: bool, marks, opt: PoolOptions, has_marks: bool) -> tuple:
+    """What the filter does with one problem, before its id is known: (events, kept). `events` are
+    (counter, reason, is_skip) in order: a skip is a fault --strict refuses; the others are the
+    documented default (marked incorrect, correctness unknown). `kept`: the indices of the kept
+    candidates, or None when the problem is skipped."""
+    if not prompt_ok:
+        return (("problems", "empty prompt", True),), None
+    events, kept = [], []
+    for i, (usable, correct) in enumerate(marks):
+        if not usable:
+            events.append(("candidates", "empty response", True))
+        elif correct is False and not opt.all_candidates:
+            events.append(("candidates", "marked incorrect", False))
+        elif correct is None and has_marks and not opt.all_candidates:
+            events.append(("candidates", "correctness unknown", False))
+        else:
+            kept.append(i)
+    if len(kept) < opt.min_candidates:
+        events.append(("problems", f"fewer than {opt.min_candidates} usable candidates", True))
+        return tuple(events), None
+    return tuple(events), tuple(kept)
+
+
+def _tally(pool: Pool, verdict: tuple, pid: str, opt: PoolOptions) -> bool:
+    """Count one problem's verdict into the pool's skip counts; whether the problem is kept."""
+    events, kept = verdict
+    for counter, reason, is_skip in events:
+        counts = pool.skipped_problems if counter == "problems" else pool.skipped_candidates
+        if is_skip:
+            if opt.strict:
+                raise InputError(f"problem {pid!r}: {reason} (--strict); fix the pool or drop --strict to skip it")
+            examples = pool.skipped_examples.setdefault(reason, [])
+            if len(examples) < 5:
+                examples.append(pid)
+        counts[reason] += 1
+    return kept is not None

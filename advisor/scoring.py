@@ -27,10 +27,9 @@ from typing import Callable
 
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.advisor.shards import ShardPlan, cache_folder
-from capacity_advisor.models.backends import BACKENDS
+from capacity_advisor.models.backends import BACKENDS, VLLM_DEFAULTS
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import FORMAT_VERSION, check_writable_dir, read_jsonl, stable_hash, versions, write_json, write_jsonl
-
+from capacity_advisor.models.files import FORMAT_VERSION, check_writable_dir, recorded_key, versions, write_json, write_jsonl
 
 
 @dataclass
@@ -40,11 +39,11 @@ class ScoreConfig:
     dtype: str = "auto"  # --dtype auto|float32|bfloat16|float16 (auto: bf16 on GPU, fp32 on CPU)
     backend: str = "hf"  # --backend
     max_length: int = 4096  # --max-length: prompt + response tokens; longer responses are cut and flagged
-    token_budget: int | None = None  # --token-budget: padded tokens per forward batch (None: 1,024 on CPU, 8,192 on GPU)
+    token_budget: int | None = None  # --token-budget: padded tokens per forward batch (None: the backend's default, models.backends)
     shard_size: int = 512  # --shard-size: candidates per cached shard (the unit of resume)
     seed: int = 0  # --seed (scoring is deterministic; recorded for provenance)
     tensor_parallel_size: int = 1  # --tensor-parallel-size (vllm): GPUs one model is split over
-    gpu_memory_utilization: float = 0.9  # --gpu-memory-utilization (vllm): share of GPU memory vLLM may take
+    gpu_memory_utilization: float = VLLM_DEFAULTS.gpu_memory_utilization  # --gpu-memory-utilization (vllm): share of GPU memory vLLM may take
     dp_rank: int = 0  # --dp-rank: this process's index among --dp-size scoring processes
     dp_size: int = 1  # --dp-size: processes sharing the pool's shards (data parallelism)
     skip_tokens: int = 0  # --skip-tokens: leave each response's first N tokens out of its score
@@ -81,7 +80,7 @@ def backend_for(cfg: ScoreConfig, lm):
     from capacity_advisor.models.backends import make_backend
 
     if cfg.backend == "vllm":
-        return make_backend("vllm", lm, token_budget=cfg.token_budget or 8192, tensor_parallel_size=cfg.tensor_parallel_size,
+        return make_backend("vllm", lm, token_budget=cfg.token_budget, tensor_parallel_size=cfg.tensor_parallel_size,
                             gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed, skip_tokens=cfg.skip_tokens)
     return make_backend(cfg.backend, lm, token_budget=cfg.token_budget, skip_tokens=cfg.skip_tokens)
 
@@ -126,6 +125,7 @@ def candidate_rows(pool: Pool) -> list[tuple[str, int, str, str]]:
 
 
 Advance = Callable[[int], None]
+STALE_BESIDE = ("compute.jsonl",)  # measurements `advisor score` writes beside the scores, of the run that wrote them
 
 
 def score_pool(
@@ -143,13 +143,16 @@ def score_pool(
     each batch. `stop_after_shards` ends early (for tests of resume) without writing outputs.
     With `dp_size > 1` this process scores its own shards; if others are still missing it
     returns `{"waiting_for": [...]}` and writes nothing, leaving the outputs to the last one.
+    Writing OUT/scores.jsonl of another cache key (another model, pool or setting) removes the
+    files beside it that belonged to the old scores (`STALE_BESIDE`).
     """
-    from capacity_advisor.models.template import template_id
+    from capacity_advisor.models.template import check_prompts, template_id
 
     cfg.validate()
     if out_dir is not None:
         check_writable_dir(out_dir, "--out")
     lm = lm or load_for(cfg)
+    check_prompts(lm.tokenizer, (p.prompt for p in pool.problems))  # a template that fails on some: refused before any work
     tmpl = template_id(lm.tokenizer)
     parts = cache_parts(lm.description, pool, tmpl, cfg)
     cache = cache_folder("scores", parts)
@@ -159,29 +162,37 @@ def score_pool(
     n_done = plan.my_cached_items()
     if on_start:
         on_start(plan.my_items(), n_done)
-    backend = None
-    t0, computed = time.perf_counter(), 0
-    for i in plan.todo():
-        if stop_after_shards is not None and computed >= stop_after_shards:
-            return {"stopped_early": True, "cache": str(cache)}
-        backend = backend or backend_for(cfg, lm)
-        shard = plan.shards[i]
+    backends: dict = {}
+
+    def work(i: int, shard) -> list[dict]:
+        if "score" not in backends:
+            backends["score"] = backend_for(cfg, lm)
+        backend = backends["score"]
         pairs = [(p, r) for _, _, p, r in shard]
-        results = backend.score(pairs, max_length=cfg.max_length, progress=advance)
+        encoded = backend.encode(pairs, cfg.max_length)
+        check_skip_tokens(cfg.skip_tokens, shard, encoded)
+        results = backend.score_encoded(encoded, progress=advance)
         if cfg.local_window:
             from capacity_advisor.models.local import local_logprobs
 
-            local = backend_for(ScoreConfig(**{**asdict(cfg), "skip_tokens": 0}), lm)  # steps are scored whole
-            for row, lalp in zip(results, local_logprobs(local, lm.tokenizer, pairs, cfg.max_length, cfg.local_window)):
+            if "local" not in backends:  # steps are scored whole
+                backends["local"] = backend_for(ScoreConfig(**{**asdict(cfg), "skip_tokens": 0}), lm)
+            for row, lalp in zip(results, local_logprobs(backends["local"], lm.tokenizer, pairs, cfg.max_length,
+                                                         cfg.local_window)):
                 row["logprob_local"] = lalp
-        write_jsonl(plan.paths[i], ({"id": pid, "k": k, **res} for (pid, k, _, _), res in zip(shard, results)))
-        computed += 1
+        return [{"id": pid, "k": k, **res} for (pid, k, _, _), res in zip(shard, results)]
+
+    t0 = time.perf_counter()
+    computed = plan.run(work, stop_after_shards)
+    if computed is None:
+        return {"stopped_early": True, "cache": str(cache)}
     elapsed = time.perf_counter() - t0
     missing = plan.missing()
     if missing:  # other data-parallel ranks still at work; the last to finish writes the outputs
         return {"waiting_for": missing, "shards": len(plan.shards), "computed": computed, "cache": str(cache), "key": key,
                 "seconds": round(elapsed, 3), "model": lm.description, "template": tmpl}
-    all_rows = [r for path, shard in zip(plan.paths, plan.shards) for r in _read_shard(path, shard)]
+    same = lambda rows, shard: [(r.get("id"), r.get("k")) for r in rows] == [(pid, k) for pid, k, _, _ in shard]  # noqa: E731
+    all_rows = [r for rows in plan.read(same) for r in rows]
     summary = {
         "candidates": len(all_rows),
         "problems": len(pool),
@@ -196,6 +207,9 @@ def score_pool(
     }
     if out_dir is not None:
         out = Path(out_dir)
+        if recorded_key(out, "cache_key") not in (None, key):
+            for name in STALE_BESIDE:  # measured under the scores being replaced
+                (out / name).unlink(missing_ok=True)
         write_jsonl(out / "scores.jsonl", all_rows)
         write_json(out / "config.json", {
             "stage": "score", "versions": versions(), "settings": asdict(cfg),
@@ -205,12 +219,14 @@ def score_pool(
     return summary
 
 
-def _read_shard(path: Path, shard) -> list[dict]:
-    try:
-        rows = read_jsonl(path)
-    except ValueError:
-        rows = None
-    if rows is None or [(r.get("id"), r.get("k")) for r in rows] != [(pid, k) for pid, k, _, _ in shard]:
-        path.unlink()  # shards are written atomically, so this is outside damage: recompute next time
-        raise InputError(f"cached shard {path} was damaged and has been removed; rerun the same command to recompute it")
-    return rows
+def check_skip_tokens(skip_tokens: int, items, encoded) -> None:
+    """One InputError, before a shard is scored, when `--skip-tokens` leaves a response nothing to
+    score (its mean log-prob and rank would be NaN, which no reader takes for a score)."""
+    if not skip_tokens:
+        return
+    short = [(item, e.n_response) for item, e in zip(items, encoded) if e.n_response <= skip_tokens]
+    if short:
+        (pid, k, _, _), n = short[0]
+        raise InputError(f"--skip-tokens {skip_tokens} leaves nothing to score in {len(short)} of {len(items)} responses "
+                         f"of this shard (first: problem {pid!r} candidate {k}, {n} response tokens after --max-length): "
+                         "lower --skip-tokens")

@@ -14,14 +14,15 @@ the trainer switches at `switch_epoch`. The score is the summed log-probability 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import mean
 from typing import Mapping, Sequence
 
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import atomic_path, read_jsonl_input, write_jsonl
+from capacity_advisor.models.files import atomic_path, read_jsonl_input, refuse_overwrite, write_jsonl
 from capacity_advisor.models.ranking import RANKINGS, SCORE_FIELDS, extremes, low_share, score_value  # noqa: F401  (re-exported)
 from capacity_advisor.training.manifest import STRATEGIES
 
@@ -57,12 +58,20 @@ class Selection:
     strategy: str
     rows: list[dict]  # id, k, prompt, response, phase, score, n_tokens
     summary: dict
+    inputs: list = field(default_factory=list)  # the files it was made from (pool, scores): no export may replace them
 
 
-def load_scores(path: str | Path) -> dict[tuple[str, int], dict]:
+class Scores(dict):
+    """(problem id, k) -> score row, remembering the file it was read from (`source`)."""
+
+    source: str | None = None
+
+
+def load_scores(path: str | Path) -> Scores:
     rows = read_jsonl_input(path, f"scores file {path} does not exist: run `advisor score` first",
                             ": the scores file is damaged; rerun `advisor score` (it resumes from its cache)")
-    out: dict[tuple[str, int], dict] = {}
+    out = Scores()
+    out.source = str(path)
     for n, r in enumerate(rows, 1):
         missing = [f for f in REQUIRED_SCORE_FIELDS if f not in r]
         if missing:
@@ -93,11 +102,7 @@ def select(pool: Pool, scores: Mapping[tuple[str, int], dict], cfg: SelectConfig
         if any(r is None for r in rows.values()):
             missing.append(prob.id)
             continue
-        if cfg.score == "rsr" and any(r.get("rank_mean") is None for r in rows.values()):
-            raise InputError("--score rsr needs token ranks in the scores: rescore the pool with this version of "
-                             "`advisor score`")
-        if cfg.score == "local" and any(r.get("logprob_local") is None for r in rows.values()):
-            raise InputError("--score local needs step-local scores: score the pool with `advisor score --local-window 32`")
+        _check_ranking_fields(cfg.score, prob.id, rows)
         hi, lo = extremes({k: score_value(r, cfg.score) for k, r in rows.items()})
         chosen.append((prob.id, rows[hi], rows[lo]))
     if missing:
@@ -121,7 +126,36 @@ def select(pool: Pool, scores: Mapping[tuple[str, int], dict], cfg: SelectConfig
         out = [row(pid, lo, "low") if pid in low_ids else row(pid, h, "high") for pid, h, lo in chosen]
     else:
         out = [row(pid, h, "high") for pid, h, _ in chosen] + [row(pid, lo, "low") for pid, _, lo in chosen]
-    return Selection(cfg.strategy, out, _summary(chosen, out, cfg))
+    inputs = [pool.source, getattr(scores, "source", None)]
+    return Selection(cfg.strategy, out, _summary(chosen, out, cfg), [i for i in inputs if i])
+
+
+# What each ranking reads beyond the fields every score row has, and how to get it when it is missing.
+_RANKING_NEEDS = {
+    "rsr": (("rank_mean", "logprob_mean"), "token ranks: rescore the pool with this version of `advisor score`"),
+    "local": (("logprob_local",), "step-local scores: score the pool with `advisor score --local-window 32`"),
+}
+
+
+def _check_ranking_fields(score: str, pid: str, rows: Mapping[int, dict]) -> None:
+    """One InputError when a score row lacks, or holds a non-number in, a field the ranking reads
+    (a hand-edited or foreign scores file), instead of a TypeError inside the ranking."""
+    if score not in _RANKING_NEEDS:
+        return
+    names, how = _RANKING_NEEDS[score]
+    for k, r in rows.items():
+        for name in names:
+            v = r.get(name)
+            if v is None:
+                raise InputError(f"--score {score} needs {how} (problem {pid!r} candidate {k} has no {name})")
+            if not _number(v) or not math.isfinite(v):
+                raise InputError(f"--score {score}: problem {pid!r} candidate {k} has {name} {_shown(v)}, not a number; "
+                                 "is this a file written by `advisor score`?")
+
+
+def _shown(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:40] + "…"
 
 
 def cues(rows: Sequence[dict], top: int = 5) -> list[tuple[str, float]]:
@@ -181,7 +215,9 @@ def export_rows(sel: Selection, fmt: str) -> list[dict]:
 
 
 def export(sel: Selection, path: str | Path, fmt: str = "trl") -> int:
-    """Write the selection; Alpaca is one JSON array, the others JSON lines. Atomic."""
+    """Write the selection; Alpaca is one JSON array, the others JSON lines. Atomic. Refused when
+    `path` is one of the files the selection was made from (the pool, the scores)."""
+    refuse_overwrite(sel.inputs, [path], "--out")
     rows = export_rows(sel, fmt)
     if fmt == "alpaca":
         with atomic_path(path) as tmp:

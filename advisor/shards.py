@@ -3,9 +3,12 @@
     producer = {"model": ..., "pool": ...}      # everything the results depend on
     plan = ShardPlan(items, shard_size=512, cache=cache_folder("scores", producer), dp_rank=0, dp_size=1)
     plan.claim(producer)                        # records it in the folder; refuses another producer
-    for i in plan.todo():
-        write_jsonl(plan.paths[i], work(plan.shards[i]))
-    if plan.missing(): ...   # other ranks still at work
+    computed = plan.run(lambda i, shard: rows_of(shard))   # this rank's missing shards, each written atomically
+    if plan.missing(): ...                      # other ranks still at work
+    rows = plan.read(lambda rows, shard: ...)   # every shard's rows, checked against its items
+
+`advisor score` and `advisor generate` both work this way: the loop, the resume and the check of
+what a shard holds live here once.
 
 Shards are cut in item order, so a shard's contents depend only on the items and the shard size:
 a resumed run (or another rank) recomputes exactly what an uninterrupted one would have. A shard
@@ -19,10 +22,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterable, Sequence
 
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import advisor_home, stable_hash, write_json
+from capacity_advisor.models.files import advisor_home, read_jsonl, stable_hash, write_json, write_jsonl
 
 PRODUCER = "producer.json"
 
@@ -80,3 +83,31 @@ class ShardPlan:
     def missing(self) -> list[int]:
         """Every shard (any rank's) not yet in the cache."""
         return [i for i, p in enumerate(self.paths) if not p.exists()]
+
+    def run(self, work: Callable[[int, Sequence], Iterable[dict]], stop_after: int | None = None) -> int | None:
+        """Compute this rank's missing shards in order, `work(index, items)` giving each one's rows,
+        and write each atomically as it finishes. Returns how many were computed, or None when
+        `stop_after` shards were computed and others were left (tests of resume)."""
+        computed = 0
+        for i in self.todo():
+            if stop_after is not None and computed >= stop_after:
+                return None
+            write_jsonl(self.paths[i], work(i, self.shards[i]))
+            computed += 1
+        return computed
+
+    def read(self, matches: Callable[[list[dict], Sequence], bool]) -> list[list[dict]]:
+        """Every shard's rows, in order. A shard that cannot be read or does not hold what its items
+        say (`matches(rows, items)`) was damaged from outside (shards are written atomically): it is
+        removed, so a rerun recomputes it, and the run stops with one InputError."""
+        out = []
+        for path, shard in zip(self.paths, self.shards):
+            try:
+                rows = read_jsonl(path)
+            except ValueError:
+                rows = None
+            if rows is None or not matches(rows, shard):
+                path.unlink()
+                raise InputError(f"cached shard {path} was damaged and has been removed; rerun the same command to recompute it")
+            out.append(rows)
+        return out

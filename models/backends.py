@@ -13,12 +13,30 @@ import happens only when a backend is chosen.
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from capacity_advisor.models.errors import InputError
 
 BACKENDS = {"hf": "capacity_advisor.models.hf:HFBackend", "vllm": "capacity_advisor.models.vllm:VLLMBackend"}
 Progress = Callable[[int], None]  # called with the number of items just finished
+
+
+@dataclass(frozen=True)
+class VLLMDefaults:
+    """vLLM's settings when a caller leaves them unset; the one place they are written."""
+
+    token_budget: int = 8192  # max_num_batched_tokens: tokens per scheduler step (prefill is chunked to it)
+    gpu_memory_utilization: float = 0.9  # share of each GPU's memory the engine may take
+    tensor_parallel_size: int = 1  # GPUs one model is split over
+
+    def budget(self, given: int | None, at_least: int = 1) -> int:
+        """The engine's token budget: `given`, else the default; never below `at_least` (generation
+        needs room for a prompt and all its new tokens in one step's budget)."""
+        return max(given or self.token_budget, at_least)
+
+
+VLLM_DEFAULTS = VLLMDefaults()
 
 
 class Backend(Protocol):

@@ -15,6 +15,8 @@ import hashlib
 import json
 import math
 import os
+import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -32,7 +34,11 @@ def advisor_home() -> Path:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds.
+
+    The rename replaces whatever is at `path`, a symbolic link included, so a link planted there
+    is never written through. The file gets the mode a plain `open()` would give it (0666 less
+    the umask), or the mode of the regular file it replaces."""
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -44,10 +50,75 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, _mode_for(target))
         os.replace(tmp_path, target)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """`text` written atomically as UTF-8 (see atomic_path)."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def _mode_for(target: Path) -> int:
+    try:
+        st = os.lstat(target)
+        if stat.S_ISREG(st.st_mode):
+            return stat.S_IMODE(st.st_mode)
+    except OSError:
+        pass
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where the system says it (Linux), else by setting it back at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def refuse_overwrite(inputs: Iterable, outputs: Iterable, what: str = "output") -> None:
+    """Raise InputError when an output would replace an input, or be written inside an input folder.
+
+    `inputs` and `outputs` are paths (None entries are skipped; a hub id that names no local path
+    never matches). Paths are compared after following symbolic links, and existing files by
+    identity as well, so a link or a hard link to an input counts as the input:
+
+        refuse_overwrite([pool_path, scores_path], [out, config_path])
+    """
+    ins = [(str(i), _real(i)) for i in inputs if i is not None and str(i) != ""]
+    for o in outputs:
+        if o is None or str(o) == "":
+            continue
+        real_o = _real(o)
+        for given, real_i in ins:
+            if real_o == real_i or _same_file(real_o, real_i):
+                raise InputError(f"{what} {o} is the input {given}: writing it would destroy what it is made from; "
+                                 "choose another output path")
+            if os.path.isdir(real_i) and real_o.startswith(real_i.rstrip(os.sep) + os.sep):
+                raise InputError(f"{what} {o} lies inside the input folder {given}: writing there would change an "
+                                 "input; choose an output path outside it")
+
+
+def _real(p) -> str:
+    return os.path.realpath(os.path.expanduser(str(p)))
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def check_writable_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
@@ -91,15 +162,19 @@ def _check_can_create_in(folder: Path, given, flag: str) -> None:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """`obj` as indented JSON, atomically; NaN and infinities become null (`finite`), since strict
+    JSON readers refuse them."""
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(finite(obj), indent=2, sort_keys=False, default=str, allow_nan=False) + "\n",
+                       encoding="utf-8")
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
+    """One JSON object per line, atomically; NaN and infinities become null, as in write_json."""
     n = 0
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.write(json.dumps(finite(row), ensure_ascii=False, allow_nan=False) + "\n")
             n += 1
     return n
 
@@ -110,7 +185,12 @@ class JSONLError(ValueError):
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """Read a JSONL file; a bad line raises JSONLError naming the file and line."""
-    rows = []
+    return list(iter_jsonl(path))
+
+
+def iter_jsonl(path: str | os.PathLike) -> Iterator[dict]:
+    """The rows of a JSONL file one at a time (a large file is never held whole); a bad line raises
+    JSONLError naming the file and line when the reader reaches it."""
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             try:
@@ -129,8 +209,7 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
                 raise JSONLError(f"{path} line {lineno}: not readable JSON ({e})") from None
             if not isinstance(row, dict):
                 raise JSONLError(f"{path} line {lineno}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
-    return rows
+            yield row
 
 
 def read_jsonl_input(path: str | os.PathLike, missing: str | None = None, damaged: str = "") -> list[dict]:
@@ -150,21 +229,50 @@ def stable_hash(obj: Any, n: int = 16) -> str:
     return hashlib.sha256(blob).hexdigest()[:n]
 
 
-def file_digest(path: str | os.PathLike, head_tail_bytes: int | None = None) -> str:
-    """sha256 of a file; with `head_tail_bytes`, only its size, head and tail (for multi-GB weights)."""
+def stable_hash_of_list(items: Iterable, n: int = 16) -> str:
+    """`stable_hash(list(items))`, the same digest, hashed an item at a time: a pool's fingerprint
+    never holds the whole pool as one JSON text."""
+    h = hashlib.sha256(b"[")
+    for i, item in enumerate(items):
+        if i:
+            h.update(b", ")
+        h.update(json.dumps(item, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8"))
+    h.update(b"]")
+    return h.hexdigest()[:n]
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """sha256 of a file's whole content."""
     h = hashlib.sha256()
-    p = Path(path)
-    size = p.stat().st_size
-    with open(p, "rb") as f:
-        if head_tail_bytes is None or size <= 2 * head_tail_bytes:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        else:
-            h.update(str(size).encode())
-            h.update(f.read(head_tail_bytes))
-            f.seek(size - head_tail_bytes)
-            h.update(f.read(head_tail_bytes))
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
     return h.hexdigest()
+
+
+def cached_file_digest(path: str | os.PathLike) -> str:
+    """`file_digest`, remembered under `$ADVISOR_HOME/digests/` for as long as the file keeps its
+    identity: device, inode, size, modification and change times. Any write to the file moves its
+    change time (which no user call can set back), so a changed byte anywhere is hashed afresh,
+    while multi-GB weights are read once, not at every run."""
+    p = Path(path)
+    st = os.stat(p)
+    ident = {"path": os.path.realpath(p), "dev": st.st_dev, "ino": st.st_ino, "size": st.st_size,
+             "mtime": st.st_mtime_ns, "ctime": st.st_ctime_ns}
+    memo = advisor_home() / "digests" / stable_hash(ident, 32)
+    try:
+        known = memo.read_text(encoding="ascii").strip()
+        if re.fullmatch(r"[0-9a-f]{64}", known):
+            return known
+    except (OSError, UnicodeDecodeError):
+        pass
+    digest = file_digest(p)
+    try:
+        with atomic_path(memo) as tmp:
+            tmp.write_text(digest + "\n", encoding="ascii")
+    except OSError:
+        pass  # an unwritable cache home costs only the time to hash again
+    return digest
 
 
 def versions() -> dict[str, str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import file_digest, stable_hash
+from capacity_advisor.models.files import cached_file_digest, file_digest, stable_hash
 
 # transformers 5 reads `dtype=` when loading and a fractional `warmup_steps` as a share of all
 # steps; under 4.x the latter would silently mean almost no warm-up. pyproject.toml says the same.
@@ -28,7 +28,6 @@ MIN_TRANSFORMERS = (5, 0)
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
-_HEAD_TAIL = 4 << 20  # hash 4 MiB at each end of a weight file: exact for small files, fast for 70B
 HUB_PROBE_SECONDS = 2.0
 
 
@@ -164,7 +163,9 @@ def load_tokenizer(path: str, opts: dict | None = None):
 
     try:
         tok = AutoTokenizer.from_pretrained(path, **(opts if opts is not None else hub_options(path)))
-    except (OSError, ValueError) as e:
+    except InputError:
+        raise
+    except Exception as e:  # a damaged tokenizer.json fails deep inside tokenizers with any type (KeyError, ...)
         raise InputError(f"could not load a tokenizer for {path!r}: {_why(e)}") from None
     if tok.pad_token_id is None:
         # Padding positions are masked out everywhere; any id works, EOS is the usual choice.
@@ -199,8 +200,11 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", weights: bo
             config = AutoConfig.from_pretrained(path, **opts)
             with torch.device("meta"):
                 model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype, trust_remote_code=False)
-    except (OSError, ValueError) as e:
+    except InputError:
+        raise
+    except Exception as e:  # a bad safetensors header, a config or generation_config of wrong types: any type, deep inside
         raise InputError(f"could not load model {spec!r} as a {where}: {_why(e)}") from None
+    check_generation_config(model, spec)
     if weights:
         model.to(dev)
     model.eval()
@@ -250,7 +254,9 @@ def describe_config(spec: str) -> dict:
         config = AutoConfig.from_pretrained(path, **hub_options(path))
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
-    except (OSError, ValueError, KeyError) as e:
+    except InputError:
+        raise
+    except Exception as e:  # a config of wrong types fails anywhere inside transformers
         raise InputError(f"could not read a model config for {spec!r}: {_why(e)}") from None
     local = path if os.path.isdir(path) else None
     desc = describe(model, None, spec, local)
@@ -262,16 +268,61 @@ def describe_config(spec: str) -> dict:
 
 
 def fingerprint(path: str, model=None) -> str:
-    """Hash of config, tokenizer files and weight files (size + head + tail of each weight file)."""
+    """Hash of config, tokenizer files and weight files, each by its whole content: a changed byte
+    anywhere (a middle tensor included) is another model. Weight digests are remembered while a
+    file keeps its identity (`files.cached_file_digest`), so multi-GB weights are read once."""
     parts: dict[str, str] = {}
     for p in sorted(Path(path).iterdir()):
         if not p.is_file() or p.name.startswith("."):
             continue
         if p.suffix in _WEIGHT_SUFFIXES:
-            parts[p.name] = file_digest(p, head_tail_bytes=_HEAD_TAIL)
+            parts[p.name] = cached_file_digest(p)
         elif p.suffix in (".json", ".model", ".txt", ".jinja"):
             parts[p.name] = file_digest(p)
     return stable_hash(parts)
+
+
+# generation_config.json fields generation reads, with the JSON types they must have (None: unset).
+_GENERATION_TYPES = {
+    **dict.fromkeys(("max_length", "max_new_tokens", "min_length", "min_new_tokens", "top_k", "num_beams",
+                     "num_beam_groups", "num_return_sequences", "no_repeat_ngram_size",
+                     "encoder_no_repeat_ngram_size"), "int"),
+    **dict.fromkeys(("temperature", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
+                     "repetition_penalty", "length_penalty", "diversity_penalty", "encoder_repetition_penalty"), "number"),
+    **dict.fromkeys(("do_sample", "use_cache", "output_scores", "return_dict_in_generate"), "bool"),
+    **dict.fromkeys(("pad_token_id", "bos_token_id", "decoder_start_token_id"), "int"),
+    "eos_token_id": "ids",
+}
+
+
+def check_generation_config(model, spec: str) -> None:
+    """One InputError when the folder's generation_config.json gives a field generation reads a
+    value of the wrong type (`"max_length": "20"` would fail only at the first generation, as a
+    TypeError deep inside transformers)."""
+    import math
+
+    gen = getattr(model, "generation_config", None)
+    if gen is None:
+        return
+    bad = []
+    for name, kind in _GENERATION_TYPES.items():
+        v = getattr(gen, name, None)
+        if v is None:
+            continue
+        number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        ok = {"int": number and isinstance(v, int), "number": number, "bool": isinstance(v, bool),
+              "ids": (number and isinstance(v, int)) or (isinstance(v, list) and all(
+                  isinstance(x, int) and not isinstance(x, bool) for x in v))}[kind]
+        if not ok:
+            bad.append(f"{name} {_short(v)}")
+    if bad:
+        raise InputError(f"generation_config.json of {spec!r}: {', '.join(bad)} of the wrong type (want "
+                         "numbers, true/false or token ids); fix or remove those fields")
+
+
+def _short(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:40] + "…"
 
 
 def _why(e: Exception) -> str:
@@ -282,6 +333,10 @@ def _why(e: Exception) -> str:
 
 
 def _first_line(e: Exception) -> str:
+    if isinstance(e, KeyError):  # its message is the bare key
+        return f"a field it needs is missing ({e})"
     text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
+    if not text:
+        return type(e).__name__
+    return text[0] if isinstance(e, (OSError, ValueError)) else f"{type(e).__name__}: {text[0]}"
 

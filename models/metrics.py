@@ -1,8 +1,8 @@
 """Pure text metrics on generations: repetition loops, copying the question, answers.
 
-They live in `models/` (not `probes/`, as DESIGN.md first had it) because both `probes/` and
-`training/` report them and neither may import the other; one definition keeps their numbers
-comparable.
+They live in `models/` because `training/` and `probes/` both report them; one definition keeps
+their numbers comparable. The `math` checker is math-verify (a dependency), or, where it is not
+importable, a normalised match of the last `\\boxed{}`; `math_checker_name()` says which one runs.
 
     is_repetitive("so 2+2=4 so 2+2=4 so 2+2=4 so 2+2=4")  -> True
     is_copy("C3+4*9=", "C3+4*9=C3+4*9=")                   -> True

@@ -9,8 +9,11 @@ so the student learns to stop; scoring leaves it off and scores only the respons
 
 A chat template is Jinja code from the model folder. Transformers renders it in Jinja's sandbox;
 whatever it does wrong there (reach for `__class__`, raise, divide by zero, recurse) becomes one
-InputError, and `check_chat_template` renders it once at load under a time limit, so a broken or
-endless template stops the run before any work.
+InputError. Every rendering, of every prompt, is bounded: it must end within TEMPLATE_SECONDS and
+write at most TEMPLATE_EXTRA_CHARS characters beyond the prompt's own (counted as the template
+writes, so a template that loops or balloons on some prompts only is stopped at the first one,
+before it holds the memory). `check_chat_template` renders one prompt at load, so a template
+broken on every prompt stops the run before any work.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import stable_hash
 
 TEMPLATE_SECONDS = 10.0  # a real chat template renders in milliseconds
+TEMPLATE_EXTRA_CHARS = 100_000  # role markers and a default system prompt take hundreds; tool texts a few thousand
 
 
 @dataclass(frozen=True)
@@ -52,10 +56,23 @@ class TemplateTimeout(Exception):
     pass
 
 
+class TemplateTooLong(Exception):
+    pass
+
+
 def render_prompt(tokenizer, prompt: str) -> str:
-    """The prompt as one user turn with the generation prompt, through the model's chat template."""
+    """The prompt as one user turn with the generation prompt, through the model's chat template,
+    within TEMPLATE_SECONDS and len(prompt) + TEMPLATE_EXTRA_CHARS characters."""
+    limit = len(prompt) + TEMPLATE_EXTRA_CHARS
     try:
-        return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+        with _time_limit(TEMPLATE_SECONDS), _length_limit(tokenizer, limit):
+            text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                 tokenize=False)
+        if not isinstance(text, str):
+            raise TypeError(f"rendered a {type(text).__name__}, not text")
+        if len(text) > limit:
+            raise TemplateTooLong(f"wrote {len(text):,} characters for a prompt of {len(prompt):,}")
+        return text
     except Exception as e:  # the template is the model folder's code: any fault in it is the folder's
         name = getattr(tokenizer, "name_or_path", "") or "this model"
         raise InputError(f"the chat template of {name} cannot be rendered ({type(e).__name__}: {e}); "
@@ -63,10 +80,74 @@ def render_prompt(tokenizer, prompt: str) -> str:
 
 
 def check_chat_template(tokenizer) -> None:
-    """Render one prompt now, within TEMPLATE_SECONDS, so a failing or endless template fails at load."""
+    """Render one prompt now, so a template that fails or never ends on every prompt fails at load."""
     if has_chat_template(tokenizer):
-        with _time_limit(TEMPLATE_SECONDS):
-            render_prompt(tokenizer, "What is 1 + 1?")
+        render_prompt(tokenizer, "What is 1 + 1?")
+
+
+RENDER_SECONDS_EACH = 0.05  # the mean time per prompt a check of many prompts allows (real templates: < 1 ms)
+
+
+def check_prompts(tokenizer, prompts) -> None:
+    """Render every distinct prompt once, each within render_prompt's bounds and all of them within
+    TEMPLATE_SECONDS + RENDER_SECONDS_EACH per prompt, so a template that fails, loops, balloons or
+    crawls on some of a pool's prompts is one InputError before any work (and any progress display)."""
+    import time
+
+    if not has_chat_template(tokenizer):
+        return
+    seen: set[str] = set()
+    t0 = time.monotonic()
+    for prompt in prompts:
+        if prompt in seen:
+            continue
+        seen.add(prompt)
+        elapsed = time.monotonic() - t0
+        if elapsed > TEMPLATE_SECONDS + RENDER_SECONDS_EACH * len(seen):
+            name = getattr(tokenizer, "name_or_path", "") or "this model"
+            raise InputError(f"the chat template of {name} renders too slowly ({elapsed:.0f} s for {len(seen) - 1} prompts); "
+                             "fix or remove chat_template (tokenizer_config.json or chat_template.jinja)")
+        render_prompt(tokenizer, prompt)
+
+
+_BOUND = threading.local()  # the character limit of the rendering under way in this thread
+
+
+def _bounded_concat(chunks) -> str:
+    """Jinja's final join of a template's output, stopped as soon as it passes the current limit."""
+    limit = getattr(_BOUND, "chars", None)
+    if limit is None:
+        return "".join(chunks)
+    out, n = [], 0
+    for chunk in chunks:
+        n += len(chunk)
+        if n > limit:
+            raise TemplateTooLong(f"wrote more than {limit:,} characters")
+        out.append(chunk)
+    return "".join(out)
+
+
+@contextlib.contextmanager
+def _length_limit(tokenizer, chars: int):
+    """Count the characters the template writes while it writes them. Transformers compiles each
+    template once into a Jinja template whose environment joins the output (`concat`); that join
+    is replaced by a counting one. Where transformers is laid out otherwise, the length is still
+    checked after rendering (render_prompt)."""
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+
+        text = tokenizer.get_chat_template() if hasattr(tokenizer, "get_chat_template") else tokenizer.chat_template
+        env = _compile_jinja_template(text).environment
+        if env.concat is not _bounded_concat:
+            env.concat = _bounded_concat
+    except (ImportError, AttributeError, TypeError, ValueError):
+        pass  # the faults of the template itself surface when it is rendered
+    previous = getattr(_BOUND, "chars", None)
+    _BOUND.chars = chars
+    try:
+        yield
+    finally:
+        _BOUND.chars = previous
 
 
 @contextlib.contextmanager

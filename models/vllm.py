@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Sequence
 
+from capacity_advisor.models.backends import VLLM_DEFAULTS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.loading import LoadedModel
 from capacity_advisor.models.hf import score_row
@@ -62,9 +63,9 @@ class VLLMBackend:
     def __init__(
         self,
         lm: LoadedModel,
-        token_budget: int = 8192,
-        tensor_parallel_size: int = 1,
-        gpu_memory_utilization: float = 0.9,
+        token_budget: int | None = None,
+        tensor_parallel_size: int = VLLM_DEFAULTS.tensor_parallel_size,
+        gpu_memory_utilization: float = VLLM_DEFAULTS.gpu_memory_utilization,
         max_model_len: int | None = None,
         seed: int = 0,
         engine: Any = None,
@@ -74,12 +75,13 @@ class VLLMBackend:
         """`lm` needs only its tokenizer and description (load it with `weights=False`).
 
         `engine` reuses an existing `vllm.LLM`; otherwise one is built on first use from the
-        model's folder or hub id, in the dtype of `lm`'s description.
+        model's folder or hub id, in the dtype of `lm`'s description. Settings left unset take
+        `models.backends.VLLM_DEFAULTS`.
         """
         self.vllm = import_vllm()
         self.lm = lm
         self.skip_tokens = skip_tokens
-        self.token_budget = token_budget
+        self.token_budget = token_budget = VLLM_DEFAULTS.budget(token_budget)
         self._engine = engine
         self._engine_args = dict(
             model=lm.path or lm.spec,  # a local folder (lab students included) or a hub id

@@ -11,7 +11,15 @@ Writes into the folder `train.jsonl` (prompt/completion strings) and, per format
                 that matches the student's chat template (or saying why none could be named). A
                 student without a chat template gets `train_llamafactory.jsonl`, whose rows carry
                 the tokenizer's BOS and EOS as text: LLaMA-Factory's `empty` template adds neither;
-- axolotl:      `axolotl_sft.yaml` (+ `train_messages.jsonl` when the student has a chat template).
+- axolotl:      `axolotl_sft.yaml` (+ `train_messages.jsonl` when the student has a chat template) and
+                `axolotl_train.sh`, which runs it with axolotl's telemetry off (AXOLOTL_DO_NOT_TRACK=1:
+                offline, the telemetry would otherwise hold the run open after training).
+
+Every file is written atomically (a link planted at an output's name is replaced, never written
+through), and none may replace an input: the dataset, the eval set, the candidates or the manifest.
+With a chat template, every prompt is rendered once here, within the bounds of
+`models.template.render_prompt`, so a template that fails, loops or balloons on some prompts is
+refused now rather than inside the launcher.
 
 The student's tokenizer is read here (a local folder, a built lab student, or a hub id already in
 the local cache) to decide chat or plain; when it cannot be, the manifest's description decides.
@@ -37,11 +45,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import write_jsonl
+from capacity_advisor.models.files import refuse_overwrite, write_jsonl, write_text
 from capacity_advisor.training.data import read_sft_rows
 from capacity_advisor.training.manifest import Manifest
 
 FORMATS = ("trl", "llamafactory", "axolotl")
+# Everything an export may write, by name: checked against the inputs before anything is written.
+OUTPUTS = ("train.jsonl", "train_chat.jsonl", "trl_sft.py", "train_llamafactory.jsonl", "dataset_info.json",
+           "llamafactory_sft.yaml", "axolotl_sft.yaml", "train_messages.jsonl", "axolotl_train.sh")
 
 # Characters a YAML reader treats as line breaks or refuses, which json.dumps leaves unescaped.
 _YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]")
@@ -158,18 +169,26 @@ def _bos_eos(tok) -> tuple[str, str]:
     return tok.decode(lead), tok.eos_token or ""
 
 
-def export(m: Manifest, out: str | Path, formats=FORMATS) -> list[Path]:
+def export(m: Manifest, out: str | Path, formats=FORMATS, manifest_path: str | os.PathLike | None = None) -> list[Path]:
+    """Write the dataset and the launchers' configs into `out` (see the module docstring);
+    `manifest_path`: the manifest's file, which must not be written over either."""
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise InputError(f"--format {','.join(bad)} is unknown: use {', '.join(FORMATS)} or all")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    refuse_overwrite([m.dataset_path, m.eval_path, m.candidates_path, manifest_path], [out / name for name in OUTPUTS],
+                     "--export")
     rows = read_sft_rows(m.dataset_path)
+    st = read_student(m)
+    if st.chat and st.tokenizer is not None:
+        from capacity_advisor.models.template import check_prompts
+
+        check_prompts(st.tokenizer, (r["prompt"] for r in rows))  # what the launchers will render
+    out.mkdir(parents=True, exist_ok=True)
     phase = [({"phase": r["phase"]} if "phase" in r else {}) for r in rows]
     train = out / "train.jsonl"
     write_jsonl(train, ({"prompt": r["prompt"], "completion": r["completion"], **ph} for r, ph in zip(rows, phase)))
     written = [train]
-    st = read_student(m)
     t = m.training
     per_device = max(1, t.batch_size // t.grad_accum)
     steps = save_steps(m, len(rows))
@@ -185,7 +204,7 @@ def export(m: Manifest, out: str | Path, formats=FORMATS) -> list[Path]:
                                for r, ph in zip(rows, phase)))
             written.append(data)
         p = out / "trl_sft.py"
-        p.write_text(_trl_script(st, data, t, per_device, steps, note), encoding="utf-8")
+        write_text(p, _trl_script(st, data, t, per_device, steps, note))
         written.append(p)
     if "llamafactory" in formats:
         name, system, why = llamafactory_template(st)
@@ -197,10 +216,10 @@ def export(m: Manifest, out: str | Path, formats=FORMATS) -> list[Path]:
                                   for r, ph in zip(rows, phase)))
             written.append(lf_data)
         info = out / "dataset_info.json"
-        info.write_text(json.dumps({"capacity_advisor": {
+        write_text(info, json.dumps({"capacity_advisor": {
             "file_name": lf_data.name, "columns": {"prompt": "prompt", "response": "completion"}}}, indent=2) + "\n")
         p = out / "llamafactory_sft.yaml"
-        p.write_text("".join([
+        write_text(p, "".join([
             "# llamafactory-cli train llamafactory_sft.yaml   (any key can be overridden after it: bf16=true)\n", note,
             f"model_name_or_path: {_y(st.ref)}\n",
             "stage: sft\ndo_train: true\n",
@@ -215,7 +234,8 @@ def export(m: Manifest, out: str | Path, formats=FORMATS) -> list[Path]:
             "output_dir: llamafactory-run\n",
             f"per_device_train_batch_size: {_y(per_device)}  # divide by the number of GPUs\n",
             f"gradient_accumulation_steps: {_y(t.grad_accum)}\n", f"learning_rate: {_y(float(t.learning_rate))}\n",
-            f"num_train_epochs: {_y(float(t.epochs))}\n", f"lr_scheduler_type: {_y(t.lr_scheduler)}\n",
+            f"num_train_epochs: {_y(float(t.epochs))}\n", *([f"max_steps: {_y(t.max_steps)}\n"] if t.max_steps else []),
+            f"lr_scheduler_type: {_y(t.lr_scheduler)}\n",
             f"warmup_ratio: {_y(float(t.warmup_ratio))}\n", f"weight_decay: {_y(float(t.weight_decay))}\n",
             f"disable_gradient_checkpointing: {_y(not t.gradient_checkpointing)}\n",
             "save_strategy: steps\n", f"save_steps: {_y(steps)}  # {t.evals_per_epoch} checkpoints per epoch\n",
@@ -224,7 +244,7 @@ def export(m: Manifest, out: str | Path, formats=FORMATS) -> list[Path]:
             # YAML has no "when supported": fp32 runs anywhere; GPUs want bf16=true (or fp16=true) on the command line.
             "bf16: false  # on GPUs with bf16 (A100, H100, ...): llamafactory-cli train llamafactory_sft.yaml bf16=true\n",
             "logging_steps: 10\n", "report_to: none\n",
-        ]), encoding="utf-8")
+        ]))
         written += [info, p]
     if "axolotl" in formats:
         p = out / "axolotl_sft.yaml"
@@ -240,15 +260,17 @@ def export(m: Manifest, out: str | Path, formats=FORMATS) -> list[Path]:
             ds = (f"datasets:\n  - path: {_y(str(train.resolve()))}\n    ds_type: json\n    type:\n"
                   "      field_instruction: prompt\n      field_output: completion\n"
                   "      format: \"{instruction}\"\n      no_input_format: \"{instruction}\"\n")
-        p.write_text("".join([
-            "# axolotl train axolotl_sft.yaml\n", note,
+        write_text(p, "".join([
+            "# sh axolotl_train.sh   (= AXOLOTL_DO_NOT_TRACK=1 axolotl train axolotl_sft.yaml: no telemetry, which "
+            "offline holds the run open after training)\n", note,
             f"base_model: {_y(st.ref)}\n", ds, "train_on_inputs: false\n",
             f"sequence_len: {_y(t.max_length)}\n",
             *([f"adapter: lora\nlora_r: {_y(lora['r'])}\nlora_alpha: {_y(lora.get('alpha', 2 * lora['r']))}\n"
                f"lora_dropout: {_y(lora.get('dropout', 0.0))}\nlora_target_linear: true\n"] if lora else []),
             f"micro_batch_size: {_y(per_device)}  # divide by the number of GPUs\n",
             f"gradient_accumulation_steps: {_y(t.grad_accum)}\n",
-            f"num_epochs: {_y(float(t.epochs))}\n", f"learning_rate: {_y(float(t.learning_rate))}\n",
+            f"num_epochs: {_y(float(t.epochs))}\n", *([f"max_steps: {_y(t.max_steps)}\n"] if t.max_steps else []),
+            f"learning_rate: {_y(float(t.learning_rate))}\n",
             f"lr_scheduler: {_y(t.lr_scheduler)}\n",
             f"warmup_ratio: {_y(float(t.warmup_ratio))}\n", f"weight_decay: {_y(float(t.weight_decay))}\n",
             *(["gradient_checkpointing: true\n"] if t.gradient_checkpointing else []),
@@ -257,9 +279,20 @@ def export(m: Manifest, out: str | Path, formats=FORMATS) -> list[Path]:
             f"seed: {_y(t.seed)}\n",
             # auto: bf16 where the GPU has it; fp16 off, else axolotl falls back to it and fails on a CPU.
             "bf16: auto\nfp16: false\n", "output_dir: axolotl-run\n",
-        ]), encoding="utf-8")
-        written.append(p)
+        ]))
+        launch = out / "axolotl_train.sh"
+        write_text(launch, AXOLOTL_LAUNCH)
+        written += [p, launch]
     return written
+
+
+# The axolotl launch: fixed text, no manifest value in it. DO_NOT_TRACK is the common opt-out too.
+AXOLOTL_LAUNCH = """#!/bin/sh
+# axolotl with its telemetry off: offline, the telemetry would hold the run open after training.
+# Extra arguments go to `axolotl train`, e.g.: sh axolotl_train.sh --max-steps 2
+export AXOLOTL_DO_NOT_TRACK=1 DO_NOT_TRACK=1
+exec axolotl train "$(dirname "$0")/axolotl_sft.yaml" "$@"
+"""
 
 
 def _trl_script(st: Student, data: Path, t, per_device: int, steps: int, note: str) -> str:
@@ -274,13 +307,13 @@ def _trl_script(st: Student, data: Path, t, per_device: int, steps: int, note: s
         ("weight_decay", float(t.weight_decay), ""),
         ("max_length", t.max_length, "longer pairs keep their start"),
         ("completion_only_loss", True, "loss on the completion (and EOS) only, as advisor trains"),
-        ("gradient_checkpointing", bool(t.gradient_checkpointing), ""),
         ("save_strategy", "steps", ""),
         ("save_steps", steps, f"{t.evals_per_epoch} checkpoints per epoch"),
         ("save_total_limit", t.save_total_limit, ""),
         ("seed", t.seed, ""),
         ("data_seed", t.seed, ""),
         ("report_to", "none", ""),
+        *([("max_steps", t.max_steps, "")] if t.max_steps else []),
     ]
     lines = "".join(f"    {k!r}: {v!r},{'  # ' + c if c else ''}\n" for k, v, c in settings)
     lora = t.lora
@@ -304,6 +337,8 @@ def _trl_script(st: Student, data: Path, t, per_device: int, steps: int, note: s
 Data: {kind}.
 """
 {note}
+from dataclasses import fields
+
 import torch
 from datasets import load_dataset
 from transformers import HfArgumentParser
@@ -312,8 +347,11 @@ from trl import SFTConfig, SFTTrainer
 MODEL = {st.ref!r}
 DATA = {str(data.resolve())!r}
 BF16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+# activation_checkpointing is the current name; transformers before it knew only gradient_checkpointing
+CHECKPOINTING = next(n for n in ("activation_checkpointing", "gradient_checkpointing") if n in {{f.name for f in fields(SFTConfig)}})
 SETTINGS = {{
-{lines}    'bf16': BF16,
+{lines}    CHECKPOINTING: {bool(t.gradient_checkpointing)!r},  # trade compute for memory
+    'bf16': BF16,
     'fp16': torch.cuda.is_available() and not BF16,  # GPUs without bf16 (V100, T4)
 }}
 

@@ -18,7 +18,7 @@ LAUNCHERS = ("torchrun", "accelerate")
 
 
 def sft_args(manifest: str, out: str, records: str | None = None, device: str = "auto", dtype: str = "auto",
-             threads: int = 0) -> list[str]:
+             threads: int = 0, epochs: float | None = None, max_steps: int | None = None) -> list[str]:
     args = ["-m", "capacity_advisor.training.sft", "--manifest", str(manifest), "--out", str(out)]
     if records:
         args += ["--records", str(records)]
@@ -28,6 +28,10 @@ def sft_args(manifest: str, out: str, records: str | None = None, device: str = 
         args += ["--dtype", dtype]
     if threads:
         args += ["--threads", str(threads)]
+    if epochs is not None:
+        args += ["--epochs", repr(float(epochs))]
+    if max_steps is not None:
+        args += ["--max-steps", str(max_steps)]
     return args
 
 

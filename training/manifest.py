@@ -26,6 +26,7 @@ from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import write_json
 
 MANIFEST_VERSION = 1
+MAX_SEED = 2**32 - 1  # numpy's seeds stop here (the trainer seeds numpy, torch and random with it)
 STRATEGIES = ("high", "low", "mixed", "curriculum")
 SETS = STRATEGIES[:3]  # the sets a probe trains on; the predictor's options are these and the schedules below
 
@@ -243,6 +244,10 @@ class Manifest:
     def from_dict(cls, d: dict, base_dir: str | os.PathLike = ".", where: str = "manifest") -> "Manifest":
         if not isinstance(d, dict):
             raise InputError(f"{where}: expected a JSON object, got {type(d).__name__}")
+        if d.get("advice_only") is True:
+            raise InputError(f"{where}: this manifest holds advice only (recommend ran with --no-probe and no --pool, "
+                             "so there is no selected dataset to train on): rerun `advisor recommend` with --pool "
+                             "to get a dataset and a training manifest")
         bad: list[str] = []
         d = dict(d)
         sub = {}
@@ -317,8 +322,9 @@ def _training_problems(t: TrainingSpec) -> list[str]:
             bad.append(f"training.{name}: must be a whole number ≥ {least} or null, got {_show(v)}")
     if not _num(t.weight_decay) or t.weight_decay < 0:
         bad.append(f"training.weight_decay: must be ≥ 0, got {_show(t.weight_decay)}")
-    if not _int(t.seed):
-        bad.append(f"training.seed: must be a whole number, got {_show(t.seed)}")
+    if not _int(t.seed) or not 0 <= t.seed <= MAX_SEED:
+        bad.append(f"training.seed: must be a whole number from 0 to {MAX_SEED} (what numpy and torch both take), "
+                   f"got {_show(t.seed)}")
     if t.save_total_limit is not None and (not _int(t.save_total_limit) or t.save_total_limit < 1):
         bad.append(f"training.save_total_limit: must be ≥ 1 or null, got {_show(t.save_total_limit)}")
     if not isinstance(t.gradient_checkpointing, bool):

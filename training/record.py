@@ -68,8 +68,11 @@ def write_record(run_dir: Path, record: dict, store: str | os.PathLike | None) -
 
 def append_line(path: Path, obj: dict) -> None:
     """One JSON line in one write(2) on an O_APPEND file, so concurrent runs do not interleave."""
+    from capacity_advisor.models.files import finite
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = (json.dumps(obj, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+    # NaN and infinities become null, as in every file we write: strict JSON readers refuse them
+    data = (json.dumps(finite(obj), ensure_ascii=False, default=str, allow_nan=False) + "\n").encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, data)

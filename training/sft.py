@@ -27,6 +27,7 @@ import re
 import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
@@ -49,6 +50,8 @@ def run_key(m: Manifest) -> str:
         d.pop(informational, None)
     d["dataset_digest"] = file_digest(m.dataset_path)
     d["eval_digest"] = file_digest(m.eval_path) if m.eval_path else None
+    if m.candidates_path is not None:  # re-ranking chooses rows from it (absent otherwise, so other keys stay as they were)
+        d["candidates_digest"] = file_digest(m.candidates_path)
     return stable_hash(d)
 
 
@@ -91,6 +94,79 @@ def precision(dtype: str, cuda: bool) -> tuple[str, bool, bool]:
     return "float32", False, False
 
 
+@dataclass
+class Checked:
+    """What `check_run` read and decided: the run's inputs, ready for training."""
+
+    manifest: Manifest
+    key: str
+    complete: bool  # RUN/record.json exists: nothing to do
+    rows: list = field(default_factory=list)
+    train_set: object = None
+    eval_rows: list = field(default_factory=list)
+    candidates: list | None = None
+    per_device: int = 0
+    use_cpu: bool = True
+    precision: tuple = ("float32", False, False)
+
+
+def check_run(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, world: int = 1, device: str = "auto",
+              dtype: str = "auto", epochs: float | None = None, max_steps: int | None = None) -> Checked:
+    """Everything a run refuses, refused before it starts: the manifest (with any --epochs /
+    --max-steps), the run folder, the batch split over `world` processes, the device and dtype,
+    the data, eval and re-ranking files, LoRA's library. `run_sft` calls it, and so does
+    `advisor train --dry-run`, so a dry run refuses exactly what the run would."""
+    import torch
+
+    m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
+    m = with_overrides(m, epochs=epochs, max_steps=max_steps)
+    key = run_key(m)
+    run_dir = Path(out)
+    _check_run_folder(run_dir, key)
+    if (run_dir / "record.json").exists():
+        return Checked(m, key, complete=True)
+    t = m.training
+    if t.batch_size % (t.grad_accum * world):
+        raise InputError(f"training.batch_size {t.batch_size} must be divisible by training.grad_accum ({t.grad_accum}) "
+                         f"x processes ({world}): change the batch size or the number of processes")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu or auto")
+    use_cpu = device == "cpu" or not torch.cuda.is_available()
+    chosen = precision(dtype, cuda=not use_cpu)
+    if t.lora:
+        _peft()
+    from capacity_advisor.models.loading import check_model_spec
+    from capacity_advisor.training.data import SFTDataset, read_eval_set, read_sft_rows
+
+    check_model_spec(m.model_spec)
+    rows = read_sft_rows(m.dataset_path)
+    train_set = SFTDataset(rows, t.switch_epoch, where=str(m.dataset_path))
+    eval_rows = read_eval_set(m.eval_path, m.eval.limit) if m.eval_path else []
+    if m.eval.teacher and eval_rows:
+        check_model_spec(m.eval.teacher)
+    candidates = None
+    if t.rerank:
+        from capacity_advisor.training.rerank import read_candidates
+
+        candidates = read_candidates(m.candidates_path, {str(r.get("id")) for r in rows})
+    return Checked(m, key, False, rows, train_set, eval_rows, candidates, t.batch_size // (t.grad_accum * world),
+                   use_cpu, chosen)
+
+
+def with_overrides(m: Manifest, epochs: float | None = None, max_steps: int | None = None) -> Manifest:
+    """The manifest with `advisor train --epochs / --max-steps` applied, checked as a whole again
+    (a curriculum's switch or a re-ranking epoch must still fall inside the new budget)."""
+    if epochs is None and max_steps is None:
+        return m
+    from dataclasses import replace
+
+    training = replace(m.training, **({"epochs": epochs} if epochs is not None else {}),
+                       **({"max_steps": max_steps} if max_steps is not None else {}))
+    given = " and ".join(f"--{n.replace('_', '-')} {v}" for n, v in (("epochs", epochs), ("max_steps", max_steps))
+                         if v is not None)
+    return replace(m, training=training).validate(where=f"{given} on manifest")
+
+
 _LOADED: dict[tuple, object] = {}  # teachers kept in memory across the runs of one process (calibration)
 
 
@@ -105,7 +181,8 @@ def _load_cached(spec: str, dtype: str):
 
 def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, records: str | None = None,
             device: str = "auto", dtype: str = "auto", threads: int = 0, callbacks=(), stream=None,
-            lm=None, store: bool = True, step0_row: dict | None = None) -> dict:
+            lm=None, store: bool = True, step0_row: dict | None = None, epochs: float | None = None,
+            max_steps: int | None = None) -> dict:
     """Train, evaluate, checkpoint, resume; return the RunRecord (also written to RUN/record.json).
 
     `lm`: the base student already in memory (a `LoadedModel`); a copy of it is trained, so
@@ -113,18 +190,19 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     `store=False` keeps the record out of the records store (probe runs are not full runs).
     `step0_row`: the base model's evaluation, when another run from the same base and eval set
     already measured it (probes); it is written instead of evaluating step 0 again.
+    `epochs` / `max_steps`: override the manifest's (`advisor train --epochs / --max-steps`);
+    the run key, and so the run, is then another one.
     """
     from capacity_advisor.models.loading import check_transformers
 
     check_transformers()
-    m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
     manifest_file = None if isinstance(manifest, Manifest) else str(Path(manifest).resolve())
     run_dir = Path(out)
     stream = stream or sys.stderr
-    key = run_key(m)
-    _check_run_folder(run_dir, key)
+    checked = check_run(manifest, out, env_world_size(), device, dtype, epochs=epochs, max_steps=max_steps)
+    m, key = checked.manifest, checked.key
     done = run_dir / "record.json"
-    if done.exists():
+    if checked.complete:
         import json
 
         if env_world_size() == 1 or int(os.environ.get("RANK", "0")) == 0:
@@ -137,9 +215,10 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     from transformers.utils import logging as hf_logging
 
     from capacity_advisor.training import callbacks as cbs
-    from capacity_advisor.training.data import CompletionCollator, SFTDataset, read_eval_set, read_sft_rows
+    from capacity_advisor.training.data import CompletionCollator
     from capacity_advisor.training.evaluate import Evaluator
     from capacity_advisor.training.metrics import checker_name
+    from capacity_advisor.models.template import check_prompts
     from capacity_advisor.training.record import build_record, plot_curve, write_record
 
     hf_logging.set_verbosity_error()
@@ -149,18 +228,9 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
         torch.set_num_threads(threads)
     t, e = m.training, m.eval
     world = env_world_size()
-    if t.batch_size % (t.grad_accum * world):
-        raise InputError(f"training.batch_size {t.batch_size} must be divisible by training.grad_accum ({t.grad_accum}) "
-                         f"x processes ({world}): change the batch size or the number of processes")
-    per_device = t.batch_size // (t.grad_accum * world)
-    if device == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu or auto")
-    use_cpu = device == "cpu" or not torch.cuda.is_available()
-    load_dtype, bf16, fp16 = precision(dtype, cuda=not use_cpu)
-
-    rows = read_sft_rows(m.dataset_path)
-    train_set = SFTDataset(rows, t.switch_epoch, where=str(m.dataset_path))
-    eval_rows = read_eval_set(m.eval_path, e.limit) if m.eval_path else []
+    per_device, use_cpu = checked.per_device, checked.use_cpu
+    load_dtype, bf16, fp16 = checked.precision
+    rows, train_set, eval_rows = checked.rows, checked.train_set, checked.eval_rows
 
     args = training_arguments(t, run_dir, per_device, use_cpu, bf16, fp16, world)
     _ = args.device  # sets up the process group under torchrun / accelerate launch
@@ -198,6 +268,7 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
         lm.model = copy.deepcopy(lm.model)
     model, tok = lm.model, lm.tokenizer
     description = lm.description
+    check_prompts(tok, [r["prompt"] for r in rows] + [r["prompt"] for r in eval_rows])  # before any training step
     teacher = None
     if e.teacher and eval_rows:
         with args.main_process_first(desc="load teacher"):
@@ -232,10 +303,9 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     extra = []
     rerank = None
     if t.rerank:
-        from capacity_advisor.training.rerank import RerankCallback, read_candidates
+        from capacity_advisor.training.rerank import RerankCallback
 
-        candidates = read_candidates(m.candidates_path, {str(r.get("id")) for r in rows})
-        rerank = RerankCallback(run_dir, train_set, candidates, t.rerank["epochs"], m.strategy, m.mix,
+        rerank = RerankCallback(run_dir, train_set, checked.candidates, t.rerank["epochs"], m.strategy, m.mix,
                                 t.rerank.get("score", "sum"), t.seed, tok, t.max_length, m.model_spec)
         extra.append(rerank)
     collator = CompletionCollator(tok, t.max_length)
@@ -333,11 +403,16 @@ def _checkpointing(on: bool) -> dict:
     return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": True}
 
 
-def _lora(model, spec: dict, seed: int):
+def _peft():
     try:
-        from peft import LoraConfig, get_peft_model
+        import peft
     except ImportError:
         raise InputError("training.lora needs peft: pip install 'capacity-advisor[lora]'") from None
+    return peft
+
+
+def _lora(model, spec: dict, seed: int):
+    LoraConfig, get_peft_model = _peft().LoraConfig, _peft().get_peft_model
     import torch
 
     torch.manual_seed(seed)
@@ -362,6 +437,10 @@ def run_options(f):
         click.option("--dtype", default="auto", type=click.Choice(DTYPES), show_default=True,
                      help="auto: fp32 on CPU, bf16 (else fp16 mixed precision) on GPU."),
         click.option("--threads", default=0, show_default=True, help="Torch CPU threads per process (0: torch's default)."),
+        click.option("--epochs", default=None, type=float,
+                     help="Override the manifest's epoch budget (training.epochs); the run is then another run."),
+        click.option("--max-steps", default=None, type=int,
+                     help="Override training.max_steps: stop after this many optimizer steps."),
     ]):
         f = option(f)
     return f
@@ -371,10 +450,11 @@ def run_options(f):
 @click.option("--manifest", required=True, help="recommendation.json (the manifest written by `advisor recommend`).")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Run folder (checkpoints, eval.jsonl, record.json); a rerun resumes.")
 @run_options
-def main(manifest, out, records, device, dtype, threads):
+def main(manifest, out, records, device, dtype, threads, epochs, max_steps):
     """Full SFT from a manifest; the same command under torchrun / accelerate launch runs data-parallel."""
     try:
-        run_sft(manifest, out, records=records, device=device, dtype=dtype, threads=threads)
+        run_sft(manifest, out, records=records, device=device, dtype=dtype, threads=threads, epochs=epochs,
+                max_steps=max_steps)
     except InputError as err:
         if int(os.environ.get("RANK", "0")) == 0:
             click.echo(f"error: {err}", err=True)

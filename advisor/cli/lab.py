@@ -10,12 +10,35 @@ Students are then addressable as `--model lab:NAME` in every verb.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
 import click
 
 from capacity_advisor.models.errors import InputError
+
+
+class PlainProgress:
+    """Progress as plain stderr lines when stderr is not a terminal (nohup, a scheduler, CI, a
+    pipe), where a progress bar would print nothing until the end: a line at the start, then one
+    every `every` seconds and one at the end, each flushed at once."""
+
+    def __init__(self, what: str, unit: str = "steps", every: float = 30.0, stream=None):
+        self.what, self.unit, self.every = what, unit, every
+        self.stream = stream or sys.stderr
+        self.last: float | None = None
+
+    def __call__(self, step: int, total: int | None, loss: float | None = None) -> None:
+        now = time.monotonic()
+        final = total is not None and step >= total
+        if self.last is not None and now - self.last < self.every and not final:
+            return
+        self.last = now
+        of = f"/{total}" if total else ""
+        extra = f", loss {loss:.3f}" if loss is not None else ""
+        self.stream.write(f"{self.what}: {step}{of} {self.unit}{extra}\n")
+        self.stream.flush()
 
 
 def _sizes(text: str | None, teacher: bool = False) -> list[str]:
@@ -80,13 +103,16 @@ def build(sizes, threads, as_json):
             console.print(f"{name}: already built")
             continue
         t0 = time.time()
-        with progress(f"pretraining {name}", unit="steps") as bar:
-            task = bar.add_task(f"pretraining {name}", total=None, rate="")
+        if not sys.stderr.isatty():  # a log, a pipe, CI: plain lines that arrive as the work goes
+            student_path(name, progress=PlainProgress(f"pretraining {name}", unit="steps"))
+        else:
+            with progress(f"pretraining {name}", unit="steps") as bar:
+                task = bar.add_task(f"pretraining {name}", total=None, rate="")
 
-            def cb(step, total, loss):
-                bar.update(task, total=total, completed=step, rate=f"loss {loss:.3f}")
+                def cb(step, total, loss):
+                    bar.update(task, total=total, completed=step, rate=f"loss {loss:.3f}")
 
-            student_path(name, progress=cb)
+                student_path(name, progress=cb)
         console.print(f"{name}: built in {time.time() - t0:.0f}s")
     rows = [r for r in list_students() if r["name"] in names]
     if as_json:
@@ -144,13 +170,17 @@ def report(calibration, out, as_json):
         if not s:
             continue
         t.add_row(g["task"], g["score"], g["size"], f"{g['n_params']:,}",
-                  f"{s['acc_epoch1_high']:.2f} / {s['acc_epoch1_low']:.2f}",
-                  f"{s['acc_last_epoch_high']:.2f} / {s['acc_last_epoch_low']:.2f}",
+                  f"{_two(s['acc_epoch1_high'])} / {_two(s['acc_epoch1_low'])}",
+                  f"{_two(s['acc_last_epoch_high'])} / {_two(s['acc_last_epoch_low'])}",
                   f"{s['low_overtakes_from_epoch']:g}" if s["low_overtakes_from_epoch"] else "never",
                   f"{_fmt(s['teacher_view_drop_high'])} / {_fmt(s['teacher_view_drop_low'])}",
-                  f"{s['repetition_mean_high']:.2f} / {s['repetition_mean_low']:.2f}")
+                  f"{_two(s['repetition_mean_high'])} / {_two(s['repetition_mean_low'])}")
     console.print(t)
 
 
 def _fmt(v) -> str:
     return "—" if v is None else f"{v:+.2f}"
+
+
+def _two(v) -> str:
+    return "—" if v is None else f"{v:.2f}"

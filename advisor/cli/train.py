@@ -5,6 +5,10 @@
     advisor train rec/recommendation.json --out runs/m-high --nproc 8 --launcher accelerate \\
         --accelerate-config configs/accelerate_fsdp.yaml                       # FSDP for large students
     advisor train rec/recommendation.json --export out/ --format all         # data + TRL/LLaMA-Factory/axolotl configs
+    advisor train rec/recommendation.json --out runs/try --max-steps 20     # a short try of the same recipe
+
+Every check the run makes (manifest, run folder, batch split, device, data files) is made before
+the launch command is printed, and `--dry-run` makes exactly those, so what it accepts, the run accepts.
 """
 
 from __future__ import annotations
@@ -36,21 +40,22 @@ from capacity_advisor.training.sft import run_options
 @click.option("--format", "formats", default="all", show_default=True, help="Export formats: trl,llamafactory,axolotl or all.")
 @json_option
 @click.pass_context
-def train(ctx, manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, dry_run,
-          export_dir, formats, as_json):
+def train(ctx, manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, epochs, max_steps,
+          dry_run, export_dir, formats, as_json):
     """Full SFT on the recommended data: the paper's protocol, checkpoints, resume, a RunRecord."""
     try:
-        _train(manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, dry_run,
-               export_dir, formats, as_json)
+        _train(manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, epochs, max_steps,
+               dry_run, export_dir, formats, as_json)
     except InputError as e:  # also when called outside the advisor group (tests, other CLIs)
         click.echo(f"error: {e}", err=True)
         ctx.exit(2)
 
 
-def _train(manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, dry_run,
-           export_dir, formats, as_json):
+def _train(manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, epochs, max_steps,
+           dry_run, export_dir, formats, as_json):
     from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, quiet_libraries
     from capacity_advisor.training.manifest import load_manifest
+    from capacity_advisor.training.sft import check_run, with_overrides
 
     quiet_libraries()
     m = load_manifest(manifest)
@@ -58,7 +63,8 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
         from capacity_advisor.training.export import FORMATS, export
 
         chosen = FORMATS if formats == "all" else tuple(f.strip() for f in formats.split(",") if f.strip())
-        written = export(m, export_dir, chosen)
+        written = export(with_overrides(m, epochs=epochs, max_steps=max_steps), export_dir, chosen,
+                         manifest_path=manifest)
         if as_json:
             emit_json({"written": [str(p) for p in written]})
         else:
@@ -67,23 +73,21 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
     if not out:
         raise InputError("--out is required (the run folder), unless --export is given")
     from capacity_advisor.models.files import check_writable_dir
-    from capacity_advisor.models.loading import check_model_spec
-
-    from capacity_advisor.training.data import read_eval_set, read_sft_rows
 
     # before the launch command is printed, so a mistake is the only line
-    check_model_spec(m.model_spec)
     check_writable_dir(out, "--out")
-    read_sft_rows(m.dataset_path)
-    if m.eval_path:
-        read_eval_set(m.eval_path, m.eval.limit)
+    if nproc < 1:
+        raise InputError(f"--nproc {nproc} must be at least 1")
+    checked = check_run(m, out, world=nproc, device=device, dtype=dtype, epochs=epochs, max_steps=max_steps)
+    m = checked.manifest
     if nproc > 1 or accelerate_config:
         import torch
 
         from capacity_advisor.training.launch import launch_command, shown
 
         cmd = launch_command(manifest, out, nproc, launcher, accelerate_config, cuda=torch.cuda.is_available(),
-                             records=records, device=device, dtype=dtype, threads=threads)
+                             records=records, device=device, dtype=dtype, threads=threads, epochs=epochs,
+                             max_steps=max_steps)
         click.echo(shown(cmd), err=True)
         if dry_run:
             return
@@ -96,12 +100,14 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
 
         from capacity_advisor.training.launch import sft_args, shown
 
-        click.echo(shown([sys.executable] + sft_args(manifest, out, records, device, dtype, threads)), err=True)
+        click.echo(shown([sys.executable] + sft_args(manifest, out, records, device, dtype, threads, epochs, max_steps)),
+                   err=True)
         if dry_run:
             return
         from capacity_advisor.training.sft import run_sft
 
-        record = run_sft(manifest, out, records=records, device=device, dtype=dtype, threads=threads)
+        record = run_sft(manifest, out, records=records, device=device, dtype=dtype, threads=threads, epochs=epochs,
+                         max_steps=max_steps)
     summary = {"record": str(Path(out) / "record.json"), "curve": str(Path(out) / "curve.png"),
                "best_accuracy": record.get("best_accuracy"), "final_accuracy": record.get("final_accuracy"),
                "evaluations": len(record.get("evals", [])), "seconds": record["provenance"]["seconds"],
@@ -109,4 +115,4 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
     if as_json:
         emit_json(summary)
     else:
-        console.print(kv_table(f"Run: {m.model_spec} on {m.strategy} data, {m.training.epochs} epochs", summary))
+        console.print(kv_table(f"Run: {m.model_spec} on {m.strategy} data, {m.training.epochs:g} epochs", summary))

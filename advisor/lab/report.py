@@ -8,24 +8,32 @@ teacher's NLL per token of the student's generations: lower is closer to the tea
 and the held-out teacher NLL. And per student a summary: who leads in the first epoch, who at the
 end, the epoch where D_low first overtakes D_high, and how far each set moved the student toward
 the teacher. Nothing is recomputed: the numbers are read from each run's eval.jsonl.
+
+A calibration folder is a file a user may be handed, so it is read as a pool is: every run's
+record.json must be JSON, its eval.jsonl readable rows with a numeric `epoch` and `accuracy`, a
+trained checkpoint besides epoch 0, its student a lab student. Any fault is one InputError naming
+the file, found before anything is written; the outputs are then written together.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
 from statistics import mean, pstdev
 
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import atomic_path, read_jsonl, write_json
+from capacity_advisor.models.files import atomic_path, check_writable_dir, read_jsonl_input, write_json, write_text
 from capacity_advisor.training.manifest import SETS
 
 METRICS = ("accuracy", "teacher_view", "repetition_rate", "teacher_nll", "answer_logprob", "base_drift")
 
 
 def _runs(cal: Path) -> dict:
-    """{(task, score, size): {strategy: [eval rows per seed]}} from the finished runs."""
+    """{(task, score, size): {strategy: [eval rows per seed]}} from the finished runs, each checked (`_run_rows`)."""
+    from capacity_advisor.models.lab import LADDER
+
     out: dict = {}
     for rec in sorted(cal.glob("*/*/*/*/record.json")):
         run = rec.parent
@@ -33,18 +41,58 @@ def _runs(cal: Path) -> dict:
         if strategy not in SETS or "-s" not in unit:
             continue
         size = unit.rsplit("-s", 1)[0]
-        out.setdefault((task, score, size), {}).setdefault(strategy, []).append(read_jsonl(run / "eval.jsonl"))
+        if size not in LADDER:
+            raise InputError(f"{run}: {size!r} is not a lab student (the ladder: {', '.join(LADDER)}); "
+                             "a calibration folder holds runs of lab students only")
+        out.setdefault((task, score, size), {}).setdefault(strategy, []).append(_run_rows(run))
     return out
 
 
-def _n_params(cal: Path, task: str, score: str, size: str) -> int | None:
-    for rec in cal.glob(f"{task}/{score}/{size}-s*/high/record.json"):
-        return json.loads(rec.read_text())["model"]["n_params"]
-    return None
+_NUMBER = (int, float)
+
+
+def _run_rows(run: Path) -> list[dict]:
+    """The evaluation rows of one finished run, in step order, or one InputError saying what is wrong."""
+    rec = run / "record.json"
+    try:
+        record = json.loads(rec.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:  # not UTF-8, not JSON, nested too deeply, a huge integer
+        raise InputError(f"{rec} is not a readable record ({type(e).__name__}); copy the run folder again") from None
+    if not isinstance(record, dict):
+        raise InputError(f"{rec} is not a record (a JSON object); copy the run folder again")
+    path = run / "eval.jsonl"
+    rows = read_jsonl_input(path, f"{path} is missing: the run's evaluations are not there; copy the run folder again",
+                            "; copy the run folder again")
+    if not rows:
+        raise InputError(f"{path} is empty: the run has no evaluations; copy the run folder again")
+    for n, r in enumerate(rows, 1):
+        epoch = r.get("epoch")
+        if not _finite(epoch) or epoch < 0:
+            raise InputError(f"{path} line {n}: epoch {_show(epoch)} is not a number of epochs")
+        if not _finite(r.get("accuracy")):
+            raise InputError(f"{path} line {n}: accuracy {_show(r.get('accuracy'))} is not a number; the lab report "
+                             "compares pass@1, so every evaluation needs one")
+        bad = [m for m in METRICS if r.get(m) is not None and not _finite(r[m])]
+        if bad:
+            raise InputError(f"{path} line {n}: {', '.join(bad)} not a number")
+    if all(r["epoch"] == 0 for r in rows):
+        raise InputError(f"{path} holds only the base model's evaluation (epoch 0): the run has no trained checkpoint")
+    return rows
+
+
+def _finite(v) -> bool:
+    return isinstance(v, _NUMBER) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _show(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:40] + "…"
 
 
 def aggregate(cal: str | Path) -> dict:
     cal = Path(cal)
+    if not cal.is_dir():
+        raise InputError(f"calibration folder {cal} does not exist: pass the --out folder of `advisor calibrate`")
     runs = _runs(cal)
     if not runs:
         raise InputError(f"{cal} holds no finished calibration runs: run `advisor calibrate --out {cal}` first")
@@ -54,8 +102,8 @@ def aggregate(cal: str | Path) -> dict:
     order = {name: i for i, name in enumerate(LADDER)}
     groups = []
     for (task, score, size), by in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], order.get(kv[0][2], 99))):
-        entry = {"task": task, "score": score, "size": size, "n_params": n_params(size) if size in LADDER else None,
-                 "shape": shape(LADDER[size]) if size in LADDER else None, "strategies": {}}
+        entry = {"task": task, "score": score, "size": size, "n_params": n_params(size), "shape": shape(LADDER[size]),
+                 "strategies": {}}
         for strategy, seeds in by.items():
             n = min(len(s) for s in seeds)
             curve = []
@@ -83,11 +131,13 @@ def summarize(strategies: dict) -> dict:
         return {}
     trained_hi = [r for r in hi if r["epoch"] > 0]
     trained_lo = [r for r in lo if r["epoch"] > 0]
-    first_hi = mean(r["accuracy"] for r in trained_hi if r["epoch"] <= 1.0001)
-    first_lo = mean(r["accuracy"] for r in trained_lo if r["epoch"] <= 1.0001)
+    if not trained_hi or not trained_lo:  # the seeds' curves share no trained checkpoint
+        return {}
+    first_hi = _mean(r["accuracy"] for r in trained_hi if r["epoch"] <= 1.0001)
+    first_lo = _mean(r["accuracy"] for r in trained_lo if r["epoch"] <= 1.0001)
     last = max(r["epoch"] for r in hi)
-    end_hi = mean(r["accuracy"] for r in trained_hi if r["epoch"] > last - 1.0001)
-    end_lo = mean(r["accuracy"] for r in trained_lo if r["epoch"] > last - 1.0001)
+    end_hi = _mean(r["accuracy"] for r in trained_hi if r["epoch"] > last - 1.0001)
+    end_lo = _mean(r["accuracy"] for r in trained_lo if r["epoch"] > last - 1.0001)
     over = next((a["epoch"] for a, b in zip(trained_lo, trained_hi) if a["accuracy"] > b["accuracy"] + 0.02
                  and all(x["accuracy"] >= y["accuracy"] for x, y in zip(trained_lo, trained_hi) if x["epoch"] >= a["epoch"])),
                 None)
@@ -100,17 +150,36 @@ def summarize(strategies: dict) -> dict:
         "acc_epoch1_high": first_hi, "acc_epoch1_low": first_lo,
         "acc_last_epoch_high": end_hi, "acc_last_epoch_low": end_lo,
         "best_high": max(r["accuracy"] for r in trained_hi), "best_low": max(r["accuracy"] for r in trained_lo),
-        "high_ahead_in_epoch1": first_hi > first_lo, "low_ahead_at_end": end_lo > end_hi,
+        "high_ahead_in_epoch1": _ahead(first_hi, first_lo), "low_ahead_at_end": _ahead(end_lo, end_hi),
         "low_overtakes_from_epoch": over,
         "teacher_view_drop_high": moved(hi, "teacher_view"), "teacher_view_drop_low": moved(lo, "teacher_view"),
-        "repetition_mean_high": mean(r["repetition_rate"] for r in trained_hi),
-        "repetition_mean_low": mean(r["repetition_rate"] for r in trained_lo),
-        "repetition_peak_low": max(r["repetition_rate"] for r in trained_lo),
+        "repetition_mean_high": _mean(r["repetition_rate"] for r in trained_hi),
+        "repetition_mean_low": _mean(r["repetition_rate"] for r in trained_lo),
+        "repetition_peak_low": max((r["repetition_rate"] for r in trained_lo if r["repetition_rate"] is not None),
+                                   default=None),
     }
+
+
+def _mean(values) -> float | None:
+    """The mean of the values that exist (a metric a run did not measure is None), or None."""
+    vals = [v for v in values if v is not None]
+    return mean(vals) if vals else None
+
+
+def _ahead(a: float | None, b: float | None) -> bool | None:
+    return None if a is None or b is None else a > b
 
 
 def plot(results: dict, path: Path, task: str, score: str) -> None:
     """pass@1, teacher view and repetition by epoch: one column per student, D_high vs D_low (± sd over seeds)."""
+    png = plot_png(results, task, score)
+    if png is not None:
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(png)
+
+
+def plot_png(results: dict, task: str, score: str) -> bytes | None:
+    """`plot`'s figure as PNG bytes (None when no student has runs of this task and ranking)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -118,7 +187,7 @@ def plot(results: dict, path: Path, task: str, score: str) -> None:
 
     groups = [g for g in results["groups"] if g["task"] == task and g["score"] == score]
     if not groups:
-        return
+        return None
     rows = (("accuracy", "pass@1"), ("teacher_view", "teacher view (NLL/token)"), ("repetition_rate", "repetition"))
     fig, axes = plt.subplots(len(rows), len(groups), figsize=(2.3 * len(groups), 6.6), squeeze=False, sharex=True)
     colors = {"high": "tab:blue", "low": "tab:red", "mixed": "tab:purple"}
@@ -145,9 +214,10 @@ def plot(results: dict, path: Path, task: str, score: str) -> None:
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"lab, {task}, D_high / D_low by each student's {score} log-prob: mean ± sd over seeds", fontsize=9)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=80, format="png")
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=80, format="png")
     plt.close(fig)
+    return buf.getvalue()
 
 
 def markdown(results: dict, epochs: tuple[float, ...] = (0.25, 1, 2, 3, 5)) -> str:
@@ -185,11 +255,18 @@ def _f(v, digits: int = 2) -> str:
 
 
 def write_report(cal: str | Path, out: str | Path) -> dict:
+    """results.json, results.md and one curves-TASK-RANKING.png per task and ranking in `out`. All
+    are made in memory first, so a fault in the folder leaves nothing written."""
+    check_writable_dir(out, "--out")
     results = aggregate(cal)
+    text = markdown(results)
+    figures = {f"curves-{task}-{score}.png": plot_png(results, task, score)
+               for task, score in sorted({(g["task"], g["score"]) for g in results["groups"]})}
     out = Path(out)
     write_json(out / "results.json", results)
-    for task, score in sorted({(g["task"], g["score"]) for g in results["groups"]}):
-        plot(results, out / f"curves-{task}-{score}.png", task, score)
-    with atomic_path(out / "results.md") as tmp:
-        tmp.write_text(markdown(results), encoding="utf-8")
+    for name, png in figures.items():
+        if png is not None:
+            with atomic_path(out / name) as tmp:
+                tmp.write_bytes(png)
+    write_text(out / "results.md", text)
     return results

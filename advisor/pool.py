@@ -94,6 +94,7 @@ class Pool:
     skipped_candidates: Counter = field(default_factory=Counter)  # reason -> count
     skipped_problems: Counter = field(default_factory=Counter)
     skipped_examples: dict[str, list[str]] = field(default_factory=dict)  # reason -> first few ids
+    whole_problems: int | None = None  # usable problems of the whole pool, when this is a sample of it
 
     def __len__(self) -> int:
         return len(self.problems)
@@ -606,6 +607,7 @@ def read_pool(path: str | Path, opt: PoolOptions | None = None, sample: int | No
         pool.n_rows = whole.pool.n_rows
         pool.skipped_candidates, pool.skipped_problems = whole.pool.skipped_candidates, whole.pool.skipped_problems
         pool.skipped_examples = whole.pool.skipped_examples
+        pool.whole_problems = len(whole.kept)
         return pool
     except RecursionError:  # a field nested just under the parser's limit can still overflow str()
         raise InputError(f"pool {path} is nested too deeply to read; flatten its fields") from None

@@ -127,12 +127,16 @@ def recommend(cfg: RecommendConfig, status=None, progress=None) -> Recommendatio
 def check_inputs(cfg: RecommendConfig) -> Checked:
     """Flags, model, out folder, predictor, pool and scores: every input recommend reads, checked
     before any work (a lab student is not pretrained, no file is written)."""
-    from capacity_advisor.models.files import check_writable_dir
+    from capacity_advisor.models.files import check_writable_dir, refuse_overwrite
     from capacity_advisor.models.loading import check_model_spec, describe_config
 
     cfg.validate()
     check_model_spec(cfg.model)
     check_writable_dir(cfg.out, "--out")
+    out = Path(cfg.out)
+    refuse_overwrite([cfg.pool, cfg.scores, cfg.predictor],
+                     [out, *(out / name for name in ("train.jsonl", "eval.jsonl", "recommendation.json", "config.json",
+                                                     "report.png", "score", "probe"))], "--out")
     predictor = load_predictor(cfg.predictor)
     plan = predictor_plan(cfg.model, "recommend", predictor, cfg.recipe)
     desc = None if lab_size(cfg.model) is not None else describe_config(cfg.model)
@@ -143,8 +147,8 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
     if cfg.pool:
         from capacity_advisor.advisor.pool import PoolOptions, read_pool
 
-        full = read_pool(cfg.pool, PoolOptions(**cfg.pool_options))
-        pool, whole = sampled(full, cfg.sample, cfg.seed), len(full)
+        pool = read_pool(cfg.pool, PoolOptions(**cfg.pool_options), sample=cfg.sample, seed=cfg.seed)
+        whole = pool.whole_problems or len(pool)
         plan = plan.for_pool(len(pool))
         if cfg.scores:
             from capacity_advisor.advisor.probe import given_scores
@@ -175,19 +179,6 @@ def check_out(out: Path, key: str) -> None:
     if recorded_key(out, "inputs_key") not in (None, key):
         raise InputError(f"{out} holds a recommendation made from other inputs (model, pool or settings); "
                          "pass a new --out, or delete that folder to start over")
-
-
-def sampled(pool, n: int | None, seed: int):
-    """`n` problems of the pool drawn with `seed` (the whole pool when it has no more)."""
-    import random
-
-    from capacity_advisor.advisor.pool import Pool
-
-    if not n or n >= len(pool):
-        return pool
-    keep = set(random.Random(seed).sample([p.id for p in pool.problems], n))
-    return Pool([p for p in pool.problems if p.id in keep], pool.source, pool.layout, pool.fields, pool.n_rows,
-                pool.skipped_candidates, pool.skipped_problems, pool.skipped_examples)
 
 
 def describe_student(spec: str, say) -> dict:
@@ -237,8 +228,8 @@ def take_pool(cfg: RecommendConfig, say) -> tuple:
     """The lab teacher's pool for a lab student (OUT/pool.jsonl), sampled; and its size before."""
     from capacity_advisor.advisor.pool import read_pool
 
-    full = read_pool(lab_pool(cfg.lab_task, cfg.lab_n, Path(cfg.out), say))
-    return sampled(full, cfg.sample, cfg.seed), len(full)
+    pool = read_pool(lab_pool(cfg.lab_task, cfg.lab_n, Path(cfg.out), say), sample=cfg.sample, seed=cfg.seed)
+    return pool, pool.whole_problems or len(pool)
 
 
 def chosen_settings(cfg: RecommendConfig, plan: ProbePlan, desc: dict) -> dict:

@@ -56,7 +56,7 @@ def measure_compute(pool, lm, cfg, compute, checker: str, out: Path, start: Call
     from capacity_advisor.models.files import write_jsonl
 
     gen = make_backend("hf", lm, token_budget=cfg.token_budget) if cfg.backend == "hf" else \
-        make_backend("vllm", lm, token_budget=cfg.token_budget or 8192, tensor_parallel_size=cfg.tensor_parallel_size,
+        make_backend("vllm", lm, token_budget=cfg.token_budget, tensor_parallel_size=cfg.tensor_parallel_size,
                      gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)
     start("short and long attempts", 2 * len(pool), 0, "problems")
     rows = compute_mod.measure(gen, pool, compute, pick_checker(pool, checker), progress=advance)
@@ -74,7 +74,7 @@ def select_file(pool_path: str, pool_options, scores_path: str, cfg, out: str, f
     from capacity_advisor.advisor import select as sel_mod
     from capacity_advisor.advisor.compute import PROBLEM_FILTERS, keep_problems
     from capacity_advisor.advisor.pool import read_pool
-    from capacity_advisor.models.files import check_writable_file, versions, write_json, write_jsonl
+    from capacity_advisor.models.files import check_writable_file, refuse_overwrite, versions, write_json, write_jsonl
 
     cfg.validate()
     if fmt not in sel_mod.FORMATS:
@@ -84,9 +84,12 @@ def select_file(pool_path: str, pool_options, scores_path: str, cfg, out: str, f
     check_writable_file(out, "--out")
     if candidates_path:
         check_writable_file(candidates_path, "--candidates")
+    compute_file = compute_path or Path(scores_path).with_name("compute.jsonl")
+    refuse_overwrite([pool_path, scores_path, compute_file],
+                     [out, candidates_path, Path(out).with_name(Path(out).stem + ".config.json")], "--out")
     pool = read_pool(pool_path, pool_options)
     if problems != "all":
-        pool = keep_problems(pool, compute_path or Path(scores_path).with_name("compute.jsonl"), problems)
+        pool = keep_problems(pool, compute_file, problems)
     selection = sel_mod.select(pool, sel_mod.load_scores(scores_path), cfg)
     n = sel_mod.export(selection, out, fmt)
     if candidates_path:

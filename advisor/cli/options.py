@@ -15,6 +15,7 @@ from typing import Callable
 import click
 
 from capacity_advisor.models.loading import DEVICES, DTYPES
+from capacity_advisor.models.backends import VLLM_DEFAULTS
 from capacity_advisor.models.ranking import RANKINGS
 
 SEEDS = click.IntRange(0, 2**32 - 1)  # what every seeded library takes
@@ -158,7 +159,7 @@ def pool_settings(kw: dict):
 
 vllm_options = _stack(
     click.option("--tensor-parallel-size", default=1, show_default=True, help="vllm: GPUs one model is split over."),
-    click.option("--gpu-memory-utilization", default=0.9, show_default=True, help="vllm: share of each GPU's memory vLLM may take."),
+    click.option("--gpu-memory-utilization", default=VLLM_DEFAULTS.gpu_memory_utilization, show_default=True, help="vllm: share of each GPU's memory vLLM may take."),
 )
 dp_options = _stack(
     click.option("--dp-rank", default=0, show_default=True, help="This process's index among --dp-size processes."),

@@ -522,3 +522,22 @@ def test_recommend_reports_the_fallback_off_the_data_and_the_predictor_on_it(lab
                tmp_path / "pred-off", "--probe-steps", 4, "--probe-eval-problems", 16, "--out", tmp_path / "off",
                "--device", "cpu")
     assert text.exit_code == 0 and "answered by: fallback: always D_high" in text.stderr  # the report goes to stderr
+
+
+def test_recommend_refuses_an_out_folder_that_is_its_pool(lab_home, tmp_path):
+    """`recommend -p DIR -o DIR` would write over (or into) the pool it reads: one error line, nothing written."""
+    folder = tmp_path / "pooldir"
+    assert run("lab", "pool", "--n", 20, "--out", folder / "pool.jsonl").exit_code == 0
+    before = sorted(p.name for p in folder.iterdir())
+    r = run("recommend", "--model", "lab:xs", "--budget", 3, "--pool", folder / "pool.jsonl", "--out",
+            folder / "pool.jsonl", "--device", "cpu")
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error:"), r.stderr
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_fit_on_one_student_is_one_error_line(tmp_path):
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in make_records() if r["model"]["spec"] == "lab:s0"))
+    r = run("fit", "--records", path, "--out", tmp_path / "pred")
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "one student" in r.stderr, r.stderr
+    assert not (tmp_path / "pred").exists()

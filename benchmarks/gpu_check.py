@@ -22,7 +22,7 @@ In one process, in this order:
      (probes.recipe.REAL.score_length): response tokens/s and peak memory;
    - one probe step as `advisor probe` and `recommend` take it: the real-student recipe
      (probes/recipe.py REAL: batch 8, its max_length, warm-up, constant rate, the size's learning
-     rate), its manifest (probes.run.manifest_for) and the Trainer settings of training/sft.py
+     rate), its manifest (probes.run.manifest_for) and the Trainer settings of training/trainer_settings.py
      (training_arguments: the Trainer's AdamW, bf16, no gradient checkpointing, as probe manifests
      leave it), on a deep copy of the student while the base stays on the device for base_drift,
      as run_sft does; full fine-tuning at 1.5B, LoRA of rank --lora-r (peft, training.sft._lora:

@@ -18,6 +18,9 @@ on one CPU core. The HF `Trainer` does the optimisation; what this module adds:
 `batch_size` in the manifest is the global batch per optimizer step, whatever the number of
 processes: per-device batch = batch_size / (processes x grad_accum), so a run keeps its recipe
 (and its RunRecord stays comparable) when it moves from one CPU to eight GPUs.
+
+The Trainer's settings (precision, TrainingArguments, LoRA) are `training.trainer_settings`, the
+command line `training.sft_cli`; their names are importable from here too.
 """
 
 from __future__ import annotations
@@ -30,11 +33,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import click
-
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import file_digest, stable_hash, versions, write_json
-from capacity_advisor.training.manifest import Manifest, TrainingSpec, load_manifest
+from capacity_advisor.training.manifest import Manifest, load_manifest
+from capacity_advisor.training.sft_cli import main, run_options
+from capacity_advisor.training.trainer_settings import _lora, _peft, precision, training_arguments
+
+__all__ = ["CHECKPOINT", "Checked", "check_run", "checkpoints", "env_world_size", "main", "precision", "run_key",
+           "run_options", "run_sft", "training_arguments", "with_overrides"]
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
@@ -75,23 +81,6 @@ def checkpoints(run_dir: Path) -> list[tuple[int, Path, bool]]:
             if mt and p.is_dir():
                 out.append((int(mt.group(1)), p, (p / MARKER).exists() and (p / "trainer_state.json").exists()))
     return sorted(out)
-
-
-def precision(dtype: str, cuda: bool) -> tuple[str, bool, bool]:
-    """(weights dtype, bf16 autocast, fp16 autocast). CPUs train in fp32; fp16 keeps fp32 master weights."""
-    if dtype == "auto":
-        if not cuda:
-            return "float32", False, False
-        import torch
-
-        dtype = "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
-    if dtype == "bfloat16":
-        return "bfloat16", cuda, False
-    if dtype == "float16":
-        if not cuda:
-            raise InputError("--dtype float16 needs a CUDA GPU; use float32 (or bfloat16) on a CPU")
-        return "float32", False, True
-    return "float32", False, False
 
 
 @dataclass
@@ -355,110 +344,8 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     return record if record is not None else {}
 
 
-def training_arguments(t: TrainingSpec, run_dir: Path, per_device: int, use_cpu: bool, bf16: bool, fp16: bool,
-                       world: int = 1):
-    """The Trainer's settings for a TrainingSpec, in one place, so that what times a training step
-    (benchmarks/gpu_check.py) steps exactly as a run does."""
-    from transformers import TrainingArguments
-
-    return TrainingArguments(
-        output_dir=str(run_dir),
-        per_device_train_batch_size=per_device,
-        gradient_accumulation_steps=t.grad_accum,
-        num_train_epochs=float(t.epochs),
-        max_steps=t.max_steps or -1,
-        learning_rate=t.learning_rate,
-        lr_scheduler_type=t.lr_scheduler,
-        # transformers 5 reads a warmup_steps below 1 as a share of all steps
-        warmup_steps=t.warmup_steps if t.warmup_steps is not None else float(t.warmup_ratio),
-        weight_decay=t.weight_decay,
-        logging_strategy="steps",
-        logging_steps=1,
-        eval_strategy="no",  # evaluation is generation-based, in EvalCallback
-        save_strategy="no",  # EvalCallback asks for a checkpoint at each evaluation
-        save_total_limit=t.save_total_limit,
-        seed=t.seed,
-        data_seed=t.seed,
-        use_cpu=use_cpu,
-        bf16=bf16,
-        fp16=fp16,
-        **_checkpointing(t.gradient_checkpointing),
-        report_to="none",
-        disable_tqdm=True,
-        remove_unused_columns=False,
-        ddp_backend="gloo" if use_cpu and world > 1 else None,
-        ddp_find_unused_parameters=False,
-    )
-
-
-def _checkpointing(on: bool) -> dict:
-    """Activation checkpointing, under the name this transformers version uses."""
-    if not on:
-        return {}
-    from dataclasses import fields
-
-    from transformers import TrainingArguments
-
-    names = {f.name for f in fields(TrainingArguments)}
-    return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": True}
-
-
-def _peft():
-    try:
-        import peft
-    except ImportError:
-        raise InputError("training.lora needs peft: pip install 'capacity-advisor[lora]'") from None
-    return peft
-
-
-def _lora(model, spec: dict, seed: int):
-    LoraConfig, get_peft_model = _peft().LoraConfig, _peft().get_peft_model
-    import torch
-
-    torch.manual_seed(seed)
-    cfg = LoraConfig(r=spec["r"], lora_alpha=spec.get("alpha", 2 * spec["r"]), lora_dropout=spec.get("dropout", 0.0),
-                     target_modules=spec.get("target_modules", "all-linear"), task_type="CAUSAL_LM")
-    return get_peft_model(model, cfg)
-
-
 def _fmt(v) -> str:
     return "—" if v is None else f"{v:.3f}"
-
-
-def run_options(f):
-    """The options of one training run, shared by `advisor train` and `python -m capacity_advisor.training.sft`
-    (the command torchrun and accelerate launch start in every process)."""
-    from capacity_advisor.models.loading import DEVICES, DTYPES
-
-    for option in reversed([
-        click.option("--records", default=None,
-                     help="Records store to append the RunRecord to (default: $ADVISOR_HOME/records.jsonl)."),
-        click.option("--device", default="auto", type=click.Choice(DEVICES), show_default=True),
-        click.option("--dtype", default="auto", type=click.Choice(DTYPES), show_default=True,
-                     help="auto: fp32 on CPU, bf16 (else fp16 mixed precision) on GPU."),
-        click.option("--threads", default=0, show_default=True, help="Torch CPU threads per process (0: torch's default)."),
-        click.option("--epochs", default=None, type=float,
-                     help="Override the manifest's epoch budget (training.epochs); the run is then another run."),
-        click.option("--max-steps", default=None, type=int,
-                     help="Override training.max_steps: stop after this many optimizer steps."),
-    ]):
-        f = option(f)
-    return f
-
-
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--manifest", required=True, help="recommendation.json (the manifest written by `advisor recommend`).")
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Run folder (checkpoints, eval.jsonl, record.json); a rerun resumes.")
-@run_options
-def main(manifest, out, records, device, dtype, threads, epochs, max_steps):
-    """Full SFT from a manifest; the same command under torchrun / accelerate launch runs data-parallel."""
-    try:
-        run_sft(manifest, out, records=records, device=device, dtype=dtype, threads=threads, epochs=epochs,
-                max_steps=max_steps)
-    except InputError as err:
-        if int(os.environ.get("RANK", "0")) == 0:
-            click.echo(f"error: {err}", err=True)
-        sys.exit(2)
 
 
 if __name__ == "__main__":

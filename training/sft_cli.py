@@ -1,0 +1,51 @@
+"""The command line of one training run: the options `advisor train` shares with
+`python -m capacity_advisor.training.sft` (`run_options`), and that command itself (`main`, which
+`training/sft.py` runs as its `__main__`; torchrun and accelerate launch start it in every process).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from capacity_advisor.models.errors import InputError
+
+
+def run_options(f):
+    """The options of one training run, shared by `advisor train` and `python -m capacity_advisor.training.sft`
+    (the command torchrun and accelerate launch start in every process)."""
+    from capacity_advisor.models.loading import DEVICES, DTYPES
+
+    for option in reversed([
+        click.option("--records", default=None,
+                     help="Records store to append the RunRecord to (default: $ADVISOR_HOME/records.jsonl)."),
+        click.option("--device", default="auto", type=click.Choice(DEVICES), show_default=True),
+        click.option("--dtype", default="auto", type=click.Choice(DTYPES), show_default=True,
+                     help="auto: fp32 on CPU, bf16 (else fp16 mixed precision) on GPU."),
+        click.option("--threads", default=0, show_default=True, help="Torch CPU threads per process (0: torch's default)."),
+        click.option("--epochs", default=None, type=float,
+                     help="Override the manifest's epoch budget (training.epochs); the run is then another run."),
+        click.option("--max-steps", default=None, type=int,
+                     help="Override training.max_steps: stop after this many optimizer steps."),
+    ]):
+        f = option(f)
+    return f
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--manifest", required=True, help="recommendation.json (the manifest written by `advisor recommend`).")
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Run folder (checkpoints, eval.jsonl, record.json); a rerun resumes.")
+@run_options
+def main(manifest, out, records, device, dtype, threads, epochs, max_steps):
+    """Full SFT from a manifest; the same command under torchrun / accelerate launch runs data-parallel."""
+    from capacity_advisor.training.sft import run_sft
+
+    try:
+        run_sft(manifest, out, records=records, device=device, dtype=dtype, threads=threads, epochs=epochs,
+                max_steps=max_steps)
+    except InputError as err:
+        if int(os.environ.get("RANK", "0")) == 0:
+            click.echo(f"error: {err}", err=True)
+        sys.exit(2)

@@ -116,10 +116,6 @@ def cache_parts(description: dict, pool: Pool, template: str, cfg: ScoreConfig) 
     return parts
 
 
-def cache_key(description: dict, pool: Pool, template: str, cfg: ScoreConfig) -> str:
-    return stable_hash(cache_parts(description, pool, template, cfg))
-
-
 def candidate_rows(pool: Pool) -> list[tuple[str, int, str, str]]:
     return [(p.id, c.k, p.prompt, c.text) for p in pool.problems for c in p.candidates]
 

@@ -7,12 +7,14 @@ policy that ships it.
     predictor.save("predictor/"); Predictor.load("predictor/").advise(features)
 
 Modules: `labels` (records -> labelled rows, the input sets), `members` (the table of model kinds),
-`forest` (LightGBM trees as checked numpy arrays), `ensemble` (the bagged ensemble, its range
+`forest` (LightGBM trees as checked numpy arrays), `checks` (the strict parse and the file's
+fields checked), `ensemble` (the bagged ensemble, its range
 check, neighbours and file), `evaluate` (regret, the baselines, folds, the noise floor), `policy`
 (the predictor plus its fallback off the data, thresholds by cross-validation).
 """
 
-from capacity_advisor.advisor.predictor.ensemble import FORMAT, MAX_FILE_BYTES, Predictor, fit_predictor, strict_loads
+from capacity_advisor.advisor.predictor.checks import strict_loads
+from capacity_advisor.advisor.predictor.ensemble import FORMAT, MAX_FILE_BYTES, Predictor, fit_predictor
 from capacity_advisor.advisor.predictor.evaluate import (
     CONSTANTS, SIZE_RULE, SPLITS, TIE_MARGIN, Rule, baseline_picks, folds, is_right, noise_floor, regret, summarize,
 )

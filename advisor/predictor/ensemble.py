@@ -11,8 +11,8 @@ inside the data, which calibrated students are nearest and what they measured.
 
 Saved as one JSON file. It is parsed with hooks that refuse NaN, Infinity, numbers that overflow
 a float and integers of more than 30 digits, and every field is checked for type, shape and
-range before use: a crafted file gives one InputError, never a crash, a hang or a huge allocation.
-The sha256 inside only detects damage; it is not a signature.
+range before use (`checks`): a crafted file gives one InputError, never a crash, a hang or a huge
+allocation. The sha256 inside only detects damage; it is not a signature.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Sequence
 
 import numpy as np
 
+from capacity_advisor.advisor.predictor.checks import _is_num, _unit_ok, check_meta, strict_loads
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, PROBE_FEATURES, matrix, options_in
 from capacity_advisor.advisor.predictor.members import MAX_MEMBERS, check_member, fit_members, member_proba
 from capacity_advisor.models.errors import InputError
@@ -37,35 +38,6 @@ FORMAT = 2
 MAX_FILE_BYTES = 64 << 20
 MAX_FEATURES = 512
 MAX_UNITS = 100_000
-
-
-# ---- strict JSON ------------------------------------------------------------------------------
-
-
-def _refuse_constant(name: str):
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > 30:
-        raise ValueError("an integer of more than 30 digits")
-    return int(text)
-
-
-def _finite_float(text: str) -> float:
-    x = float(text)
-    if not math.isfinite(x):
-        raise ValueError(f"{text[:20]} overflows a float")
-    return x
-
-
-def strict_loads(text: str):
-    """json.loads that refuses NaN / Infinity literals, overflowing floats and huge integers."""
-    return json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int, parse_float=_finite_float)
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _json_num(x: float):
@@ -276,85 +248,6 @@ class Predictor:
             raise bad(f"meta.{why}")
         return cls(tuple(feats), members, str(raw.get("kind", "")), tuple(options), rng, units,
                    float(td) if td is not None else float("nan"), meta)
-
-
-def _unit_ok(u, n_z: int) -> bool:
-    if not (isinstance(u, dict) and isinstance(u.get("z"), list) and len(u["z"]) == n_z
-            and all(v is None or _is_num(v) for v in u["z"])):
-        return False
-    for key in ("unit", "student", "task", "score", "source", "teacher"):
-        if u.get(key) is not None and not isinstance(u[key], str):
-            return False
-    for key in ("seed", "n_params"):
-        if u.get(key) is not None and not (isinstance(u[key], int) and not isinstance(u[key], bool)):
-            return False
-    outcomes = u.get("outcomes", {})
-    return isinstance(outcomes, dict) and all(
-        isinstance(b, str) and isinstance(o, dict) and isinstance(o.get("label"), str)
-        and all(k == "label" or v is None or _is_num(v) for k, v in o.items()) for b, o in outcomes.items())
-
-
-def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
-    """What is wrong with a predictor's `meta` (the fields any code reads), or None."""
-    from capacity_advisor.advisor.priors import LAB_PRIOR_FEATURES
-    from capacity_advisor.probes.recipe import check_recipe
-
-    if not isinstance(meta, dict):
-        return "not an object"
-
-    def pair(v) -> bool:
-        return isinstance(v, list) and len(v) == 2 and all(_is_num(x) and x > 0 for x in v) and v[0] <= v[1]
-
-    rule = meta.get("rule_of_thumb")
-    if rule is not None and not (isinstance(rule, dict) and all(rule.get(k) is None or _is_num(rule.get(k))
-                                                                for k in ("t_params", "t_budget"))):
-        return "rule_of_thumb"
-    if meta.get("params_range") is not None and not pair(meta["params_range"]):
-        return "params_range"
-    prior = meta.get("lab_prior")
-    if prior is not None:
-        if not (isinstance(prior, dict) and prior.get("features") == list(LAB_PRIOR_FEATURES)
-                and pair(prior.get("params_range"))):
-            return "lab_prior"
-        try:
-            check_member(prior.get("member"), len(LAB_PRIOR_FEATURES), lambda why: InputError(why), options)
-        except InputError:
-            return "lab_prior.member"
-    probe = meta.get("probe")
-    if probe is not None and not (isinstance(probe, dict) and all(
-            isinstance(probe.get(k), int) and not isinstance(probe.get(k), bool) and 1 <= probe[k] <= 100_000
-            for k in ("steps", "eval_problems"))):
-        return "probe"
-    if meta.get("recipe") is not None:
-        try:
-            check_recipe(meta["recipe"])
-        except InputError as e:
-            return f"recipe: {e}"
-    for key in ("cv", "labels", "policy"):
-        if meta.get(key) is not None and not isinstance(meta[key], dict):
-            return key
-    if meta.get("policy") is not None:
-        from capacity_advisor.advisor.predictor.policy import Policy
-
-        try:
-            Policy.from_dict(meta["policy"])
-        except InputError:
-            return "policy"
-    if meta.get("labels") is not None and not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
-                                                  for k, v in meta["labels"].items()):
-        return "labels"
-    for key in ("records", "rows", "ties"):
-        if meta.get(key) is not None and not (isinstance(meta[key], int) and not isinstance(meta[key], bool)):
-            return key
-    if meta.get("students") is not None and not (isinstance(meta["students"], list)
-                                                 and all(isinstance(s, str) for s in meta["students"])):
-        return "students"
-    for key in ("feature_set", "chosen_by", "note"):
-        if meta.get(key) is not None and not isinstance(meta[key], str):
-            return key
-    if meta.get("tie_margin") is not None and not _is_num(meta["tie_margin"]):
-        return "tie_margin"
-    return None
 
 
 def fit_predictor(rows: Sequence[dict], kind: str = "logistic", features: Sequence[str] = PROBE_FEATURES,

@@ -19,7 +19,7 @@ from typing import Sequence
 from capacity_advisor.advisor.predictor import (
     FEATURE_SETS, FITTABLE, SPLITS, Rule, cross_validate, fit_predictor, folds, label_rows, options_in, select_policy,
 )
-from capacity_advisor.advisor.priors import fit_lab_prior
+from capacity_advisor.advisor.predictor.priors import fit_lab_prior
 from capacity_advisor.models.errors import InputError
 
 CV_METHODS = ("policy", "predictor", "always high", "always low", "always mixed", "size rule", "noise floor")

@@ -258,7 +258,7 @@ def measure(cfg: RecommendConfig, pool, scores, plan: ProbePlan, settings: dict,
 
 def prior(cfg: RecommendConfig, n_params: float, predictor) -> tuple[dict, dict]:
     """The priors' advice at the budget, and their curve over BUDGET_GRID."""
-    from capacity_advisor.advisor.priors import prior_advice
+    from capacity_advisor.advisor.predictor.priors import prior_advice
 
     advice = prior_advice(n_params, cfg.budget, predictor)
     by_budget = [prior_advice(n_params, b, predictor)["probabilities"] for b in BUDGET_GRID]
@@ -268,7 +268,7 @@ def prior(cfg: RecommendConfig, n_params: float, predictor) -> tuple[dict, dict]
 def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stage, plan: ProbePlan) -> Recommendation:
     """The predictor's answer on the probe's measurements (the priors' without a probe)."""
     from capacity_advisor.advisor.predictor import Policy
-    from capacity_advisor.advisor.priors import PAPER_FROM, paper_prior_advice
+    from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice
 
     context = stage.split.data.context
     measured = {"likelihood_gap_per_token": context["likelihood_gap_per_token"],

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 ROOT = Path(__file__).resolve().parent.parent
 
 from capacity_advisor.advisor.cli.main import cli
-from capacity_advisor.advisor.priors import _finding_at, paper_findings
+from capacity_advisor.advisor.predictor.priors import _finding_at, paper_findings
 
 STUDENTS = {"qwen2.5-1.5b": "Qwen2.5-1.5B", "qwen2.5-3b-instruct": "Qwen2.5-3B-Instruct", "qwen3-4b": "Qwen3-4B",
             "qwen2.5-math-7b": "Qwen2.5-Math-7B", "qwen3-8b": "Qwen3-8B"}

@@ -10,7 +10,8 @@ Modules: `labels` (records -> labelled rows, the input sets), `members` (the tab
 `forest` (LightGBM trees as checked numpy arrays), `checks` (the strict parse and the file's
 fields checked), `ensemble` (the bagged ensemble, its range
 check, neighbours and file), `evaluate` (regret, the baselines, folds, the noise floor), `policy`
-(the predictor plus its fallback off the data, thresholds by cross-validation).
+(the predictor plus its fallback off the data, thresholds by cross-validation), `priors`
+(advice without a probe: the lab prior below 10^8 parameters, the paper's findings from 10^8).
 """
 
 from capacity_advisor.advisor.predictor.checks import strict_loads

@@ -12,6 +12,7 @@ import math
 from typing import Sequence
 
 from capacity_advisor.advisor.predictor.members import check_member
+from capacity_advisor.advisor.predictor.priors import LAB_PRIOR_FEATURES
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.training.manifest import SETS
 
@@ -63,7 +64,6 @@ def _unit_ok(u, n_z: int) -> bool:
 
 def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
     """What is wrong with a predictor's `meta` (the fields any code reads), or None."""
-    from capacity_advisor.advisor.priors import LAB_PRIOR_FEATURES
     from capacity_advisor.probes.recipe import check_recipe
 
     if not isinstance(meta, dict):

@@ -33,9 +33,9 @@ from capacity_advisor.advisor.predictor.evaluate import (
     TIE_MARGIN, baseline_picks, folds, noise_floor, regret, summarize,
 )
 from capacity_advisor.advisor.predictor.labels import inputs
+from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice
 from capacity_advisor.models.errors import InputError
 
-PAPER_FROM = 1e8  # from this size the fallback is the paper's findings (advisor.priors)
 DISTANCES = (0.5, 0.75, 1.0, 1.5, 2.0, math.inf)
 MARGINS = (0.0, 0.1, 0.2, 0.3, 0.5, 2.0)  # 2.0: the predictor never overrides D_high
 
@@ -118,8 +118,6 @@ def fallback(n_params: float | None, budget: float) -> tuple[str, str]:
     """(strategy, who answered) when the predictor does not: D_high below 10^8 parameters, the
     paper's findings from there up (their hedge, D_mixed, where the paper is silent)."""
     if n_params is not None and n_params >= PAPER_FROM:
-        from capacity_advisor.advisor.priors import paper_prior_advice
-
         return paper_prior_advice(n_params, budget)["strategy"], "fallback: the paper's findings"
     return "high", "fallback: always D_high"
 

@@ -38,7 +38,7 @@ def _prior_features(n_params: float, budget: float) -> dict:
 
 def fit_lab_prior(rows: Sequence[dict]) -> dict:
     """A logistic model of size and budget on the calibration rows, with its parameter range."""
-    from capacity_advisor.advisor.predictor import fit_member
+    from capacity_advisor.advisor.predictor.members import fit_member
 
     prior_rows = [{**r, "features": _prior_features(r["n_params"], r["features"]["budget"])} for r in rows]
     return {"features": list(LAB_PRIOR_FEATURES), "member": fit_member(prior_rows, "logistic", LAB_PRIOR_FEATURES),
@@ -47,7 +47,7 @@ def fit_lab_prior(rows: Sequence[dict]) -> dict:
 
 def lab_prior_advice(prior: dict, n_params: float, budget: float, options: Sequence[str] | None = None) -> dict:
     """The lab prior's answer over `options` (the predictor's; default high, low, mixed)."""
-    from capacity_advisor.advisor.predictor import check_member, member_proba
+    from capacity_advisor.advisor.predictor.members import check_member, member_proba
     from capacity_advisor.training.manifest import SETS
 
     options = tuple(options or SETS)

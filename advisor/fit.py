@@ -2,11 +2,11 @@
 
     fit_and_save(read_records("calibration/records.jsonl"), "advisor/predictor_data")
 
-Chooses the model kind by the *policy's* held-out regret leaving one pool source out (`choose_by`:
-the split on which advice must hold for a user's own pool; nested, so each outer fold's policy
-thresholds are chosen on its training rows only), measures the chosen kind on every split of
-`cv` beside the constant rules, the size rule and the noise floor, chooses the policy's
-thresholds on all the records the same way, fits the ensemble on every row and saves one file
+Measures the policy on every split of `cv` beside the constant rules, the size rule and the noise
+floor — nested: inside each outer fold the model kind (among `kinds`) and the thresholds are
+chosen on the fold's training rows only, by leaving one `choose_by` value out (a pool source by
+default: the split on which advice must hold for a user's own pool) —; then chooses the kind and
+the thresholds the same way on all the records, fits the ensemble on every row and saves one file
 with the lab prior for `--no-probe`, the probe recipe its inputs were measured with and the policy.
 """
 
@@ -26,24 +26,25 @@ CV_METHODS = ("policy", "predictor", "always high", "always low", "always mixed"
 
 
 def probe_of(records: Sequence[dict]) -> dict | None:
-    """The probe recipe every record's features were measured with, when they all say the same;
-    `advisor recommend` then probes that way by default. Records that name only steps and
-    held-out problems are lab probes of the lab recipe otherwise."""
-    from capacity_advisor.probes.recipe import LAB, MEASURING
+    """How every record's features were measured, when they all say the same: the whole recipe
+    (`kind` and every measuring setting) when the records state it, else only the steps and
+    held-out problems they state — nothing is filled in from today's defaults. `advisor recommend`
+    then probes that way by default."""
+    from capacity_advisor.probes.recipe import MEASURING
+
+    def whole(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
     seen = set()
     for rec in records:
         p = (rec.get("settings") or {}).get("probe") if isinstance(rec.get("settings"), dict) else None
-        ok = isinstance(p, dict) and all(isinstance(p.get(k), int) and not isinstance(p.get(k), bool) and p[k] >= 1
-                                         for k in ("steps", "eval_problems"))
-        if not ok:
-            seen.add(None)
-            continue
-        full = {**LAB.as_dict(), **{k: p[k] for k in ("kind", *MEASURING) if k in p}}
-        seen.add(tuple(sorted(full.items())))
-    if len(seen) != 1 or None in seen:
-        return None
-    return dict(seen.pop())
+        if not (isinstance(p, dict) and all(whole(p.get(k)) and p[k] >= 1 for k in ("steps", "eval_problems"))):
+            return None
+        if p.get("kind") in ("lab", "real") and all(whole(p.get(k)) for k in MEASURING):
+            seen.add(tuple((k, p[k]) for k in ("kind", *MEASURING)))
+        else:
+            seen.add((("steps", p["steps"]), ("eval_problems", p["eval_problems"])))
+    return dict(seen.pop()) if len(seen) == 1 else None
 
 
 def check_settings(tie_margin: float, n_members: int, seed: int, jobs: int, kinds: Sequence[str],
@@ -68,7 +69,7 @@ def check_settings(tie_margin: float, n_members: int, seed: int, jobs: int, kind
 
 
 def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0.01, features: str = "probe",
-                 kinds: Sequence[str] = ("lightgbm",), n_members: int = 24, seed: int = 0, jobs: int = 1,
+                 kinds: Sequence[str] = FITTABLE, n_members: int = 24, seed: int = 0, jobs: int = 1,
                  note: str | None = None, cv: Sequence[str] = SPLITS, choose_by: str = "source",
                  cv_members: int = 8, log=None) -> dict:
     """Choose the kind, measure it on every split of `cv`, choose the policy, fit and save."""
@@ -84,31 +85,21 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0
         raise InputError("the records hold one student only: a predictor needs at least two to be measured on "
                          "students it was not fitted on")
     split = choose_by if folds(rows, choose_by) else "student"
-    tables: dict[str, dict] = {}
-    if len(kinds) > 1:
-        for kind in kinds:
-            say(f"cross-validating {kind}, one {split} held out at a time")
-            tables[kind] = cross_validate(rows, split, kind, feats, cv_members, tie_margin, seed, jobs)
-        chosen = min(kinds, key=lambda k: tables[k]["methods"]["policy"]["regret"])
-    else:
-        chosen = kinds[0]
     cv_tables = {}
     for s in cv:
         if not folds(rows, s):
             continue
-        if s == split and chosen in tables:
-            cv_tables[s] = tables[chosen]
-            continue
-        say(f"cross-validating {chosen}, one {s} held out at a time")
-        cv_tables[s] = cross_validate(rows, s, chosen, feats, cv_members, tie_margin, seed, jobs,
+        say(f"cross-validating {', '.join(kinds)}, one {s} held out at a time (kind and thresholds chosen inside "
+            "each fold)")
+        cv_tables[s] = cross_validate(rows, s, kinds, feats, cv_members, tie_margin, seed, jobs,
                                       policy_split=split if folds(rows, split) else s)
-    say(f"choosing the policy's thresholds, one {split} held out at a time")
-    policy = select_policy(rows, split, chosen, feats, cv_members, seed, jobs)
+    say(f"choosing the kind and the policy's thresholds, one {split} held out at a time")
+    chosen, policy, kind_regret = select_policy(rows, split, kinds, feats, cv_members, seed, jobs)
     say(f"fitting {n_members} {chosen} members on {len(rows)} rows")
     pred = fit_predictor(rows, chosen, feats, n_members, seed, jobs)
     recipe = probe_of(records)
     pred.meta = {
-        "cv": cv_tables, "kinds": {k: t["methods"]["policy"] for k, t in tables.items()},
+        "cv": cv_tables, "kinds": {k: {"regret": v} for k, v in kind_regret.items()},
         "chosen_by": f"the policy's leave-one-{split}-out regret", "feature_set": features,
         "policy": {**policy.to_dict(), "chosen_by": f"leave-one-{split}-out regret"},
         "rows": len(rows), "records": len(records), "students": sorted({r["student"] for r in rows}),
@@ -117,8 +108,8 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0
         "tie_margin": tie_margin, "rule_of_thumb": vars(Rule.fit(rows)),
         "lab_prior": fit_lab_prior(rows),
         "params_range": [min(r["n_params"] for r in rows), max(r["n_params"] for r in rows)],
-        **({"recipe": recipe, "probe": {"steps": recipe["steps"], "eval_problems": recipe["eval_problems"]}}
-           if recipe else {}),
+        **({"probe": {"steps": recipe["steps"], "eval_problems": recipe["eval_problems"]}} if recipe else {}),
+        **({"recipe": recipe} if recipe and "kind" in recipe else {}),
         **({"note": note} if note else {}),
     }
     pred.save(out)

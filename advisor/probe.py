@@ -117,7 +117,9 @@ class ProbePlan:
         for k in self.fitted.stated:
             value, theirs = getattr(self.recipe, k), getattr(self.fitted.recipe, k)
             if value != theirs:
-                (moved if k in self.departing else kept).append(
+                # a student of the predictor's own kind is measured its way in every setting
+                same_kind = self.recipe.kind == self.fitted.recipe.kind
+                (moved if k in self.departing or same_kind else kept).append(
                     f"{setting_name(k, self.verb)} {value:,} ({self.sources[k]}) where they had {theirs:,}")
         lines = []
         if moved:
@@ -192,11 +194,12 @@ class Split:
 
 
 def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None, checker: str = "auto",
-                     mix: float = 0.5, score: str = "sum") -> Split:
+                     mix: float = 0.5, score: str = "sum", verb: str = "probe") -> Split:
     if len(pool) < cfg.eval_problems + cfg.batch_size:
         raise InputError(
-            f"the pool has {len(pool)} rankable problems; a probe needs --eval-problems ({cfg.eval_problems}) "
-            f"held out plus at least --batch-size ({cfg.batch_size}) to train on: use a larger pool or smaller settings"
+            f"the pool has {len(pool)} rankable problems; a probe needs {flag('eval_problems', verb)} "
+            f"({cfg.eval_problems}) held out plus at least {flag('batch_size', verb)} ({cfg.batch_size}) to train on: "
+            "use a larger pool or smaller settings"
         )
     high = select(pool, scores, SelectConfig("high", score=score))
     low = select(pool, scores, SelectConfig("low", score=score))
@@ -271,7 +274,8 @@ class ProbeStage:
 
 def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_dir, scores: dict | None = None,
                checker: str = "auto", score: str = "sum", mix: float = 0.5, max_length: int = 4096,
-               backend: str = "hf", run: bool = True, say=None, progress=None, skip_tokens: int = 0) -> ProbeStage:
+               backend: str = "hf", run: bool = True, say=None, progress=None, skip_tokens: int = 0,
+               verb: str = "probe") -> ProbeStage:
     """Score the pool under the student (cached; unless `scores` are given), split it, and probe.
 
     The one path from a pool to probe measurements, for `advisor probe` and `advisor recommend`.
@@ -289,7 +293,7 @@ def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_di
                                      skip_tokens=skip_tokens, local_window=LOCAL_WINDOW if score == "local" else 0),
                    score_dir, lm=lm if backend == "hf" else None)
         scores = load_scores(Path(score_dir) / "scores.jsonl")
-    split = build_probe_data(pool, scores, cfg, tokenizer=lm.tokenizer, checker=checker, mix=mix, score=score)
+    split = build_probe_data(pool, scores, cfg, tokenizer=lm.tokenizer, checker=checker, mix=mix, score=score, verb=verb)
     report = None
     if run:
         say(f"probing {', '.join(f'D_{s}' for s in cfg.strategies)}")
@@ -336,6 +340,9 @@ def probe_job(job: ProbeJob, say=None, progress=None) -> dict:
     plan = predictor_plan(job.model, "probe", load_predictor(job.predictor), job.recipe)
     plan.probe_config(**run).validate()
     check_model_spec(job.model)
+    from capacity_advisor.models.files import refuse_overwrite
+
+    refuse_overwrite([job.pool, job.scores, job.predictor], [job.out], "--out")
     pool = read_pool(job.pool, PoolOptions(**job.pool_options))
     plan = plan.for_pool(len(pool))
     scores = given_scores(job.scores, pool, job.score) if job.scores else None
@@ -348,5 +355,10 @@ def probe_job(job: ProbeJob, say=None, progress=None) -> dict:
     stage = probe_pool(job.model, pool, cfg, lm, Path(job.out) / "score", job.out, scores=scores, checker=job.checker,
                        score=job.score, max_length=plan.recipe.score_length, say=say, progress=progress)
     notes, _ = plan.notes()
+    if plan.fitted is not None and (job.learning_rate or job.lora_r):
+        notes.append("the probe measured otherwise than the predictor's inputs were measured: "
+                     + "; ".join(x for x in (f"--learning-rate {job.learning_rate:g}" if job.learning_rate else "",
+                                             f"--lora-r {job.lora_r}" if job.lora_r else "") if x)
+                     + " (the predictor's were measured at the recipe's rate, with full fine-tuning)")
     chosen = {**plan.settings(), "learning_rate": {"value": rate[0], "source": rate[1]}}
     return {**stage.report, "chosen": chosen, "notes": notes}

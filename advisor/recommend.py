@@ -140,7 +140,7 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
     predictor = load_predictor(cfg.predictor)
     plan = predictor_plan(cfg.model, "recommend", predictor, cfg.recipe)
     desc = None if lab_size(cfg.model) is not None else describe_config(cfg.model)
-    key = inputs_key(cfg, desc["fingerprint"] if desc else lab_identity(cfg.model))
+    key = inputs_key(cfg, desc["fingerprint"] if desc else lab_identity(cfg.model), plan.recipe.as_dict())
     check_out(Path(cfg.out), key)
     pool = scores = None
     whole = 0
@@ -165,12 +165,13 @@ def lab_identity(spec: str) -> dict:
     return {"spec": spec, "recipe_hash": recipe_hash(name, steps=steps)}
 
 
-def inputs_key(cfg: RecommendConfig, model_identity) -> str:
-    """What a recommendation folder was made from; a folder is reused only for the same inputs."""
+def inputs_key(cfg: RecommendConfig, model_identity, recipe: dict) -> str:
+    """What a recommendation folder was made from (the flags, the model, and the probe recipe the
+    predictor states); a folder is reused only for the same inputs."""
     d = asdict(cfg)
     for informational in ("out", "predictor", "device"):
         d.pop(informational)
-    return stable_hash({"config": d, "model": model_identity})
+    return stable_hash({"config": d, "model": model_identity, "recipe": recipe})
 
 
 def check_out(out: Path, key: str) -> None:
@@ -253,7 +254,7 @@ def measure(cfg: RecommendConfig, pool, scores, plan: ProbePlan, settings: dict,
     out = Path(cfg.out)
     return probe_pool(cfg.model, pool, pcfg, lm, out / "score", out / "probe", scores=scores, checker=cfg.checker,
                       score=cfg.score, max_length=plan.recipe.score_length, skip_tokens=cfg.skip_tokens,
-                      backend=cfg.backend, run=not cfg.no_probe, say=say, progress=progress)
+                      backend=cfg.backend, run=not cfg.no_probe, say=say, progress=progress, verb="recommend")
 
 
 def prior(cfg: RecommendConfig, n_params: float, predictor) -> tuple[dict, dict]:
@@ -279,7 +280,7 @@ def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stage, p
         measured.update(stage.report["features"])
         row = predictor_row(measured, cfg.budget, cfg.score)
         policy = Policy.of(predictor)
-        decision = policy.decide(predictor, row, desc["n_params"], cfg.budget)
+        decision = policy.decide(predictor, row, desc["n_params"], cfg.budget, student=cfg.model)
         advice = {**decision["advice"], "reasons": predictor.reasons(row), "answered_by": decision["answered_by"],
                   "answered_why": decision["why"], "policy": policy.describe()}
         if decision["answered_by"] != "predictor" or decision["strategy"] != advice["strategy"]:
@@ -369,11 +370,20 @@ def write_config(cfg: RecommendConfig, key: str, settings: dict) -> None:
 
 
 def sample_note(cfg: RecommendConfig, rec: Recommendation, whole: int, held: int) -> str:
-    """What --sample did to train.jsonl, and how to train on the whole pool instead."""
+    """What --sample did to train.jsonl, and how to train on the whole pool instead (scored and
+    ranked exactly as the advice was)."""
     pool = cfg.pool or f"{cfg.out}/pool.jsonl"
+    scoring = f" --max-length {rec.value('max_length')}"
+    if cfg.skip_tokens:
+        scoring += f" --skip-tokens {cfg.skip_tokens}"
+    if cfg.score == "local":
+        from capacity_advisor.advisor.probe import LOCAL_WINDOW
+
+        scoring += f" --local-window {LOCAL_WINDOW}"
+    ranking = f" --score {cfg.score}" if cfg.score != "sum" else ""
     return (f"train.jsonl holds the {cfg.sample} problems --sample drew, less the probe's {held} held out "
             f"({rec.train_rows} rows), not the pool's {whole:,}. To train on the whole pool, rerun without --sample (it "
             f"scores every problem; the probe stays this size), or select it from the pool's scores: advisor score "
-            f"--model {cfg.model} --pool {pool} --out {cfg.out}/score-all, then advisor select --pool {pool} --scores "
-            f"{cfg.out}/score-all/scores.jsonl {rec.schedule.select_flags()} --out {cfg.out}/train-all.jsonl "
+            f"--model {cfg.model} --pool {pool}{scoring} --out {cfg.out}/score-all, then advisor select --pool {pool} "
+            f"--scores {cfg.out}/score-all/scores.jsonl {rec.schedule.select_flags()}{ranking} --out {cfg.out}/train-all.jsonl "
             f"(with the same pool flags), and set \"dataset\" in recommendation.json to train-all.jsonl")

@@ -28,10 +28,12 @@ def score_file(pool_path: str, pool_options, cfg, out: str, compute=None, checke
     scoring summary with the pool's and the compute measurement's."""
     from capacity_advisor.advisor.pool import read_pool
     from capacity_advisor.advisor.scoring import load_for, score_pool
-    from capacity_advisor.models.files import advisor_home, check_writable_dir
+    from capacity_advisor.models.files import advisor_home, check_writable_dir, refuse_overwrite
 
     cfg.validate()
     check_writable_dir(out, "--out")
+    refuse_overwrite([pool_path], [out, Path(out) / "scores.jsonl", Path(out) / "compute.jsonl",
+                                   Path(out) / "config.json"], "--out")
     check_writable_dir(advisor_home(), "ADVISOR_HOME (the score cache)")
     pool = read_pool(pool_path, pool_options)
     say(f"loading {cfg.model}")

@@ -188,11 +188,23 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     return list(iter_jsonl(path))
 
 
+MAX_LINE_BYTES = 256 << 20  # no line of any file the tool reads is longer
+
+
 def iter_jsonl(path: str | os.PathLike) -> Iterator[dict]:
     """The rows of a JSONL file one at a time (a large file is never held whole); a bad line raises
-    JSONLError naming the file and line when the reader reaches it."""
+    JSONLError naming the file and line when the reader reaches it. Only regular files are read (a
+    FIFO or a device would block or never end), and no line longer than MAX_LINE_BYTES."""
+    try:
+        regular = stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        regular = True  # a missing file: open() below says so
+    if not regular:
+        raise JSONLError(f"{path} is not a regular file (a folder, FIFO or device): pass a JSONL file")
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
+        for lineno, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
+            if len(raw) > MAX_LINE_BYTES:
+                raise JSONLError(f"{path} line {lineno}: longer than {MAX_LINE_BYTES >> 20} MiB")
             try:
                 line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as e:

@@ -250,7 +250,14 @@ def test_shipped_predictor_loads_and_answers():
                                  {"model": {}, "strategy": 3, "evals": []},
                                  {"model": {}, "strategy": "high", "evals": [{"epoch": "one"}]},
                                  {"model": {}, "strategy": "high", "evals": [{"epoch": 1, "accuracy": [1]}]},
-                                 {"model": {}, "strategy": "high", "evals": "none"}])
+                                 {"model": {}, "strategy": "high", "evals": "none"},
+                                 {"model": {"n_params": 5}, "strategy": "high", "evals": []},
+                                 {"model": {}, "strategy": "high", "evals": [{"epoch": 1, "step": 1}]},
+                                 {"model": {"n_params": 5}, "strategy": "high", "settings": {"training": [1]},
+                                  "evals": [{"epoch": 1}]},
+                                 {"model": {"n_params": 5}, "strategy": "high", "evals": [{"epoch": 1, "step": "2"}]},
+                                 {"model": {"n_params": 5}, "strategy": "high", "settings": {"probe": [1]},
+                                  "evals": [{"epoch": 1}]}])
 def test_wrongly_typed_records_are_one_input_error(tmp_path, bad):
     path = tmp_path / "r.jsonl"
     path.write_text(json.dumps(make_records()[0]) + "\n" + json.dumps(bad) + "\n")
@@ -325,7 +332,12 @@ def test_policy_falls_back_off_the_data_and_not_on_it():
     big = policy.decide(model, far, n_params=7.6e9, budget=5)  # the paper's 7-8B students: D_low after 2-5 epochs
     assert big["answered_by"] == "fallback: the paper's findings" and big["strategy"] == "low"
     cautious = Policy(max_distance=math.inf, margin=2.0).decide(model, inside, n_params=10**7, budget=5)
-    assert cautious["answered_by"] == "predictor" and cautious["strategy"] == "high"
+    assert cautious["answered_by"] == "the policy: always D_high" and cautious["strategy"] == "high"
+    held = Policy(max_distance=math.inf, margin=0.9).decide(model, inside, n_params=10**7, budget=5)
+    assert held["answered_by"] == "predictor" and held["strategy"] == "high" and "held to D_high" in held["why"]
+    # a calibrated student's own units are not its neighbours: the distance is to the others
+    own = policy.decide(model, inside, n_params=10**7, budget=5, student="lab:s5")
+    assert all(n["student"] != "lab:s5" for n in own["advice"]["neighbours"])
     assert Policy.from_dict(policy.to_dict()) == policy
     with pytest.raises(InputError, match="meta.policy"):
         Policy.from_dict({"max_distance": -1, "margin": 0.1})
@@ -395,8 +407,42 @@ def test_a_crafted_predictor_with_a_matching_checksum_is_one_input_error(tmp_pat
         raw["members"][0]["trees"][0] = {
             "feature": [0] * (n - 1) + [-1], "threshold": [0.0] * n, "left": list(range(1, n)) + [-1],
             "right": list(range(1, n)) + [-1], "default_left": [1] * n, "nan_as": [0] * n, "value": [0.0] * n}
+    elif case == "shared child":  # two parents of one node: a walk could stop at an inner node
+        t = raw["members"][0]["trees"][0]
+        inner = [i for i, f in enumerate(t["feature"]) if f >= 0]
+        if len(inner) >= 2:
+            t["right"][inner[0]] = t["right"][inner[1]]
+        else:
+            t.update({"feature": [0, 0, -1, -1], "threshold": [0.0] * 4, "left": [1, 3, -1, -1], "right": [2, 3, -1, -1],
+                      "default_left": [1] * 4, "nan_as": [0] * 4, "value": [0.0] * 4})
+    elif case == "wide padding":  # one wide tree among many leaves: padded arrays of billions of cells
+        n = 4095
+        wide = {"feature": [0] * (n // 2) + [-1] * (n - n // 2), "threshold": [0.0] * n,
+                "left": [2 * i + 1 if i < n // 2 else -1 for i in range(n)],
+                "right": [2 * i + 2 if i < n // 2 else -1 for i in range(n)],
+                "default_left": [1] * n, "nan_as": [0] * n, "value": [0.0] * n}
+        leaf = {"feature": [-1], "threshold": [0.0], "left": [-1], "right": [-1], "default_left": [0], "nan_as": [0],
+                "value": [0.0]}
+        k = 1 if len(raw["members"][0]["classes"]) <= 2 else len(raw["members"][0]["classes"])
+        raw["members"][0]["trees"] = [wide] + [leaf] * (1000 * k - 1)
+    elif case == "unit without student":
+        raw["units"][0].pop("student")
     elif case == "many members":
         raw["members"] = [{"kind": "constant", "classes": ["high"], "proba": [1.0]}] * 200_000
     path.write_text(text if text is not None else json.dumps(_resign(raw), allow_nan=True))
     with pytest.raises(InputError, match="damaged|format|refit"):
         Predictor.load(path.parent)
+
+
+def test_a_budget_beyond_the_calibrated_ones_is_not_an_input_outside_the_data():
+    model = fit_predictor(label_rows(make_records()), "logistic", FEATS, n_members=4)
+    inside = probe_features(7.0, random.Random(4))
+    checks = model.range_check({**inside, "budget": 8})
+    assert {c["feature"] for c in checks} == set(FEATS) - {"budget"}
+    assert all(c["inside"] for c in checks)
+
+
+def test_the_size_rule_breaks_ties_toward_high():
+    rows = [r for r in label_rows(make_records()) if r["features"]["budget"] <= 1]  # D_high wins or ties everywhere
+    rule = Rule.fit(rows)
+    assert all(rule.choose(r) == "high" for r in rows) and rule.t_params == math.inf

@@ -68,6 +68,7 @@ def test_quick_calibration_writes_records_and_resumes(lab_home, tmp_path):
         assert (a["accuracy"], a["repetition_rate"]) == (b["accuracy"], b["repetition_rate"])
 
 
+@pytest.mark.slow
 def test_fit_cli_prints_the_tables_and_saves(tmp_path):
     path = tmp_path / "records.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in make_records()))

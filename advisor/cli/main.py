@@ -298,6 +298,8 @@ def fit(records_path, out, kinds, cv_splits, as_json, **kw):
 @field_option(CalibrateConfig, "tasks")
 @field_option(CalibrateConfig, "epochs", help="The longest budget.")
 @field_option(CalibrateConfig, "n_train", help="Problems per teacher pool.")
+@field_option(CalibrateConfig, "n_eval", help="Held-out problems of the full runs' evaluations.")
+@field_option(CalibrateConfig, "candidates", help="Teacher samples per problem.")
 @field_option(CalibrateConfig, "probe_steps", help="The longest probe; shorter ones are replayed from its prefix.")
 @field_option(CalibrateConfig, "jobs", help="Units in parallel, one torch thread each.")
 @field_option(CalibrateConfig, "teacher",

@@ -150,8 +150,9 @@ def recommendation(rec, out: str) -> None:
             + f"answered by: {rec.answered_by}\n"
             + f"student {m['spec']} ({m['n_params']:,} params), budget {rec.budget:g} epochs")
     co = rec.crossover_epoch
-    head += ("\npredicted crossover: D_low overtakes D_high from about epoch " + f"{co:g}") if co else \
-        "\npredicted crossover: none within 10 epochs (D_high stays ahead)"
+    alone = "" if rec.answered_by in ("predictor",) or rec.prior else "the predictor alone: "
+    head += (f"\n{alone}predicted crossover: D_low overtakes D_high from about epoch " + f"{co:g}") if co else \
+        f"\n{alone}predicted crossover: none within 10 epochs (D_high stays ahead)"
     console.print(Panel(head, title="capacity-advisor", expand=False))
     t = Table(title="Probabilities" + (" (10-90% interval over the ensemble)" if rec.interval else ""),
               title_justify="left")

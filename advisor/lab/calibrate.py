@@ -75,6 +75,8 @@ class CalibrateConfig:
             bad.append(f"--tasks {','.join(unknown) or '(none)'}: use names from {', '.join(FAMILIES)}")
         if not self.seeds:
             bad.append("--seeds must name at least one seed")
+        if self.probe_steps < 1:
+            bad.append(f"--probe-steps {self.probe_steps} must be at least 1")
         if self.epochs < 1 or self.n_train < self.probe_eval_problems + self.probe_batch or self.n_eval < 1:
             bad.append(f"--epochs {self.epochs}, --n-train {self.n_train}, --n-eval {self.n_eval}: need epochs >= 1, "
                        f"n-eval >= 1 and n-train >= {self.probe_eval_problems + self.probe_batch}")
@@ -216,6 +218,12 @@ def teacher_pool(cfg: CalibrateConfig, task: str, seed: int, log: Log) -> tuple[
 # ---- one unit ----------------------------------------------------------------------------------
 
 
+def probe_recipe(cfg: CalibrateConfig):
+    """The recipe a sweep's probes are run with: the lab's, at the sweep's length and slice."""
+    return LAB.with_(steps=cfg.probe_steps, batch_size=cfg.probe_batch, eval_every=min(cfg.probe_eval_every, cfg.probe_steps),
+                     eval_problems=cfg.probe_eval_problems, max_new_tokens=cfg.max_new_tokens)
+
+
 def lab_learning_rate(size: str) -> float:
     """The lab's SFT rate (probes and full runs alike): the probe recipe's rule."""
     from capacity_advisor.models.lab import n_params
@@ -239,8 +247,7 @@ def run_unit(cfg: CalibrateConfig, unit: Unit, pool_path: Path, eval_path: Path)
     pool = read_pool(pool_path)
     scores = _scores(lm, pool, folder / "scores.jsonl")
     lr = lab_learning_rate(unit.size)
-    pcfg = LAB.with_(steps=cfg.probe_steps, batch_size=cfg.probe_batch, eval_every=cfg.probe_eval_every,
-                     eval_problems=cfg.probe_eval_problems, max_new_tokens=cfg.max_new_tokens).probe_config(
+    pcfg = probe_recipe(cfg).probe_config(
         learning_rate=lr, seed=unit.seed, device="cpu", dtype="float32", teacher=cfg.teacher_model, per_problem=True)
     if not (folder / "probe" / "probe.json").exists():
         split = build_probe_data(pool, scores, pcfg, tokenizer=lm.tokenizer, checker="lab", score=unit.score)
@@ -366,7 +373,7 @@ def collect_records(cfg: CalibrateConfig, budget_runs: bool = False) -> list[dic
             if path.exists():
                 rec = portable(json.loads(path.read_text()), u, cfg.teacher, cfg.temperature)
                 # the probe its features were measured with, so `advisor fit` can tell recommend
-                rec["settings"].setdefault("probe", {"steps": cfg.probe_steps, "eval_problems": cfg.probe_eval_problems})
+                rec["settings"].setdefault("probe", probe_recipe(cfg).as_dict())
                 records.append(rec)
     return records
 

@@ -50,7 +50,9 @@ def _unit_ok(u, n_z: int) -> bool:
     if not (isinstance(u, dict) and isinstance(u.get("z"), list) and len(u["z"]) == n_z
             and all(v is None or _is_num(v) for v in u["z"])):
         return False
-    for key in ("unit", "student", "task", "score", "source", "teacher"):
+    if not all(isinstance(u.get(key), str) for key in ("unit", "student", "task", "score")):
+        return False
+    for key in ("source", "teacher"):
         if u.get(key) is not None and not isinstance(u[key], str):
             return False
     for key in ("seed", "n_params"):

@@ -44,10 +44,15 @@ def _json_num(x: float):
     return x if isinstance(x, (int, float)) and math.isfinite(x) else None
 
 
-def _distance(a: np.ndarray, b: np.ndarray) -> float:
-    """Root-mean-square difference over the inputs both have (NaN inputs are skipped)."""
-    ok = ~(np.isnan(a) | np.isnan(b))
-    return float(np.sqrt(np.mean((a[ok] - b[ok]) ** 2))) if ok.any() else float("inf")
+def distances(Z: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Root-mean-square difference of `z` from every row of `Z`, over the inputs both have (NaN
+    inputs are skipped; a row sharing none with `z` is infinitely far)."""
+    d = Z - z
+    ok = ~np.isnan(d)
+    n = ok.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rms = np.sqrt((np.where(ok, d, 0.0) ** 2).sum(axis=1) / n)
+    return np.where(n > 0, rms, np.inf)
 
 
 @dataclass
@@ -89,11 +94,11 @@ class Predictor:
                          for k, x in zip(self.measured(), X)])
 
     def range_check(self, features: dict, slack: float = 0.1) -> list[dict]:
-        """Per input: its value, the calibrated [min, max], and whether the value lies inside
-        (with `slack` times the range on each side)."""
+        """Per measured input (not the budget or the ranking): its value, the calibrated [min,
+        max], and whether the value lies inside (with `slack` times the range on each side)."""
         out = []
-        X = matrix([features], self.features)[0]
-        for k, v in zip(self.features, X):
+        X = matrix([features], self.measured())[0]
+        for k, v in zip(self.measured(), X):
             r = self.range.get(k)
             if r is None:
                 continue
@@ -103,18 +108,24 @@ class Predictor:
                         "inside": inside})
         return out
 
-    def neighbours(self, features: dict, k: int = 3) -> list[dict]:
-        """The calibrated units nearest to this student in standardized probe measurements."""
+    def unit_matrix(self) -> tuple[np.ndarray, np.ndarray]:
+        """(standardized measurements, student) of every calibration unit."""
+        Z = np.array([u["z"] for u in self.units], dtype=float).reshape(len(self.units), -1)
+        return Z, np.array([str(u.get("student")) for u in self.units])
+
+    def neighbours(self, features: dict, k: int = 3, student: str | None = None) -> list[dict]:
+        """The calibrated units nearest to this student in standardized probe measurements
+        (leaving out units of `student` itself, as the typical distance does)."""
         if not self.units:
             return []
-        z = self._z(features)
-        out = [{**{kk: v for kk, v in u.items() if kk != "z"}, "distance": _distance(z, np.array(u["z"], dtype=float))}
-               for u in self.units]
-        out.sort(key=lambda u: u["distance"])
-        return out[:k]
+        Z, students = self.unit_matrix()
+        d = distances(Z, self._z(features))
+        order = [i for i in np.argsort(d, kind="stable") if students[i] != student][:k]
+        return [{**{kk: v for kk, v in self.units[i].items() if kk != "z"}, "distance": float(d[i])} for i in order]
 
-    def advise(self, features: dict) -> dict:
-        """Probabilities, interval, range check, neighbours, and a confidence with its reasons."""
+    def advise(self, features: dict, student: str | None = None) -> dict:
+        """Probabilities, interval, range check, neighbours (other than `student`'s own units),
+        and a confidence with its reasons."""
         per_member = self.member_probas([features])[:, 0, :]
         probs = {s: float(v) for s, v in zip(self.options, per_member.mean(axis=0))}
         choice = max(probs, key=probs.get)
@@ -122,7 +133,7 @@ class Predictor:
                     for j, s in enumerate(self.options)}
         checks = self.range_check(features)
         outside = [c for c in checks if c["inside"] is False]
-        near = self.neighbours(features)
+        near = self.neighbours(features, student=student)
         far = bool(near) and math.isfinite(self.typical_distance) and near[0]["distance"] > self.typical_distance
         others_hi = max((interval[s][1] for s in self.options if s != choice), default=0.0)
         words = []
@@ -169,12 +180,15 @@ class Predictor:
                 "meta": finite(self.meta)}
 
     def save(self, folder: str | Path) -> Path:
+        """Write OUT/predictor.json, after checking it as `load` will (a file that could not be
+        loaded back is never written)."""
         body = self.to_dict()
         blob = json.dumps(body, sort_keys=True, allow_nan=False)
+        raw = {"sha256": hashlib.sha256(blob.encode()).hexdigest(), **body}
+        Predictor.from_dict(json.loads(json.dumps(raw)), "about to be written")
         path = Path(folder) / "predictor.json"
         with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps({"sha256": hashlib.sha256(blob.encode()).hexdigest(), **body}, indent=1,
-                                      allow_nan=False) + "\n", encoding="utf-8")
+            tmp.write_text(json.dumps(raw, indent=1, allow_nan=False) + "\n", encoding="utf-8")
         return path
 
     @classmethod
@@ -269,27 +283,16 @@ def fit_predictor(rows: Sequence[dict], kind: str = "logistic", features: Sequen
     pred.units = []
     for u, rs in sorted(by_unit.items()):
         r0 = rs[0]
-        pred.units.append({"unit": u, "student": r0["student"], "task": r0["task"], "source": r0.get("source"),
-                           "teacher": r0.get("teacher"), "score": r0["score"],
+        pred.units.append({"unit": u, "student": str(r0["student"]), "task": str(r0["task"]),
+                           "source": str(r0.get("source")), "teacher": str(r0.get("teacher")), "score": str(r0["score"]),
                            "seed": r0["seed"], "n_params": r0.get("n_params"),
                            "z": [_json_num(v) for v in pred._z(r0["features"])],
                            "outcomes": {f"{r['features']['budget']:g}": {"label": r["label"],
                                                                           **{s: round(a, 4) for s, a in r["accuracy"].items()}}
                                         for r in rs}})
-    Z = np.array([u["z"] for u in pred.units], dtype=float).reshape(len(pred.units), -1)
-    students = np.array([u["student"] for u in pred.units])
-    dists = []
-    for i in range(len(pred.units)):
-        others = Z[students != students[i]]
-        if len(others):
-            d = others - Z[i]
-            ok = ~np.isnan(d)
-            n = ok.sum(axis=1)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                rms = np.sqrt(np.where(ok, d, 0.0).__pow__(2).sum(axis=1) / n)
-            rms = rms[n > 0]
-            if len(rms):
-                dists.append(float(rms.min()))
-    pred.typical_distance = float(np.percentile(dists, 95)) if dists else float("nan")
+    Z, students = pred.unit_matrix()
+    nearest = [distances(Z[students != students[i]], Z[i]).min(initial=np.inf) for i in range(len(pred.units))]
+    finite_near = [d for d in nearest if np.isfinite(d)]
+    pred.typical_distance = float(np.percentile(finite_near, 95)) if finite_near else float("nan")
     return pred
 

@@ -23,10 +23,10 @@ from typing import Sequence
 
 import numpy as np
 
+from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, within
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.training.manifest import option_order
 
-TIE_MARGIN = 0.01
 CONSTANTS = {"always high": "high", "always low": "low", "always mixed": "mixed"}
 SIZE_RULE = "size rule"  # the fitted size-and-budget rule, as every table names it
 SPLITS = ("student", "shape", "source", "task", "teacher")
@@ -39,7 +39,8 @@ def regret(row: dict, choice: str) -> float:
 
 
 def is_right(row: dict, choice: str, tie_margin: float = TIE_MARGIN) -> bool:
-    return regret(row, choice) <= tie_margin + 1e-12
+    accs = row["accuracy"]
+    return within(accs.get(choice, min(accs.values())), max(accs.values()), tie_margin)
 
 
 @dataclass
@@ -52,8 +53,10 @@ class Rule:
 
     @classmethod
     def fit(cls, rows: Sequence[dict]) -> "Rule":
-        P = sorted({math.log10(r["n_params"]) for r in rows}) + [math.inf]
-        E = sorted({r["features"]["budget"] for r in rows}) + [math.inf]
+        """Thresholds tried from the most cautious (never low) down; a rule replaces the best only
+        when strictly better, so ties go to the rule that says low less often."""
+        P = [math.inf] + sorted({math.log10(r["n_params"]) for r in rows}, reverse=True)
+        E = [math.inf] + sorted({r["features"]["budget"] for r in rows}, reverse=True)
         best = None
         for tp in P:
             for te in E:
@@ -101,7 +104,7 @@ def folds(rows: Sequence[dict], split: str) -> list[tuple[str, list[dict], list[
     for name in names:
         train = [r for r in rows if key(r) != name]
         test = [r for r in rows if key(r) == name]
-        if train and test and len({r["student"] for r in train}) >= 2 and len({r["label"] for r in train}) >= 1:
+        if train and test and len({r["student"] for r in train}) >= 2:
             out.append((name, train, test))
     return out
 

@@ -1,9 +1,10 @@
 """LightGBM trees as flat arrays, checked and evaluated in numpy: no native parser sees a file.
 
 A tree is seven arrays over its nodes (`feature`, `threshold`, `left`, `right`, `default_left`,
-`nan_as`, `value`); a leaf has feature -1. A node's children always come after it, so a walk
-always ends; `check_trees` also bounds a tree's size and depth and a member's tree count, so a
-crafted file can make neither a long walk nor a huge allocation. `Forest` stacks a member's trees
+`nan_as`, `value`); a leaf has feature -1. A node's children always come after it and every node but the root has exactly one parent, so a
+walk always ends at a leaf; `check_trees` also bounds a tree's size and depth, a member's tree
+count and the padded arrays evaluation builds, so a crafted file can make neither a long walk nor
+a huge allocation. `Forest` stacks a member's trees
 into padded 2-D arrays once and moves every row down every tree together, one level per step.
 """
 
@@ -16,6 +17,7 @@ MAX_NODES = 4095  # per tree (advisor fit grows trees of at most 7 nodes)
 MAX_DEPTH = 64
 MAX_TREES = 20_000  # per member
 MAX_TOTAL_NODES = 2_000_000  # per member
+MAX_PADDED = 2_000_000  # per member: trees x the widest tree's nodes (what evaluation allocates)
 
 
 def tree_arrays(root: dict) -> dict:
@@ -60,7 +62,7 @@ def check_trees(trees, n_features: int, per_round: int) -> str | None:
         return "tree count"
     if len(trees) > MAX_TREES:
         return f"more than {MAX_TREES:,} trees"
-    total = 0
+    total = widest = 0
     for t in trees:
         if not isinstance(t, dict):
             return "tree"
@@ -71,23 +73,29 @@ def check_trees(trees, n_features: int, per_round: int) -> str | None:
         if n > MAX_NODES:
             return f"a tree of more than {MAX_NODES:,} nodes"
         total += n
-        if total > MAX_TOTAL_NODES:
+        widest = max(widest, n)
+        if total > MAX_TOTAL_NODES or widest * len(trees) > MAX_PADDED:
             return f"more than {MAX_TOTAL_NODES:,} tree nodes"
         if not (_finite_floats(t["threshold"], n) and _finite_floats(t["value"], n)):
             return "tree values"
         depth = [0] * n
+        parents = [0] * n
         for i in range(n):
             f, lft, rgt = t["feature"][i], t["left"][i], t["right"][i]
             if not all(_is_int(v) for v in (f, lft, rgt, t["nan_as"][i], t["default_left"][i])):
                 return "tree indices"
             if f == -1:
                 continue
-            if not (0 <= f < n_features and i < lft < n and i < rgt < n and t["nan_as"][i] in (0, 1, 2)
+            if not (0 <= f < n_features and i < lft < n and i < rgt < n and lft != rgt and t["nan_as"][i] in (0, 1, 2)
                     and t["default_left"][i] in (0, 1)):
                 return "tree structure"
+            parents[lft] += 1
+            parents[rgt] += 1
             depth[lft] = depth[rgt] = depth[i] + 1
             if depth[i] + 1 > MAX_DEPTH:
                 return f"a tree deeper than {MAX_DEPTH} levels"
+        if parents[0] != 0 or any(p != 1 for p in parents[1:]):
+            return "tree structure (every node but the root needs exactly one parent)"
     return None
 
 

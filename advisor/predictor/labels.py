@@ -56,6 +56,12 @@ FEATURE_SETS = {
     "contrast+teacher": CONTRAST_FEATURES + ("gap_teacher_view_drop_rel",),
 }
 NOT_MEASURED = ("budget", "ranking_sum")  # inputs of a row that no probe measures
+TIE_MARGIN = 0.01  # accuracy within which two options count as tied (1 point)
+
+
+def within(value: float, best: float, tie_margin: float = TIE_MARGIN) -> bool:
+    """`value` is within the tie margin of `best`: the one comparison labels and decisions share."""
+    return value >= best - tie_margin - 1e-9
 
 
 def _num(v) -> float:
@@ -116,19 +122,25 @@ def _record_problem(rec) -> str | None:
     if not isinstance(rec.get("model"), dict):
         return "'model' must be an object"
     n = rec["model"].get("n_params")
-    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 10**15):
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 10**15:
         return "'model.n_params' must be a whole number"
     if not isinstance(rec.get("strategy"), str):
         return "'strategy' must be text"
     for key in ("features", "pool", "settings", "unit"):
         if rec.get(key) is not None and not isinstance(rec[key], dict):
             return f"'{key}' must be an object"
+    for key in ("training", "probe"):
+        if (rec.get("settings") or {}).get(key) is not None and not isinstance(rec["settings"][key], dict):
+            return f"'settings.{key}' must be an object"
     evals = rec.get("evals")
-    if not isinstance(evals, list) or not all(isinstance(e, dict) for e in evals):
-        return "'evals' must be a list of objects"
+    if not isinstance(evals, list) or not evals or not all(isinstance(e, dict) for e in evals):
+        return "'evals' must be a non-empty list of objects"
     for e in evals:
         if not isinstance(e.get("epoch"), (int, float)) or isinstance(e.get("epoch"), bool) or not math.isfinite(e["epoch"]):
             return "every eval needs a numeric 'epoch'"
+        step = e.get("step", 1)
+        if not isinstance(step, int) or isinstance(step, bool):
+            return "an eval's 'step' must be a whole number"
         acc = e.get("accuracy")
         if acc is not None and (not isinstance(acc, (int, float)) or isinstance(acc, bool) or not math.isfinite(acc)):
             return "an eval's 'accuracy' must be a number or null"
@@ -144,12 +156,12 @@ def unit_of(rec: dict) -> dict:
         family = str(u.get("task"))
         writer = "program" if teacher == "program" else f"{teacher}@T{temperature:g}"
         return {"task": family, "teacher": teacher, "source": f"lab{u.get('lab', 1)}:{family}/{writer}",
-                "score": u.get("score"), "student": f"lab:{u.get('size')}", "seed": u.get("seed")}
+                "score": str(u.get("score")), "student": f"lab:{u.get('size')}", "seed": u.get("seed")}
     m, pool = rec.get("model") or {}, rec.get("pool") or {}
     task = str(pool.get("task") or pool.get("fingerprint") or pool.get("source"))
     teacher = str(pool.get("teacher") or "unknown")
-    return {"task": task, "teacher": teacher, "source": f"{task}/{teacher}", "score": pool.get("score", "sum"),
-            "student": m.get("spec") or m.get("fingerprint"), "seed": (rec.get("settings") or {}).get("seed", 0)}
+    return {"task": task, "teacher": teacher, "source": f"{task}/{teacher}", "score": str(pool.get("score", "sum")),
+            "student": str(m.get("spec") or m.get("fingerprint")), "seed": (rec.get("settings") or {}).get("seed", 0)}
 
 
 def best_up_to(evals: Sequence[dict], budget: float) -> float:
@@ -211,7 +223,7 @@ def label_rows(records: Iterable[dict], budgets: Sequence[float] = BUDGETS, tie_
             if any(math.isnan(a) for a in accs.values()):
                 continue
             best = max(accs.values())
-            near = sorted((s for s in accs if accs[s] >= best - tie_margin), key=option_order)
+            near = sorted((s for s in accs if within(accs[s], best, tie_margin)), key=option_order)
             rows.append({
                 "group": name, "unit": name,
                 "student": u["student"], "source": u["source"], "task": u["task"], "teacher": u["teacher"],

@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from capacity_advisor.advisor.predictor.ensemble import Predictor, fit_predictor
+from capacity_advisor.advisor.predictor.ensemble import Predictor, distances, fit_predictor
 from capacity_advisor.advisor.predictor.evaluate import (
     TIE_MARGIN, baseline_picks, folds, noise_floor, regret, summarize,
 )
@@ -49,8 +49,13 @@ class Policy:
     def on_data(self, outside: bool, ratio: float) -> bool:
         return not (self.use_range and outside) and not (ratio > self.max_distance)
 
+    @property
+    def never_overrides(self) -> bool:
+        """A margin no probability gap can pass: D_high whatever the probe measures."""
+        return self.margin >= 1.0
+
     def choose(self, probs: dict, outside: bool, ratio: float) -> str | None:
-        """The predictor's choice under these thresholds, or None when the fallback answers."""
+        """The option under these thresholds, or None when the fallback answers."""
         if not self.on_data(outside, ratio):
             return None
         choice = max(probs, key=probs.get)
@@ -58,17 +63,23 @@ class Policy:
             return "high"
         return choice
 
-    def decide(self, predictor: Predictor, features: dict, n_params: float, budget: float) -> dict:
-        """What the policy answers for one student at one budget, and who answered."""
-        advice = predictor.advise({**features, "budget": float(budget)})
+    def decide(self, predictor: Predictor, features: dict, n_params: float, budget: float,
+               student: str | None = None) -> dict:
+        """What the policy answers for one student at one budget, and who answered. Distances
+        leave out the calibration units of `student` itself, as when the thresholds were chosen."""
+        advice = predictor.advise({**features, "budget": float(budget)}, student=student)
         ratio = distance_ratio(predictor, advice)
         outside = bool(advice.get("outside"))
         pick = self.choose(advice["probabilities"], outside, ratio)
+        base = {"advice": advice, "distance_ratio": ratio, "outside": outside}
+        if pick is not None and self.never_overrides:
+            return {**base, "strategy": "high", "answered_by": "the policy: always D_high",
+                    "why": "held out by pool source, the predictor did no better than always-high, so the policy "
+                           "keeps D_high whatever the probe measures"}
         if pick is not None:
             why = "the predictor" if pick == advice["strategy"] else \
                 f"the predictor, held to D_high (D_{advice['strategy']} was not {self.margin:g} more probable)"
-            return {"strategy": pick, "answered_by": "predictor", "why": why, "advice": advice,
-                    "distance_ratio": ratio, "outside": outside}
+            return {**base, "strategy": pick, "answered_by": "predictor", "why": why}
         strategy, who = fallback(n_params, budget)
         reasons = []
         if self.use_range and outside:
@@ -76,8 +87,7 @@ class Policy:
         if ratio > self.max_distance:
             reasons.append(f"the nearest calibrated student is {ratio:.2f}x the typical distance away "
                            f"(the policy trusts the predictor up to {self.max_distance:g}x)")
-        return {"strategy": strategy, "answered_by": who, "why": "; ".join(reasons) or "off the calibrated data",
-                "advice": advice, "distance_ratio": ratio, "outside": outside}
+        return {**base, "strategy": strategy, "answered_by": who, "why": "; ".join(reasons) or "off the calibrated data"}
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -95,8 +105,8 @@ class Policy:
                  "typical distance" if math.isfinite(self.max_distance) else "the predictor answers wherever the student lies"]
         if self.use_range:
             parts.append("and every measured input lies inside the calibrated range")
-        if self.margin > 1:
-            parts.append("but never overrides D_high")
+        if self.never_overrides:
+            return "always D_high: held out by pool source, the predictor did no better than always-high"
         elif self.margin > 0:
             parts.append(f"and a set other than D_high is {self.margin:g} more probable than D_high")
         return " ".join(parts) + "; otherwise the fallback (D_high below 10^8 parameters, the paper's findings from 10^8)"
@@ -140,17 +150,10 @@ def held_out(train: Sequence[dict], test: Sequence[dict], kind: str, features: S
     pred = fit_predictor(train, kind, features, n_members, seed, jobs)
     probs = pred.predict_proba(test)
     out = []
-    Z = np.array([u["z"] for u in pred.units], dtype=float).reshape(len(pred.units), -1)
-    students = np.array([u["student"] for u in pred.units])
+    Z, students = pred.unit_matrix()
     td = pred.typical_distance
     for r, p in zip(test, probs):
-        z = pred._z(r["features"])
-        d = Z[students != r["student"]] - z
-        ok = ~np.isnan(d)
-        n = ok.sum(axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rms = np.sqrt((np.where(ok, d, 0.0) ** 2).sum(axis=1) / n)
-        nearest = float(rms[n > 0].min()) if (n > 0).any() else math.inf
+        nearest = distances(Z[students != str(r["student"])], pred._z(r["features"])).min(initial=np.inf)
         ratio = nearest / td if math.isfinite(td) and td > 0 else 0.0
         outside = any(c["inside"] is False for c in pred.range_check(r["features"]))
         out.append({"row": r, "probs": dict(zip(pred.options, map(float, p))), "ratio": ratio, "outside": outside})
@@ -181,21 +184,29 @@ def fold_measurements(rows: Sequence[dict], split: str, kind: str, features: Seq
     return out
 
 
-def select_policy(rows: Sequence[dict], split: str, kind: str, features: Sequence[str], n_members: int = 8,
-                  seed: int = 0, jobs: int = 1) -> Policy:
-    """Thresholds chosen by leaving one `split` value out at a time on `rows`."""
-    measured = fold_measurements(rows, split, kind, features, n_members, seed, jobs)
-    if not measured:
-        return Policy()
-    return choose_policy(measured)
+def select_policy(rows: Sequence[dict], split: str, kinds: str | Sequence[str], features: Sequence[str],
+                  n_members: int = 8, seed: int = 0, jobs: int = 1) -> tuple[str, Policy, dict]:
+    """(kind, thresholds, {kind: its held-out regret in points}) chosen together by leaving one
+    `split` value out at a time on `rows`: for each kind the best thresholds, then the kind whose
+    best thresholds lose least (ties to the first kind named)."""
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    best, scores = None, {}
+    for kind in kinds:
+        measured = fold_measurements(rows, split, kind, features, n_members, seed, jobs)
+        policy = choose_policy(measured) if measured else Policy()
+        scores[kind] = 100 * _policy_regret(measured, policy) if measured else float("nan")
+        if best is None or (measured and scores[kind] < scores[best[0]] - 1e-9):
+            best = (kind, policy)
+    return best[0], best[1], scores
 
 
-def cross_validate(rows: Sequence[dict], split: str = "student", kind: str = "lightgbm",
+def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Sequence[str] = "lightgbm",
                    features: Sequence[str] | None = None, n_members: int = 8, tie_margin: float = TIE_MARGIN,
                    seed: int = 0, jobs: int = 1, policy_split: str | None = None) -> dict:
-    """Every method held out by `split`: the policy (thresholds chosen on each outer fold's training
-    rows by an inner leave-one-`policy_split`-out, default the same split), the predictor alone
-    (argmax), the constant rules, the size rule, and the noise floor."""
+    """Every method held out by `split`: the policy — its model kind (one of `kind`, when several)
+    and thresholds chosen on each outer fold's training rows only, by an inner leave-one-
+    `policy_split`-out (default the same split) —, the predictor alone (that kind's argmax), the
+    constant rules, the size rule, and the noise floor."""
     from capacity_advisor.advisor.predictor.labels import PROBE_FEATURES
 
     features = tuple(features or PROBE_FEATURES)
@@ -206,10 +217,12 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str = "li
     picks: dict[str, list] = {"policy": [], "predictor": []}
     chosen = {}
     for name, train, test in fs:
-        inner = fold_measurements(train, inner_split, kind, features, n_members, seed, jobs)
-        policy = choose_policy(inner) if inner else Policy()
-        chosen[name] = policy.to_dict()
-        for m in held_out(train, test, kind, features, n_members, seed, jobs):
+        if folds(train, inner_split):
+            fold_kind, policy, _ = select_policy(train, inner_split, kind, features, n_members, seed, jobs)
+        else:
+            fold_kind, policy = (kind if isinstance(kind, str) else kind[0]), Policy()
+        chosen[name] = {"kind": fold_kind, **policy.to_dict()}
+        for m in held_out(train, test, fold_kind, features, n_members, seed, jobs):
             picks["policy"].append((m["row"], policy.choose(m["probs"], m["outside"], m["ratio"]) or "high"))
             picks["predictor"].append((m["row"], max(m["probs"], key=m["probs"].get)))
         for method, pairs in baseline_picks(train, test).items():

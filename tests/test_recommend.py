@@ -47,7 +47,11 @@ def test_quick_calibration_writes_records_and_resumes(lab_home, tmp_path):
         assert [e["epoch"] for e in rec["evals"]] == [0.0, 0.5, 1.0]  # the base, then two evaluations per epoch
         assert all(0 <= e["accuracy"] <= 1 for e in rec["evals"])
         assert "low_teacher_nll_drop_rel" in rec["features"] and rec["unit"]["score"] == "sum"
-        assert rec["settings"]["probe"] == {"steps": 4, "eval_problems": 8}  # the probe its features came from
+        # the whole probe recipe its features came from
+        from capacity_advisor.probes.recipe import MEASURING
+        probe = rec["settings"]["probe"]
+        assert {k: probe[k] for k in ("kind", "steps", "eval_problems")} == {"kind": "lab", "steps": 4, "eval_problems": 8}
+        assert set(MEASURING) <= set(probe)
         assert rec["best_accuracy"] == max(e["accuracy"] for e in rec["evals"] if e["step"] > 0)
     text = (tmp_path / "cal" / "records.jsonl").read_text()
     assert str(tmp_path) not in text and "NaN" not in text
@@ -93,7 +97,11 @@ def test_the_predictor_says_how_its_inputs_were_probed_and_recommend_probes_so(l
     recs = make_records()
     assert probe_of(recs) is None  # records that do not say
     said = [{**r, "settings": {**(r.get("settings") or {}), "probe": {"steps": 6, "eval_problems": 16}}} for r in recs]
-    assert {k: probe_of(said)[k] for k in ("kind", "steps", "eval_problems")} == {"kind": "lab", "steps": 6, "eval_problems": 16}
+    assert probe_of(said) == {"steps": 6, "eval_problems": 16}  # only what they state: no kind is invented
+    from capacity_advisor.probes.recipe import LAB, MEASURING
+    whole = {"kind": "lab", **{k: getattr(LAB, k) for k in MEASURING}, "steps": 6, "eval_problems": 16}
+    stated = [{**r, "settings": {"probe": whole}} for r in recs]
+    assert probe_of(stated) == whole
     assert probe_of(said[:-1] + [{**said[-1], "settings": {"probe": {"steps": 7, "eval_problems": 16}}}]) is None
 
     pred = Predictor.load(synthetic_predictor)
@@ -108,8 +116,12 @@ def test_the_predictor_says_how_its_inputs_were_probed_and_recommend_probes_so(l
     probe = json.loads((tmp_path / "rec" / "probe" / "probe.json").read_text())
     assert max(p["step"] for p in probe["curves"]["high"]) == 6
 
-    pred.meta = {**pred.meta, "probe": {"steps": 10**9, "eval_problems": 16}}  # a crafted file must not hang the run
-    pred.save(tmp_path / "pbig")
+    from test_predictor import _resign
+
+    raw = json.loads((tmp_path / "p6" / "predictor.json").read_text())  # a crafted file must not hang the run
+    raw["meta"]["probe"] = {"steps": 10**9, "eval_problems": 16}  # (save() refuses it, so it is written by hand)
+    (tmp_path / "pbig").mkdir()
+    (tmp_path / "pbig" / "predictor.json").write_text(json.dumps(_resign(raw)))
     r = run("recommend", "--predictor", tmp_path / "pbig", "--out", tmp_path / "rec2", *common)
     assert r.exit_code == 2 and "meta.probe" in r.stderr and not (tmp_path / "rec2").exists()
 
@@ -376,9 +388,12 @@ def test_a_flag_that_measures_otherwise_is_said_and_lowers_confidence(small_lab_
     ([1, 2], "must be an object"),
 ])
 def test_a_crafted_meta_recipe_is_one_error_line(lab_home, tmp_path, synthetic_predictor, recipe, fragment):
-    pred = Predictor.load(synthetic_predictor)
-    pred.meta = {**pred.meta, "recipe": recipe}
-    pred.save(tmp_path / "pred")
+    from test_predictor import _resign
+
+    raw = json.loads((synthetic_predictor / "predictor.json").read_text())
+    raw["meta"] = {**raw.get("meta", {}), "recipe": recipe}  # save() refuses it, so craft the file by hand
+    (tmp_path / "pred").mkdir()
+    (tmp_path / "pred" / "predictor.json").write_text(json.dumps(_resign(raw)))
     for verb in (["recommend", "--budget", 2], ["probe", "--pool", tmp_path / "nopool.jsonl"]):
         r = CliRunner().invoke(cli, [str(a) for a in [*verb, "--model", "lab:xs", "--predictor", tmp_path / "pred",
                                                       "--out", tmp_path / "out"]])

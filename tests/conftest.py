@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -121,17 +122,39 @@ def home_with(tmp_path_factory, name: str, *models: str):
     from capacity_advisor.models.lab import student_path
 
     home = tmp_path_factory.mktemp(name)
+    with advisor_home(home):
+        for m in models:
+            student_path(m)
+    return home
+
+
+@contextlib.contextmanager
+def advisor_home(home):
+    """ADVISOR_HOME set to `home` inside the block, and put back as it was after it."""
     old = os.environ.get("ADVISOR_HOME")
     os.environ["ADVISOR_HOME"] = str(home)
     try:
-        for m in models:
-            student_path(m)
+        yield home
     finally:
         if old is None:
             os.environ.pop("ADVISOR_HOME", None)
         else:
             os.environ["ADVISOR_HOME"] = old
-    return home
+
+
+def stored_numbers(path, key: str, got: dict):
+    """The numbers stored under `key` in the JSON file `path`, to compare `got` with; with
+    ADVISOR_STORE_NUMBERS=1 it stores `got` there instead and skips the test."""
+    import json
+
+    import pytest
+
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    if os.environ.get("ADVISOR_STORE_NUMBERS") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps({**stored, key: got}, indent=1, sort_keys=True) + "\n")
+        pytest.skip(f"stored the numbers of {key} in {path.name}")
+    return stored[key]
 
 
 @pytest.fixture(scope="session")

@@ -7,11 +7,10 @@ To store new numbers after a deliberate change (or new records):
 ADVISOR_STORE_NUMBERS=1 pytest tests/test_stored_cv.py
 """
 
-import json
-import os
 from pathlib import Path
 
 import pytest
+from conftest import stored_numbers
 
 from capacity_advisor.advisor.fit import compact
 from capacity_advisor.advisor.predictor import FEATURE_SETS, cross_validate, label_rows, read_records
@@ -27,12 +26,7 @@ def test_the_cv_table_of_the_committed_records_matches_the_stored_numbers(split)
     rows = label_rows(read_records(RECORDS))
     table = cross_validate(rows, split, "logistic", FEATURE_SETS["contrast"], n_members=2, policy_split="source")
     got = compact({split: table})[split]
-    stored = json.loads(STORED.read_text()) if STORED.exists() else {}
-    if os.environ.get("ADVISOR_STORE_NUMBERS") == "1":
-        STORED.parent.mkdir(exist_ok=True)
-        STORED.write_text(json.dumps({**stored, split: got}, indent=1, sort_keys=True) + "\n")
-        pytest.skip(f"stored the leave-one-{split}-out table in {STORED.name}")
-    want = stored[split]
+    want = stored_numbers(STORED, split, got)
     assert sorted(got) == sorted(want)
     for method, row in want.items():
         assert got[method]["rows"] == row["rows"], method

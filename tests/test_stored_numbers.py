@@ -6,10 +6,10 @@ To store new numbers after a deliberate change: ADVISOR_STORE_NUMBERS=1 pytest t
 """
 
 import json
-import os
 from pathlib import Path
 
 import pytest
+from conftest import stored_numbers
 
 from capacity_advisor.advisor.pool import read_pool
 from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
@@ -36,12 +36,7 @@ def test_tiny_model_scores_match_the_stored_numbers(tmp_path, arch):
                tmp_path / "s")
     rows = [json.loads(x) for x in (tmp_path / "s" / "scores.jsonl").read_text().splitlines()]
     got = {f"{r['id']}/{r['k']}": {k: r[k] for k in FIELDS} for r in rows}
-    stored = json.loads(STORED.read_text()) if STORED.exists() else {}
-    if os.environ.get("ADVISOR_STORE_NUMBERS") == "1":
-        STORED.parent.mkdir(exist_ok=True)
-        STORED.write_text(json.dumps({**stored, arch: got}, indent=1, sort_keys=True) + "\n")
-        pytest.skip(f"stored {len(got)} scores of the {arch} model in {STORED.name}")
-    want = stored[arch]
+    want = stored_numbers(STORED, arch, got)
     assert sorted(got) == sorted(want)
     for key, row in want.items():
         for field, value in row.items():

@@ -21,25 +21,16 @@ def two_sources(tmp_path_factory):
     from publish_calibration import publish
 
     from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, run_calibration
-    from conftest import home_with
+    from conftest import advisor_home, home_with
 
     home = home_with(tmp_path_factory, "sweep-home", "xs", "s")
     work, dest = tmp_path_factory.mktemp("work"), tmp_path_factory.mktemp("published")
-    import os
-
-    old = os.environ.get("ADVISOR_HOME")
-    os.environ["ADVISOR_HOME"] = str(home)
-    try:
+    with advisor_home(home):
         for task in ("modchain", "listmax"):
             cfg = replace(CalibrateConfig.quick_settings(str(work / task)), tasks=(task,), sizes=("xs", "s"),
                           seeds=(0, 1), budget_runs=(0.5,))
             run_calibration(cfg, log=lambda m: None)
             publish(work / task, dest / task)
-    finally:
-        if old is None:
-            os.environ.pop("ADVISOR_HOME", None)
-        else:
-            os.environ["ADVISOR_HOME"] = old
     return dest
 
 

@@ -352,6 +352,18 @@ def test_nested_policy_beats_the_constants_on_a_source_it_never_saw():
     assert m["noise floor"]["rows"] == len(rows)
 
 
+def test_a_fold_trained_on_one_pool_source_keeps_d_high():
+    """Held out by teacher, the fold trained on the one scripted source has no other source to
+    measure transfer on: its policy must not trust the predictor, whatever it fits."""
+    from capacity_advisor.advisor.predictor.policy import UNTRIED
+
+    rows = label_rows(make_unit_records(sources=(("modchain", "program", 1.0), ("addition", "lab:teacher", 1.0),
+                                                 ("listmax", "lab:teacher", 0.7))))
+    cv = cross_validate(rows, "teacher", "logistic", FEATS, n_members=2, policy_split="source")
+    assert cv["policies"]["lab:teacher"] == {"kind": "logistic", **UNTRIED.to_dict()}  # trained on program alone
+    assert UNTRIED.never_overrides and UNTRIED.choose({"high": 0.0, "low": 1.0}, False, 0.0) == "high"
+
+
 def test_reasons_name_what_pushes_toward_the_answer_first():
     model = fit_predictor(label_rows(make_records()), "logistic", FEATS, n_members=8)
     big = {**probe_features(7.2, random.Random(1)), "budget": 5}

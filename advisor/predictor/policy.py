@@ -165,6 +165,9 @@ def _policy_regret(measured: Sequence[dict], policy: Policy) -> float:
 
 
 GRID = tuple(Policy(d, m, r) for d, m, r in product(DISTANCES, MARGINS, (False, True)))
+# Where the rows hold one value of the split the thresholds are chosen by (one pool source, say),
+# nothing measures whether the predictor carries over to another: D_high whatever the probe says.
+UNTRIED = Policy(margin=max(MARGINS))
 
 
 def choose_policy(measured: Sequence[dict]) -> Policy:
@@ -193,7 +196,7 @@ def select_policy(rows: Sequence[dict], split: str, kinds: str | Sequence[str], 
     best, scores = None, {}
     for kind in kinds:
         measured = fold_measurements(rows, split, kind, features, n_members, seed, jobs)
-        policy = choose_policy(measured) if measured else Policy()
+        policy = choose_policy(measured) if measured else UNTRIED
         scores[kind] = 100 * _policy_regret(measured, policy) if measured else float("nan")
         if best is None or (measured and scores[kind] < scores[best[0]] - 1e-9):
             best = (kind, policy)
@@ -205,8 +208,8 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
                    seed: int = 0, jobs: int = 1, policy_split: str | None = None) -> dict:
     """Every method held out by `split`: the policy — its model kind (one of `kind`, when several)
     and thresholds chosen on each outer fold's training rows only, by an inner leave-one-
-    `policy_split`-out (default the same split) —, the predictor alone (that kind's argmax), the
-    constant rules, the size rule, and the noise floor."""
+    `policy_split`-out (default the same split; UNTRIED where those rows hold one value of it) —,
+    the predictor alone (that kind's argmax), the constant rules, the size rule, and the noise floor."""
     from capacity_advisor.advisor.predictor.labels import PROBE_FEATURES
 
     features = tuple(features or PROBE_FEATURES)
@@ -220,7 +223,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
         if folds(train, inner_split):
             fold_kind, policy, _ = select_policy(train, inner_split, kind, features, n_members, seed, jobs)
         else:
-            fold_kind, policy = (kind if isinstance(kind, str) else kind[0]), Policy()
+            fold_kind, policy = (kind if isinstance(kind, str) else kind[0]), UNTRIED
         chosen[name] = {"kind": fold_kind, **policy.to_dict()}
         for m in held_out(train, test, fold_kind, features, n_members, seed, jobs):
             picks["policy"].append((m["row"], policy.choose(m["probs"], m["outside"], m["ratio"]) or "high"))

@@ -19,6 +19,7 @@ from typing import Sequence
 from capacity_advisor.advisor.predictor import (
     FEATURE_SETS, FITTABLE, SPLITS, Rule, cross_validate, fit_predictor, folds, label_rows, options_in, select_policy,
 )
+from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix
 from capacity_advisor.advisor.predictor.priors import fit_lab_prior
 from capacity_advisor.models.errors import InputError
 
@@ -68,7 +69,7 @@ def check_settings(tie_margin: float, n_members: int, seed: int, jobs: int, kind
         raise InputError("; ".join(bad))
 
 
-def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0.01, features: str = "probe",
+def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0.01, features: str = "contrast",
                  kinds: Sequence[str] = FITTABLE, n_members: int = 24, seed: int = 0, jobs: int = 1,
                  note: str | None = None, cv: Sequence[str] = SPLITS, choose_by: str = "source",
                  cv_members: int = 8, log=None) -> dict:
@@ -84,6 +85,11 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0
     if len({r["student"] for r in rows}) < 2:
         raise InputError("the records hold one student only: a predictor needs at least two to be measured on "
                          "students it was not fitted on")
+    unmeasured = [k for k in feats if k not in NOT_MEASURED and not any(
+        math.isfinite(v) for v in matrix(rows, (k,))[:, 0])]
+    if len(unmeasured) == len([k for k in feats if k not in NOT_MEASURED]):
+        raise InputError(f"the records measure none of the --features {features} inputs ({', '.join(unmeasured[:4])}"
+                         f"{', …' if len(unmeasured) > 4 else ''}): choose another --features set")
     split = choose_by if folds(rows, choose_by) else "student"
     cv_tables = {}
     for s in cv:

@@ -25,7 +25,7 @@ PAPER = Path(__file__).resolve().parent.parent / "benchmarks" / "paper_students"
 @pytest.fixture(scope="module")
 def synthetic_predictor(tmp_path_factory):
     out = tmp_path_factory.mktemp("pred")
-    fit_and_save(make_records(), out, n_members=4, kinds=("logistic",))
+    fit_and_save(make_records(), out, n_members=4, kinds=("logistic",), features="probe")  # what make_records measures
     return out
 
 
@@ -288,7 +288,7 @@ def test_recommend_writes_the_schedule_the_predictor_chose(lab_pool_file, tmp_pa
         better = {**rec, "strategy": "mixed", "mix": 0.25,
                   "evals": [{**e, "accuracy": min(1.0, e["accuracy"] + 0.2) if e["step"] else e["accuracy"]} for e in rec["evals"]]}
         records.append(better)
-    fit_and_save(records, tmp_path / "pred", n_members=2, kinds=("logistic",))
+    fit_and_save(records, tmp_path / "pred", n_members=2, kinds=("logistic",), features="probe")
     pred = Predictor.load(tmp_path / "pred")  # the synthetic records lie far from a real probe: trust the predictor anyway
     pred.meta["policy"] = {"max_distance": None, "margin": 0.0, "use_range": False}
     pred.save(tmp_path / "pred")
@@ -557,3 +557,13 @@ def test_fit_on_one_student_is_one_error_line(tmp_path):
     r = run("fit", "--records", path, "--out", tmp_path / "pred")
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "one student" in r.stderr, r.stderr
     assert not (tmp_path / "pred").exists()
+
+
+def test_fit_on_records_that_measure_none_of_the_inputs_is_one_error_line(tmp_path):
+    path = tmp_path / "records.jsonl"  # make_records measures probe-level inputs only, no contrast
+    path.write_text("".join(json.dumps(r) + "\n" for r in make_records()))
+    r = run("fit", "--records", path, "--out", tmp_path / "pred", "--features", "contrast")
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "--features contrast" in r.stderr, r.stderr
+    assert not (tmp_path / "pred").exists()
+    assert run("fit", "--records", path, "--out", tmp_path / "pred", "--features", "probe", "--kinds", "logistic",
+               "--members", 2, "--cv", "student").exit_code == 0

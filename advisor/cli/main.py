@@ -262,9 +262,10 @@ def generate(as_json, **kw):
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Predictor folder to write.")
 @click.option("--tie-margin", default=0.01, show_default=True, type=Finite(0, 1),
               help="Accuracy gap under which strategies count as tied.")
-@click.option("--features", default="probe", show_default=True, type=click.Choice(tuple(FEATURE_SETS)),
-              help="probe: inputs every probe measures; contrast: D_low against D_high only; +teacher: also the "
-                   "teacher view (needs --teacher at recommend).")
+@click.option("--features", default="contrast", show_default=True, type=click.Choice(tuple(FEATURE_SETS)),
+              help="contrast: D_low against D_high only, relative to the base (the inputs that held best leaving "
+                   "a pool source out); probe: every input a probe measures; +teacher: also the teacher view "
+                   "(needs --teacher at recommend).")
 @click.option("--kinds", default=",".join(FITTABLE), show_default=True,
               help="Model kinds to cross-validate; the one whose policy does best leaving --choose-by out is kept.")
 @click.option("--cv", "cv_splits", default=",".join(SPLITS), show_default=True,

@@ -188,6 +188,30 @@ def test_killed_build_leaves_nothing_under_the_final_name(monkeypatch):
     assert not list(final.parent.glob(".*tmp*"))
 
 
+def test_a_stopped_build_resumes_from_its_checkpoint_to_the_same_weights(tmp_path, monkeypatch):
+    import capacity_advisor.models.lab.ladder as ladder
+
+    monkeypatch.setattr(ladder, "CHECKPOINT_EVERY", 4)
+    whole = build_student("xs", tmp_path / "whole", seed=3, steps=10)
+    seen = []
+
+    def stop_at_6(step, total, loss):
+        seen.append(step)
+        if step == 6:
+            raise KeyboardInterrupt  # a kill after the step-4 checkpoint
+
+    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home"))
+    with pytest.raises(KeyboardInterrupt):
+        student_path("xs", seed=3, steps=10, progress=stop_at_6)
+    final = student_dir("xs", seed=3, steps=10)
+    assert not final.exists() and (final.parent / f".{final.name}.partial" / "checkpoint.pt").is_file()
+    seen.clear()
+    resumed = student_path("xs", seed=3, steps=10, progress=lambda step, total, loss: seen.append(step))
+    assert seen == [5, 6, 7, 8, 9, 10]  # steps 1-4 came from the checkpoint
+    assert weights_hash(resumed) == weights_hash(whole)
+    assert not (final.parent / f".{final.name}.partial").exists()  # a finished build leaves no checkpoint
+
+
 def test_recipe_change_changes_the_folder():
     assert student_dir("xs") != student_dir("xs", seed=1)
     assert student_dir("xs", steps=10) != student_dir("xs")

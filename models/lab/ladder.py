@@ -102,6 +102,7 @@ def _verbose_styles() -> dict:
 
 TEACHER_CORPORA = {"teacher": (TEACHER_FAMILIES, TEACHER_STYLES), "teacher-xl": (TEACHER_FAMILIES, _verbose_styles())}
 MAX_LENGTH = 96
+CHECKPOINT_EVERY = 200  # pretraining steps between the checkpoints a stopped build resumes from
 
 
 def ladder_names() -> list[str]:
@@ -181,13 +182,15 @@ def student_path(name: str, seed: int = DEFAULT_SEED, progress: Callable[[int, i
     tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
+    partial = final.parent / f".{final.name}.partial"  # the pretraining checkpoint a stopped build resumes from
     try:
-        build_student(name, tmp, seed=seed, steps=steps, progress=progress)
+        build_student(name, tmp, seed=seed, steps=steps, progress=progress, checkpoint=partial / "checkpoint.pt")
         try:
             os.rename(tmp, final)
         except OSError:
             if not (final / "build.json").exists():  # lost a race to a finished build: use theirs
                 raise
+        shutil.rmtree(partial, ignore_errors=True)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -238,10 +241,12 @@ def build_student(
     seed: int = DEFAULT_SEED,
     steps: int | None = None,
     progress: Callable[[int, int, float], None] | None = None,
+    checkpoint: Path | None = None,
 ) -> Path:
     """Pretrain student `name` from a seeded random init and save it as a model folder at `out`.
 
     `steps` overrides the ladder's budget (tests use a few steps). `progress(step, total, loss)`.
+    `checkpoint`: a file the pretraining saves to as it goes and resumes from (`train_loop`).
     """
     import torch
     from transformers import LlamaForCausalLM
@@ -266,6 +271,7 @@ def build_student(
             model, tok, corpus_batches(seed, s.batch, name), total, s.lr,
             completion_only=False, max_length=MAX_LENGTH, warmup=min(100, max(1, total // 10)),
             on_step=(lambda i, loss: progress(i, total, loss)) if progress else None,
+            checkpoint=checkpoint, checkpoint_every=CHECKPOINT_EVERY,
         )
         seconds = time.time() - t0
     finally:

@@ -9,6 +9,8 @@ CPU in float32, on one thread (a fixed thread count keeps the weights identical 
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from capacity_advisor.models.template import Encoded, encode_pair, has_chat_template
@@ -85,20 +87,35 @@ def train_loop(
     warmup: int | None = None,
     weight_decay: float = 0.01,
     on_step: Callable[[int, float], None] | None = None,
+    checkpoint: Path | None = None,
+    checkpoint_every: int = 200,
 ) -> list[float]:
     """Train `model` for `total_steps` batches; returns the loss of each step.
 
     `on_step(step, loss)` runs after each optimizer step (step counts from 1), e.g. to evaluate.
+    With `checkpoint` (a file) the weights, the optimizer's state and the losses so far are saved
+    there every `checkpoint_every` steps, and a loop started with that file present continues from
+    it: the batches already trained on are drawn and skipped, so a resumed run ends with the
+    weights of one that was never stopped (no dropout, so no random state besides the batches).
     """
     import torch
 
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=weight_decay)
     warm = warmup if warmup is not None else max(1, total_steps // 20)
-    losses = []
+    losses: list[float] = []
+    done = 0
+    if checkpoint is not None and Path(checkpoint).is_file():
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True)  # tensors and numbers only
+        if state.get("total_steps") == total_steps and 0 < state.get("step", 0) <= total_steps:
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["optimizer"])
+            done, losses = int(state["step"]), [float(x) for x in state["losses"]]
     for step, pairs in enumerate(batches):
         if step >= total_steps:
             break
+        if step < done:
+            continue  # trained on before the checkpoint: drawn only to keep the stream in step
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total_steps, lr, warm)
         ids, mask, labels = collate(tokenizer, pairs, max_length, completion_only)
@@ -108,8 +125,21 @@ def train_loop(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(out.loss.item())
+        if checkpoint is not None and (step + 1) % checkpoint_every == 0 and step + 1 < total_steps:
+            save_checkpoint(Path(checkpoint), {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                               "step": step + 1, "total_steps": total_steps, "losses": losses})
         if on_step is not None:
             on_step(step + 1, losses[-1])
             model.train()
     model.eval()
     return losses
+
+
+def save_checkpoint(path: Path, state: dict) -> None:
+    """`state` written to `path` whole or not at all (a temporary file, then a rename)."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    torch.save(state, tmp)
+    os.replace(tmp, path)

@@ -316,7 +316,7 @@ def recommendation(cfg: RecommendConfig, predictor, desc: dict, settings: dict, 
         reasons=[reason_text(r) for r in advice.get("reasons", [])], prior=advice.get("prior"),
         paper_prior=advice.get("paper_prior"),
         answered_by=advice.get("answered_by", f"{advice['prior']} prior" if advice.get("prior") else "predictor"),
-        policy=advice.get("policy"))
+        policy=advice.get("policy"), options=tuple(predictor.options))
 
 
 def advise_only(cfg: RecommendConfig, checked: Checked, desc: dict, t0: float) -> Recommendation:

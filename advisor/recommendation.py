@@ -80,6 +80,7 @@ class Recommendation:
     pool: dict | None = None  # the pool's summary (None: advice only, nothing read)
     answered_by: str = "predictor"  # the predictor, its fallback (always D_high / the paper's findings), or a prior
     policy: str | None = None  # the shipped policy in words: when the predictor answers and when the fallback does
+    options: tuple = ("high", "low", "mixed")  # what the predictor chooses among (its calibrated options)
     notes: list[str] = field(default_factory=list)  # what the user should know about the outputs
     seconds: float = 0.0
 
@@ -118,7 +119,7 @@ class Recommendation:
             "crossover_epoch": self.crossover_epoch, "confidence": self.confidence,
             "confidence_reasons": self.confidence_reasons, "range": self.range, "neighbours": self.neighbours,
             "reasons": self.reasons, "paper_prior": self.paper_prior, "prior": self.prior, "predictor": self.predictor,
-            "answered_by": self.answered_by, "policy": self.policy,
+            "answered_by": self.answered_by, "policy": self.policy, "options": list(self.options),
             "baselines": self.baselines, "model": self.model, "budget": self.budget, "features": self.inputs,
             "settings": self.settings, "selection": self.selection, "train_rows": self.train_rows,
             "eval_rows": self.eval_rows, "probe_cost": self.probe_cost, "seconds": self.seconds, "notes": self.notes,

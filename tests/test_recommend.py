@@ -538,6 +538,8 @@ def test_recommend_reports_the_fallback_off_the_data_and_the_predictor_on_it(lab
                tmp_path / "pred-off", "--probe-steps", 4, "--probe-eval-problems", 16, "--out", tmp_path / "off",
                "--device", "cpu")
     assert text.exit_code == 0 and "answered by: fallback: always D_high" in text.stderr  # the report goes to stderr
+    assert sorted(off["options"]) == ["high", "low", "mixed"]  # no schedules calibrated: the report says so plainly
+    assert "chooses among: D_high, D_mixed, D_low only" in text.stderr
 
 
 def test_recommend_refuses_an_out_folder_that_is_its_pool(lab_home, tmp_path):

@@ -138,6 +138,14 @@ def cross_validation(result: dict) -> None:
         console.print(t)
 
 
+def chooses_among(options) -> str:
+    """The options the advice was calibrated on, in words, saying so when no schedule was."""
+    words = ", ".join(f"D_{o}" if o in ("high", "low", "mixed") else o for o in options)
+    if all(o in ("high", "low", "mixed") for o in options):
+        words += " only (no mixes of other shares or curricula were calibrated)"
+    return words
+
+
 def recommendation(rec, out: str) -> None:
     """The recommend report: the answer, its probabilities and interval, why, where the student
     sits among the calibrated ones, what the rules would say, the settings and their sources, the
@@ -148,6 +156,7 @@ def recommendation(rec, out: str) -> None:
             + (" — the evidence is silent here; mixed is the hedge" if rec.answer == "uncertain" else "")
             + f"   confidence: {rec.confidence}   ({rec.predictor})\n"
             + f"answered by: {rec.answered_by}\n"
+            + f"chooses among: {chooses_among(rec.options)}\n"
             + f"student {m['spec']} ({m['n_params']:,} params), budget {rec.budget:g} epochs")
     co = rec.crossover_epoch
     alone = "" if rec.answered_by in ("predictor",) or rec.prior else "the predictor alone: "

@@ -76,7 +76,7 @@ def test_quick_calibration_writes_records_and_resumes(lab_home, tmp_path):
 def test_fit_cli_prints_the_tables_and_saves(tmp_path):
     path = tmp_path / "records.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in make_records()))
-    r = run("fit", "--records", path, "--out", tmp_path / "pred", "--members", 4, "--json")
+    r = run("fit", "--records", path, "--out", tmp_path / "pred", "--members", 4, "--features", "probe", "--json")
     assert r.exit_code == 0, r.stderr
     res = json.loads(r.stdout)
     methods = set(res["cv"]["student"])

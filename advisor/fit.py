@@ -4,8 +4,9 @@
 
 Measures the policy on every split of `cv` beside the constant rules, the size rule and the noise
 floor — nested: inside each outer fold the model kind (among `kinds`) and the thresholds are
-chosen on the fold's training rows only, by leaving one `choose_by` value out (a pool source by
-default: the split on which advice must hold for a user's own pool) —; then chooses the kind and
+chosen on the fold's training rows only, by leaving one `choose_by` value out (by default the
+worse of a pool source and a teacher: what a user's own pool and teacher are to the lab) —; then
+chooses the kind and
 the thresholds the same way on all the records, fits the ensemble on every row and saves one file
 with the lab prior for `--no-probe`, the probe recipe its inputs were measured with and the policy.
 """
@@ -22,6 +23,8 @@ from capacity_advisor.advisor.predictor import (
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix
 from capacity_advisor.advisor.predictor.priors import fit_lab_prior
 from capacity_advisor.models.errors import InputError
+
+CHOOSE_BY = ("source", "teacher")  # the splits whose held-out regret chooses the policy (the worse of them)
 
 CV_METHODS = ("policy", "predictor", "always high", "always low", "always mixed", "size rule", "noise floor")
 
@@ -49,7 +52,7 @@ def probe_of(records: Sequence[dict]) -> dict | None:
 
 
 def check_settings(tie_margin: float, n_members: int, seed: int, jobs: int, kinds: Sequence[str],
-                   cv: Sequence[str], choose_by: str) -> None:
+                   cv: Sequence[str], choose_by: str | Sequence[str]) -> None:
     bad = []
     if not (isinstance(tie_margin, (int, float)) and math.isfinite(tie_margin) and 0 <= tie_margin < 1):
         bad.append(f"--tie-margin {tie_margin} must be a number from 0 to 1")
@@ -62,16 +65,25 @@ def check_settings(tie_margin: float, n_members: int, seed: int, jobs: int, kind
     unknown = [k for k in kinds if k not in FITTABLE]
     if unknown or not kinds:
         bad.append(f"--kinds {','.join(kinds) or '(none)'}: use {', '.join(FITTABLE)}")
-    unknown = [s for s in (*cv, choose_by) if s not in SPLITS]
+    unknown = [s for s in cv if s not in SPLITS]
     if unknown:
         bad.append(f"--cv {','.join(unknown)}: use {', '.join(SPLITS)}")
+    chooses = splits_of(choose_by)
+    if not chooses or any(s not in SPLITS for s in chooses):
+        bad.append(f"--choose-by {','.join(chooses) or '(none)'}: one or more of {', '.join(SPLITS)}")
     if bad:
         raise InputError("; ".join(bad))
 
 
+def splits_of(choose_by: str | Sequence[str]) -> tuple[str, ...]:
+    """`--choose-by` as a tuple of split names ("source,teacher" or a sequence)."""
+    names = choose_by.split(",") if isinstance(choose_by, str) else choose_by
+    return tuple(n.strip() for n in names if n.strip())
+
+
 def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0.01, features: str = "contrast",
                  kinds: Sequence[str] = FITTABLE, n_members: int = 24, seed: int = 0, jobs: int = 1,
-                 note: str | None = None, cv: Sequence[str] = SPLITS, choose_by: str = "source",
+                 note: str | None = None, cv: Sequence[str] = SPLITS, choose_by: str | Sequence[str] = CHOOSE_BY,
                  cv_members: int = 8, log=None) -> dict:
     """Choose the kind, measure it on every split of `cv`, choose the policy, fit and save."""
     if features not in FEATURE_SETS:
@@ -90,7 +102,9 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0
     if len(unmeasured) == len([k for k in feats if k not in NOT_MEASURED]):
         raise InputError(f"the records measure none of the --features {features} inputs ({', '.join(unmeasured[:4])}"
                          f"{', …' if len(unmeasured) > 4 else ''}): choose another --features set")
-    split = choose_by if folds(rows, choose_by) else "student"
+    # the splits that choose the policy: those these records can hold one value out of (else students)
+    split = tuple(s for s in splits_of(choose_by) if folds(rows, s)) or ("student",)
+    by = " and ".join(f"leave-one-{s}-out" for s in split) + (" (the worse)" if len(split) > 1 else "")
     cv_tables = {}
     for s in cv:
         if not folds(rows, s):
@@ -98,16 +112,16 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0
         say(f"cross-validating {', '.join(kinds)}, one {s} held out at a time (kind and thresholds chosen inside "
             "each fold)")
         cv_tables[s] = cross_validate(rows, s, kinds, feats, cv_members, tie_margin, seed, jobs,
-                                      policy_split=split if folds(rows, split) else s)
-    say(f"choosing the kind and the policy's thresholds, one {split} held out at a time")
+                                      policy_split=split)
+    say(f"choosing the kind and the policy's thresholds by {by} regret")
     chosen, policy, kind_regret = select_policy(rows, split, kinds, feats, cv_members, seed, jobs)
     say(f"fitting {n_members} {chosen} members on {len(rows)} rows")
     pred = fit_predictor(rows, chosen, feats, n_members, seed, jobs)
     recipe = probe_of(records)
     pred.meta = {
         "cv": cv_tables, "kinds": {k: {"regret": v} for k, v in kind_regret.items()},
-        "chosen_by": f"the policy's leave-one-{split}-out regret", "feature_set": features,
-        "policy": {**policy.to_dict(), "chosen_by": f"leave-one-{split}-out regret"},
+        "chosen_by": f"the policy's {by} regret", "feature_set": features,
+        "policy": {**policy.to_dict(), "chosen_by": f"{by} regret"},
         "rows": len(rows), "records": len(records), "students": sorted({r["student"] for r in rows}),
         "sources": sorted({r["source"] for r in rows}),
         "labels": {s: sum(r["label"] == s for r in rows) for s in options_in(rows)}, "ties": sum(r["tie"] for r in rows),

@@ -109,11 +109,11 @@ def select_file(pool_path: str, pool_options, scores_path: str, cfg, out: str, f
 def fit_file(records_path: str | None, out: str, kinds: tuple[str, ...], **fit) -> dict:
     """`advisor fit`: the records (default: the records store) read, the predictor fitted
     (`fit.fit_and_save`) and saved to OUT. `fit` holds fit_and_save's settings."""
-    from capacity_advisor.advisor.fit import check_settings, fit_and_save
+    from capacity_advisor.advisor.fit import CHOOSE_BY, check_settings, fit_and_save
     from capacity_advisor.advisor.predictor import read_records
     from capacity_advisor.models.files import advisor_home, check_writable_dir
 
     check_settings(fit.get("tie_margin", 0.01), fit.get("n_members", 24), fit.get("seed", 0), fit.get("jobs", 1), kinds,
-                   fit.get("cv", ()), fit.get("choose_by", "source"))
+                   fit.get("cv", ()), fit.get("choose_by", CHOOSE_BY))
     check_writable_dir(out, "--out")
     return fit_and_save(read_records(records_path or str(advisor_home() / "records.jsonl")), out, kinds=kinds, **fit)

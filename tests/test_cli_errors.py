@@ -90,6 +90,7 @@ UNWRITABLE = [
     (["select", "-p", "POOL", "-s", "POOL", "-o", "OUT"], None),  # a folder where a file goes: set up below
     (["generate", "-t", "lab:xs", "-p", "POOL", "-o", "FILE/pool.jsonl"], "--out"),
     (["fit", "-r", "POOL", "-o", "FILE/predictor"], "--out"),
+    (["fit", "-r", "POOL", "-o", "OUT", "--choose-by", "source,seed"], "--choose-by source,seed"),
     (["lab", "pool", "--n", "3", "-o", "FILE/pool.jsonl"], "is a file, so nothing can be written under it"),
 ]
 

@@ -364,6 +364,19 @@ def test_a_fold_trained_on_one_pool_source_keeps_d_high():
     assert UNTRIED.never_overrides and UNTRIED.choose({"high": 0.0, "low": 1.0}, False, 0.0) == "high"
 
 
+def test_a_policy_chosen_by_two_splits_minimises_the_worse_of_them():
+    from capacity_advisor.advisor.predictor.policy import GRID, UNTRIED, _policy_regret, fold_measurements, select_policy
+
+    rows = label_rows(make_unit_records())  # three sources, each of its own teacher
+    kind, policy, scores = select_policy(rows, ("source", "teacher"), "logistic", FEATS, n_members=2)
+    measured = [fold_measurements(rows, s, "logistic", FEATS, 2, 0) for s in ("source", "teacher")]
+    worst = lambda p: max(_policy_regret(m, p) for m in measured)  # noqa: E731
+    assert kind == "logistic" and all(worst(policy) <= worst(p) + 1e-9 for p in GRID)
+    assert scores["logistic"] == pytest.approx(100 * worst(policy))
+    one = [r for r in rows if r["teacher"] == "program"]  # one teacher: nothing measures a new one
+    assert select_policy(one, ("source", "teacher"), "logistic", FEATS, n_members=2)[1] == UNTRIED
+
+
 def test_reasons_name_what_pushes_toward_the_answer_first():
     model = fit_predictor(label_rows(make_records()), "logistic", FEATS, n_members=8)
     big = {**probe_features(7.2, random.Random(1)), "budget": 5}

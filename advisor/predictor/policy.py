@@ -170,10 +170,11 @@ GRID = tuple(Policy(d, m, r) for d, m, r in product(DISTANCES, MARGINS, (False, 
 UNTRIED = Policy(margin=max(MARGINS))
 
 
-def choose_policy(measured: Sequence[dict]) -> Policy:
-    """The thresholds with the lowest regret on held-out measurements; near-ties (within 0.05
-    points) go to the more cautious policy (the predictor trusted less far, held to a larger margin)."""
-    scored = [(_policy_regret(measured, p), p) for p in GRID]
+def choose_policy(measured: Sequence[dict], *more: Sequence[dict]) -> Policy:
+    """The thresholds with the lowest regret on held-out measurements — with several sets of them
+    (one per split), the lowest of the worst over the sets —; near-ties (within 0.05 points) go to
+    the more cautious policy (the predictor trusted less far, held to a larger margin)."""
+    scored = [(max(_policy_regret(m, p) for m in (measured, *more)), p) for p in GRID]
     best = min(s for s, _ in scored)
     near = [p for s, p in scored if s <= best + 5e-4]
     return min(near, key=lambda p: (p.max_distance, -p.margin, not p.use_range))
@@ -187,28 +188,34 @@ def fold_measurements(rows: Sequence[dict], split: str, kind: str, features: Seq
     return out
 
 
-def select_policy(rows: Sequence[dict], split: str, kinds: str | Sequence[str], features: Sequence[str],
-                  n_members: int = 8, seed: int = 0, jobs: int = 1) -> tuple[str, Policy, dict]:
+def select_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str | Sequence[str],
+                  features: Sequence[str], n_members: int = 8, seed: int = 0, jobs: int = 1) -> tuple[str, Policy, dict]:
     """(kind, thresholds, {kind: its held-out regret in points}) chosen together by leaving one
-    `split` value out at a time on `rows`: for each kind the best thresholds, then the kind whose
-    best thresholds lose least (ties to the first kind named)."""
+    `split` value out at a time on `rows` — with several splits, by the worse of their regrets —:
+    for each kind the best thresholds, then the kind whose best thresholds lose least (ties to the
+    first kind named). Where `rows` hold one value of a split, nothing measures the predictor
+    across it: UNTRIED."""
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    splits = (split,) if isinstance(split, str) else tuple(split)
+    if not all(folds(rows, s) for s in splits):
+        return kinds[0], UNTRIED, {k: float("nan") for k in kinds}
     best, scores = None, {}
     for kind in kinds:
-        measured = fold_measurements(rows, split, kind, features, n_members, seed, jobs)
-        policy = choose_policy(measured) if measured else UNTRIED
-        scores[kind] = 100 * _policy_regret(measured, policy) if measured else float("nan")
-        if best is None or (measured and scores[kind] < scores[best[0]] - 1e-9):
+        measured = [fold_measurements(rows, s, kind, features, n_members, seed, jobs) for s in splits]
+        policy = choose_policy(*measured)
+        scores[kind] = 100 * max(_policy_regret(m, policy) for m in measured)
+        if best is None or scores[kind] < scores[best[0]] - 1e-9:
             best = (kind, policy)
     return best[0], best[1], scores
 
 
 def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Sequence[str] = "lightgbm",
                    features: Sequence[str] | None = None, n_members: int = 8, tie_margin: float = TIE_MARGIN,
-                   seed: int = 0, jobs: int = 1, policy_split: str | None = None) -> dict:
+                   seed: int = 0, jobs: int = 1, policy_split: str | Sequence[str] | None = None) -> dict:
     """Every method held out by `split`: the policy — its model kind (one of `kind`, when several)
     and thresholds chosen on each outer fold's training rows only, by an inner leave-one-
-    `policy_split`-out (default the same split; UNTRIED where those rows hold one value of it) —,
+    `policy_split`-out (default the same split; several: the worse of them; UNTRIED where those
+    rows hold one value of one of them) —,
     the predictor alone (that kind's argmax), the constant rules, the size rule, and the noise floor."""
     from capacity_advisor.advisor.predictor.labels import PROBE_FEATURES
 
@@ -220,10 +227,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     picks: dict[str, list] = {"policy": [], "predictor": []}
     chosen = {}
     for name, train, test in fs:
-        if folds(train, inner_split):
-            fold_kind, policy, _ = select_policy(train, inner_split, kind, features, n_members, seed, jobs)
-        else:
-            fold_kind, policy = (kind if isinstance(kind, str) else kind[0]), UNTRIED
+        fold_kind, policy, _ = select_policy(train, inner_split, kind, features, n_members, seed, jobs)
         chosen[name] = {"kind": fold_kind, **policy.to_dict()}
         for m in held_out(train, test, fold_kind, features, n_members, seed, jobs):
             picks["policy"].append((m["row"], policy.choose(m["probs"], m["outside"], m["ratio"]) or "high"))

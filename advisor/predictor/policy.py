@@ -74,8 +74,9 @@ class Policy:
         base = {"advice": advice, "distance_ratio": ratio, "outside": outside}
         if pick is not None and self.never_overrides:
             return {**base, "strategy": "high", "answered_by": "the policy: always D_high",
-                    "why": "held out by pool source, the predictor did no better than always-high, so the policy "
-                           "keeps D_high whatever the probe measures"}
+                    "why": "on the held-out splits its thresholds were chosen by (meta.policy.chosen_by), the "
+                           "predictor did no better than always-high, so the policy keeps D_high whatever the probe "
+                           "measures"}
         if pick is not None:
             why = "the predictor" if pick == advice["strategy"] else \
                 f"the predictor, held to D_high (D_{advice['strategy']} was not {self.margin:g} more probable)"
@@ -106,7 +107,9 @@ class Policy:
         if self.use_range:
             parts.append("and every measured input lies inside the calibrated range")
         if self.never_overrides:
-            return "always D_high: held out by pool source, the predictor did no better than always-high"
+            return ("D_high wherever the predictor would answer (on the held-out splits its thresholds were chosen "
+                    "by, it did no better than always-high); off the calibrated data the fallback (D_high below 10^8 "
+                    "parameters, the paper's findings from 10^8)")
         elif self.margin > 0:
             parts.append(f"and a set other than D_high is {self.margin:g} more probable than D_high")
         return " ".join(parts) + "; otherwise the fallback (D_high below 10^8 parameters, the paper's findings from 10^8)"

@@ -4,9 +4,8 @@
 
 Measures the policy on every split of `cv` beside the constant rules, the size rule and the noise
 floor — nested: inside each outer fold the model kind (among `kinds`) and the thresholds are
-chosen on the fold's training rows only, by leaving one `choose_by` value out (by default the
-worse of a pool source and a teacher: what a user's own pool and teacher are to the lab) —; then
-chooses the kind and
+chosen on the fold's training rows only, by leaving one `choose_by` value out (a pool source by
+default; several splits: the worse of their regrets) —; then chooses the kind and
 the thresholds the same way on all the records, fits the ensemble on every row and saves one file
 with the lab prior for `--no-probe`, the probe recipe its inputs were measured with and the policy.
 """
@@ -24,7 +23,7 @@ from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix
 from capacity_advisor.advisor.predictor.priors import fit_lab_prior
 from capacity_advisor.models.errors import InputError
 
-CHOOSE_BY = ("source", "teacher")  # the splits whose held-out regret chooses the policy (the worse of them)
+CHOOSE_BY = ("source",)  # the splits whose held-out regret chooses the policy (several: the worse of them)
 
 CV_METHODS = ("policy", "predictor", "always high", "always low", "always mixed", "size rule", "noise floor")
 

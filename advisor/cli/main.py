@@ -270,7 +270,7 @@ def generate(as_json, **kw):
               help="Model kinds to cross-validate; the one whose policy does best leaving --choose-by out is kept.")
 @click.option("--cv", "cv_splits", default=",".join(SPLITS), show_default=True,
               help="Held-out tables to measure: comma-separated splits.")
-@click.option("--choose-by", default="source,teacher", show_default=True,
+@click.option("--choose-by", default="source", show_default=True,
               help="The splits whose held-out regret chooses the kind and the policy's thresholds (comma-separated; "
                    "several: the worse of them counts).")
 @click.option("--members", "n_members", default=24, show_default=True, type=click.IntRange(1, 1000),

@@ -16,6 +16,8 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from capacity_advisor.advisor.predictor import (
     FEATURE_SETS, FITTABLE, SPLITS, Rule, cross_validate, fit_predictor, folds, label_rows, options_in, select_policy,
 )
@@ -96,11 +98,10 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0
     if len({r["student"] for r in rows}) < 2:
         raise InputError("the records hold one student only: a predictor needs at least two to be measured on "
                          "students it was not fitted on")
-    unmeasured = [k for k in feats if k not in NOT_MEASURED and not any(
-        math.isfinite(v) for v in matrix(rows, (k,))[:, 0])]
-    if len(unmeasured) == len([k for k in feats if k not in NOT_MEASURED]):
-        raise InputError(f"the records measure none of the --features {features} inputs ({', '.join(unmeasured[:4])}"
-                         f"{', …' if len(unmeasured) > 4 else ''}): choose another --features set")
+    measured = [k for k in feats if k not in NOT_MEASURED]
+    if not np.isfinite(matrix(rows, measured)).any():
+        raise InputError(f"the records measure none of the --features {features} inputs ({', '.join(measured[:4])}"
+                         f"{', …' if len(measured) > 4 else ''}): choose another --features set")
     # the splits that choose the policy: those these records can hold one value out of (else students)
     split = tuple(s for s in splits_of(choose_by) if folds(rows, s)) or ("student",)
     by = " and ".join(f"leave-one-{s}-out" for s in split) + (" (the worse)" if len(split) > 1 else "")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from capacity_advisor.advisor.schedule import Schedule
 from capacity_advisor.models.files import finite, write_json
+from capacity_advisor.training.manifest import SETS
 
 BUDGET_GRID = tuple(x / 4 for x in range(2, 41))  # 0.5 .. 10 epochs, for the crossover
 
@@ -80,7 +81,7 @@ class Recommendation:
     pool: dict | None = None  # the pool's summary (None: advice only, nothing read)
     answered_by: str = "predictor"  # the predictor, its fallback (always D_high / the paper's findings), or a prior
     policy: str | None = None  # the shipped policy in words: when the predictor answers and when the fallback does
-    options: tuple = ("high", "low", "mixed")  # what the predictor chooses among (its calibrated options)
+    options: tuple = SETS  # what the predictor chooses among (its calibrated options)
     notes: list[str] = field(default_factory=list)  # what the user should know about the outputs
     seconds: float = 0.0
 

@@ -140,8 +140,10 @@ def cross_validation(result: dict) -> None:
 
 def chooses_among(options) -> str:
     """The options the advice was calibrated on, in words, saying so when no schedule was."""
-    words = ", ".join(f"D_{o}" if o in ("high", "low", "mixed") else o for o in options)
-    if all(o in ("high", "low", "mixed") for o in options):
+    from capacity_advisor.training.manifest import SETS
+
+    words = ", ".join(f"D_{o}" if o in SETS else o for o in options)
+    if all(o in SETS for o in options):
         words += " only (no mixes of other shares or curricula were calibrated)"
     return words
 

@@ -38,6 +38,7 @@ from capacity_advisor.models.errors import InputError
 
 DISTANCES = (0.5, 0.75, 1.0, 1.5, 2.0, math.inf)
 MARGINS = (0.0, 0.1, 0.2, 0.3, 0.5, 2.0)  # 2.0: the predictor never overrides D_high
+FALLBACK_WORDS = "the fallback (D_high below 10^8 parameters, the paper's findings from 10^8)"
 
 
 @dataclass(frozen=True)
@@ -108,11 +109,10 @@ class Policy:
             parts.append("and every measured input lies inside the calibrated range")
         if self.never_overrides:
             return ("D_high wherever the predictor would answer (on the held-out splits its thresholds were chosen "
-                    "by, it did no better than always-high); off the calibrated data the fallback (D_high below 10^8 "
-                    "parameters, the paper's findings from 10^8)")
+                    f"by, it did no better than always-high); off the calibrated data {FALLBACK_WORDS}")
         elif self.margin > 0:
             parts.append(f"and a set other than D_high is {self.margin:g} more probable than D_high")
-        return " ".join(parts) + "; otherwise the fallback (D_high below 10^8 parameters, the paper's findings from 10^8)"
+        return " ".join(parts) + f"; otherwise {FALLBACK_WORDS}"
 
     @classmethod
     def from_dict(cls, raw) -> "Policy":

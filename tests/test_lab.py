@@ -390,3 +390,57 @@ def test_the_carry_marker_survives_the_tokenizer():
                 ids = tok(text, add_special_tokens=False)["input_ids"]
                 assert tok.unk_token_id not in ids, (task, name, text)
                 assert tok.decode(ids) == text
+
+
+def test_a_kept_build_is_used_instead_of_pretraining_and_a_stale_one_is_not(tmp_path, monkeypatch):
+    import capacity_advisor.models.lab.ladder as ladder
+    from capacity_advisor.models.lab import committed
+
+    kept = tmp_path / "weights"
+    monkeypatch.setattr(committed, "WEIGHTS", kept)
+    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home-a"))
+    built = student_path("xs", seed=5, steps=3)
+    assert committed.stash(built, built.parent / "absent.pt") == "build"
+    assert (kept / built.name / "model.safetensors").is_file()
+
+    def no_build(*a, **k):
+        raise AssertionError("pretrained although the build is kept")
+
+    monkeypatch.setattr(ladder, "build_student", no_build)
+    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home-b"))  # a fresh machine
+    again = student_path("xs", seed=5, steps=3)
+    assert again != built and weights_hash(again) == weights_hash(built)
+    with pytest.raises(AssertionError, match="pretrained"):  # another recipe (4 steps): not the kept one
+        student_path("xs", seed=5, steps=4)
+    # a kept folder whose build.json names another recipe is not used either
+    info = json.loads((kept / built.name / "build.json").read_text())
+    (kept / built.name / "build.json").write_text(json.dumps({**info, "recipe_hash": "00000000"}))
+    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home-c"))
+    with pytest.raises(AssertionError, match="pretrained"):
+        student_path("xs", seed=5, steps=3)
+
+
+def test_a_kept_checkpoint_resumes_a_build_on_a_fresh_machine_to_the_same_weights(tmp_path, monkeypatch):
+    import capacity_advisor.models.lab.ladder as ladder
+    from capacity_advisor.models.lab import committed
+
+    monkeypatch.setattr(ladder, "CHECKPOINT_EVERY", 4)
+    monkeypatch.setattr(committed, "WEIGHTS", tmp_path / "weights")
+    whole = build_student("xs", tmp_path / "whole", seed=3, steps=10)
+
+    def stop_at_6(step, total, loss):
+        if step == 6:
+            raise KeyboardInterrupt
+
+    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home-a"))
+    with pytest.raises(KeyboardInterrupt):
+        student_path("xs", seed=3, steps=10, progress=stop_at_6)
+    final = student_dir("xs", seed=3, steps=10)
+    assert committed.stash(final, final.parent / f".{final.name}.partial" / "checkpoint.pt") == "checkpoint"
+    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home-b"))  # a fresh machine: only the kept checkpoint
+    seen = []
+    resumed = student_path("xs", seed=3, steps=10, progress=lambda step, total, loss: seen.append(step))
+    assert seen == [5, 6, 7, 8, 9, 10]
+    assert weights_hash(resumed) == weights_hash(whole)
+    assert committed.stash(resumed, tmp_path / "absent.pt") == "build"  # the finished build replaces the checkpoint
+    assert not (tmp_path / "weights" / f"{final.name}.checkpoint.pt").exists()

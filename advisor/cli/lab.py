@@ -120,6 +120,27 @@ def build(sizes, threads, as_json):
 
 
 @lab.command()
+@click.option("--sizes", default="teacher,teacher-xl", show_default=True, help="Comma-separated lab model names.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was kept as JSON on stdout.")
+def stash(sizes, as_json):
+    """Keep lab builds in the repository (models/lab/weights): each finished build, else its latest
+    pretraining checkpoint, so a fresh clone uses it or resumes it instead of pretraining from scratch."""
+    from capacity_advisor.advisor.cli.ui import console, emit_json
+    from capacity_advisor.models.lab import committed
+    from capacity_advisor.models.lab.ladder import student_dir
+
+    rows = []
+    for name in _sizes(sizes, teacher=True):
+        final = student_dir(name)
+        kept = committed.stash(final, final.parent / f".{final.name}.partial" / "checkpoint.pt")
+        rows.append({"name": name, "folder": final.name, "kept": kept})
+        console.print(f"{name}: " + (f"kept the {kept} as {committed.WEIGHTS.name}/{final.name}" if kept
+                                     else "nothing to keep (neither built nor started here)"))
+    if as_json:
+        emit_json(rows)
+
+
+@lab.command()
 @click.option("--task", "-t", default="modchain", show_default=True, help="modchain | addition | listmax.")
 @click.option("--n", "n", default=200, show_default=True, help="Number of problems.")
 @click.option("--difficulty", default=None, type=int, help="Task difficulty (operands, digits or list length; default: the task's own).")

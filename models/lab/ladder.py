@@ -34,7 +34,7 @@ from typing import Callable
 
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import advisor_home, stable_hash, write_json
-from capacity_advisor.models.lab import tasks
+from capacity_advisor.models.lab import committed, tasks
 
 RECIPE_VERSION = 2  # 2: the carry marker in the alphabet, harder tasks, two-digit lists
 DEFAULT_SEED = 0
@@ -177,12 +177,13 @@ def student_path(name: str, seed: int = DEFAULT_SEED, progress: Callable[[int, i
     steps = steps if steps is not None else at_steps
     spec(name)  # validate first: an unknown name must not create folders
     final = student_dir(name, seed, steps)
-    if (final / "build.json").exists():
+    if (final / "build.json").exists() or committed.adopt(final):  # built here, or kept in the repository
         return final
     tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
     partial = final.parent / f".{final.name}.partial"  # the pretraining checkpoint a stopped build resumes from
+    committed.seed_checkpoint(final, partial / "checkpoint.pt")  # a build another machine started, kept in the repository
     try:
         build_student(name, tmp, seed=seed, steps=steps, progress=progress, checkpoint=partial / "checkpoint.pt")
         try:

@@ -1,0 +1,108 @@
+"""Lab builds kept in the repository, so a fresh clone never pretrains what took hours.
+
+`models/lab/weights/` holds two kinds of thing, both named by a model's folder name
+(`NAME-RECIPEHASH`, the recipe hash `ladder.recipe_hash` computes):
+
+- `NAME-HASH/`: a finished build (config, float32 `model.safetensors`, tokenizer, `build.json`).
+  `ladder.student_path` copies it into `$ADVISOR_HOME/lab/` instead of pretraining;
+- `NAME-HASH.checkpoint.pt`: the latest pretraining checkpoint of a build that has not finished.
+  `ladder.student_path` starts its build from it, so the build resumes where the last machine
+  stopped (the checkpoint holds the step count and is refused for another step budget).
+
+Both are matched by the recipe hash alone: a recipe change changes the name, so stale weights are
+never used and the model is built instead. `advisor lab stash` copies builds (or their latest
+checkpoints) from `$ADVISOR_HOME` into this folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+WEIGHTS = Path(__file__).resolve().parent / "weights"
+FOLDER_FILES = ("build.json", "config.json", "generation_config.json", "model.safetensors",
+                "tokenizer.json", "tokenizer_config.json")
+
+
+def committed_folder(folder_name: str, root: Path | None = None) -> Path | None:
+    """The kept finished build named `folder_name`, or None (absent, or its build.json names another recipe)."""
+    d = (root or WEIGHTS) / folder_name
+    try:
+        info = json.loads((d / "build.json").read_text())
+    except (OSError, ValueError):
+        return None
+    expected = folder_name.rpartition("-")[2]
+    if not isinstance(info, dict) or info.get("recipe_hash") != expected or not (d / "model.safetensors").is_file():
+        return None
+    return d
+
+
+def committed_checkpoint(folder_name: str, root: Path | None = None) -> Path | None:
+    f = (root or WEIGHTS) / f"{folder_name}.checkpoint.pt"
+    return f if f.is_file() else None
+
+
+def adopt(final: Path, root: Path | None = None) -> bool:
+    """Copy the kept build of `final`'s name to `final` (whole or not at all); False if none is kept."""
+    src = committed_folder(final.name, root)
+    if src is None:
+        return False
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{final.name}.adopt-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        for name in FOLDER_FILES:
+            if (src / name).is_file():
+                shutil.copyfile(src / name, tmp / name)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / "build.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return True
+
+
+def seed_checkpoint(final: Path, checkpoint: Path, root: Path | None = None) -> bool:
+    """Start `checkpoint` (a build's resume file) from the kept one, unless a newer local one exists."""
+    src = committed_checkpoint(final.name, root)
+    if src is None or checkpoint.is_file():
+        return False
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    tmp = checkpoint.with_name(f".{checkpoint.name}.seed-{os.getpid()}")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, checkpoint)
+    return True
+
+
+def stash(final: Path, checkpoint: Path, root: Path | None = None) -> str | None:
+    """Keep `final` (a finished build) or else `checkpoint` (its latest resume file) in the repository.
+
+    Returns what was kept ("build" or "checkpoint") or None when there is neither. A kept build
+    replaces its kept checkpoint; a checkpoint replaces the previous one (one file per model)."""
+    root = root or WEIGHTS
+    root.mkdir(parents=True, exist_ok=True)
+    if (final / "build.json").is_file():
+        dest = root / final.name
+        tmp = root / f".{final.name}.stash-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        for name in FOLDER_FILES:
+            if (final / name).is_file():
+                shutil.copyfile(final / name, tmp / name)
+                os.chmod(tmp / name, 0o644)
+        shutil.rmtree(dest, ignore_errors=True)
+        os.rename(tmp, dest)
+        (root / f"{final.name}.checkpoint.pt").unlink(missing_ok=True)
+        return "build"
+    if checkpoint.is_file():
+        tmp = root / f".{final.name}.checkpoint.pt.stash-{os.getpid()}"
+        shutil.copyfile(checkpoint, tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, root / f"{final.name}.checkpoint.pt")
+        return "checkpoint"
+    return None

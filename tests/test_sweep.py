@@ -4,6 +4,7 @@ tables the fit stores are the ones it prints and the ones a second fit reproduce
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -15,17 +16,23 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def two_sources(tmp_path_factory):
-    """Two scripted-teacher sources (modchain, listmax), two tiny students, two seeds, published."""
+def two_sources(tmp_path_factory, lab_cache):
+    """Two scripted-teacher sources (modchain, listmax), two tiny students, two seeds, published.
+
+    `xs` comes from the suite's lab cache; `s` is pretrained for 100 steps instead of its 1,000
+    (another recipe hash, so its own folder): the sweep's machinery is under test, not `s`'s skill."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from publish_calibration import publish
 
+    import capacity_advisor.models.lab.ladder as ladder
     from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, run_calibration
-    from conftest import advisor_home, home_with
+    from conftest import advisor_home
 
-    home = home_with(tmp_path_factory, "sweep-home", "xs", "s")
+    home = tmp_path_factory.mktemp("sweep-home") / "home"
+    shutil.copytree(lab_cache, home)
     work, dest = tmp_path_factory.mktemp("work"), tmp_path_factory.mktemp("published")
-    with advisor_home(home):
+    with advisor_home(home), pytest.MonkeyPatch.context() as mp:
+        mp.setitem(ladder.LADDER, "s", replace(ladder.LADDER["s"], steps=100))
         for task in ("modchain", "listmax"):
             cfg = replace(CalibrateConfig.quick_settings(str(work / task)), tasks=(task,), sizes=("xs", "s"),
                           seeds=(0, 1), budget_runs=(0.5,))

@@ -138,8 +138,15 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0
             "rule_of_thumb": pred.meta["rule_of_thumb"], "out": str(out)}
 
 
+CV_KEYS = ("regret", "decision_accuracy", "rows")
+# measured since tables stated the flip rate; a table stored before has none of them
+CV_SEED_KEYS = ("flip_rate", "flip_cells", "p_low_spread")
+
+
 def compact(cv_tables: dict) -> dict:
-    """{split: {method: {"regret": points, "decision_accuracy": share, "rows": n}}}"""
-    return {split: {m: {k: t["methods"][m][k] for k in ("regret", "decision_accuracy", "rows")}
+    """{split: {method: {"regret": points, "decision_accuracy": share, "rows": n, "flip_rate": share
+    of cells whose seeds got different advice, "flip_cells": n, "p_low_spread": P(D_low)'s mean
+    range across seeds (policy and predictor)}}}"""
+    return {split: {m: {k: t["methods"][m][k] for k in (*CV_KEYS, *CV_SEED_KEYS) if k in t["methods"][m]}
                     for m in CV_METHODS if m in t["methods"]}
             for split, t in cv_tables.items()}

@@ -70,18 +70,11 @@ def probe_cost(probe: dict, steps: int, n_eval: int, epochs: float = 5.0) -> flo
     return (train + ev * n_eval / full_eval) / (per_epoch * epochs)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("calibration", type=Path, nargs="+", help="calibration folders (a sweep's or a published one)")
-    ap.add_argument("--kind", default="logistic")
-    ap.add_argument("--members", type=int, default=8)
-    ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--records-out", type=Path, default=None, help="write the records with features at one setting")
-    ap.add_argument("--records-at", default=None, help="STEPS,PROBLEMS for --records-out (default: the chosen one)")
-    ap.add_argument("--no-table", action="store_true", help="with --records-at: only write the records")
-    args = ap.parse_args()
+def load_calibration(folders) -> tuple[list[tuple[tuple, dict]], dict[tuple, dict]]:
+    """([(unit key, record)], {unit key: its probe}) from calibration folders; the key is the
+    folder, task, ranking, student and seed."""
     records, probes = [], {}
-    for folder in args.calibration:
+    for folder in map(Path, folders):
         for rec in read_records(folder / "records.jsonl"):
             u = rec["unit"]
             key = (str(folder), u["task"], u["score"], u["size"], u["seed"])
@@ -92,18 +85,38 @@ def main() -> int:
             # a sweep folder holds probe.json; a published one (benchmarks/publish_calibration.py) its gzip
             probes[key] = json.loads(path.read_text() if path.exists() else gzip.decompress(
                 path.with_suffix(".json.gz").read_bytes()))
+    return records, probes
+
+
+def replay(records, probes, steps: int, n_eval: int) -> list[dict] | None:
+    """Every record with the features a probe of `steps` steps on `n_eval` problems would have
+    measured; None where some probe ran fewer steps or kept fewer problems."""
+    out = []
+    for key, rec in records:
+        probe = probes[key]
+        if steps > probe["settings"]["steps"] or n_eval > probe["settings"]["eval_problems"]:
+            return None
+        out.append({**rec, "features": features(replay_curves(probe["curves"], steps, n_eval), probe["context"])})
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("calibration", type=Path, nargs="+", help="calibration folders (a sweep's or a published one)")
+    ap.add_argument("--kind", default="logistic")
+    ap.add_argument("--members", type=int, default=8)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--records-out", type=Path, default=None, help="write the records with features at one setting")
+    ap.add_argument("--records-at", default=None, help="STEPS,PROBLEMS for --records-out (default: the chosen one)")
+    ap.add_argument("--no-table", action="store_true", help="with --records-at: only write the records")
+    args = ap.parse_args()
+    records, probes = load_calibration(args.calibration)
     table = []
     for steps in STEPS:
         for n_eval in EVAL_PROBLEMS:
-            recs, costs = [], []
-            for key, rec in records:
-                probe = probes[key]
-                if steps > probe["settings"]["steps"] or n_eval > probe["settings"]["eval_problems"]:
-                    break
-                f = features(replay_curves(probe["curves"], steps, n_eval), probe["context"])
-                recs.append({**rec, "features": f})
-                costs.append(probe_cost(probe, steps, n_eval))
-            else:
+            recs = replay(records, probes, steps, n_eval)
+            if recs is not None:
+                costs = [probe_cost(probes[key], steps, n_eval) for key, _ in records]
                 # the predictor alone (argmax): the probe's length is a question about its inputs
                 cv = cross_validate(label_rows(recs), "student", args.kind, PROBE_FEATURES, n_members=args.members)
                 m = cv["methods"]["predictor"]

@@ -128,14 +128,20 @@ def cross_validation(result: dict) -> None:
                   f"{result['rows']} rows, labels {result['labels']}, near-ties {result['ties']}", highlight=False)
     for split, methods in result["cv"].items():
         t = Table(title=f"Leave one {split} out", title_justify="left")
-        for col in ("method", "regret (points)", "decision accuracy", "rows"):
+        for col in ("method", "regret (points)", "decision accuracy", "rows", "flip rate", "P(D_low) spread"):
             t.add_column(col, justify="left" if col == "method" else "right")
         for name, row in sorted(methods.items(), key=lambda kv: kv[1]["regret"] if kv[1]["regret"] is not None else 1e9):
             mark = " ← shipped" if name == "policy" else ""
-            reg = "—" if row["regret"] is None else f"{row['regret']:.2f}"
-            acc = "—" if row["decision_accuracy"] is None else f"{row['decision_accuracy']:.3f}"
-            t.add_row(name + mark, reg, acc, str(row["rows"]))
+            t.add_row(name + mark, _num(row["regret"], ".2f"), _num(row["decision_accuracy"], ".3f"), str(row["rows"]),
+                      _num(row.get("flip_rate"), ".3f"), _num(row.get("p_low_spread"), ".3f"))
         console.print(t)
+    console.print("flip rate: the share of (student, source, ranking, budget) cells whose seeds (pool draw, data "
+                  "order) got different held-out advice; 0 by construction for the constant rules and the size rule. "
+                  "P(D_low) spread: its mean range across a cell's seeds.", highlight=False)
+
+
+def _num(value, fmt: str) -> str:
+    return "—" if value is None else format(value, fmt)
 
 
 def chooses_among(options) -> str:

@@ -109,12 +109,40 @@ def folds(rows: Sequence[dict], split: str) -> list[tuple[str, list[dict], list[
     return out
 
 
+def cell_of(row: dict) -> tuple:
+    """The (pool source, ranking, student, budget) a row measures; its other seeds share it."""
+    return (row["source"], row["score"], row["student"], row["features"]["budget"])
+
+
+def _by_cell(pairs: Sequence[tuple[dict, object]]) -> list[list]:
+    """The values of `pairs`, one list per cell holding two or more seeds."""
+    by: dict[tuple, dict] = defaultdict(dict)
+    for r, v in pairs:
+        by[cell_of(r)][r["seed"]] = v
+    return [list(seeds.values()) for seeds in by.values() if len(seeds) >= 2]
+
+
+def flips(pairs: Sequence[tuple[dict, str]]) -> dict:
+    """Over the cells with two or more seeds among (row, choice) `pairs`: how many there are
+    (`flip_cells`) and the share whose seeds got different choices (`flip_rate`, None without any)."""
+    cells = _by_cell(pairs)
+    return {"flip_rate": float(np.mean([len(set(c)) > 1 for c in cells])) if cells else None,
+            "flip_cells": len(cells)}
+
+
+def seed_spread(values: Sequence[tuple[dict, float]]) -> float | None:
+    """The mean over cells with two or more seeds of the range (largest minus smallest) of a
+    number across the cell's seeds — for two seeds, their absolute difference; None without any."""
+    cells = _by_cell([(r, v) for r, v in values if math.isfinite(v)])
+    return float(np.mean([max(c) - min(c) for c in cells])) if cells else None
+
+
 def noise_floor(rows: Sequence[dict]) -> list[tuple[dict, str]]:
     """(row, the option that won most often on the other seeds of its student, source, ranking
     and budget) for every row that has other seeds."""
     by = defaultdict(list)
     for r in rows:
-        by[(r["source"], r["score"], r["student"], r["features"]["budget"])].append(r)
+        by[cell_of(r)].append(r)
     out = []
     for group in by.values():
         for r in group:
@@ -127,18 +155,21 @@ def noise_floor(rows: Sequence[dict]) -> list[tuple[dict, str]]:
 
 def summarize(pairs: Sequence[tuple[dict, str]], tie_margin: float = TIE_MARGIN, seed: int = 0) -> dict:
     """Rows, mean regret (points) with a 90 % bootstrap interval over units, decision accuracy
-    (share of rows within the tie margin of the best option), and the same per ranking arm."""
+    (share of rows within the tie margin of the best option), the flip rate across seeds (`flips`),
+    and the same per ranking arm."""
     if not pairs:
-        return {"rows": 0, "regret": None, "decision_accuracy": None, "ci90": [None, None], "arms": {}}
+        return {"rows": 0, "regret": None, "decision_accuracy": None, "ci90": [None, None], "arms": {},
+                **flips(pairs)}
     regrets = np.array([100 * regret(r, s) for r, s in pairs])
     groups = np.array([r["group"] for r, _ in pairs])
     out = {"rows": len(pairs), "regret": float(regrets.mean()),
            "decision_accuracy": float(np.mean([is_right(r, s, tie_margin) for r, s in pairs])),
-           "ci90": _group_bootstrap(regrets, groups, seed), "arms": {}}
+           "ci90": _group_bootstrap(regrets, groups, seed), **flips(pairs), "arms": {}}
     for arm in sorted({r["score"] for r, _ in pairs}):
         sub = [(r, s) for r, s in pairs if r["score"] == arm]
         out["arms"][arm] = {"rows": len(sub), "regret": float(np.mean([100 * regret(r, s) for r, s in sub])),
-                            "decision_accuracy": float(np.mean([is_right(r, s, tie_margin) for r, s in sub]))}
+                            "decision_accuracy": float(np.mean([is_right(r, s, tie_margin) for r, s in sub])),
+                            **flips(sub)}
     return out
 
 

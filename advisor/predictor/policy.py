@@ -30,7 +30,7 @@ import numpy as np
 
 from capacity_advisor.advisor.predictor.ensemble import Predictor, distances, fit_predictor
 from capacity_advisor.advisor.predictor.evaluate import (
-    TIE_MARGIN, baseline_picks, folds, noise_floor, regret, summarize,
+    TIE_MARGIN, baseline_picks, cell_of, flips, folds, noise_floor, regret, seed_spread, summarize,
 )
 from capacity_advisor.advisor.predictor.labels import inputs
 from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice
@@ -143,6 +143,24 @@ def distance_ratio(predictor: Predictor, advice: dict) -> float:
     return float(near[0]["distance"]) / td
 
 
+def seed_advice(predictor: Predictor, policy: Policy, rows: Sequence[dict]) -> dict:
+    """What `policy` answers for each seed of every cell of `rows` (one pool source, ranking,
+    student and budget) that holds two or more seeds: per cell its seeds' advice and P(D_low) and
+    whether they agree, and over the cells the flip rate (`flips`). Distances leave out each row's
+    own student, as `decide` does."""
+    pairs, p_low = [], []
+    for r in rows:
+        d = policy.decide(predictor, r["features"], r["n_params"], r["features"]["budget"], student=r["student"])
+        pairs.append((r, d["strategy"]))
+        p_low.append((r, float(d["advice"]["probabilities"].get("low", float("nan")))))
+    cells: dict[tuple, dict] = {}
+    for (r, s), (_, p) in zip(pairs, p_low):
+        c = cells.setdefault(cell_of(r), {"cell": cell_of(r), "advice": {}, "p_low": {}})
+        c["advice"][r["seed"]], c["p_low"][r["seed"]] = s, p
+    out = [{**c, "agree": len(set(c["advice"].values())) == 1} for c in cells.values() if len(c["advice"]) >= 2]
+    return {"cells": out, **flips(pairs), "p_low_spread": seed_spread(p_low)}
+
+
 # ---- held-out measurements ----------------------------------------------------------------------
 
 
@@ -219,7 +237,9 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     and thresholds chosen on each outer fold's training rows only, by an inner leave-one-
     `policy_split`-out (default the same split; several: the worse of them; UNTRIED where those
     rows hold one value of one of them) —,
-    the predictor alone (that kind's argmax), the constant rules, the size rule, and the noise floor."""
+    the predictor alone (that kind's argmax), the constant rules, the size rule, and the noise floor;
+    each with its flip rate across seeds, and for the policy and the predictor the spread of
+    P(D_low) across a cell's seeds (`p_low_spread`, the mean range)."""
     from capacity_advisor.advisor.predictor.labels import PROBE_FEATURES
 
     features = tuple(features or PROBE_FEATURES)
@@ -228,18 +248,22 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     if not fs:
         raise InputError(f"records cover too few students/{split}s to hold one out (need at least 2 students)")
     picks: dict[str, list] = {"policy": [], "predictor": []}
-    chosen = {}
+    chosen, p_low = {}, []
     for name, train, test in fs:
         fold_kind, policy, _ = select_policy(train, inner_split, kind, features, n_members, seed, jobs)
         chosen[name] = {"kind": fold_kind, **policy.to_dict()}
         for m in held_out(train, test, fold_kind, features, n_members, seed, jobs):
             picks["policy"].append((m["row"], policy.choose(m["probs"], m["outside"], m["ratio"]) or "high"))
             picks["predictor"].append((m["row"], max(m["probs"], key=m["probs"].get)))
+            p_low.append((m["row"], m["probs"].get("low", float("nan"))))
         for method, pairs in baseline_picks(train, test).items():
             picks.setdefault(method, []).extend(pairs)
     picks["noise floor"] = noise_floor(rows)
-    return {"split": split, "folds": [f[0] for f in fs], "kind": kind, "policies": chosen,
-            "methods": {m: summarize(p, tie_margin, seed) for m, p in picks.items()}}
+    methods = {m: summarize(p, tie_margin, seed) for m, p in picks.items()}
+    # the policy reads the predictor's probabilities: one spread of P(D_low) across seeds for both
+    for m in ("policy", "predictor"):
+        methods[m]["p_low_spread"] = seed_spread(p_low)
+    return {"split": split, "folds": [f[0] for f in fs], "kind": kind, "policies": chosen, "methods": methods}
 
 
 def permutation_importance(rows: Sequence[dict], kind: str, features: Sequence[str], split: str = "student",

@@ -1,0 +1,99 @@
+"""The flip rate: how often the seeds of one cell (pool source, ranking, student, budget) get
+different advice. On synthetic records the answer is known; on the committed records the shipped
+policy's advice for the seeds of one unit is reported and counted."""
+
+from pathlib import Path
+
+import pytest
+
+from capacity_advisor.advisor.fit import compact
+from capacity_advisor.advisor.predictor import (
+    Policy, cross_validate, flips, label_rows, read_records, seed_advice, seed_spread,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDENTS = {f"s{i}": 10_000 * (i + 1) for i in range(6)}
+INPUT = "gap_train_loss_drop_rel"
+
+
+def _record(student, n_params, seed, strategy, x, accuracy):
+    return {"model": {"spec": f"lab:{student}", "n_params": n_params, "hidden_size": 64, "n_layers": 2},
+            "strategy": strategy, "features": {INPUT: x},
+            "evals": [{"epoch": 0.0, "step": 0, "accuracy": 0.1}, {"epoch": 1.0, "step": 10, "accuracy": accuracy}],
+            "unit": {"lab": 2, "task": "t", "teacher": "program", "score": "sum", "size": student, "seed": seed}}
+
+
+def synthetic(x_of):
+    """Six students, two seeds: the input is x_of(student index, seed); D_low wins by 20 points
+    where it is positive, D_high where it is negative."""
+    recs = []
+    for i, (student, n) in enumerate(STUDENTS.items()):
+        for seed in (0, 1):
+            x = x_of(i, seed)
+            recs.append(_record(student, n, seed, "high", x, 0.5))
+            recs.append(_record(student, n, seed, "low", x, 0.7 if x > 0 else 0.3))
+    return label_rows(recs, budgets=(1,))
+
+
+def _cv(rows):
+    table = cross_validate(rows, "student", "logistic", (INPUT,), n_members=2)
+    return compact({"student": table})["student"]
+
+
+def test_flips_counts_the_cells_whose_seeds_disagree():
+    def row(student, seed, budget=1.0):
+        return {"source": "a", "score": "sum", "student": student, "seed": seed, "features": {"budget": budget}}
+
+    pairs = [(row("x", 0), "high"), (row("x", 1), "high"),                      # agree
+             (row("y", 0), "high"), (row("y", 1), "low"),                       # flip
+             (row("z", 0), "low"), (row("z", 1), "low"), (row("z", 2), "high"),  # flip (one of three seeds)
+             (row("w", 0), "low")]                                              # one seed: no cell
+    assert flips(pairs) == {"flip_rate": pytest.approx(2 / 3), "flip_cells": 3}
+    assert flips(pairs[:2]) == {"flip_rate": 0.0, "flip_cells": 1}
+    assert flips(pairs[-1:]) == {"flip_rate": None, "flip_cells": 0}
+    spread = [(row("x", 0), 0.2), (row("x", 1), 0.5), (row("z", 0), 0.1), (row("z", 1), 0.9), (row("z", 2), 0.4)]
+    assert seed_spread(spread) == pytest.approx((0.3 + 0.8) / 2)
+
+
+def test_seeds_with_identical_inputs_never_flip():
+    rows = synthetic(lambda i, seed: 1.0 if i % 2 else -1.0)
+    got = _cv(rows)
+    for method in ("policy", "predictor", "always high", "always low", "size rule"):
+        assert got[method]["flip_cells"] == len(STUDENTS), method
+        assert got[method]["flip_rate"] == 0.0, method
+    assert got["predictor"]["p_low_spread"] == pytest.approx(0.0, abs=1e-9)
+    assert got["noise floor"]["flip_rate"] == 0.0  # the labels agree across seeds too
+
+
+def test_seeds_with_opposite_inputs_across_the_threshold_all_flip():
+    rows = synthetic(lambda i, seed: 1.0 if seed == 0 else -1.0)
+    assert {r["label"] for r in rows if r["seed"] == 0} == {"low"} and {r["label"] for r in rows if r["seed"] == 1} == {"high"}
+    got = _cv(rows)
+    assert got["predictor"]["flip_rate"] == 1.0
+    assert got["predictor"]["regret"] == pytest.approx(0.0)  # each seed gets its own right answer
+    assert got["predictor"]["p_low_spread"] > 0  # P(D_low) crosses one half between the seeds
+    for method in ("always high", "always low", "size rule"):  # nothing a seed changes: 0 by construction
+        assert got[method]["flip_rate"] == 0.0, method
+    assert got["noise floor"]["flip_rate"] == 1.0  # each seed gets the other seed's label
+
+
+def test_the_shipped_policy_reports_the_advice_of_both_seeds_of_a_committed_unit():
+    from capacity_advisor.advisor.probe import load_predictor
+
+    shipped = load_predictor(None)
+    policy = Policy.of(shipped)
+    rows = label_rows(read_records(ROOT / "calibration" / "records.jsonl"))
+    unit = [r for r in rows if r["student"] == "lab:m" and r["source"] == "lab2:modchain/program"]
+    assert {r["seed"] for r in unit} == {0, 1}
+    got = seed_advice(shipped, policy, unit)
+    assert got["flip_cells"] == len(got["cells"]) == len({r["features"]["budget"] for r in unit})
+    for cell in got["cells"]:
+        assert set(cell["advice"]) == {0, 1}
+        for r in (r for r in unit if r["features"]["budget"] == cell["cell"][-1]):
+            d = policy.decide(shipped, r["features"], r["n_params"], r["features"]["budget"], student=r["student"])
+            assert cell["advice"][r["seed"]] == d["strategy"]
+            assert cell["p_low"][r["seed"]] == pytest.approx(d["advice"]["probabilities"]["low"])
+        assert cell["agree"] == (cell["advice"][0] == cell["advice"][1])
+    assert got["flip_rate"] == pytest.approx(sum(not c["agree"] for c in got["cells"]) / len(got["cells"]))
+    assert got["p_low_spread"] == pytest.approx(sum(abs(c["p_low"][0] - c["p_low"][1]) for c in got["cells"])
+                                                / len(got["cells"]))

@@ -36,6 +36,12 @@ def score_file(pool_path: str, pool_options, cfg, out: str, compute=None, checke
                                    Path(out) / "config.json"], "--out")
     check_writable_dir(advisor_home(), "ADVISOR_HOME (the score cache)")
     pool = read_pool(pool_path, pool_options)
+    if compute is not None:
+        from capacity_advisor.advisor.compute import answered
+        from capacity_advisor.advisor.probe import pick_checker
+
+        answered(pool)
+        pick_checker(pool, checker)
     say(f"loading {cfg.model}")
     lm = load_for(cfg)
 

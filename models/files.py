@@ -29,7 +29,24 @@ FORMAT_VERSION = 2  # 2: score rows carry n_scored, rank_mean and first_tokens
 def advisor_home() -> Path:
     """Cache root: `$ADVISOR_HOME`, else `~/.cache/capacity-advisor`."""
     home = os.environ.get("ADVISOR_HOME")
-    return Path(home).expanduser() if home else Path.home() / ".cache" / "capacity-advisor"
+    path = Path(home).expanduser() if home else Path.home() / ".cache" / "capacity-advisor"
+    link = _broken_link(path)
+    if link is not None:
+        raise InputError(f"ADVISOR_HOME {path}: {link} is a symbolic link to nothing (a missing target or a loop of "
+                         "links); remove it or set ADVISOR_HOME to a folder")
+    return path
+
+
+def _broken_link(path: Path) -> Path | None:
+    """The first of `path` and its ancestors that is a symbolic link leading nowhere (a missing
+    target, a loop), or None: nothing can be created through it."""
+    for p in (path, *path.parents):
+        try:
+            if os.path.islink(p) and not os.path.exists(p):
+                return p
+        except (OSError, ValueError):
+            return p
+    return None
 
 
 @contextlib.contextmanager
@@ -88,7 +105,8 @@ def _umask() -> int:
 
 
 def refuse_overwrite(inputs: Iterable, outputs: Iterable, what: str = "output") -> None:
-    """Raise InputError when an output would replace an input, or be written inside an input folder.
+    """Raise InputError when an output would replace an input, or be written inside an input folder,
+    or two outputs are the same file.
 
     `inputs` and `outputs` are paths (None entries are skipped; a hub id that names no local path
     never matches). Paths are compared after following symbolic links, and existing files by
@@ -97,10 +115,16 @@ def refuse_overwrite(inputs: Iterable, outputs: Iterable, what: str = "output") 
         refuse_overwrite([pool_path, scores_path], [out, config_path])
     """
     ins = [(str(i), _real(i)) for i in inputs if i is not None and str(i) != ""]
+    seen: list[tuple[str, str]] = []
     for o in outputs:
         if o is None or str(o) == "":
             continue
         real_o = _real(o)
+        for given, real_p in seen:
+            if real_o == real_p or _same_file(real_o, real_p):
+                raise InputError(f"{what} {o} and {given} are the same file: one would replace the other; give each "
+                                 "output its own path")
+        seen.append((str(o), real_o))
         for given, real_i in ins:
             if real_o == real_i or _same_file(real_o, real_i):
                 raise InputError(f"{what} {o} is the input {given}: writing it would destroy what it is made from; "
@@ -150,6 +174,9 @@ def _check_can_create_in(folder: Path, given, flag: str) -> None:
     """Writes go through a temporary file beside the target (atomic_path), so probe with one."""
     anc = folder.absolute()
     while not _exists(anc, flag):
+        if os.path.islink(anc):
+            raise InputError(f"{flag} {given}: {anc} is a symbolic link to nothing (a missing target or a loop of "
+                             "links); remove it or choose another path")
         anc = anc.parent
     if not anc.is_dir():
         raise InputError(f"{flag} {given}: {anc} is a file, so nothing can be written under it; choose another path")

@@ -86,3 +86,165 @@ def test_eval_numbers_are_bounded_too(tmp_path):
 def test_negative_threads_is_a_usage_line(tmp_path):
     path = manifest(tmp_path / "rec", "lab:xs")
     one_error_line(run(["train", path, "--out", tmp_path / "run", "--threads", "-1"]), "--threads", tmp_path / "run")
+
+
+# ---- 2. errors that used to come only after the whole scoring pass ----------------------------
+
+def plain_pool(path: Path, answers: bool = True, n: int = 4) -> Path:
+    rows = [{"id": f"q{i}", "problem": f"what is {i} + 1?", "generations": [f"it is {i + 1}", f"{i + 1} it is"],
+             **({"answer": str(i + 1)} if answers else {})} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_compute_budgets_on_a_pool_without_answers_is_refused_before_scoring(tiny_llama, tmp_path, monkeypatch):
+    monkeypatch.setattr("capacity_advisor.advisor.scoring.load_for", lambda cfg: pytest.fail("loaded the model"))
+    pool = plain_pool(tmp_path / "pool.jsonl", answers=False)
+    out = tmp_path / "out"
+    one_error_line(run(["score", "-m", tiny_llama, "-p", pool, "-o", out, "--compute-budgets", "8,16"]),
+                   "reference answers", out)
+
+
+@pytest.mark.parametrize("link", ["dangling", "loop"])
+def test_out_a_broken_link_is_refused_before_scoring(tiny_llama, tmp_path, monkeypatch, link):
+    monkeypatch.setattr("capacity_advisor.advisor.scoring.load_for", lambda cfg: pytest.fail("loaded the model"))
+    out = tmp_path / "out"
+    if link == "dangling":
+        out.symlink_to(tmp_path / "nowhere")
+    else:
+        out.symlink_to(tmp_path / "other")
+        (tmp_path / "other").symlink_to(out)
+    line = one_error_line(run(["score", "-m", tiny_llama, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", out]),
+                          "symbolic link")
+    assert "--out" in line and not (tmp_path / "nowhere").exists()
+
+
+def _predictor_without(folder: Path, tmp_path: Path, change) -> Path:
+    import hashlib
+
+    raw = json.loads((folder / "predictor.json").read_text())
+    body = {k: v for k, v in raw.items() if k != "sha256"}
+    change(body["meta"])
+    out = tmp_path / "predictor"
+    out.mkdir()
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
+    (out / "predictor.json").write_text(json.dumps({"sha256": digest, **body}))
+    return out
+
+
+SHIPPED = Path(__file__).resolve().parent.parent / "advisor" / "predictor_data"
+
+
+def test_recommend_without_a_lab_prior_is_refused_before_scoring(lab_home, tmp_path):
+    pool = tmp_path / "labpool.jsonl"
+    assert run(["lab", "pool", "--n", 40, "--out", pool]).exit_code == 0
+    pred = _predictor_without(SHIPPED, tmp_path, lambda meta: meta.pop("lab_prior"))
+    out = tmp_path / "rec"
+    one_error_line(run(["recommend", "-m", "lab:xs", "-b", 2, "--pool", pool, "--predictor", pred, "--no-probe",
+                        "-o", out, "--device", "cpu"]), "no lab prior", out)
+
+
+def test_a_lab_prior_of_overflowing_coefficients_is_refused_at_load(tmp_path):
+    def blow(meta):
+        meta["lab_prior"]["member"]["coef"] = [[1e308] * 3] * 3
+
+    pred = _predictor_without(SHIPPED, tmp_path, blow)
+    out = tmp_path / "rec"
+    one_error_line(run(["recommend", "-m", "lab:xs", "-b", 2, "--predictor", pred, "--no-probe", "-o", out]),
+                   "lab_prior", out)
+
+
+# ---- 3. no output replaces another output, or an input ---------------------------------------
+
+def select_inputs(tmp_path: Path, n: int = 4) -> tuple[Path, Path]:
+    """A pool and its scores, made without --skip-tokens (every response token scored)."""
+    pool = plain_pool(tmp_path / "pool.jsonl", n=n)
+    scores = tmp_path / "scores.jsonl"
+    scores.write_text("".join(json.dumps({"id": f"q{i}", "k": k, "n_tokens": 3, "n_scored": 3, "logprob_sum": -1.0 - k - i,
+                                          "logprob_mean": -0.3 - k, "truncated": False}) + "\n"
+                              for i in range(n) for k in range(2)))
+    return pool, scores
+
+
+def test_select_refuses_candidates_written_over_the_dataset(tmp_path):
+    pool, scores = select_inputs(tmp_path)
+    out = tmp_path / "d.jsonl"
+    one_error_line(run(["select", "-p", pool, "-s", scores, "-o", out, "--candidates", out]), "same file", out)
+
+
+def test_select_refuses_candidates_written_over_its_config(tmp_path):
+    pool, scores = select_inputs(tmp_path)
+    out = tmp_path / "d.jsonl"
+    one_error_line(run(["select", "-p", pool, "-s", scores, "-o", out, "--candidates", tmp_path / "d.config.json"]),
+                   "same file", out)
+
+
+def test_train_refuses_records_written_over_the_manifest(tmp_path):
+    path = manifest(tmp_path / "rec", "lab:xs")
+    before = path.read_text()
+    one_error_line(run(["train", path, "--out", tmp_path / "run", "--records", path, "--dry-run"]), "--records",
+                   tmp_path / "run")
+    assert path.read_text() == before
+
+
+# ---- 4. silent wrong results ---------------------------------------------------------------
+
+def test_recommend_refuses_scores_made_at_another_skip(tmp_path):
+    pool, scores = select_inputs(tmp_path, n=40)
+    out = tmp_path / "rec"
+    one_error_line(run(["recommend", "-m", "lab:xs", "-b", 2, "--pool", pool, "--scores", scores, "--skip-tokens", 3,
+                        "-o", out, "--no-probe"]), "--skip-tokens 0", out)
+
+
+@pytest.mark.parametrize("bad", ["NaN", "-Infinity", "Infinity"])
+def test_select_refuses_scores_that_are_not_finite(tmp_path, bad):
+    pool, scores = select_inputs(tmp_path)
+    lines = scores.read_text().splitlines()
+    lines[2] = lines[2].replace('"logprob_sum": -2.0', f'"logprob_sum": {bad}')
+    assert bad in lines[2]
+    scores.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "d.jsonl"
+    one_error_line(run(["select", "-p", pool, "-s", scores, "-o", out]), "not finite", out)
+
+
+@pytest.mark.parametrize("flag", ["--split", "--revision", "--subset"])
+def test_dataset_flags_on_a_jsonl_pool_are_refused(tmp_path, flag):
+    pool, scores = select_inputs(tmp_path)
+    out = tmp_path / "d.jsonl"
+    one_error_line(run(["select", "-p", pool, "-s", scores, "-o", out, flag, "main"]), flag, out)
+
+
+def test_revision_on_a_local_dataset_folder_is_refused(tmp_path):
+    import datasets
+
+    folder = tmp_path / "saved"
+    datasets.Dataset.from_list([json.loads(x) for x in plain_pool(tmp_path / "p.jsonl").read_text().splitlines()]
+                               ).save_to_disk(str(folder))
+    _, scores = select_inputs(tmp_path)
+    out = tmp_path / "d.jsonl"
+    for flag in ("--revision", "--split"):
+        one_error_line(run(["select", "-p", folder, "-s", scores, "-o", out, flag, "main"]), flag, out)
+
+
+# ---- 6 and 8: more tracebacks and smaller ones ---------------------------------------------
+
+def test_advisor_home_a_loop_of_links_is_one_line(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.symlink_to(tmp_path / "home2")
+    (tmp_path / "home2").symlink_to(home)
+    monkeypatch.setenv("ADVISOR_HOME", str(home))
+    one_error_line(run(["recommend", "-m", "lab:xs", "-b", 2, "-o", tmp_path / "rec", "--no-probe"]), "ADVISOR_HOME",
+                   tmp_path / "rec")
+    one_error_line(run(["lab", "build", "--sizes", "xs"]), "ADVISOR_HOME")
+
+
+@pytest.mark.parametrize("budgets", ["8,99999999999999999999", "8,2000000"])
+def test_compute_budgets_beyond_any_model_are_refused(tmp_path, budgets):
+    out = tmp_path / "out"
+    one_error_line(run(["score", "-m", "lab:xs", "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", out,
+                        "--compute-budgets", budgets]), "--compute-budgets", out)
+
+
+def test_lab_pool_difficulty_is_bounded(tmp_path):
+    out = tmp_path / "pool.jsonl"
+    one_error_line(run(["lab", "pool", "--difficulty", 100000, "--out", out]), "--difficulty", out)

@@ -69,7 +69,7 @@ class AdvisorGroup(click.Group):
 # Faults of the user's filesystem (a path under a file, no permission, a read-only or full disk),
 # not of this program.
 _FILESYSTEM_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.ENOSPC,
-                      errno.EDQUOT, errno.ENAMETOOLONG, errno.EEXIST}
+                      errno.EDQUOT, errno.ENAMETOOLONG, errno.EEXIST, errno.ELOOP}
 
 
 @click.group(cls=AdvisorGroup, context_settings={"help_option_names": ["-h", "--help"]})

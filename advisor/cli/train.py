@@ -72,10 +72,13 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
         return
     if not out:
         raise InputError("--out is required (the run folder), unless --export is given")
-    from capacity_advisor.models.files import check_writable_dir
+    from capacity_advisor.models.files import check_writable_dir, check_writable_file, refuse_overwrite
 
     # before the launch command is printed, so a mistake is the only line
     check_writable_dir(out, "--out")
+    if records:
+        check_writable_file(records, "--records")
+    refuse_overwrite([manifest, m.dataset_path, m.eval_path, m.candidates_path], [out, records], "--out / --records")
     if nproc < 1:
         raise InputError(f"--nproc {nproc} must be at least 1")
     checked = check_run(m, out, world=nproc, device=device, dtype=dtype, epochs=epochs, max_steps=max_steps)

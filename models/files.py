@@ -80,6 +80,19 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def give_umask_modes(folder: str | os.PathLike) -> None:
+    """Give every regular file under `folder` the mode a plain `open()` would (0666 less the
+    umask): some libraries' writers (transformers' safetensors saving) make their files 0600
+    whatever the umask, so a model the tool saves would be unreadable to the user's group."""
+    mode = 0o666 & ~_umask()
+    for root, _, files in os.walk(folder):
+        for name in files:
+            p = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(p).st_mode):
+                    os.chmod(p, mode)
+
+
 def _mode_for(target: Path) -> int:
     try:
         st = os.lstat(target)

@@ -124,7 +124,7 @@ def _predictor_without(folder: Path, tmp_path: Path, change) -> Path:
 
     raw = json.loads((folder / "predictor.json").read_text())
     body = {k: v for k, v in raw.items() if k != "sha256"}
-    change(body["meta"])
+    change(body)
     out = tmp_path / "predictor"
     out.mkdir()
     digest = hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
@@ -138,20 +138,27 @@ SHIPPED = Path(__file__).resolve().parent.parent / "advisor" / "predictor_data"
 def test_recommend_without_a_lab_prior_is_refused_before_scoring(lab_home, tmp_path):
     pool = tmp_path / "labpool.jsonl"
     assert run(["lab", "pool", "--n", 40, "--out", pool]).exit_code == 0
-    pred = _predictor_without(SHIPPED, tmp_path, lambda meta: meta.pop("lab_prior"))
+    pred = _predictor_without(SHIPPED, tmp_path, lambda body: body["meta"].pop("lab_prior"))
     out = tmp_path / "rec"
     one_error_line(run(["recommend", "-m", "lab:xs", "-b", 2, "--pool", pool, "--predictor", pred, "--no-probe",
                         "-o", out, "--device", "cpu"]), "no lab prior", out)
 
 
 def test_a_lab_prior_of_overflowing_coefficients_is_refused_at_load(tmp_path):
-    def blow(meta):
-        meta["lab_prior"]["member"]["coef"] = [[1e308] * 3] * 3
+    def blow(body):
+        body["meta"]["lab_prior"]["member"]["coef"] = [[1e308] * 3] * 3
 
     pred = _predictor_without(SHIPPED, tmp_path, blow)
     out = tmp_path / "rec"
     one_error_line(run(["recommend", "-m", "lab:xs", "-b", 2, "--predictor", pred, "--no-probe", "-o", out]),
                    "lab_prior", out)
+
+
+def test_a_predictor_listing_an_endless_curriculum_is_refused(tmp_path):
+    pred = _predictor_without(SHIPPED, tmp_path, lambda body: body["options"].append("curriculum@1e309"))
+    out = tmp_path / "rec"
+    one_error_line(run(["recommend", "-m", "lab:xs", "-b", 2, "--predictor", pred, "--no-probe", "-o", out]),
+                   "options", out)
 
 
 # ---- 3. no output replaces another output, or an input ---------------------------------------
@@ -248,3 +255,32 @@ def test_compute_budgets_beyond_any_model_are_refused(tmp_path, budgets):
 def test_lab_pool_difficulty_is_bounded(tmp_path):
     out = tmp_path / "pool.jsonl"
     one_error_line(run(["lab", "pool", "--difficulty", 100000, "--out", out]), "--difficulty", out)
+
+
+@pytest.fixture
+def umask_027():
+    old = os.umask(0o027)
+    yield 0o640
+    os.umask(old)
+
+
+def _modes(folder: Path) -> set[int]:
+    return {p.stat().st_mode & 0o777 for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_built_lab_student_keeps_the_umask(tmp_path, monkeypatch, umask_027):
+    from capacity_advisor.models.lab import student_path
+
+    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home"))
+    folder = Path(student_path("xs"))
+    assert (folder / "model.safetensors").exists() and _modes(folder) == {umask_027}
+
+
+def test_training_checkpoints_keep_the_umask(tmp_path, tiny_llama, umask_027):
+    from capacity_advisor.training.sft import run_sft
+
+    path = manifest(tmp_path / "rec", tiny_llama, epochs=1, batch_size=2, max_steps=2, eval_every=1,
+                    learning_rate=1e-3, save_total_limit=None)
+    run_sft(path, tmp_path / "run", device="cpu", dtype="float32", store=False)
+    ckpts = sorted((tmp_path / "run").glob("checkpoint-*"))
+    assert ckpts and all((c / "model.safetensors").exists() and _modes(c) == {umask_027} for c in ckpts)

@@ -23,7 +23,7 @@ from capacity_advisor.models.metrics import CHECKERS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import write_json
 from capacity_advisor.training.manifest_checks import (
-    MAX_COUNT, MAX_TOKENS, _int, _keys, _line, _num, _one_of, _show, training_problems, whole_problems,
+    MAX_COUNT, MAX_EPOCHS, MAX_TOKENS, _int, _keys, _line, _num, _one_of, _show, training_problems, whole_problems,
 )
 from capacity_advisor.training.manifest_checks import MAX_SEED, SCHEDULERS  # noqa: F401 (importable from here too)
 
@@ -54,9 +54,10 @@ def schedule_of(option: str) -> tuple[str, float, float | None]:
         return strategy, 0.0, None
     if strategy == "mixed" and (not arg or (value is not None and 0 < value < 1)):
         return "mixed", value if value is not None else 0.5, None
-    if strategy == "curriculum" and value is not None and value > 0:
+    if strategy == "curriculum" and value is not None and 0 < value <= MAX_EPOCHS:  # not inf, nor nan
         return "curriculum", 0.0, value
-    raise InputError(f"{option!r} names no schedule: use high, low, mixed, mixed@SHARE (0 < SHARE < 1) or curriculum@EPOCHS")
+    raise InputError(f"{option!r} names no schedule: use high, low, mixed, mixed@SHARE (0 < SHARE < 1) or "
+                     f"curriculum@EPOCHS (0 < EPOCHS <= {MAX_EPOCHS:,})")
 
 
 def option_order(option: str) -> tuple:

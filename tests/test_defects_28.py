@@ -284,3 +284,19 @@ def test_training_checkpoints_keep_the_umask(tmp_path, tiny_llama, umask_027):
     run_sft(path, tmp_path / "run", device="cpu", dtype="float32", store=False)
     ckpts = sorted((tmp_path / "run").glob("checkpoint-*"))
     assert ckpts and all((c / "model.safetensors").exists() and _modes(c) == {umask_027} for c in ckpts)
+
+
+def test_a_config_too_large_to_build_is_refused_from_its_numbers(tiny_llama, tmp_path, monkeypatch):
+    import transformers
+
+    folder = tmp_path / "huge"
+    shutil.copytree(tiny_llama, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config.update(num_hidden_layers=10 ** 4, hidden_size=2 ** 20, intermediate_size=2 ** 21)
+    (folder / "config.json").write_text(json.dumps(config))
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config",
+                        lambda *a, **k: pytest.fail("built the model before counting its parameters"))
+    out = tmp_path / "rec"
+    one_error_line(run(["recommend", "-m", folder, "-b", 2, "-o", out, "--no-probe"]), "parameters", out)
+    one_error_line(run(["score", "-m", folder, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", tmp_path / "s",
+                        "--device", "cpu"]), "parameters", tmp_path / "s")

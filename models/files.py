@@ -160,6 +160,7 @@ def _same_file(a: str, b: str) -> bool:
 
 def check_writable_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
     """Raise InputError unless `path` is, or can be made, a folder this process can write into."""
+    _utf8_path(path, flag)
     p = Path(os.path.expanduser(path))
     if _exists(p, flag) and not p.is_dir():
         raise InputError(f"{flag} {path} is a file, not a folder: give a folder path")
@@ -169,11 +170,22 @@ def check_writable_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
 
 def check_writable_file(path: str | os.PathLike, flag: str = "--out") -> Path:
     """Raise InputError unless a file can be written (created or replaced) at `path`."""
+    _utf8_path(path, flag)
     p = Path(os.path.expanduser(path))
     if _exists(p, flag) and p.is_dir():
         raise InputError(f"{flag} {path} is a folder: give a file path")
     _check_can_create_in(p.parent, path, flag)
     return p
+
+
+def _utf8_path(path, flag: str) -> None:
+    """An output path is recorded in the JSON files written beside it, so it must be UTF-8 text."""
+    text = os.fsdecode(path) if isinstance(path, bytes) else str(path)
+    at = unpaired_surrogate(text)
+    if at is not None:
+        shown = text.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        raise InputError(f"{flag} {shown}: character {at} of the path is a byte that is not UTF-8; "
+                         "choose a path whose name is UTF-8 text")
 
 
 def _exists(p: Path, flag: str) -> bool:
@@ -199,6 +211,16 @@ def _check_can_create_in(folder: Path, given, flag: str) -> None:
         raise InputError(f"{flag} {given}: cannot write in {anc} ({e.strerror}); choose a writable path") from None
     os.close(fd)
     os.unlink(tmp)
+
+
+def unpaired_surrogate(text: str) -> int | None:
+    """Where `text` holds half a surrogate pair (JSON escapes can carry one; no tokenizer and no
+    UTF-8 file takes it), or None when UTF-8 can hold all of it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return None
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

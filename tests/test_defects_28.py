@@ -300,3 +300,29 @@ def test_a_config_too_large_to_build_is_refused_from_its_numbers(tiny_llama, tmp
     one_error_line(run(["recommend", "-m", folder, "-b", 2, "-o", out, "--no-probe"]), "parameters", out)
     one_error_line(run(["score", "-m", folder, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", tmp_path / "s",
                         "--device", "cpu"]), "parameters", tmp_path / "s")
+
+
+def test_an_output_path_that_is_not_utf8_is_refused_before_any_work(tmp_path):
+    path = manifest(tmp_path / "rec", "lab:xs")
+    out = os.fsdecode(os.fsencode(str(tmp_path)) + b"/run\xff")
+    one_error_line(run(["train", path, "--out", out, "--dry-run"]), "not UTF-8")
+    pool, scores = select_inputs(tmp_path)
+    one_error_line(run(["select", "-p", pool, "-s", scores, "-o", os.fsdecode(os.fsencode(str(tmp_path)) + b"/d\xff.jsonl")]),
+                   "not UTF-8")
+    assert not any(b"\xff" in os.fsencode(p.name) for p in tmp_path.iterdir())
+
+
+def test_a_lone_surrogate_in_rerank_candidates_is_refused_before_training(tmp_path):
+    path = manifest(tmp_path / "rec", "lab:xs", epochs=3)
+    (tmp_path / "rec" / "train.jsonl").write_text('{"id": "q0", "prompt": "what is 1 + 2?", "completion": "3"}\n' * 4)
+    (tmp_path / "rec" / "cands.jsonl").write_text('{"id": "q0", "prompt": "what is 1 + 2?", "responses": ["3", "half \\ud800"]}\n')
+    m = json.loads(path.read_text())
+    m["training"]["rerank"] = {"epochs": [1], "candidates": "cands.jsonl", "score": "sum"}
+    path.write_text(json.dumps(m))
+    one_error_line(run(["train", path, "--out", tmp_path / "run", "--dry-run"]), "unpaired surrogate", tmp_path / "run")
+
+
+def test_a_lone_surrogate_in_the_dataset_is_refused_before_training(tmp_path):
+    path = manifest(tmp_path / "rec", "lab:xs")
+    (tmp_path / "rec" / "train.jsonl").write_text('{"prompt": "what is 1 + 2?", "completion": "3 \\udc00"}\n')
+    one_error_line(run(["train", path, "--out", tmp_path / "run", "--dry-run"]), "unpaired surrogate", tmp_path / "run")

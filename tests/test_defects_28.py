@@ -326,3 +326,58 @@ def test_a_lone_surrogate_in_the_dataset_is_refused_before_training(tmp_path):
     path = manifest(tmp_path / "rec", "lab:xs")
     (tmp_path / "rec" / "train.jsonl").write_text('{"prompt": "what is 1 + 2?", "completion": "3 \\udc00"}\n')
     one_error_line(run(["train", path, "--out", tmp_path / "run", "--dry-run"]), "unpaired surrogate", tmp_path / "run")
+
+
+# ---- 7. one line means one line ------------------------------------------------------------
+
+def test_skip_tokens_beyond_every_response_prints_no_pool_table(tiny_llama, tmp_path):
+    out = tmp_path / "out"
+    one_error_line(run(["score", "-m", tiny_llama, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", out,
+                        "--skip-tokens", 100000, "--device", "cpu"]), "--skip-tokens")
+    assert not (out / "scores.jsonl").exists()
+
+
+def test_a_slow_stage_that_fails_leaves_only_the_error_line(tiny_llama, tmp_path, monkeypatch):
+    """A stage's line is held until the stage succeeds, however long it takes: here loading sleeps
+    past what the held line once waited (made short), then finds a mistake."""
+    import time
+
+    from capacity_advisor.advisor.cli import ui
+    from capacity_advisor.models.errors import InputError
+
+    monkeypatch.setattr(ui, "HOLD", 0.05, raising=False)
+
+    def slow_then_bad(cfg):
+        time.sleep(0.5)
+        raise InputError("the model is damaged")
+
+    monkeypatch.setattr("capacity_advisor.advisor.scoring.load_for", slow_then_bad)
+    one_error_line(run(["score", "-m", tiny_llama, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", tmp_path / "out"]),
+                   "damaged", tmp_path / "out")
+
+
+def test_a_single_process_run_prints_no_launch_command_before_its_error(tmp_path, monkeypatch):
+    from capacity_advisor.models.errors import InputError
+
+    def refuse(*a, **k):
+        raise InputError("the chat template cannot be rendered")
+
+    monkeypatch.setattr("capacity_advisor.training.sft.run_sft", refuse)
+    path = manifest(tmp_path / "rec", "lab:xs")
+    one_error_line(run(["train", path, "--out", tmp_path / "run"]), "chat template")
+    dry = run(["train", path, "--out", tmp_path / "run", "--dry-run"])
+    assert dry.exit_code == 0 and "capacity_advisor.training.sft" in dry.stderr
+
+
+def test_a_damaged_dataset_folder_is_one_line_without_the_librarys_bars(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text('{"problem": "a", "generations": ["x"]}\n{"problem": \n')
+    _, scores = select_inputs(tmp_path)
+    out = tmp_path / "d.jsonl"
+    code = ("import sys; from capacity_advisor.advisor.cli.main import main; sys.exit(main(sys.argv[1:]))")
+    p = subprocess.run([sys.executable, "-c", code, "select", "-p", str(folder), "-s", str(scores), "-o", str(out)],
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    lines = p.stderr.splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), p.stderr
+    assert not out.exists()

@@ -103,9 +103,9 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
 
         from capacity_advisor.training.launch import sft_args, shown
 
-        click.echo(shown([sys.executable] + sft_args(manifest, out, records, device, dtype, threads, epochs, max_steps)),
-                   err=True)
-        if dry_run:
+        if dry_run:  # a run in this process prints no command: a mistake found while it loads stays the only line
+            click.echo(shown([sys.executable] + sft_args(manifest, out, records, device, dtype, threads, epochs, max_steps)),
+                       err=True)
             return
         from capacity_advisor.training.sft import run_sft
 

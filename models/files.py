@@ -133,11 +133,14 @@ def refuse_overwrite(inputs: Iterable, outputs: Iterable, what: str = "output") 
         if o is None or str(o) == "":
             continue
         real_o = _real(o)
-        for given, real_p in seen:
-            if real_o == real_p or _same_file(real_o, real_p):
+        # a write replaces a link at the output's name (atomic_path), so outputs are the same
+        # file only when their names are: compare them with their folders' links followed
+        named = os.path.join(_real(os.path.dirname(os.path.abspath(os.path.expanduser(str(o))))), os.path.basename(str(o)))
+        for given, other in seen:
+            if named == other:
                 raise InputError(f"{what} {o} and {given} are the same file: one would replace the other; give each "
                                  "output its own path")
-        seen.append((str(o), real_o))
+        seen.append((str(o), named))
         for given, real_i in ins:
             if real_o == real_i or _same_file(real_o, real_i):
                 raise InputError(f"{what} {o} is the input {given}: writing it would destroy what it is made from; "

@@ -26,6 +26,8 @@ from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import read_jsonl_input
 
 CLASSES = ("solved", "responsive", "unsolved")
+MAX_NEW_TOKENS = 1 << 20  # no model generates more in one completion
+MAX_SAMPLES = 1024
 PROBLEM_FILTERS = ("all", *CLASSES)
 
 
@@ -38,10 +40,11 @@ class ComputeConfig:
     seed: int = 0
 
     def validate(self) -> None:
-        if not 1 <= self.short < self.long:
-            raise InputError(f"--compute-budgets {self.short},{self.long}: give SHORT,LONG with 1 <= SHORT < LONG new tokens")
-        if self.samples < 1:
-            raise InputError(f"--compute-samples {self.samples} must be at least 1")
+        if not 1 <= self.short < self.long <= MAX_NEW_TOKENS:
+            raise InputError(f"--compute-budgets {self.short},{self.long}: give SHORT,LONG with 1 <= SHORT < LONG <= "
+                             f"{MAX_NEW_TOKENS:,} new tokens")
+        if not 1 <= self.samples <= MAX_SAMPLES:
+            raise InputError(f"--compute-samples {self.samples} must be from 1 to {MAX_SAMPLES:,}")
 
     @classmethod
     def parse(cls, text: str, samples: int = 1, seed: int = 0) -> "ComputeConfig":
@@ -63,9 +66,7 @@ def measure(backend, pool: Pool, cfg: ComputeConfig, checker: str, progress=None
     from capacity_advisor.models.metrics import check_answer
 
     cfg.validate()
-    problems = [p for p in pool.problems if p.answer not in (None, "")]
-    if not problems:
-        raise InputError("--compute-budgets needs reference answers in the pool (an answer field)")
+    problems = answered(pool)
     temperature = 0.0 if cfg.samples == 1 else cfg.temperature
     right = {}
     for budget in (cfg.short, cfg.long):
@@ -74,6 +75,15 @@ def measure(backend, pool: Pool, cfg: ComputeConfig, checker: str, progress=None
         right[budget] = [sum(check_answer(t, p.answer, checker) for t in texts) for p, texts in zip(problems, outs)]
     return [{"id": p.id, "short_right": s, "long_right": lg, "samples": cfg.samples, "short": cfg.short, "long": cfg.long,
              "class": classify(s, lg)} for p, s, lg in zip(problems, right[cfg.short], right[cfg.long])]
+
+
+def answered(pool: Pool) -> list:
+    """The problems with a reference answer; InputError when there are none (checked before any scoring)."""
+    problems = [p for p in pool.problems if p.answer not in (None, "")]
+    if not problems:
+        raise InputError("--compute-budgets needs reference answers in the pool: name the answer field "
+                         "(--answer-field) or leave --compute-budgets out")
+    return problems
 
 
 def keep_problems(pool: Pool, path: str | Path, which: str) -> Pool:

@@ -74,12 +74,17 @@ def _open_rows(path, what: str, source: DatasetSource) -> Iterator[dict]:
         raise InputError(f"{what} {path} does not exist (no such file or folder): pass a JSONL, JSON, Parquet file, "
                          "a datasets folder or a hub dataset id (org/name)")
     if p.is_dir() and not _is_saved_dataset(p):
+        _refuse_unused(source, ("revision",), f"{what} folder {p}", "a local folder has no revisions")
         return _dataset_rows(_load_hub_dataset(str(p), what, source), f"{what} folder {p}")
     suffix = p.suffix.lower()
     if not p.is_dir() and suffix not in FILE_SUFFIXES:
         raise InputError(f"{what} {path}: unknown file type {p.suffix!r}; use .jsonl, .json, .parquet or a datasets.save_to_disk folder")
     if p.is_dir():
+        _refuse_unused(source, ("subset", "revision"), f"{what} folder {p}",
+                       "a save_to_disk folder has neither configurations nor revisions")
         return _dataset_rows(_load_dataset_dir(p, what, source), f"{what} folder {p}", saved=True)
+    _refuse_unused(source, ("split", "subset", "revision"), f"{what} {path}",
+                   "they select within a hub dataset or a dataset folder, not a file")
     if suffix in (".jsonl", ".ndjson"):
         return iter_jsonl(p)
     if suffix == ".json":
@@ -138,11 +143,21 @@ def _is_saved_dataset(p: Path) -> bool:
     return (p / "dataset_info.json").exists() or (p / "dataset_dict.json").exists() or (p / "state.json").exists()
 
 
-def _pick_split(ds, source: DatasetSource, where: str):
-    """The requested split of a DatasetDict, else `train`, else its only split."""
+def _refuse_unused(source: DatasetSource, names: tuple[str, ...], where: str, why: str) -> None:
+    """One InputError when a dataset flag is given that `where` would ignore."""
+    given = [f"--{n}" for n in names if getattr(source, n) is not None]
+    if given:
+        raise InputError(f"{' and '.join(given)} cannot apply to {where} ({why}): leave {' and '.join(given)} out")
+
+
+def _pick_split(ds, source: DatasetSource, where: str, saved: bool = False):
+    """The requested split of a DatasetDict, else `train`, else its only split. A saved single
+    Dataset has no splits, so a --split for it is refused, not ignored."""
     import datasets
 
     if not isinstance(ds, datasets.DatasetDict):
+        if saved and source.split is not None:
+            raise InputError(f"{where} holds one dataset without splits: leave --split {source.split!r} out")
         return ds
     split = source.split or ("train" if "train" in ds else (next(iter(ds)) if len(ds) == 1 else None))
     if split not in ds:
@@ -192,7 +207,7 @@ def _load_dataset_dir(p: Path, what: str, source: DatasetSource):
         raise
     except Exception as e:  # a damaged folder fails anywhere inside datasets and pyarrow, with any type
         raise InputError(f"cannot read {where} ({type(e).__name__}: {e}); save it again with save_to_disk") from None
-    return _pick_split(ds, source, where)
+    return _pick_split(ds, source, where, saved=True)
 
 
 def _dataset_rows(ds, where: str, saved: bool = False) -> Iterator[dict]:

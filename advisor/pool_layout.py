@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import unpaired_surrogate
 
 if TYPE_CHECKING:
     from capacity_advisor.advisor.pool import PoolOptions
@@ -78,11 +79,10 @@ def _is_messages(value: Any) -> bool:
 def utf8_text(value: str, where: str, what: str) -> str:
     """`value`, if it is text UTF-8 can hold: JSON escapes can carry half a surrogate pair, which
     no tokenizer and no output file accepts."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise InputError(f"{where}: {what} holds an unpaired surrogate ({value[e.start]!r}, character {e.start}); "
-                         "fix that escape in the file") from None
+    at = unpaired_surrogate(value)
+    if at is not None:
+        raise InputError(f"{where}: {what} holds an unpaired surrogate ({value[at]!r}, character {at}); "
+                         "fix that escape in the file")
     return value
 
 

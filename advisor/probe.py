@@ -249,11 +249,16 @@ def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None,
 LOCAL_WINDOW = 32  # tokens of context each step is scored with under --score local
 
 
-def given_scores(path: str, pool: Pool, score: str = "sum") -> dict:
-    """Scores a user hands over (`--scores`), read and checked against the pool before any work."""
+def given_scores(path: str, pool: Pool, score: str = "sum", skip_tokens: int | None = None) -> dict:
+    """Scores a user hands over (`--scores`), read and checked against the pool and the settings
+    asked for (`skip_tokens`; None: any) before any work."""
     from capacity_advisor.advisor.select import load_scores
 
     scores = load_scores(path)
+    made = scores_skip_tokens(path, scores)
+    if skip_tokens is not None and made is not None and made != skip_tokens:
+        raise InputError(f"--scores {path} were made with --skip-tokens {made}, not {skip_tokens}: pass "
+                         f"--skip-tokens {made}, or score the pool again with --skip-tokens {skip_tokens}")
     missing = [p.id for p in pool.problems if any((p.id, c.k) not in scores for c in p.candidates)]
     if missing:
         raise InputError(f"--scores {path} does not cover {len(missing)} of the pool's {len(pool)} problems (first: "
@@ -263,6 +268,23 @@ def given_scores(path: str, pool: Pool, score: str = "sum") -> dict:
     if score != "sum":
         select(pool, scores, SelectConfig("high", score=score))  # the ranking's own fields are there
     return scores
+
+
+def scores_skip_tokens(path: str, scores: dict) -> int | None:
+    """The --skip-tokens a scores file was made with: its config.json says so, else its rows do
+    (n_tokens - n_scored, the same in every row long enough); None when neither tells."""
+    import json
+    from pathlib import Path
+
+    try:
+        recorded = json.loads((Path(path).parent / "config.json").read_text(encoding="utf-8"))["settings"]["skip_tokens"]
+        if isinstance(recorded, int) and not isinstance(recorded, bool):
+            return recorded
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        pass
+    gaps = {r["n_tokens"] - r["n_scored"] for r in scores.values()
+            if isinstance(r.get("n_scored"), int) and r["n_scored"] > 0 and isinstance(r.get("n_tokens"), int)}
+    return gaps.pop() if len(gaps) == 1 else None
 
 
 @dataclass

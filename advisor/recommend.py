@@ -127,6 +127,7 @@ def recommend(cfg: RecommendConfig, status=None, progress=None) -> Recommendatio
 def check_inputs(cfg: RecommendConfig) -> Checked:
     """Flags, model, out folder, predictor, pool and scores: every input recommend reads, checked
     before any work (a lab student is not pretrained, no file is written)."""
+    from capacity_advisor.advisor.predictor.priors import PAPER_FROM, check_lab_prior
     from capacity_advisor.models.files import check_writable_dir, refuse_overwrite
     from capacity_advisor.models.loading import check_model_spec, describe_config
 
@@ -140,6 +141,8 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
     predictor = load_predictor(cfg.predictor)
     plan = predictor_plan(cfg.model, "recommend", predictor, cfg.recipe)
     desc = None if lab_size(cfg.model) is not None else describe_config(cfg.model)
+    if cfg.no_probe and (desc is None or desc["n_params"] < PAPER_FROM):  # the lab prior will answer
+        check_lab_prior(predictor.meta.get("lab_prior"), predictor.options)
     key = inputs_key(cfg, desc["fingerprint"] if desc else lab_identity(cfg.model), plan.recipe.as_dict())
     check_out(Path(cfg.out), key)
     pool = scores = None
@@ -153,7 +156,7 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
         if cfg.scores:
             from capacity_advisor.advisor.probe import given_scores
 
-            scores = given_scores(cfg.scores, pool, cfg.score)
+            scores = given_scores(cfg.scores, pool, cfg.score, cfg.skip_tokens)
     return Checked(predictor, plan, key, desc, pool, whole, scores)
 
 

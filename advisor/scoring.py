@@ -61,6 +61,9 @@ class ScoreConfig:
             problems.append(f"--shard-size {self.shard_size} must be at least 1")
         if self.skip_tokens < 0:
             problems.append(f"--skip-tokens {self.skip_tokens} must be at least 0")
+        elif self.skip_tokens >= self.max_length - 1:  # the prompt takes a token at least
+            problems.append(f"--skip-tokens {self.skip_tokens} leaves nothing to score within --max-length "
+                            f"{self.max_length}: lower --skip-tokens")
         if self.local_window < 0:
             problems.append(f"--local-window {self.local_window} must be at least 0 (0: no step-local score)")
         if self.dp_size < 1 or not 0 <= self.dp_rank < self.dp_size:

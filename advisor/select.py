@@ -80,7 +80,8 @@ def load_scores(path: str | Path) -> Scores:
                                  ("logprob_sum", _number(r["logprob_sum"])), ("logprob_mean", _number(r["logprob_mean"])),
                                  ("truncated", isinstance(r["truncated"], bool))) if not ok]
         if wrong:
-            raise InputError(f"{path} line {n}: {', '.join(wrong)} of the wrong type; is this a file written by `advisor score`?")
+            raise InputError(f"{path} line {n}: {', '.join(wrong)} of the wrong type or not finite; is this a file written "
+                             "by `advisor score`?")
         out[(str(r["id"]), r["k"])] = r
     return out
 
@@ -90,7 +91,13 @@ def _whole(v) -> bool:
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A finite JSON number: Python's reader takes NaN and Infinity, which no score can be."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
 
 
 def select(pool: Pool, scores: Mapping[tuple[str, int], dict], cfg: SelectConfig) -> Selection:

@@ -5,7 +5,7 @@ The steps themselves live with their data (`scoring`, `compute`, `select`, `fit`
 functions only read the inputs, call them in order and write the outputs, so the CLI does no
 library work of its own. Work reports through callbacks: `say(message)` for a stage,
 `start(description, total, done, unit)` / `advance(n)` for counted work, `on_pool(pool)` once the
-pool is read and the work is known to be possible.
+pool is scored (the work has succeeded).
 """
 
 from __future__ import annotations
@@ -36,14 +36,20 @@ def score_file(pool_path: str, pool_options, cfg, out: str, compute=None, checke
                                    Path(out) / "config.json"], "--out")
     check_writable_dir(advisor_home(), "ADVISOR_HOME (the score cache)")
     pool = read_pool(pool_path, pool_options)
+    if compute is not None:
+        from capacity_advisor.advisor.compute import answered
+        from capacity_advisor.advisor.probe import pick_checker
+
+        answered(pool)
+        pick_checker(pool, checker)
     say(f"loading {cfg.model}")
     lm = load_for(cfg)
 
     def begin(total: int, done: int) -> None:  # inputs, model and cache are all usable by now
         start("scoring", total, done, "candidates")
-        on_pool(pool)
 
     summary = score_pool(pool, cfg, out, lm=lm, on_start=begin, advance=advance)
+    on_pool(pool)  # once scored: a mistake found in a shard (--skip-tokens too large) stays the only line
     summary["pool"] = pool.summary()
     if compute is not None and "waiting_for" not in summary:
         summary["compute"] = measure_compute(pool, lm, cfg, compute, checker, Path(out), start, advance)

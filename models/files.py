@@ -29,7 +29,24 @@ FORMAT_VERSION = 2  # 2: score rows carry n_scored, rank_mean and first_tokens
 def advisor_home() -> Path:
     """Cache root: `$ADVISOR_HOME`, else `~/.cache/capacity-advisor`."""
     home = os.environ.get("ADVISOR_HOME")
-    return Path(home).expanduser() if home else Path.home() / ".cache" / "capacity-advisor"
+    path = Path(home).expanduser() if home else Path.home() / ".cache" / "capacity-advisor"
+    link = _broken_link(path)
+    if link is not None:
+        raise InputError(f"ADVISOR_HOME {path}: {link} is a symbolic link to nothing (a missing target or a loop of "
+                         "links); remove it or set ADVISOR_HOME to a folder")
+    return path
+
+
+def _broken_link(path: Path) -> Path | None:
+    """The first of `path` and its ancestors that is a symbolic link leading nowhere (a missing
+    target, a loop), or None: nothing can be created through it."""
+    for p in (path, *path.parents):
+        try:
+            if os.path.islink(p) and not os.path.exists(p):
+                return p
+        except (OSError, ValueError):
+            return p
+    return None
 
 
 @contextlib.contextmanager
@@ -63,6 +80,19 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def give_umask_modes(folder: str | os.PathLike) -> None:
+    """Give every regular file under `folder` the mode a plain `open()` would (0666 less the
+    umask): some libraries' writers (transformers' safetensors saving) make their files 0600
+    whatever the umask, so a model the tool saves would be unreadable to the user's group."""
+    mode = 0o666 & ~_umask()
+    for root, _, files in os.walk(folder):
+        for name in files:
+            p = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(p).st_mode):
+                    os.chmod(p, mode)
+
+
 def _mode_for(target: Path) -> int:
     try:
         st = os.lstat(target)
@@ -88,7 +118,8 @@ def _umask() -> int:
 
 
 def refuse_overwrite(inputs: Iterable, outputs: Iterable, what: str = "output") -> None:
-    """Raise InputError when an output would replace an input, or be written inside an input folder.
+    """Raise InputError when an output would replace an input, or be written inside an input folder,
+    or two outputs are the same file.
 
     `inputs` and `outputs` are paths (None entries are skipped; a hub id that names no local path
     never matches). Paths are compared after following symbolic links, and existing files by
@@ -97,10 +128,19 @@ def refuse_overwrite(inputs: Iterable, outputs: Iterable, what: str = "output") 
         refuse_overwrite([pool_path, scores_path], [out, config_path])
     """
     ins = [(str(i), _real(i)) for i in inputs if i is not None and str(i) != ""]
+    seen: list[tuple[str, str]] = []
     for o in outputs:
         if o is None or str(o) == "":
             continue
         real_o = _real(o)
+        # a write replaces a link at the output's name (atomic_path), so outputs are the same
+        # file only when their names are: compare them with their folders' links followed
+        named = os.path.join(_real(os.path.dirname(os.path.abspath(os.path.expanduser(str(o))))), os.path.basename(str(o)))
+        for given, other in seen:
+            if named == other:
+                raise InputError(f"{what} {o} and {given} are the same file: one would replace the other; give each "
+                                 "output its own path")
+        seen.append((str(o), named))
         for given, real_i in ins:
             if real_o == real_i or _same_file(real_o, real_i):
                 raise InputError(f"{what} {o} is the input {given}: writing it would destroy what it is made from; "
@@ -123,6 +163,7 @@ def _same_file(a: str, b: str) -> bool:
 
 def check_writable_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
     """Raise InputError unless `path` is, or can be made, a folder this process can write into."""
+    _utf8_path(path, flag)
     p = Path(os.path.expanduser(path))
     if _exists(p, flag) and not p.is_dir():
         raise InputError(f"{flag} {path} is a file, not a folder: give a folder path")
@@ -132,11 +173,22 @@ def check_writable_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
 
 def check_writable_file(path: str | os.PathLike, flag: str = "--out") -> Path:
     """Raise InputError unless a file can be written (created or replaced) at `path`."""
+    _utf8_path(path, flag)
     p = Path(os.path.expanduser(path))
     if _exists(p, flag) and p.is_dir():
         raise InputError(f"{flag} {path} is a folder: give a file path")
     _check_can_create_in(p.parent, path, flag)
     return p
+
+
+def _utf8_path(path, flag: str) -> None:
+    """An output path is recorded in the JSON files written beside it, so it must be UTF-8 text."""
+    text = os.fsdecode(path) if isinstance(path, bytes) else str(path)
+    at = unpaired_surrogate(text)
+    if at is not None:
+        shown = text.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+        raise InputError(f"{flag} {shown}: character {at} of the path is a byte that is not UTF-8; "
+                         "choose a path whose name is UTF-8 text")
 
 
 def _exists(p: Path, flag: str) -> bool:
@@ -150,6 +202,9 @@ def _check_can_create_in(folder: Path, given, flag: str) -> None:
     """Writes go through a temporary file beside the target (atomic_path), so probe with one."""
     anc = folder.absolute()
     while not _exists(anc, flag):
+        if os.path.islink(anc):
+            raise InputError(f"{flag} {given}: {anc} is a symbolic link to nothing (a missing target or a loop of "
+                             "links); remove it or choose another path")
         anc = anc.parent
     if not anc.is_dir():
         raise InputError(f"{flag} {given}: {anc} is a file, so nothing can be written under it; choose another path")
@@ -159,6 +214,16 @@ def _check_can_create_in(folder: Path, given, flag: str) -> None:
         raise InputError(f"{flag} {given}: cannot write in {anc} ({e.strerror}); choose a writable path") from None
     os.close(fd)
     os.unlink(tmp)
+
+
+def unpaired_surrogate(text: str) -> int | None:
+    """Where `text` holds half a surrogate pair (JSON escapes can carry one; no tokenizer and no
+    UTF-8 file takes it), or None when UTF-8 can hold all of it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return None
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

@@ -191,13 +191,14 @@ def load_model(spec: str, device: str = "auto", dtype: str = "auto", weights: bo
     tok = load_tokenizer(path, opts)
     where = "local folder" if os.path.isdir(path) else "hub id (no local folder of that name)"
     try:
+        import torch
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(path, **opts)
+        check_config_size(config, spec)
         if weights:
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **opts)
         else:
-            import torch
-            from transformers import AutoConfig
-
-            config = AutoConfig.from_pretrained(path, **opts)
             with torch.device("meta"):
                 model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype, trust_remote_code=False)
     except InputError:
@@ -243,6 +244,26 @@ def describe(model, tokenizer, spec: str, path: str | None) -> dict:
     return out
 
 
+MAX_PARAMS = 10 ** 13  # ten trillion: beyond any model that exists, and far beyond any one machine
+MAX_LAYERS = 4096  # real models have at most a few hundred
+
+
+def check_config_size(config, spec: str) -> None:
+    """Refuse, from the config's numbers alone, a model too large to build: its parameters are
+    counted as a decoder's (attention and MLP per layer, embeddings and head), before anything is built."""
+    def whole(name: str, default: int = 0) -> int:
+        v = getattr(config, name, None)
+        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else default
+
+    h, layers, vocab = whole("hidden_size"), whole("num_hidden_layers"), whole("vocab_size")
+    inner = whole("intermediate_size", 4 * h)
+    n = layers * (4 * h * h + 3 * h * inner) + 2 * vocab * h
+    if layers > MAX_LAYERS or n > MAX_PARAMS:
+        raise InputError(f"model {spec!r}: its config asks for {layers:,} layers of width {h:,} (about {n:.2e} "
+                         f"parameters), more than any model can be ({MAX_LAYERS:,} layers, {MAX_PARAMS:.0e} parameters); "
+                         "check num_hidden_layers, hidden_size and intermediate_size in config.json")
+
+
 def describe_config(spec: str) -> dict:
     """`describe()` from the model's config alone, built on the meta device: no weights are read
     and no tokenizer is needed (a folder holding only config.json is enough)."""
@@ -252,6 +273,7 @@ def describe_config(spec: str) -> dict:
     path = resolve_model_path(spec)
     try:
         config = AutoConfig.from_pretrained(path, **hub_options(path))
+        check_config_size(config, spec)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
     except InputError:

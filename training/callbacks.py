@@ -21,7 +21,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from capacity_advisor.models.files import read_jsonl, write_json, write_jsonl
+from capacity_advisor.models.files import give_umask_modes, read_jsonl, write_json, write_jsonl
 from capacity_advisor.training import metrics
 from capacity_advisor.training.evaluate import Evaluator
 
@@ -167,6 +167,7 @@ class EvalCallback(TrainerCallback):
         if rank() == 0:
             ckpt = self.run_dir / f"checkpoint-{state.global_step}"
             if ckpt.is_dir():
+                give_umask_modes(ckpt)
                 write_json(ckpt / MARKER, {"step": state.global_step, "epoch": state.global_step / self.steps_per_epoch,
                                            "elapsed": self.elapsed(), "eval": self.last_row})
         barrier()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import read_jsonl_input
+from capacity_advisor.models.files import read_jsonl_input, unpaired_surrogate
 
 
 def read_sft_rows(path: str | Path) -> list[dict]:
@@ -29,6 +29,9 @@ def read_sft_rows(path: str | Path) -> list[dict]:
         if not isinstance(r.get("prompt"), str) or not isinstance(r.get("completion"), str):
             raise InputError(f"dataset {path} row {i}: needs string fields 'prompt' and 'completion' "
                              "(TRL prompt/completion JSONL, as `advisor select --format trl` writes)")
+        if unpaired_surrogate(r["prompt"]) is not None or unpaired_surrogate(r["completion"]) is not None:
+            raise InputError(f"dataset {path} row {i}: a text holds an unpaired surrogate escape (\\ud800-\\udfff "
+                             "alone); fix that escape in the file")
     return rows
 
 

@@ -143,8 +143,9 @@ def llamafactory_template(st: Student) -> tuple[str | None, str | None, str]:
                 system = None
                 if marker == "<|im_start|>":
                     # ChatML templates differ only in their default system prompt: carry the student's exactly.
-                    shown = st.tokenizer.apply_chat_template([{"role": "user", "content": "x"}],
-                                                             add_generation_prompt=True, tokenize=False)
+                    from capacity_advisor.models.template import render_prompt
+
+                    shown = render_prompt(st.tokenizer, "x")  # bounded like every other rendering
                     found = _CHATML_SYSTEM.search(shown)
                     system = found.group(1) if found else ""
                 return name, system, (f"# template: {name}, LLaMA-Factory's copy of the student's chat template "
@@ -184,6 +185,9 @@ def export(m: Manifest, out: str | Path, formats=FORMATS, manifest_path: str | o
         from capacity_advisor.models.template import check_prompts
 
         check_prompts(st.tokenizer, (r["prompt"] for r in rows))  # what the launchers will render
+    # every rendering before anything is written, so a template that fails on one writes nothing
+    lf_template = llamafactory_template(st) if "llamafactory" in formats else None
+    bos_eos = _bos_eos(st.tokenizer) if not st.chat and st.tokenizer is not None else None
     out.mkdir(parents=True, exist_ok=True)
     phase = [({"phase": r["phase"]} if "phase" in r else {}) for r in rows]
     train = out / "train.jsonl"
@@ -207,10 +211,10 @@ def export(m: Manifest, out: str | Path, formats=FORMATS, manifest_path: str | o
         write_text(p, _trl_script(st, data, t, per_device, steps, note))
         written.append(p)
     if "llamafactory" in formats:
-        name, system, why = llamafactory_template(st)
+        name, system, why = lf_template
         lf_data = train
-        if not st.chat and st.tokenizer is not None:
-            bos, eos = _bos_eos(st.tokenizer)
+        if bos_eos is not None:
+            bos, eos = bos_eos
             lf_data = out / "train_llamafactory.jsonl"
             write_jsonl(lf_data, ({"prompt": bos + r["prompt"], "completion": r["completion"] + eos, **ph}
                                   for r, ph in zip(rows, phase)))

@@ -22,7 +22,9 @@ from typing import Any
 from capacity_advisor.models.metrics import CHECKERS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import write_json
-from capacity_advisor.training.manifest_checks import _int, _keys, _line, _num, _one_of, _show, training_problems
+from capacity_advisor.training.manifest_checks import (
+    MAX_COUNT, MAX_EPOCHS, MAX_TOKENS, _int, _keys, _line, _num, _one_of, _show, training_problems, whole_problems,
+)
 from capacity_advisor.training.manifest_checks import MAX_SEED, SCHEDULERS  # noqa: F401 (importable from here too)
 
 MANIFEST_VERSION = 1
@@ -52,9 +54,10 @@ def schedule_of(option: str) -> tuple[str, float, float | None]:
         return strategy, 0.0, None
     if strategy == "mixed" and (not arg or (value is not None and 0 < value < 1)):
         return "mixed", value if value is not None else 0.5, None
-    if strategy == "curriculum" and value is not None and value > 0:
+    if strategy == "curriculum" and value is not None and 0 < value <= MAX_EPOCHS:  # not inf, nor nan
         return "curriculum", 0.0, value
-    raise InputError(f"{option!r} names no schedule: use high, low, mixed, mixed@SHARE (0 < SHARE < 1) or curriculum@EPOCHS")
+    raise InputError(f"{option!r} names no schedule: use high, low, mixed, mixed@SHARE (0 < SHARE < 1) or "
+                     f"curriculum@EPOCHS (0 < EPOCHS <= {MAX_EPOCHS:,})")
 
 
 def option_order(option: str) -> tuple:
@@ -185,18 +188,11 @@ class Manifest:
             bad.append(f"eval.checker: {_show(e.checker)} is unknown (use {', '.join(CHECKERS)})")
         elif e.path is None and e.checker in ("lab", "math"):
             bad.append(f"eval.path: missing, but eval.checker is {e.checker!r} (give a held-out JSONL of prompt/answer rows, or checker none)")
-        if not _int(e.max_new_tokens) or e.max_new_tokens < 1:
-            bad.append(f"eval.max_new_tokens: must be a whole number ≥ 1, got {_show(e.max_new_tokens)}")
-        if not _num(e.temperature) or e.temperature < 0:
-            bad.append(f"eval.temperature: must be ≥ 0 (0 = greedy), got {_show(e.temperature)}")
-        if e.limit is not None and (not _int(e.limit) or e.limit < 1):
-            bad.append(f"eval.limit: must be ≥ 1 or null (all rows), got {_show(e.limit)}")
-        if e.teacher is not None and not _line(e.teacher):
-            bad.append(f"eval.teacher: a model (folder, hub id or lab:NAME) on one line of text, or null; got {_show(e.teacher)}")
-        for name in ("view_limit", "token_budget"):
-            v = getattr(e, name)
-            if v is not None and (not _int(v) or v < 1):
-                bad.append(f"eval.{name}: must be a whole number ≥ 1 or null, got {_show(v)}")
+        bad += whole_problems("eval.max_new_tokens", e.max_new_tokens, 1, MAX_TOKENS)
+        if not _num(e.temperature) or not 0 <= e.temperature <= 100:
+            bad.append(f"eval.temperature: must be from 0 (greedy) to 100, got {_show(e.temperature)}")
+        for name in ("limit", "view_limit", "token_budget"):
+            bad += whole_problems(f"eval.{name}", getattr(e, name), 1, MAX_COUNT, null=True)
         for name in ("base_drift", "per_problem"):
             if not isinstance(getattr(e, name), bool):
                 bad.append(f"eval.{name}: must be true or false, got {_show(getattr(e, name))}")

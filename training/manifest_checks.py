@@ -11,39 +11,39 @@ if TYPE_CHECKING:
     from capacity_advisor.training.manifest import TrainingSpec
 
 MAX_SEED = 2**32 - 1  # numpy's seeds stop here (the trainer seeds numpy, torch and random with it)
+# What can run: no released model reads more than about a million positions, and a count beyond
+# these would overflow a tensor's index or take longer than any run (each bound is far above use).
+MAX_TOKENS = 1 << 20  # max_length, max_new_tokens
+MAX_BATCH = 1 << 16  # sequences per optimizer step, micro-batches per step
+MAX_EPOCHS = 10_000
+MAX_COUNT = 10 ** 9  # steps, evaluations, rows, checkpoints
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial",
               "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay")
 
 
 def training_problems(t: TrainingSpec) -> list[str]:
     bad = []
-    if not _num(t.epochs) or not t.epochs > 0:
-        bad.append(f"training.epochs: the budget must be > 0, got {_show(t.epochs)}")
-    if not _num(t.learning_rate) or not t.learning_rate > 0:
-        bad.append(f"training.learning_rate: must be > 0, got {_show(t.learning_rate)}")
-    for name in ("batch_size", "grad_accum", "evals_per_epoch"):
-        v = getattr(t, name)
-        if not _int(v) or v < 1:
-            bad.append(f"training.{name}: must be a whole number ≥ 1, got {_show(v)}")
+    if not _num(t.epochs) or not 0 < t.epochs <= MAX_EPOCHS:
+        bad.append(f"training.epochs: the budget must be > 0 and at most {MAX_EPOCHS:,}, got {_show(t.epochs)}")
+    if not _num(t.learning_rate) or not 0 < t.learning_rate <= 1:
+        bad.append(f"training.learning_rate: must be > 0 and at most 1, got {_show(t.learning_rate)}")
+    for name, most in (("batch_size", MAX_BATCH), ("grad_accum", MAX_BATCH), ("evals_per_epoch", MAX_EPOCHS)):
+        bad += whole_problems(f"training.{name}", getattr(t, name), 1, most)
     if _int(t.batch_size) and _int(t.grad_accum) and t.grad_accum >= 1 and t.batch_size >= 1 and t.batch_size % t.grad_accum:
         bad.append(f"training.batch_size: {t.batch_size} must be a multiple of training.grad_accum ({t.grad_accum})")
-    if not _int(t.max_length) or t.max_length < 8:
-        bad.append(f"training.max_length: must be a whole number ≥ 8, got {_show(t.max_length)}")
+    bad += whole_problems("training.max_length", t.max_length, 8, MAX_TOKENS)
     if not _one_of(t.lr_scheduler, SCHEDULERS):
         bad.append(f"training.lr_scheduler: {_show(t.lr_scheduler)} is unknown (use {', '.join(SCHEDULERS)})")
     if not _num(t.warmup_ratio) or not 0 <= t.warmup_ratio < 1:
         bad.append(f"training.warmup_ratio: must be in [0, 1), got {_show(t.warmup_ratio)}")
-    for name in ("warmup_steps", "max_steps", "eval_every"):
-        v, least = getattr(t, name), 0 if name == "warmup_steps" else 1
-        if v is not None and (not _int(v) or v < least):
-            bad.append(f"training.{name}: must be a whole number ≥ {least} or null, got {_show(v)}")
-    if not _num(t.weight_decay) or t.weight_decay < 0:
-        bad.append(f"training.weight_decay: must be ≥ 0, got {_show(t.weight_decay)}")
+    for name in ("warmup_steps", "max_steps", "eval_every", "save_total_limit"):
+        bad += whole_problems(f"training.{name}", getattr(t, name), 0 if name == "warmup_steps" else 1, MAX_COUNT,
+                              null=True)
+    if not _num(t.weight_decay) or not 0 <= t.weight_decay <= 10:
+        bad.append(f"training.weight_decay: must be ≥ 0 and at most 10, got {_show(t.weight_decay)}")
     if not _int(t.seed) or not 0 <= t.seed <= MAX_SEED:
         bad.append(f"training.seed: must be a whole number from 0 to {MAX_SEED} (what numpy and torch both take), "
                    f"got {_show(t.seed)}")
-    if t.save_total_limit is not None and (not _int(t.save_total_limit) or t.save_total_limit < 1):
-        bad.append(f"training.save_total_limit: must be ≥ 1 or null, got {_show(t.save_total_limit)}")
     if not isinstance(t.gradient_checkpointing, bool):
         bad.append(f"training.gradient_checkpointing: must be true or false, got {_show(t.gradient_checkpointing)}")
     if t.switch_epoch is not None:
@@ -54,6 +54,13 @@ def training_problems(t: TrainingSpec) -> list[str]:
     if t.rerank is not None:
         bad += _rerank_problems(t)
     return bad
+
+
+def whole_problems(name: str, v: Any, least: int, most: int, null: bool = False) -> list[str]:
+    """The problem of a field that must be a whole number from `least` to `most` (or null, with `null`)."""
+    if (v is None and null) or (_int(v) and least <= v <= most):
+        return []
+    return [f"{name}: must be a whole number from {least:,} to {most:,}{' or null' if null else ''}, got {_show(v)}"]
 
 
 def _rerank_problems(t: TrainingSpec) -> list[str]:
@@ -80,14 +87,14 @@ def _rerank_problems(t: TrainingSpec) -> list[str]:
 
 
 def _lora_problems(lora: Any) -> list[str]:
-    if not isinstance(lora, dict) or not _int(lora.get("r")) or lora["r"] < 1:
-        return [f"training.lora: null for full SFT, or an object with an integer r ≥ 1, got {_show(lora)}"]
+    if not isinstance(lora, dict) or not _int(lora.get("r")) or not 1 <= lora["r"] <= MAX_BATCH:
+        return [f"training.lora: null for full SFT, or an object with an integer r from 1 to {MAX_BATCH:,}, got {_show(lora)}"]
     bad = []
     extra = set(lora) - {"r", "alpha", "dropout", "target_modules"}
     if extra:
         bad.append(f"training.lora: unknown keys {_keys(extra)} (use r, alpha, dropout, target_modules)")
-    if "alpha" in lora and (not _num(lora["alpha"]) or lora["alpha"] <= 0):
-        bad.append(f"training.lora.alpha: must be a number > 0, got {_show(lora['alpha'])}")
+    if "alpha" in lora and (not _num(lora["alpha"]) or not 0 < lora["alpha"] <= 1e6):
+        bad.append(f"training.lora.alpha: must be a number > 0 and at most 1e6, got {_show(lora['alpha'])}")
     if "dropout" in lora and (not _num(lora["dropout"]) or not 0 <= lora["dropout"] < 1):
         bad.append(f"training.lora.dropout: must be in [0, 1), got {_show(lora['dropout'])}")
     modules = lora.get("target_modules", "all-linear")

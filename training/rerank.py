@@ -24,7 +24,7 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import read_jsonl, write_jsonl
+from capacity_advisor.models.files import read_jsonl, unpaired_surrogate, write_jsonl
 from capacity_advisor.models.ranking import extremes, low_share, score_value
 
 
@@ -37,6 +37,9 @@ def read_candidates(path: str | Path, dataset_ids: set[str]) -> list[dict]:
         if not (isinstance(r.get("prompt"), str) and isinstance(r.get("responses"), list) and len(r["responses"]) >= 1
                 and all(isinstance(x, str) for x in r["responses"]) and r.get("id") is not None):
             raise InputError(f"training.rerank.candidates {path} row {i}: needs id, a string prompt and a list of responses")
+        if any(unpaired_surrogate(x) is not None for x in (r["prompt"], *r["responses"])):
+            raise InputError(f"training.rerank.candidates {path} row {i}: a text holds an unpaired surrogate escape "
+                             "(\\ud800-\\udfff alone); fix that escape in the file")
     missing = dataset_ids - {str(r["id"]) for r in rows}
     if missing:
         raise InputError(f"training.rerank.candidates {path} lacks {len(missing)} of the dataset's problems "

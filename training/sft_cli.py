@@ -24,7 +24,7 @@ def run_options(f):
         click.option("--device", default="auto", type=click.Choice(DEVICES), show_default=True),
         click.option("--dtype", default="auto", type=click.Choice(DTYPES), show_default=True,
                      help="auto: fp32 on CPU, bf16 (else fp16 mixed precision) on GPU."),
-        click.option("--threads", default=0, show_default=True, help="Torch CPU threads per process (0: torch's default)."),
+        click.option("--threads", default=0, show_default=True, type=click.IntRange(0, 4096), help="Torch CPU threads per process (0: torch's default)."),
         click.option("--epochs", default=None, type=float,
                      help="Override the manifest's epoch budget (training.epochs); the run is then another run."),
         click.option("--max-steps", default=None, type=int,

@@ -84,7 +84,7 @@ def list_cmd(as_json):
 
 @lab.command()
 @click.option("--sizes", default=None, help="Comma-separated ladder names (default: all).")
-@click.option("--threads", default=None, type=int, help="Torch threads (default: torch's own choice).")
+@click.option("--threads", default=None, type=click.IntRange(1, 4096), help="Torch threads (default: torch's own choice).")
 @click.option("--json", "as_json", is_flag=True, help="Print the built students as JSON on stdout.")
 def build(sizes, threads, as_json):
     """Pretrain the ladder students that are not built yet (cached; a rebuild is a no-op)."""

@@ -69,7 +69,7 @@ class AdvisorGroup(click.Group):
 # Faults of the user's filesystem (a path under a file, no permission, a read-only or full disk),
 # not of this program.
 _FILESYSTEM_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EISDIR, errno.ENOSPC,
-                      errno.EDQUOT, errno.ENAMETOOLONG, errno.EEXIST}
+                      errno.EDQUOT, errno.ENAMETOOLONG, errno.EEXIST, errno.ELOOP}
 
 
 @click.group(cls=AdvisorGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -168,9 +168,10 @@ def score(pool_path, out, compute_budgets, compute_samples, checker, as_json, **
 @json_option
 def select(pool_path, scores_path, fmt, out, problem_class, compute_path, candidates_path, as_json, **kw):
     """Build D_high / D_low / D_mixed / curriculum from a scored pool and export it for training."""
-    from capacity_advisor.advisor.cli.ui import emit_json
+    from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries
     from capacity_advisor.advisor.stages import select_file
 
+    quiet_libraries()
     pool_opts = pool_settings(kw)
     cfg = take(SelectConfig, kw)
     summary = select_file(pool_path, pool_opts, scores_path, cfg, out, fmt, problem_class, compute_path, candidates_path)

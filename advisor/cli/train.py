@@ -72,10 +72,13 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
         return
     if not out:
         raise InputError("--out is required (the run folder), unless --export is given")
-    from capacity_advisor.models.files import check_writable_dir
+    from capacity_advisor.models.files import check_writable_dir, check_writable_file, refuse_overwrite
 
     # before the launch command is printed, so a mistake is the only line
     check_writable_dir(out, "--out")
+    if records:
+        check_writable_file(records, "--records")
+    refuse_overwrite([manifest, m.dataset_path, m.eval_path, m.candidates_path], [out, records], "--out / --records")
     if nproc < 1:
         raise InputError(f"--nproc {nproc} must be at least 1")
     checked = check_run(m, out, world=nproc, device=device, dtype=dtype, epochs=epochs, max_steps=max_steps)
@@ -100,9 +103,9 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
 
         from capacity_advisor.training.launch import sft_args, shown
 
-        click.echo(shown([sys.executable] + sft_args(manifest, out, records, device, dtype, threads, epochs, max_steps)),
-                   err=True)
-        if dry_run:
+        if dry_run:  # a run in this process prints no command: a mistake found while it loads stays the only line
+            click.echo(shown([sys.executable] + sft_args(manifest, out, records, device, dtype, threads, epochs, max_steps)),
+                       err=True)
             return
         from capacity_advisor.training.sft import run_sft
 

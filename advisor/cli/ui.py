@@ -4,9 +4,10 @@ Progress (`work`) shows nothing until the first report, so a mistake found while
 checked is the only line printed. On a terminal it draws rich bars (cleared again when a mistake
 of the user's stops the work). Elsewhere (a pipe, nohup, a scheduler, CI) it prints plain lines as
 the work goes — one per stage and about one per tenth of a counted one — and tables are laid out
-wide instead of cut at 80 columns; a stage's first line waits until the stage has run HOLD
-seconds or another line follows, so a mistake found as a stage begins (a damaged model file) is
-still the only line.
+wide instead of cut at 80 columns. A plain line cannot be taken back, so a stage's first line is
+printed only once the stage is known to have succeeded (the next line follows, or the work ends
+without a mistake): a mistake found however long into a stage (a damaged model file on a busy
+machine) is still the only line.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from rich.table import Table
 console = Console(stderr=True)
 WIDE = 200  # columns for tables when stderr is not a terminal (a log file has no width)
 PLAIN_STEPS = 10  # a plain progress line about every tenth of a counted stage
-HOLD = 10.0  # seconds a stage's first plain line waits for the stage to prove possible
 
 
 def prepare() -> None:
@@ -56,8 +56,7 @@ class Work:
         self._bar: Progress | None = None  # rich bars, started at the first report
         self._status: int | None = None
         self._labels: dict[str, int] = {}
-        self._pending: str | None = None  # a plain line held back (HOLD)
-        self._timer: threading.Timer | None = None
+        self._pending: str | None = None  # a stage's plain line, held until the stage is known to succeed
         self._lock = threading.Lock()
 
     # ---- rich's shape ----------------------------------------------------------------------
@@ -131,28 +130,18 @@ class Work:
                     hold=first or new_stage)
 
     def _print(self, text: str, hold: bool = False) -> None:
-        """A plain line; one that opens a stage is held until HOLD seconds pass or a line follows."""
+        """A plain line; one that opens a stage is held until a line follows (the stage went on)."""
         with self._lock:
             self._release()
             if hold:
                 self._pending = text
-                self._timer = threading.Timer(HOLD, self._flush)
-                self._timer.daemon = True
-                self._timer.start()
             else:
                 console.print(text, highlight=False, soft_wrap=True)
 
     def _release(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         if self._pending is not None:
             console.print(self._pending, highlight=False, soft_wrap=True)
             self._pending = None
-
-    def _flush(self) -> None:
-        with self._lock:
-            self._release()
 
     def _draw(self, t: dict) -> None:
         if self._bar is None:
@@ -171,9 +160,6 @@ class Work:
         from capacity_advisor.models.errors import InputError
 
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
             if error is not None:
                 self._pending = None
             self._release()
@@ -242,8 +228,21 @@ def fmt(v: Any) -> str:
 
 
 def quiet_libraries() -> None:
-    """Transformers' own progress bars and warnings would interleave with ours."""
+    """Libraries' own progress bars, logs and warnings (transformers', datasets' "Generating train
+    split" bars, torch's notes on pickled weights) would interleave with ours, or stand before a
+    mistake's one `error:` line."""
+    import warnings
+
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")  # read when datasets is imported
+    os.environ.setdefault("DATASETS_VERBOSITY", "critical")  # its error logs repeat what our one line says
+    for module in (r"torch(\..*)?", r"transformers(\..*)?", r"datasets(\..*)?"):
+        warnings.filterwarnings("ignore", module=module)
+    if "datasets" in sys.modules:  # imported already: tell it directly
+        datasets = sys.modules["datasets"]
+        with contextlib.suppress(Exception):
+            datasets.disable_progress_bars()
+            datasets.utils.logging.set_verbosity(datasets.utils.logging.CRITICAL)
     try:
         from transformers.utils import logging as hf_logging
 

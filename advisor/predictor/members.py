@@ -175,12 +175,18 @@ def _arr(x, shape) -> bool:
         return False
 
 
+# A fitted member works on z-scored inputs (a spread below 1e-12 counts as 1), so its weights are
+# small; a weight beyond MAX_WEIGHT would overflow the logits into no probability at all.
+MIN_SCALE, MAX_WEIGHT = 1e-12, 1e6
+
+
 def _check_linear(m: dict, n_features: int, k: int) -> str | None:
     gap = m["kind"] in ("ridge", "curve")
     rows, cols = (k - 1, 2 * n_features + (m["kind"] == "curve")) if gap else (k, n_features)
     if not (k >= 2 and all(_arr(m.get(n), (n_features,)) for n in ("fill", "mean", "scale"))
             and _arr(m.get("coef"), (rows, cols)) and _arr(m.get("intercept"), (rows,))
-            and np.all(np.asarray(m["scale"], dtype=float) > 0)):
+            and np.all(np.asarray(m["scale"], dtype=float) >= MIN_SCALE)
+            and all(np.abs(np.asarray(m[n], dtype=float)).max(initial=0) <= MAX_WEIGHT for n in ("coef", "intercept"))):
         return f"{m['kind']} member"
     if gap:
         j = m.get("budget_index")

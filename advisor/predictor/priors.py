@@ -47,17 +47,16 @@ def fit_lab_prior(rows: Sequence[dict]) -> dict:
 
 def lab_prior_advice(prior: dict, n_params: float, budget: float, options: Sequence[str] | None = None) -> dict:
     """The lab prior's answer over `options` (the predictor's; default high, low, mixed)."""
-    from capacity_advisor.advisor.predictor.members import check_member, member_proba
+    from capacity_advisor.advisor.predictor.members import member_proba
     from capacity_advisor.training.manifest import SETS
 
     options = tuple(options or SETS)
-    if not isinstance(prior, dict) or list(prior.get("features") or []) != list(LAB_PRIOR_FEATURES):
-        raise InputError("the predictor holds no lab prior; refit it with `advisor fit`")
-    check_member(prior.get("member"), len(LAB_PRIOR_FEATURES),
-                 lambda why: InputError(f"the predictor's lab prior is damaged ({why}); refit it with `advisor fit`"),
-                 options)
+    check_lab_prior(prior, options)
     f = _prior_features(n_params, budget)
     p = member_proba(prior["member"], np.array([[f[k] for k in LAB_PRIOR_FEATURES]]), options)[0]
+    if not np.isfinite(p).all():
+        raise InputError("the predictor's lab prior gives no probabilities here (its numbers overflow); "
+                         "refit it with `advisor fit`")
     probs = {s: float(v) for s, v in zip(options, p)}
     lo, hi = prior.get("params_range") or [float("nan"), float("nan")]
     inside = lo <= n_params <= hi
@@ -66,6 +65,19 @@ def lab_prior_advice(prior: dict, n_params: float, budget: float, options: Seque
         reasons.append(f"{n_params:,.0f} parameters is outside the calibrated lab range ({lo:,.0f} to {hi:,.0f})")
     return {"prior": "lab", "strategy": max(probs, key=probs.get), "probabilities": probs, "confidence": "low",
             "confidence_reasons": reasons + ["no probe: nothing was measured on this student"]}
+
+
+def check_lab_prior(prior, options: Sequence[str] | None = None) -> None:
+    """InputError unless `prior` (a predictor's meta["lab_prior"]) is a well-formed lab prior."""
+    from capacity_advisor.advisor.predictor.members import check_member
+    from capacity_advisor.training.manifest import SETS
+
+    if not isinstance(prior, dict) or list(prior.get("features") or []) != list(LAB_PRIOR_FEATURES):
+        raise InputError("the predictor holds no lab prior, which advice without a probe needs for students under "
+                         f"{PAPER_FROM:.0e} parameters; refit it with `advisor fit`, or leave --no-probe out")
+    check_member(prior.get("member"), len(LAB_PRIOR_FEATURES),
+                 lambda why: InputError(f"the predictor's lab prior is damaged ({why}); refit it with `advisor fit`"),
+                 tuple(options or SETS))
 
 
 def paper_findings() -> dict:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import advisor_home, stable_hash, write_json
+from capacity_advisor.models.files import advisor_home, give_umask_modes, stable_hash, write_json
 from capacity_advisor.models.lab import committed, tasks
 
 RECIPE_VERSION = 2  # 2: the carry marker in the alphabet, harder tasks, two-digit lists
@@ -282,6 +282,7 @@ def build_student(
     hf_logging.disable_progress_bar()
     model.save_pretrained(out)
     tok.save_pretrained(out)
+    give_umask_modes(out)
     tail = losses[-50:] or [float("nan")]
     write_json(out / "build.json", {
         "name": name,

@@ -230,12 +230,16 @@ def family(task: str) -> Family:
     return FAMILIES[task]
 
 
+MAX_DIFFICULTY = 32  # a problem and its worked answer must still fit a lab student's 128 positions
+
+
 def make_problems(task: str, n: int, difficulty: int | None = None, seed: int = 0) -> list[Problem]:
     """`n` distinct problems of one family at one difficulty (distinct prompts where the space allows)."""
     fam = family(task)
     k = fam.default_difficulty if difficulty is None else int(difficulty)
-    if k < 1:
-        raise InputError(f"--difficulty must be at least 1, got {k}")
+    if not 1 <= k <= MAX_DIFFICULTY:
+        raise InputError(f"--difficulty must be from 1 to {MAX_DIFFICULTY} (a lab student reads at most 128 tokens, "
+                         f"and its corpus covers {fam.difficulty_range[0]}-{fam.difficulty_range[1]}), got {k}")
     rng = random.Random(f"{task}:{k}:{seed}")
     seen, out = set(), []
     for _ in range(n * 20):

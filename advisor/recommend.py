@@ -136,7 +136,8 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
     check_writable_dir(cfg.out, "--out")
     out = Path(cfg.out)
     refuse_overwrite([cfg.pool, cfg.scores, cfg.predictor],
-                     [out, *(out / name for name in ("train.jsonl", "eval.jsonl", "recommendation.json", "config.json",
+                     [out, *(out / name for name in ("train.jsonl", "train-high.jsonl", "train-low.jsonl", "eval.jsonl",
+                                                     "recommendation.json", "config.json",
                                                      "report.png", "score", "probe"))], "--out")
     predictor = load_predictor(cfg.predictor)
     plan = predictor_plan(cfg.model, "recommend", predictor, cfg.recipe)
@@ -352,6 +353,13 @@ def write_outputs(cfg: RecommendConfig, rec: Recommendation, pool, whole: int, s
     sel = select(pool, stage.scores, SelectConfig(strategy=s.strategy, mix=s.mix, seed=cfg.seed, score=cfg.score))
     sel.rows = [r for r in sel.rows if r["id"] not in held]
     export(sel, out / "train.jsonl", "trl")
+    sets = {}  # the other of D_high / D_low, so `advisor train --race` can race them (the recommended one is train.jsonl)
+    for name in ("high", "low"):
+        if s.strategy != name:
+            other = select(pool, stage.scores, SelectConfig(strategy=name, seed=cfg.seed, score=cfg.score))
+            other.rows = [r for r in other.rows if r["id"] not in held]
+            export(other, out / f"train-{name}.jsonl", "trl")
+            sets[name] = f"train-{name}.jsonl"
     eval_rows = [{"prompt": pool.get(i).prompt, "answer": pool.get(i).answer, "task": pool.get(i).task}
                  for i in stage.split.eval_ids if pool.get(i).answer is not None]
     if eval_rows:
@@ -362,7 +370,7 @@ def write_outputs(cfg: RecommendConfig, rec: Recommendation, pool, whole: int, s
     if len(pool) < whole:
         rec.notes.append(sample_note(cfg, rec, whole, len(held)))
     rec.seconds = round(time.time() - t0, 1)
-    write_manifest(rec, out, cfg.model, cfg.teacher, cfg.seed)
+    write_manifest(rec, out, cfg.model, cfg.teacher, cfg.seed, sets)
     write_config(cfg, checked.key, rec.settings)
     write_figure(rec, checked.predictor, out / "report.png")
 

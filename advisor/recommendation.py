@@ -128,8 +128,10 @@ class Recommendation:
         }
 
 
-def write_manifest(rec: Recommendation, out: Path, spec: str, teacher: str | None, seed: int) -> None:
-    """OUT/recommendation.json: the training manifest of the recommended set (`advisor train`)."""
+def write_manifest(rec: Recommendation, out: Path, spec: str, teacher: str | None, seed: int,
+                   sets: dict | None = None) -> None:
+    """OUT/recommendation.json: the training manifest of the recommended set (`advisor train`);
+    `sets` names the data files of D_high / D_low besides it (`advisor train --race`)."""
     from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
 
     manifest = Manifest(
@@ -148,6 +150,7 @@ def write_manifest(rec: Recommendation, out: Path, spec: str, teacher: str | Non
                               switch_epoch=rec.schedule.switch_epoch),
         features=finite(rec.inputs),  # strict JSON: a measurement that does not apply is null
         pool=finite(rec.pool),
+        sets=dict(sets or {}),
     )
     manifest.to_json(out / "recommendation.json")
 

@@ -150,6 +150,13 @@ def test_recommend_end_to_end_on_the_smallest_lab_student(lab_pool_file, tmp_pat
     evals = [json.loads(x) for x in (out / "eval.jsonl").read_text().splitlines()]
     assert len(train) == 120 - 32 and len(evals) == 32 and m.eval.checker == "lab"
     assert not {t["prompt"] for t in train} & {e["prompt"] for e in evals}
+    # the manifest names both D_high and D_low (`advisor train --race`), each without the held-out problems
+    from capacity_advisor.training.race import set_files
+
+    for name, file in set_files(m).items():
+        rows = [json.loads(x) for x in (out / file).read_text().splitlines()]
+        assert len(rows) == len(train) and not {t["prompt"] for t in rows} & {e["prompt"] for e in evals}, name
+    assert sorted(m.sets) == sorted({"high", "low"} - {m.strategy})
     # more budget never makes the synthetic predictor less keen on low for the same student
     more = run("recommend", "--budget", 10, "--out", tmp_path / "rec10", *common)
     assert json.loads(more.stdout)["probabilities"]["low"] >= rep["probabilities"]["low"] - 1e-9

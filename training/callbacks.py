@@ -252,6 +252,24 @@ def _full_params(trainer):
     return _NullCtx()
 
 
+class PauseCallback(TrainerCallback):
+    """Stops training once `evals` scheduled evaluations have run in this call (each after its
+    checkpoint and marker are written), so a later call resumes there exactly as after a kill.
+    Registered after the EvalCallback it counts for, so that one's marker is written first."""
+
+    def __init__(self, evaluator: EvalCallback, evals: int):
+        self.evaluator = evaluator
+        self.evals = evals
+        self.seen = 0
+
+    def on_save(self, args, state, control, **kw):
+        if state.global_step in self.evaluator.schedule:
+            self.seen += 1
+            if self.seen >= self.evals:
+                control.should_training_stop = True
+        return control
+
+
 class CurriculumCallback(TrainerCallback):
     """Tells the dataset which epoch it serves, so curriculum sets switch phase at switch_epoch."""
 

@@ -123,6 +123,7 @@ class Manifest:
     training: TrainingSpec = field(default_factory=TrainingSpec)
     features: dict = field(default_factory=dict)  # probe features, copied into the RunRecord
     pool: dict = field(default_factory=dict)  # pool summary, copied into the RunRecord
+    sets: dict = field(default_factory=dict)  # {"high": FILE, "low": FILE}: each set's own data, for `advisor train --race`
     version: int = MANIFEST_VERSION
     base_dir: str = field(default=".", repr=False, compare=False)  # the manifest's folder (not written)
 
@@ -180,6 +181,7 @@ class Manifest:
             bad.append(f"crossover_epoch: must be a number or null, got {_show(self.crossover_epoch)}")
         if self.confidence is not None and not isinstance(self.confidence, str):
             bad.append(f"confidence: must be text or null, got {_show(self.confidence)}")
+        bad += self._sets_problems(check_files)
         bad += training_problems(t)
         if check_files and self.candidates_path is not None and not self.candidates_path.is_file():
             bad.append(f"training.rerank.candidates: file {self.candidates_path} not found")
@@ -196,6 +198,16 @@ class Manifest:
         for name in ("base_drift", "per_problem"):
             if not isinstance(getattr(e, name), bool):
                 bad.append(f"eval.{name}: must be true or false, got {_show(getattr(e, name))}")
+        return bad
+
+    def _sets_problems(self, check_files: bool) -> list[str]:
+        if not isinstance(self.sets, dict):
+            return [f"sets: must be an object naming each set's data file (keys {', '.join(SETS)}), got {_show(self.sets)}"]
+        unknown = set(self.sets) - set(SETS)
+        bad = [f"sets: unknown keys {_keys(unknown)} (use {', '.join(SETS)})"] if unknown else []
+        for name in sorted(set(self.sets) & set(SETS)):
+            bad += self._path_problems(f"sets.{name}", self.sets[name], f"the D_{name} training set, TRL prompt/completion JSONL",
+                                       check_files, required=True)
         return bad
 
     def _path_problems(self, name: str, value: Any, what: str, check_files: bool, required: bool) -> list[str]:
@@ -222,6 +234,8 @@ class Manifest:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("base_dir")
+        if not d["sets"]:  # written only when it names a set, so manifests without one read as before
+            d.pop("sets")
         return {"version": d.pop("version"), **d}
 
     def to_json(self, path: str | os.PathLike, check_files: bool = True) -> Path:

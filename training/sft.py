@@ -52,7 +52,7 @@ def env_world_size() -> int:
 def run_key(m: Manifest) -> str:
     """Identifies what a run trains: a RUN folder holding another key is another run."""
     d = m.to_dict()
-    for informational in ("probabilities", "reasons", "confidence", "crossover_epoch", "features", "pool"):
+    for informational in ("probabilities", "reasons", "confidence", "crossover_epoch", "features", "pool", "sets"):
         d.pop(informational, None)
     d["dataset_digest"] = file_digest(m.dataset_path)
     d["eval_digest"] = file_digest(m.eval_path) if m.eval_path else None
@@ -171,7 +171,8 @@ def _load_cached(spec: str, dtype: str):
 def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, records: str | None = None,
             device: str = "auto", dtype: str = "auto", threads: int = 0, callbacks=(), stream=None,
             lm=None, store: bool = True, step0_row: dict | None = None, epochs: float | None = None,
-            max_steps: int | None = None) -> dict:
+            max_steps: int | None = None, pause_after_evals: int | None = None,
+            provenance: dict | None = None) -> dict:
     """Train, evaluate, checkpoint, resume; return the RunRecord (also written to RUN/record.json).
 
     `lm`: the base student already in memory (a `LoadedModel`); a copy of it is trained, so
@@ -181,6 +182,10 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     already measured it (probes); it is written instead of evaluating step 0 again.
     `epochs` / `max_steps`: override the manifest's (`advisor train --epochs / --max-steps`);
     the run key, and so the run, is then another one.
+    `pause_after_evals`: stop after that many evaluations in this call, leaving the run to resume
+    from that checkpoint on the next call (the learning-rate schedule is the whole budget's all
+    along); a paused run writes no record and returns {"paused_at_step": STEP}.
+    `provenance`: more keys for the record's provenance (what this run was part of).
     """
     from capacity_advisor.models.loading import check_transformers
 
@@ -289,7 +294,7 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     evaluator = cbs.EvalCallback(run_dir, measure, t.evals_per_epoch, t.grad_accum, t.seed, tok, m.model_spec,
                                  eval_every=t.eval_every, elapsed_before=(resume_marker or {}).get("elapsed", 0.0),
                                  log=progress.note, step0_row=step0_row)
-    extra = []
+    extra = [cbs.PauseCallback(evaluator, pause_after_evals)] if pause_after_evals else []
     rerank = None
     if t.rerank:
         from capacity_advisor.training.rerank import RerankCallback
@@ -312,6 +317,10 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
                   + (f"; resuming at step {resume[0]}" if resume else ""))
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
 
+    if trainer.state.global_step < trainer.state.max_steps:  # paused (pause_after_evals): resumed by the next call
+        cbs.barrier()
+        return {"paused_at_step": trainer.state.global_step}
+
     # ---- the record -------------------------------------------------------------------------
     record = None
     train_tokens = sum(cbs.gather_to_main(collator.tokens))
@@ -324,7 +333,7 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
                       "final_checkpoint": str(last[-1][1]) if last else None, "manifest": settings.pop("manifest"),
                       "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                       # a resumed run saw only part of the tokens in this process
-                      "train_tokens": train_tokens if not resume else None}
+                      "train_tokens": train_tokens if not resume else None, **(provenance or {})}
         if rerank is not None:
             from capacity_advisor.training.rerank import describe
 

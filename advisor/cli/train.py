@@ -6,6 +6,7 @@
         --accelerate-config configs/accelerate_fsdp.yaml                       # FSDP for large students
     advisor train rec/recommendation.json --export out/ --format all         # data + TRL/LLaMA-Factory/axolotl configs
     advisor train rec/recommendation.json --out runs/try --max-steps 20     # a short try of the same recipe
+    advisor train rec/recommendation.json --out runs/race --race 0.5        # race D_high against D_low, keep the leader
 
 Every check the run makes (manifest, run folder, batch split, device, data files) is made before
 the launch command is printed, and `--dry-run` makes exactly those, so what it accepts, the run accepts.
@@ -38,12 +39,22 @@ from capacity_advisor.training.sft import run_options
 @click.option("--export", "export_dir", default=None, type=click.Path(file_okay=False),
               help="Write the dataset and TRL / LLaMA-Factory / axolotl config snippets here instead of training.")
 @click.option("--format", "formats", default="all", show_default=True, help="Export formats: trl,llamafactory,axolotl or all.")
+@click.option("--race", "race", default=None, type=float, metavar="F",
+              help="Race D_high against D_low (OUT/race/high, OUT/race/low), stop when one leads or at F of the "
+                   "budget (0 < F <= 1), and continue the leader to the end; OUT/race.json says what happened.")
+@click.option("--race-k", default=2, show_default=True, help="--race: evaluations in a row one set must lead (provisional).")
+@click.option("--race-margin", default=0.05, show_default=True,
+              help="--race: least mean paired accuracy difference that counts as a lead (0.05 = 5 points; provisional).")
 @json_option
 @click.pass_context
 def train(ctx, manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, epochs, max_steps,
-          dry_run, export_dir, formats, as_json):
+          dry_run, export_dir, formats, race, race_k, race_margin, as_json):
     """Full SFT on the recommended data: the paper's protocol, checkpoints, resume, a RunRecord."""
     try:
+        if race is not None:
+            _race(manifest, out, records, nproc, export_dir, device, dtype, threads, epochs, max_steps, dry_run,
+                  race, race_k, race_margin, as_json)
+            return
         _train(manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, epochs, max_steps,
                dry_run, export_dir, formats, as_json)
     except InputError as e:  # also when called outside the advisor group (tests, other CLIs)
@@ -119,3 +130,36 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
         emit_json(summary)
     else:
         console.print(kv_table(f"Run: {m.model_spec} on {m.strategy} data, {m.training.epochs:g} epochs", summary))
+
+
+def _race(manifest, out, records, nproc, export_dir, device, dtype, threads, epochs, max_steps, dry_run,
+          fraction, k, margin, as_json):
+    """`--race F`: training.race, every input checked first (the same checks with --dry-run)."""
+    from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, quiet_libraries
+    from capacity_advisor.models.files import check_writable_dir
+    from capacity_advisor.training.race import RaceRule, check_race, run_race
+
+    quiet_libraries()
+    if export_dir:
+        raise InputError("--race trains; it does not combine with --export")
+    if nproc != 1:
+        raise InputError(f"--race runs its two trainings in one process; --nproc {nproc} is not supported with it")
+    if not out:
+        raise InputError("--out is required (the race folder: race.json, race/high, race/low)")
+    rule = RaceRule(fraction=fraction, k=k, margin=margin)
+    check_writable_dir(out, "--out")
+    check_race(manifest, out, rule, device, dtype, epochs, max_steps)
+    if dry_run:
+        click.echo(f"race of D_high against D_low in {out}: stop at {fraction:g} of the budget, or when one set "
+                   f"leads by more than {margin:g} (and its noise) at {k} evaluations in a row", err=True)
+        return
+    summary = run_race(manifest, out, rule, records=records, device=device, dtype=dtype, threads=threads,
+                       epochs=epochs, max_steps=max_steps)
+    shown = {"winner": summary["winner"], "stopped": summary["stopped"]["reason"],
+             "stopped_at_step": summary["stopped"]["step"], "share_of_budget": summary["stopped"]["share"],
+             "record": summary["record"], "race": summary["race_file"],
+             "best_accuracy": summary["best_accuracy"], "final_accuracy": summary["final_accuracy"]}
+    if as_json:
+        emit_json(shown)
+    else:
+        console.print(kv_table("Race: D_high against D_low", shown))

@@ -1,0 +1,250 @@
+"""training/race.py and `advisor train --race`: D_high against D_low on tiny random-init students.
+
+The data make one set clearly better: every held-out problem's answer is 7, D_high's responses all
+end in \\boxed{7} and D_low's in \\boxed{3}, so after a few steps D_high answers every problem right
+and D_low none."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
+from capacity_advisor.training.race import RaceRule, decide, race_manifests, run_race
+
+EVAL_FIELDS = ("step", "epoch", "accuracy", "repetition_rate", "answer_rate", "per_problem")
+
+
+def write_set(path: Path, answer: int, n: int = 16) -> None:
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": str(i), "k": 0, "prompt": f"Question: what is 12 + {i}? Answer:",
+                                "completion": f" \\boxed{{{answer}}}"}) + "\n")
+
+
+def race_manifest(folder: Path, model: str, high: int = 7, low: int = 3, **changes) -> Path:
+    """A manifest of D_high (dataset, strategy high) that names D_low under sets; 2 epochs of 4 steps."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_set(folder / "train-high.jsonl", high)
+    write_set(folder / "train-low.jsonl", low)
+    with open(folder / "eval.jsonl", "w") as f:
+        for i in range(8):
+            f.write(json.dumps({"prompt": f"Question: what is 35 + {i}? Answer:", "answer": "7"}) + "\n")
+    m = Manifest(model={"spec": model}, dataset="train-high.jsonl", strategy="high", sets={"low": "train-low.jsonl"},
+                 eval=EvalSpec(path="eval.jsonl", checker="math", max_new_tokens=8),
+                 training=TrainingSpec(epochs=2, learning_rate=3e-3, batch_size=4, evals_per_epoch=4,
+                                       save_total_limit=2, warmup_ratio=0.0))
+    for key, value in changes.items():
+        setattr(m, key, value)
+    return m.to_json(folder / "recommendation.json")
+
+
+def invoke(*args):
+    from capacity_advisor.advisor.cli.train import train
+
+    return CliRunner().invoke(train, [str(a) for a in args])
+
+
+def weights(run: Path) -> dict:
+    from safetensors.torch import load_file
+
+    last = max(run.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    return load_file(str(last / "model.safetensors"))
+
+
+def eval_rows(run: Path) -> list[dict]:
+    rows = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]
+    return [{k: r.get(k) for k in EVAL_FIELDS} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def clear_race(tmp_path_factory, tiny_llama):
+    """A race on the clear data through the CLI, with the whole budget allowed (--race 1)."""
+    root = tmp_path_factory.mktemp("race")
+    path = race_manifest(root / "rec", tiny_llama)
+    out = root / "out"
+    r = invoke(path, "--out", out, "--race", 1, "--threads", 1, "--records", root / "records.jsonl", "--json")
+    assert r.exit_code == 0, r.output
+    shown = json.loads(r.output[r.output.index("{\n"):]) if "{\n" in r.output else json.loads(r.output.splitlines()[-1])
+    return root, path, out, shown
+
+
+def test_race_stops_once_one_set_leads_for_k_evaluations(clear_race):
+    root, _, out, shown = clear_race
+    race = json.loads((out / "race.json").read_text())
+    assert race["winner"] == "high" and race["loser"] == "low" and race["status"] == "done"
+    stop = race["stopped"]
+    assert stop["reason"] == "lead" and stop["winner"] == "high" and stop["share"] < 1
+    comps = race["comparisons"]
+    assert len(comps) == stop["evaluation"] and [c["leader"] for c in comps[-2:]] == ["high", "high"]
+    assert all(c["leader"] is None for c in comps[:-2])  # no lead before the two that stopped it
+    assert comps[-1]["mean_difference"] > 0.05 and comps[-1]["problems"] == 8
+    assert shown["winner"] == "high" and shown["stopped"] == "lead" and shown["final_accuracy"] == 1.0
+    # the winner ran to the end; the loser stopped at the race's last evaluation, its folder kept
+    high, low = out / "race" / "high", out / "race" / "low"
+    record = json.loads((high / "record.json").read_text())
+    assert record["evals"][-1]["epoch"] == 2 and record["provenance"]["race"]["stopped"] == stop
+    assert not (low / "record.json").exists()
+    assert eval_rows(low)[-1]["step"] == stop["step"] and (low / f"checkpoint-{stop['step']}").is_dir()
+    # only the finished run is in the records store
+    store = [json.loads(x) for x in (root / "records.jsonl").read_text().splitlines()]
+    assert [s["run_id"] for s in store] == [record["run_id"]]
+
+
+def test_the_continued_winner_equals_an_uninterrupted_run(clear_race):
+    import torch
+
+    from capacity_advisor.training.manifest import load_manifest
+    from capacity_advisor.training.sft import run_sft
+
+    root, path, out, _ = clear_race
+    plain = race_manifests(load_manifest(path))["high"]
+    full = run_sft(plain, root / "full", records=str(root / "full.jsonl"), threads=1)
+    raced = json.loads((out / "race" / "high" / "record.json").read_text())
+    assert full["provenance"]["resumed_from_step"] is None and raced["provenance"]["resumed_from_step"] > 0
+    assert raced["run_id"] == full["run_id"]
+    assert eval_rows(out / "race" / "high") == eval_rows(root / "full")
+    a, b = weights(out / "race" / "high"), weights(root / "full")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    same = lambda r: {k: v for k, v in r.items() if k not in ("provenance", "evals")}  # noqa: E731
+    assert same(raced) == same(full)
+    assert raced["evals"] == full["evals"]  # the training losses too
+
+
+def test_a_rerun_of_a_finished_race_trains_nothing(clear_race):
+    root, path, out, _ = clear_race
+    before = (out / "race.json").read_text()
+    r = invoke(path, "--out", out, "--race", 1, "--threads", 1, "--records", root / "records.jsonl", "--json")
+    assert r.exit_code == 0, r.output
+    assert "already complete" in r.output and json.loads((out / "race.json").read_text()) == json.loads(before)
+    assert len((root / "records.jsonl").read_text().splitlines()) == 1
+
+
+def test_a_race_without_a_lead_stops_at_its_share_of_the_budget(tmp_path, tiny_llama):
+    # the same responses in both sets: the paired difference is 0 at every evaluation
+    path = race_manifest(tmp_path / "rec", tiny_llama, low=7)
+    summary = run_race(path, tmp_path / "out", RaceRule(fraction=0.3), records=str(tmp_path / "r.jsonl"), threads=1)
+    stop = summary["stopped"]
+    # evaluations at every step of 8: the first at or past 30 % of the budget is step 3
+    assert stop == {"reason": "fraction", "winner": "high", "step": 3, "epoch": 0.75, "share": 0.375, "evaluation": 3}
+    assert all(c["mean_difference"] == 0 and c["leader"] is None for c in summary["comparisons"])
+    assert json.loads((tmp_path / "out" / "race" / "high" / "record.json").read_text())["evals"][-1]["step"] == 8
+    assert eval_rows(tmp_path / "out" / "race" / "low")[-1]["step"] == 3
+
+
+def test_a_killed_race_resumes_to_the_same_decision(tmp_path, tiny_llama, monkeypatch, clear_race):
+    from transformers import TrainerCallback
+
+    import capacity_advisor.training.sft as sft
+
+    class Killed(Exception):
+        pass
+
+    class DieInTheStep(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            raise Killed  # after an optimizer step, before its checkpoint
+
+    real, calls = sft.run_sft, []
+
+    def dies_on_the_fifth(*a, **kw):  # the third segment of D_high
+        calls.append(a[1])
+        return real(*a, **kw, **({"callbacks": [DieInTheStep()]} if len(calls) == 5 else {}))
+
+    path = race_manifest(tmp_path / "rec", tiny_llama)
+    monkeypatch.setattr(sft, "run_sft", dies_on_the_fifth)
+    with pytest.raises(Killed):
+        run_race(path, tmp_path / "out", RaceRule(fraction=1.0), records=str(tmp_path / "r.jsonl"), threads=1)
+    assert json.loads((tmp_path / "out" / "race.json").read_text())["status"] == "racing"
+    monkeypatch.setattr(sft, "run_sft", real)
+    summary = run_race(path, tmp_path / "out", RaceRule(fraction=1.0), records=str(tmp_path / "r.jsonl"), threads=1)
+    uninterrupted = json.loads((clear_race[2] / "race.json").read_text())
+    assert summary["stopped"] == uninterrupted["stopped"] and summary["comparisons"] == uninterrupted["comparisons"]
+
+
+# ---- the decision on handmade evaluations ----------------------------------------------------
+def curve(correct: list[list[int]]) -> list[dict]:
+    rows = [{"step": 0, "epoch": 0.0, "accuracy": 0.0}]
+    for i, c in enumerate(correct, 1):
+        rows.append({"step": i, "epoch": i / 4, "accuracy": sum(c) / len(c), "per_problem": {"correct": [bool(x) for x in c]}})
+    return rows
+
+
+M = Manifest(model={"spec": "lab:s"}, dataset="train.jsonl", training=TrainingSpec(epochs=2, evals_per_epoch=4))
+
+
+def test_a_lead_counts_only_in_a_row_and_beyond_its_noise():
+    rule = RaceRule(fraction=1.0, k=2, margin=0.05)
+    ten = lambda n: [1] * n + [0] * (10 - n)  # noqa: E731
+    # every problem flips (far beyond the noise) at evaluations 1, 3 and 4, level at 2: the run of two ends at 4
+    flips = {"high": curve([ten(0), ten(5), ten(0), ten(0), ten(0)]), "low": curve([ten(10), ten(5), ten(10), ten(10), ten(10)])}
+    comps, stop = decide(flips, rule, M)
+    assert [c["leader"] for c in comps] == ["low", None, "low", "low"]
+    assert stop["reason"] == "lead" and stop["winner"] == "low" and stop["evaluation"] == 4 and stop["step"] == 4
+    assert comps[0]["mean_difference"] == -1 and comps[0]["standard_error"] == 0
+    # 2 of 10 problems better under D_high: 0.2 is past the margin but within 1.96 standard errors (0.26)
+    comps, stop = decide({"high": curve([ten(4)] * 3), "low": curve([ten(2)] * 3)}, rule, M)
+    assert [c["leader"] for c in comps] == [None, None, None] and stop is None
+    assert comps[0]["mean_difference"] == pytest.approx(0.2) and 1.96 * comps[0]["standard_error"] > 0.2
+    # 20 of 100 are beyond it (1.96 standard errors: 0.08)
+    hundred = lambda n: [1] * n + [0] * (100 - n)  # noqa: E731
+    comps, stop = decide({"high": curve([hundred(40)] * 2), "low": curve([hundred(20)] * 2)}, rule, M)
+    assert [c["leader"] for c in comps] == ["high", "high"] and stop["winner"] == "high"
+    # a difference under the margin is no lead, however steady
+    wide = RaceRule(fraction=1.0, k=1, margin=0.5)
+    comps, stop = decide({"high": curve([ten(0)]), "low": curve([ten(4)])}, wide, M)
+    assert comps[0]["leader"] is None and stop is None
+    # when neither run can go on, their last evaluation ends the race
+    _, stop = decide({"high": curve([ten(0)]), "low": curve([ten(4)])}, wide, M, finished=True)
+    assert stop["reason"] == "fraction" and stop["winner"] == "low"
+
+
+def test_at_the_share_the_best_accuracy_so_far_wins_and_high_wins_ties():
+    rule = RaceRule(fraction=0.5, k=2)
+    ten = lambda n: [1] * n + [0] * (10 - n)  # noqa: E731
+    _, stop = decide({"high": curve([ten(3), ten(4), ten(4), ten(4)]), "low": curve([ten(5), ten(3), ten(3), ten(3)])},
+                     rule, M)
+    assert stop["reason"] == "fraction" and stop["winner"] == "low" and stop["share"] == 0.5 and stop["step"] == 4
+    _, stop = decide({"high": curve([ten(4)] * 4), "low": curve([ten(4)] * 4)}, rule, M)
+    assert stop["winner"] == "high"
+
+
+# ---- bad input: one error line, exit 2, nothing written ----------------------------------------
+@pytest.mark.parametrize("fraction", ["0", "-0.5", "1.5", "nan", "inf"])
+def test_a_bad_share_is_one_error_line(tmp_path, fraction):
+    path = race_manifest(tmp_path / "rec", "lab:s")
+    r = invoke(path, "--out", tmp_path / "out", "--race", fraction)
+    assert r.exit_code == 2 and r.output.startswith("error: --race") and len(r.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"sets": {}}, "needs both D_high and D_low"),
+    ({"sets": {}, "strategy": "mixed", "mix": 0.5}, "D_high (sets.high) or D_low (sets.low)"),
+    ({"eval": EvalSpec()}, "held-out problems"),
+])
+def test_a_manifest_without_both_sets_is_one_error_line(tmp_path, change, words):
+    path = race_manifest(tmp_path / "rec", "lab:s", **change)
+    r = invoke(path, "--out", tmp_path / "out", "--race", "0.5")
+    assert r.exit_code == 2 and r.output.startswith("error:") and words in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_bad_race_options_and_sets_are_one_error_line(tmp_path):
+    path = race_manifest(tmp_path / "rec", "lab:s")
+    for extra, words in ((["--race-k", "0"], "--race-k 0"), (["--race-margin", "1"], "--race-margin 1"),
+                         (["--nproc", "2"], "--nproc 2"), (["--export", tmp_path / "x"], "--export")):
+        r = invoke(path, "--out", tmp_path / "out", "--race", "0.5", *extra)
+        assert r.exit_code == 2 and words in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    d = json.loads(path.read_text())
+    d["sets"] = {"low": "gone.jsonl", "medium": "x.jsonl"}
+    path.write_text(json.dumps(d))
+    r = invoke(path, "--out", tmp_path / "out", "--race", "0.5")
+    assert r.exit_code == 2 and "sets.low: file" in r.output and "medium" in r.output
+    assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+    with pytest.raises(InputError, match="--race nan"):
+        RaceRule(fraction=math.nan).check()

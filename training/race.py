@@ -1,0 +1,208 @@
+"""Racing D_high against D_low: train both on the manifest's schedule, keep the leader.
+
+    from capacity_advisor.training.race import RaceRule, run_race
+    summary = run_race("rec/recommendation.json", "runs/race", RaceRule(fraction=0.5))
+
+The two runs (OUT/race/high, OUT/race/low) are ordinary run folders of `training.sft`: each is the
+manifest with its `dataset` set to that set's file (`sets.high` / `sets.low`, or `dataset` for the
+set named by `strategy`) and per-problem correctness kept in eval.jsonl. They advance one
+evaluation at a time in turn (`run_sft(pause_after_evals=1)`): a paused run resumes from its
+checkpoint exactly as after a kill, with the learning-rate schedule of the whole budget from the
+start, so the winner continued to the end is the uninterrupted run of that set.
+
+At each evaluation the two are compared on the same held-out problems, paired: per problem,
+correct under D_high minus correct under D_low. A set leads when the mean difference is beyond
+both `z` standard errors of that mean and `margin` (accuracy, 0.05 = 5 points). The race stops when
+the same set has led at `k` evaluations in a row ("lead"), or at the first evaluation at or past
+`fraction` of the budget ("fraction"), where the set with the best held-out accuracy so far is
+kept (D_high on ties). The winner then trains to the end; the loser's folder stays as it is.
+
+OUT/race.json says what raced, the paired comparison at every evaluation, when and why the race
+stopped and the winner; the winner's RunRecord carries the same under provenance.race. A rerun of
+the same race resumes it: the decision is recomputed from the runs' eval.jsonl files.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import write_json
+from capacity_advisor.training.manifest import SETS, Manifest, load_manifest
+
+RACED = SETS[:2]  # high, low: D_high first, so it is preferred on ties
+RACE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RaceRule:
+    """When a race stops. The defaults of k and margin are provisional (chosen from replays of
+    the committed records, not yet from held-out pool sources)."""
+
+    fraction: float  # stop at the first evaluation at or past this share of the budget, in (0, 1]
+    k: int = 2  # evaluations in a row that the same set must lead
+    margin: float = 0.05  # the least mean paired difference that counts as a lead (accuracy)
+    z: float = 1.96  # standard errors of the mean paired difference that a lead must exceed
+
+    def check(self) -> "RaceRule":
+        bad = []
+        if not (isinstance(self.fraction, (int, float)) and math.isfinite(self.fraction) and 0 < self.fraction <= 1):
+            bad.append(f"--race {self.fraction} must be a share of the budget in (0, 1], e.g. 0.5")
+        if not (isinstance(self.k, int) and self.k >= 1):
+            bad.append(f"--race-k {self.k} must be a whole number ≥ 1")
+        if not (isinstance(self.margin, (int, float)) and math.isfinite(self.margin) and 0 <= self.margin < 1):
+            bad.append(f"--race-margin {self.margin} must be an accuracy difference in [0, 1), e.g. 0.05")
+        if not (isinstance(self.z, (int, float)) and math.isfinite(self.z) and self.z >= 0):
+            bad.append(f"z {self.z} must be ≥ 0")
+        if bad:
+            raise InputError("; ".join(bad))
+        return self
+
+
+def set_files(m: Manifest) -> dict[str, str | None]:
+    """Each raced set's data file as the manifest names it (relative to its folder), or None."""
+    sets = m.sets if isinstance(m.sets, dict) else {}
+    return {s: sets.get(s) or (m.dataset if m.strategy == s else None) for s in RACED}
+
+
+def race_manifests(m: Manifest) -> dict[str, Manifest]:
+    """The manifest of each raced run: `m` on that set's data, per-problem correctness kept.
+    InputError when `m` does not name both sets, or has no held-out evaluation to compare them."""
+    files = set_files(m)
+    missing = [f"D_{s} (sets.{s})" for s, f in files.items() if not f]
+    if missing:
+        raise InputError(f"--race needs both D_high and D_low, and the manifest names no {' or '.join(missing)}: "
+                         "rerun `advisor recommend` (it writes train-high.jsonl and train-low.jsonl) or add "
+                         '"sets": {"high": FILE, "low": FILE} to the manifest')
+    if m.eval_path is None or m.eval.checker == "none":
+        raise InputError("--race compares the sets on held-out problems, and the manifest has no eval.path with a "
+                         "checker (lab or math)")
+    out = {}
+    for s, f in files.items():
+        training = replace(m.training, switch_epoch=None)
+        out[s] = replace(m, dataset=f, strategy=s, mix=0.0, sets={}, training=training,
+                         eval=replace(m.eval, per_problem=True)).validate(where=f"manifest of the D_{s} run")
+    return out
+
+
+# ---- the decision ------------------------------------------------------------------------
+def paired(row_high: dict, row_low: dict, rule: RaceRule) -> dict:
+    """The paired comparison of one evaluation: the mean per-problem difference (high - low),
+    its standard error, and the set that leads beyond noise (None when neither does)."""
+    ch = (row_high.get("per_problem") or {}).get("correct")
+    cl = (row_low.get("per_problem") or {}).get("correct")
+    if not ch or not cl or len(ch) != len(cl):
+        raise InputError(f"evaluation at step {row_high['step']} lacks per-problem correctness for both sets "
+                         "(eval.jsonl of another run?): delete the race folder to start over")
+    d = [int(a) - int(b) for a, b in zip(ch, cl)]
+    n = len(d)
+    mean = sum(d) / n
+    se = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1) / n) if n > 1 else 0.0
+    lead = None
+    if abs(mean) > max(rule.z * se, rule.margin):
+        lead = "high" if mean > 0 else "low"
+    return {"step": row_high["step"], "epoch": row_high["epoch"], "accuracy_high": row_high.get("accuracy"),
+            "accuracy_low": row_low.get("accuracy"), "mean_difference": mean, "standard_error": se,
+            "problems": n, "leader": lead}
+
+
+def budget_share(row: dict, m: Manifest) -> float:
+    """How much of the budget a run had trained at an evaluation row (1 at the last)."""
+    t = m.training
+    share = row["step"] / t.max_steps if t.max_steps else row["epoch"] / float(t.epochs)
+    return min(1.0, share)
+
+
+def decide(curves: dict[str, list[dict]], rule: RaceRule, m: Manifest, finished: bool = False
+           ) -> tuple[list[dict], dict | None]:
+    """The comparisons so far (trained evaluations paired by their order) and the stop, if the
+    race has stopped: {"reason", "winner", "step", "epoch", "share", "evaluation"}. `finished`:
+    neither run can go on, so the last pair ends the race whatever its share."""
+    high, low = ([r for r in curves[s] if r["step"] > 0] for s in RACED)
+    n = min(len(high), len(low))
+    comps: list[dict] = []
+    streak, best = 0, {s: -math.inf for s in RACED}
+    for i in range(n):
+        c = paired(high[i], low[i], rule)
+        c["share"] = budget_share(high[i], m)
+        comps.append(c)
+        prev = comps[-2]["leader"] if len(comps) > 1 else None
+        streak = (streak + 1 if c["leader"] == prev else 1) if c["leader"] else 0
+        for s in RACED:
+            acc = c[f"accuracy_{s}"]
+            best[s] = max(best[s], acc if acc is not None else -math.inf)
+        stop = None
+        if streak >= rule.k:
+            stop = {"reason": "lead", "winner": c["leader"]}
+        elif c["share"] >= rule.fraction - 1e-9 or (finished and i == n - 1):
+            stop = {"reason": "fraction", "winner": "high" if best["high"] >= best["low"] else "low"}
+        if stop:
+            stop.update({"step": c["step"], "epoch": c["epoch"], "share": c["share"], "evaluation": i + 1})
+            return comps, stop
+    return comps, None
+
+
+# ---- the race ----------------------------------------------------------------------------
+def run_race(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, rule: RaceRule, records: str | None = None,
+             device: str = "auto", dtype: str = "auto", threads: int = 0, epochs: float | None = None,
+             max_steps: int | None = None, stream=None) -> dict:
+    """Race, continue the winner to the end of the schedule, and return the race's summary (also
+    OUT/race.json). Every input is checked before any training."""
+    from capacity_advisor.models.loading import load_model
+    from capacity_advisor.training.callbacks import read_curve
+    from capacity_advisor.training.sft import run_sft
+
+    stream = stream or sys.stderr
+    m, runs, folders, checked = check_race(manifest, out, rule, device, dtype, epochs, max_steps)
+    out = Path(out)
+    kw = dict(records=records, device=device, dtype=dtype, threads=threads, stream=stream)
+    lm = None
+    while True:
+        curves = {s: read_curve(folders[s] / "eval.jsonl") for s in RACED}
+        going = [s for s in RACED if not (folders[s] / "record.json").exists()]
+        comps, stop = decide(curves, rule, m, finished=not going)
+        summary = describe(m, rule, folders, comps, stop, out)
+        write_json(out / "race.json", summary)
+        if stop:
+            break
+        # the run behind goes next (D_high first when level); a finished run cannot go on
+        s = min(going, key=lambda s: len([r for r in curves[s] if r["step"] > 0]))
+        if lm is None:  # the base student, loaded once for both runs
+            lm = load_model(m.model_spec, device="cpu", dtype=checked[s].precision[0])
+        run_sft(runs[s], folders[s], lm=lm, pause_after_evals=1, **kw)
+    winner = stop["winner"]
+    stream.write(f"race stopped at step {stop['step']} ({stop['share']:.0%} of the budget, {stop['reason']}): "
+                 f"D_{winner} continues to the end\n")
+    note = {"race": {k: summary[k] for k in ("raced", "rule", "comparisons", "stopped", "winner")}}
+    record = run_sft(runs[winner], folders[winner], lm=lm, provenance=note, **kw)
+    summary.update(status="done", record=str(folders[winner] / "record.json"),
+                   best_accuracy=record.get("best_accuracy"), final_accuracy=record.get("final_accuracy"))
+    write_json(out / "race.json", summary)
+    return summary
+
+
+def check_race(manifest, out, rule: RaceRule, device: str, dtype: str, epochs, max_steps):
+    """(manifest, run manifests, run folders, check_run of each): every refusal before any work."""
+    from capacity_advisor.training.sft import check_run, with_overrides
+
+    rule.check()
+    m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
+    m = with_overrides(m, epochs=epochs, max_steps=max_steps)
+    runs = race_manifests(m)
+    folders = {s: Path(out) / "race" / s for s in RACED}
+    checked = {s: check_run(runs[s], folders[s], device=device, dtype=dtype) for s in RACED}
+    return m, runs, folders, checked
+
+
+def describe(m: Manifest, rule: RaceRule, folders: dict, comps: list[dict], stop: dict | None, out: Path) -> dict:
+    """race.json: what raced, under which rule, each paired comparison, the stop and the winner."""
+    winner = stop["winner"] if stop else None
+    return {"version": RACE_VERSION, "model": m.model_spec, "epochs": m.training.epochs,
+            "raced": {s: {"dataset": str(m.resolve(set_files(m)[s])), "run": str(folders[s])} for s in RACED},
+            "rule": asdict(rule), "comparisons": comps, "stopped": stop, "winner": winner,
+            "loser": None if winner is None else next(s for s in RACED if s != winner),
+            "status": "racing" if stop is None else "continuing", "race_file": str(out / "race.json")}

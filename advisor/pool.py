@@ -16,8 +16,8 @@ that cannot be used (marked incorrect, empty) are dropped, and problems left wit
 are skipped; both are counted and reported. `strict=True` turns any skip into an error.
 
 This module holds the pool's data classes and `read_pool` with its filter; reading the files
-(and checking dataset folders) is `advisor.pool_files`, the layouts `advisor.pool_layout`, whose
-public names are importable from here too.
+(and checking dataset folders) is `advisor.pool_files`, the layouts `advisor.pool_layout`, and the
+options `advisor.pool_options` (below both); `PoolOptions` is importable from here with `read_pool`.
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ from capacity_advisor.advisor.pool_files import (
     looks_like_file, read_rows,
 )
 from capacity_advisor.advisor.pool_layout import (
-    ANSWER_KEYS, CORRECT_KEYS, ID_KEYS, PROMPT_KEYS, RESPONSE_KEYS, RESPONSES_KEYS, _answer, _as_bool, _flat_pair, _task,
-    _text, detect_layout, given_id, given_ids, pick_field, stand_in_id, utf8_text,
+    ANSWER_KEYS, CORRECT_KEYS, ID_KEYS, PROMPT_KEYS, RESPONSE_KEYS, RESPONSES_KEYS, answer_of, as_bool, flat_pair, task_of,
+    text_of, detect_layout, given_id, given_ids, pick_field, stand_in_id, utf8_text,
 )
+from capacity_advisor.advisor.pool_options import PoolOptions
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import stable_hash_of_list
 
@@ -45,27 +46,6 @@ __all__ = [
     "check_saved_folder", "detect_layout", "given_id", "given_ids", "iter_rows", "looks_like_file", "pick_field",
     "read_pool", "read_rows", "stand_in_id", "utf8_text",
 ]
-
-
-@dataclass
-class PoolOptions:
-    """Field overrides and filtering rules; each field is also a CLI flag of the same name."""
-
-    prompt_field: str | None = None  # --prompt-field: the problem text
-    responses_field: str | None = None  # --responses-field: list of candidates (grouped) or one response (flat)
-    answer_field: str | None = None  # --answer-field: reference answer, for accuracy
-    correct_field: str | None = None  # --correct-field: correctness marks, list or per row
-    id_field: str | None = None  # --id-field: problem id (flat rows are grouped by it)
-    all_candidates: bool = False  # --all-candidates: keep candidates marked incorrect
-    strict: bool = False  # --strict: any skipped candidate or problem is an error
-    split: str | None = None  # --split: of a hub dataset or dataset folder (default: train, or its only split)
-    subset: str | None = None  # --subset: the dataset's configuration name
-    revision: str | None = None  # --revision: a hub dataset's branch, tag or commit
-    min_candidates: int = 2
-
-    @property
-    def source(self) -> "DatasetSource":
-        return DatasetSource(self.split, self.subset, self.revision)
 
 
 @dataclass
@@ -212,27 +192,27 @@ def _read(path, opt: PoolOptions, light: bool = False, keep: dict | None = None)
             marks = row.get(f["correct"]) if f["correct"] else None
             if marks is not None and (not isinstance(marks, list) or len(marks) != len(gens)):
                 raise InputError(f"{where}: {f['correct']!r} must be a list as long as {f['responses']!r} ({len(gens)})")
-            cands = [Candidate(k, _text(g, where, f"candidate {k}"), _as_bool(marks[k], where) if marks else None)
+            cands = [Candidate(k, text_of(g, where, f"candidate {k}"), as_bool(marks[k], where) if marks else None)
                      for k, g in enumerate(gens)]
-            prompt = _text(row[f["prompt"]], where, f["prompt"])
+            prompt = text_of(row[f["prompt"]], where, f["prompt"])
             if pid is None:
                 first_row[key] = n
             if light:
                 shape = (bool(prompt.strip()), tuple((bool(c.text.strip()), c.correct) for c in cands))
                 drafts[key] = shapes.setdefault(shape, shape)
             else:
-                drafts[key] = Problem(pid, prompt, cands, _answer(row, f, where), _task(row, where))
+                drafts[key] = Problem(pid, prompt, cands, answer_of(row, f, where), task_of(row, where))
             continue
-        prompt, response = _flat_pair(row, layout, f, where)
+        prompt, response = flat_pair(row, layout, f, where)
         # rows without an id are grouped by prompt
         key = ("id", pid) if pid is not None else ("prompt", hashlib.blake2b(prompt.encode("utf-8"), digest_size=16).digest())
-        mark = _as_bool(row.get(f["correct"]), where) if f["correct"] else None
+        mark = as_bool(row.get(f["correct"]), where) if f["correct"] else None
         if keep is not None and key not in keep:
             continue
         if key not in drafts:
             if pid is None:
                 first_row[key] = n
-            drafts[key] = [bool(prompt.strip()), []] if light else Problem(pid, prompt, [], _answer(row, f, where), _task(row, where))
+            drafts[key] = [bool(prompt.strip()), []] if light else Problem(pid, prompt, [], answer_of(row, f, where), task_of(row, where))
         draft = drafts[key]
         if light:
             draft[1].append((bool(response.strip()), mark))

@@ -179,9 +179,9 @@ def _load_hub_dataset(spec: str, what: str, source: DatasetSource):
     else:
         from huggingface_hub import constants
 
-        from capacity_advisor.models.loading import _hub_answers
+        from capacity_advisor.models.loading import hub_answers
 
-        if constants.HF_HUB_OFFLINE or not _hub_answers(constants.ENDPOINT):
+        if constants.HF_HUB_OFFLINE or not hub_answers(constants.ENDPOINT):
             # datasets then reads its cache only, instead of retrying the network for a minute
             constants.HF_HUB_OFFLINE = datasets.config.HF_HUB_OFFLINE = True
     try:

@@ -10,13 +10,11 @@ cannot hold. `advisor.generate` reads problems files with the same field names a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from capacity_advisor.advisor.pool_options import PoolOptions
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import unpaired_surrogate
-
-if TYPE_CHECKING:
-    from capacity_advisor.advisor.pool import PoolOptions
 
 PROMPT_KEYS = ("problem", "prompt", "question", "instruction", "query", "input")
 RESPONSES_KEYS = ("generations", "responses", "candidates", "completions", "outputs")
@@ -86,7 +84,7 @@ def utf8_text(value: str, where: str, what: str) -> str:
     return value
 
 
-def _text(value: Any, where: str, what: str) -> str:
+def text_of(value: Any, where: str, what: str) -> str:
     if isinstance(value, str):
         return utf8_text(value, where, what)
     if value is None:
@@ -103,34 +101,34 @@ def _chat_pair(turns: Any, where: str, role_key: str, text_key: str, user: tuple
     user_turns = [i for i, t in enumerate(turns[:last_assistant]) if t.get(role_key) in user]
     if not user_turns:
         raise InputError(f"{where}: no user turn before the assistant's response")
-    prompt = _text(turns[user_turns[-1]].get(text_key), where, "the user turn")
-    return prompt, _text(turns[last_assistant].get(text_key), where, "the assistant turn")
+    prompt = text_of(turns[user_turns[-1]].get(text_key), where, "the user turn")
+    return prompt, text_of(turns[last_assistant].get(text_key), where, "the assistant turn")
 
 
-def _flat_pair(row: dict, layout: str, f: dict, where: str) -> tuple[str, str]:
+def flat_pair(row: dict, layout: str, f: dict, where: str) -> tuple[str, str]:
     if layout == "messages":
         return _chat_pair(row.get("messages"), where, "role", "content", ("user",), ("assistant",))
     if layout == "sharegpt":
         return _chat_pair(row.get("conversations"), where, "from", "value", ("human", "user"), ("gpt", "assistant"))
     if layout == "alpaca":
-        instr = _text(row.get("instruction"), where, "instruction")
-        extra = _text(row.get("input"), where, "input")
-        return (f"{instr}\n\n{extra}" if extra.strip() else instr), _text(row.get("output"), where, "output")
+        instr = text_of(row.get("instruction"), where, "instruction")
+        extra = text_of(row.get("input"), where, "input")
+        return (f"{instr}\n\n{extra}" if extra.strip() else instr), text_of(row.get("output"), where, "output")
     if layout == "trl":
         prompt, completion = row.get("prompt"), row.get("completion")
         if isinstance(prompt, list):  # conversational prompt/completion
             prompt = _chat_pair(prompt + [{"role": "assistant", "content": ""}], where, "role", "content", ("user",), ("assistant",))[0]
         if isinstance(completion, list):
             completion = completion[-1].get("content") if completion and isinstance(completion[-1], dict) else None
-        return _text(prompt, where, "prompt"), _text(completion, where, "completion")
+        return text_of(prompt, where, "prompt"), text_of(completion, where, "completion")
     if f["prompt"] not in row:
         raise InputError(f"{where}: missing field {f['prompt']!r}; pass --prompt-field")
     if f["responses"] not in row:
         raise InputError(f"{where}: missing field {f['responses']!r}; pass --responses-field")
-    return _text(row[f["prompt"]], where, f["prompt"]), _text(row[f["responses"]], where, f["responses"])
+    return text_of(row[f["prompt"]], where, f["prompt"]), text_of(row[f["responses"]], where, f["responses"])
 
 
-def _as_bool(v: Any, where: str) -> bool | None:
+def as_bool(v: Any, where: str) -> bool | None:
     if v is None or isinstance(v, bool):
         return v
     if isinstance(v, (int, float)) and v in (0, 1):
@@ -140,13 +138,13 @@ def _as_bool(v: Any, where: str) -> bool | None:
     raise InputError(f"{where}: correctness mark {v!r} is not true/false")
 
 
-def _answer(row: dict, f: dict, where: str) -> str | None:
+def answer_of(row: dict, f: dict, where: str) -> str | None:
     if f["answer"] is None or row.get(f["answer"]) is None:
         return None
     return utf8_text(str(row[f["answer"]]), where, f["answer"])
 
 
-def _task(row: dict, where: str) -> str | None:
+def task_of(row: dict, where: str) -> str | None:
     task = row.get("task")
     return utf8_text(task, where, "task") if isinstance(task, str) else None
 

@@ -131,7 +131,7 @@ class ProbePlan:
         return lines, bool(moved)
 
     def probe_config(self, **run) -> ProbeConfig:
-        return self.recipe.probe_config(**run)
+        return ProbeConfig.from_recipe(self.recipe, **run)
 
 
 def plan_probe(model: str, verb: str, fitted: Fitted | None = None, given: dict | None = None) -> ProbePlan:

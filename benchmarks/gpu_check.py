@@ -25,7 +25,7 @@ In one process, in this order:
      rate), its manifest (probes.run.manifest_for) and the Trainer settings of training/trainer_settings.py
      (training_arguments: the Trainer's AdamW, bf16, no gradient checkpointing, as probe manifests
      leave it), on a deep copy of the student while the base stays on the device for base_drift,
-     as run_sft does; full fine-tuning at 1.5B, LoRA of rank --lora-r (peft, training.sft._lora:
+     as run_sft does; full fine-tuning at 1.5B, LoRA of rank --lora-r (peft, training.trainer_settings.with_lora:
      all linear layers) at 7B. Every sequence fills max_length (the assumed responses are longer).
      Seconds per step, end to end (one warm-up step left out), and peak memory. If the step runs
      out of memory it is measured again with gradient checkpointing, and the JSON says so;

@@ -222,13 +222,13 @@ def _probe_trainer(lm, student: Student, recipe, device: str, steps: int, checkp
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from transformers.utils import logging as hf_logging
 
-    from capacity_advisor.probes.run import ProbeData, manifest_for
-    from capacity_advisor.training import sft
+    from capacity_advisor.probes.run import ProbeConfig, ProbeData, manifest_for
+    from capacity_advisor.training import sft, trainer_settings
     from capacity_advisor.training.data import CompletionCollator, SFTDataset
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    cfg = recipe.probe_config(lora_r=student.lora_r, device=device, dtype="auto")
+    cfg = ProbeConfig.from_recipe(recipe, lora_r=student.lora_r, device=device, dtype="auto")
     stub = ProbeData(train={}, eval_prompts=[], eval_answers=[], teacher_high=[], teacher_low=[], checker="math")
     lr = recipe.learning_rate(lm.spec, lm.description["n_params"])[0]
     t = manifest_for("high", cfg, stub, {"spec": lm.spec}, lr, workdir).training
@@ -238,7 +238,7 @@ def _probe_trainer(lm, student: Student, recipe, device: str, steps: int, checkp
     model = copy.deepcopy(lm.model)  # run_sft trains a copy; the base stays for base_drift
     model.train()
     if t.lora:
-        model = sft._lora(model, t.lora, t.seed)
+        model = trainer_settings.with_lora(model, t.lora, t.seed)
     tok = lm.tokenizer
     row = {"prompt": prompt_text(tok, pool.prompt_tokens, 1), "completion": filler(tok, pool.response_tokens, 2)}
     collator = CompletionCollator(tok, t.max_length)

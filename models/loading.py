@@ -121,7 +121,7 @@ def hub_options(path: str) -> dict:
         return opts
     from huggingface_hub import constants, try_to_load_from_cache
 
-    offline = constants.HF_HUB_OFFLINE or not _hub_answers(constants.ENDPOINT)
+    offline = constants.HF_HUB_OFFLINE or not hub_answers(constants.ENDPOINT)
     if not offline:
         return opts
     if not isinstance(try_to_load_from_cache(path, "config.json"), str):
@@ -134,7 +134,7 @@ def hub_options(path: str) -> dict:
     return {**opts, "local_files_only": True}
 
 
-def _hub_answers(endpoint: str) -> bool:
+def hub_answers(endpoint: str) -> bool:
     """Whether the hub answers an HTTP request within HUB_PROBE_SECONDS (a thread bounds DNS too)."""
     import urllib.error
     import urllib.request

@@ -2,7 +2,7 @@
 
     from capacity_advisor.probes.recipe import recipe_for
     r = recipe_for("lab:m")                        # the lab's recipe
-    cfg = r.probe_config(seed=0, device="cpu")     # a probes.run.ProbeConfig measuring exactly that way
+    cfg = ProbeConfig.from_recipe(r, seed=0, device="cpu")  # probes.run: a probe measuring exactly that way
 
 `advisor probe`, `advisor recommend` and `advisor calibrate` take their probe settings from here,
 and a fitted predictor stores the recipe its inputs were measured with (`as_dict()`, under
@@ -69,14 +69,6 @@ class ProbeRecipe:
             return self
         return replace(self, max_length=min(self.max_length, context), score_length=min(self.score_length, context),
                        max_new_tokens=min(self.max_new_tokens, max(8, context * 3 // 4)))
-
-    def probe_config(self, **kw):
-        from capacity_advisor.probes.run import ProbeConfig
-
-        return ProbeConfig(steps=self.steps, batch_size=self.batch_size, warmup_steps=self.warmup_steps,
-                           eval_every=self.eval_every, eval_problems=self.eval_problems,
-                           max_new_tokens=self.max_new_tokens, max_length=self.max_length,
-                           token_budget=self.token_budget, **kw)
 
 
 LAB = ProbeRecipe("lab", max_new_tokens=72, max_length=96, token_budget=16384, score_length=96, train_batch=32)

@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, versions, write_json, write_jsonl
-from capacity_advisor.probes.recipe import DEFAULT_EVAL_PROBLEMS, DEFAULT_STEPS, REAL, recipe_for  # noqa: F401  (re-exported)
+from capacity_advisor.probes.recipe import REAL, ProbeRecipe, recipe_for
 from capacity_advisor.training.manifest import SETS
 
 METRICS = ("train_loss", "teacher_nll", "teacher_nll_high", "teacher_nll_low", "answer_logprob", "accuracy",
@@ -42,7 +42,7 @@ METRICS = ("train_loss", "teacher_nll", "teacher_nll_high", "teacher_nll_low", "
 @dataclass
 class ProbeConfig:
     """Settings of a probe run; each field is the CLI flag of the same name. The measuring settings
-    default to the recipe for real students; `ProbeRecipe.probe_config()` builds one for any recipe."""
+    default to the recipe for real students; `ProbeConfig.from_recipe()` builds one for any recipe."""
 
     steps: int = REAL.steps  # --steps: optimizer steps per strategy
     batch_size: int = REAL.batch_size  # --batch-size: sequences per step (over all processes)
@@ -60,6 +60,14 @@ class ProbeConfig:
     teacher: str | None = None  # --teacher: a teacher model, for teacher_view
     per_problem: bool = False  # keep per-problem results (calibration: replay cheaper probes)
     token_budget: int | None = REAL.token_budget  # padded tokens per evaluation batch (None: the backend's default)
+
+    @classmethod
+    def from_recipe(cls, recipe: ProbeRecipe, **kw) -> "ProbeConfig":
+        """A probe measuring exactly as `recipe` says; `kw` sets the run's other fields (seed, device, ...)."""
+        return cls(steps=recipe.steps, batch_size=recipe.batch_size, warmup_steps=recipe.warmup_steps,
+                   eval_every=recipe.eval_every, eval_problems=recipe.eval_problems,
+                   max_new_tokens=recipe.max_new_tokens, max_length=recipe.max_length,
+                   token_budget=recipe.token_budget, **kw)
 
     def validate(self) -> None:
         bad = []

@@ -183,7 +183,7 @@ class EvalCallback(TrainerCallback):
                 was_training = model.training
                 model.eval()
                 try:
-                    with _full_params(self.trainer):
+                    with full_params(self.trainer):
                         row.update(self.evaluator.measure(self._lm(model, args), gens))
                 finally:
                     if was_training:
@@ -219,7 +219,7 @@ class EvalCallback(TrainerCallback):
         was_training = model.training
         model.eval()
         try:
-            with _full_params(self.trainer):
+            with full_params(self.trainer):
                 out = self.evaluator.generate(self._lm(model, args), mine, seed=self.seed + step)
         finally:
             if was_training:
@@ -240,7 +240,7 @@ class _NullCtx:
         return False
 
 
-def _full_params(trainer):
+def full_params(trainer):
     """Under FSDP (v1), gather full parameters for generation; elsewhere a no-op."""
     wrapped = getattr(trainer, "model_wrapped", None)
     try:

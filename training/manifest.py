@@ -23,9 +23,8 @@ from capacity_advisor.models.metrics import CHECKERS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import write_json
 from capacity_advisor.training.manifest_checks import (
-    MAX_COUNT, MAX_EPOCHS, MAX_TOKENS, _int, _keys, _line, _num, _one_of, _show, training_problems, whole_problems,
+    MAX_COUNT, MAX_EPOCHS, MAX_TOKENS, is_whole, key_list, is_line, is_number, is_one_of, show, training_problems, whole_problems,
 )
-from capacity_advisor.training.manifest_checks import MAX_SEED, SCHEDULERS  # noqa: F401 (importable from here too)
 
 MANIFEST_VERSION = 1
 STRATEGIES = ("high", "low", "mixed", "curriculum")
@@ -146,7 +145,7 @@ class Manifest:
     def candidates_path(self) -> Path | None:
         """training.rerank's candidates file, relative to the manifest's folder."""
         r = self.training.rerank
-        return self.resolve(r["candidates"]) if isinstance(r, dict) and _line(r.get("candidates")) else None
+        return self.resolve(r["candidates"]) if isinstance(r, dict) and is_line(r.get("candidates")) else None
 
     @property
     def model_spec(self) -> str:
@@ -158,53 +157,53 @@ class Manifest:
         type or size, in any field gives a problem here, never an exception."""
         bad: list[str] = []
         t, e = self.training, self.eval
-        if not (_num(self.version) and self.version == MANIFEST_VERSION):
-            bad.append(f"version: {_show(self.version)} is not supported (this tool reads version {MANIFEST_VERSION})")
+        if not (is_number(self.version) and self.version == MANIFEST_VERSION):
+            bad.append(f"version: {show(self.version)} is not supported (this tool reads version {MANIFEST_VERSION})")
         spec = self.model.get("spec") if isinstance(self.model, dict) else None
         if not isinstance(self.model, dict):
-            bad.append(f"model: expected an object with a spec, got {_show(self.model)}")
+            bad.append(f"model: expected an object with a spec, got {show(self.model)}")
         elif not spec:
             bad.append("model.spec: missing (a local HF folder, a hub id, or lab:NAME)")
-        elif not _line(spec):
-            bad.append(f"model.spec: must be one line of text (a local HF folder, a hub id, or lab:NAME), got {_show(spec)}")
+        elif not is_line(spec):
+            bad.append(f"model.spec: must be one line of text (a local HF folder, a hub id, or lab:NAME), got {show(spec)}")
         bad += self._path_problems("dataset", self.dataset, "the selected training set, TRL prompt/completion JSONL",
                                    check_files, required=True)
-        if not _one_of(self.strategy, STRATEGIES):
-            bad.append(f"strategy: {_show(self.strategy)} is unknown (use {', '.join(STRATEGIES)})")
-        if not _num(self.mix) or not 0 <= self.mix <= 1:
-            bad.append(f"mix: {_show(self.mix)} must be between 0 and 1")
+        if not is_one_of(self.strategy, STRATEGIES):
+            bad.append(f"strategy: {show(self.strategy)} is unknown (use {', '.join(STRATEGIES)})")
+        if not is_number(self.mix) or not 0 <= self.mix <= 1:
+            bad.append(f"mix: {show(self.mix)} must be between 0 and 1")
         for name, kind, what in (("probabilities", dict, "an object"), ("reasons", list, "an array"),
                                  ("features", dict, "an object"), ("pool", dict, "an object")):
             if not isinstance(getattr(self, name), kind):
-                bad.append(f"{name}: must be {what}, got {_show(getattr(self, name))}")
-        if self.crossover_epoch is not None and not _num(self.crossover_epoch):
-            bad.append(f"crossover_epoch: must be a number or null, got {_show(self.crossover_epoch)}")
+                bad.append(f"{name}: must be {what}, got {show(getattr(self, name))}")
+        if self.crossover_epoch is not None and not is_number(self.crossover_epoch):
+            bad.append(f"crossover_epoch: must be a number or null, got {show(self.crossover_epoch)}")
         if self.confidence is not None and not isinstance(self.confidence, str):
-            bad.append(f"confidence: must be text or null, got {_show(self.confidence)}")
+            bad.append(f"confidence: must be text or null, got {show(self.confidence)}")
         bad += self._sets_problems(check_files)
         bad += training_problems(t)
         if check_files and self.candidates_path is not None and not self.candidates_path.is_file():
             bad.append(f"training.rerank.candidates: file {self.candidates_path} not found")
         bad += self._path_problems("eval.path", e.path, "a held-out JSONL of prompt/answer rows", check_files, required=False)
-        if not _one_of(e.checker, CHECKERS):
-            bad.append(f"eval.checker: {_show(e.checker)} is unknown (use {', '.join(CHECKERS)})")
+        if not is_one_of(e.checker, CHECKERS):
+            bad.append(f"eval.checker: {show(e.checker)} is unknown (use {', '.join(CHECKERS)})")
         elif e.path is None and e.checker in ("lab", "math"):
             bad.append(f"eval.path: missing, but eval.checker is {e.checker!r} (give a held-out JSONL of prompt/answer rows, or checker none)")
         bad += whole_problems("eval.max_new_tokens", e.max_new_tokens, 1, MAX_TOKENS)
-        if not _num(e.temperature) or not 0 <= e.temperature <= 100:
-            bad.append(f"eval.temperature: must be from 0 (greedy) to 100, got {_show(e.temperature)}")
+        if not is_number(e.temperature) or not 0 <= e.temperature <= 100:
+            bad.append(f"eval.temperature: must be from 0 (greedy) to 100, got {show(e.temperature)}")
         for name in ("limit", "view_limit", "token_budget"):
             bad += whole_problems(f"eval.{name}", getattr(e, name), 1, MAX_COUNT, null=True)
         for name in ("base_drift", "per_problem"):
             if not isinstance(getattr(e, name), bool):
-                bad.append(f"eval.{name}: must be true or false, got {_show(getattr(e, name))}")
+                bad.append(f"eval.{name}: must be true or false, got {show(getattr(e, name))}")
         return bad
 
     def _sets_problems(self, check_files: bool) -> list[str]:
         if not isinstance(self.sets, dict):
-            return [f"sets: must be an object naming each set's data file (keys {', '.join(SETS)}), got {_show(self.sets)}"]
+            return [f"sets: must be an object naming each set's data file (keys {', '.join(SETS)}), got {show(self.sets)}"]
         unknown = set(self.sets) - set(SETS)
-        bad = [f"sets: unknown keys {_keys(unknown)} (use {', '.join(SETS)})"] if unknown else []
+        bad = [f"sets: unknown keys {key_list(unknown)} (use {', '.join(SETS)})"] if unknown else []
         for name in sorted(set(self.sets) & set(SETS)):
             bad += self._path_problems(f"sets.{name}", self.sets[name], f"the D_{name} training set, TRL prompt/completion JSONL",
                                        check_files, required=True)
@@ -213,16 +212,16 @@ class Manifest:
     def _path_problems(self, name: str, value: Any, what: str, check_files: bool, required: bool) -> list[str]:
         if value is None or (required and value == ""):
             return [f"{name}: missing ({what})"] if required else []
-        if not _line(value):
-            return [f"{name}: must be a file path on one line ({what}), got {_show(value)}"]
+        if not is_line(value):
+            return [f"{name}: must be a file path on one line ({what}), got {show(value)}"]
         if not check_files:
             return []
         path = self.resolve(value)
         try:
             found = path.is_file()
         except OSError as err:  # e.g. a name longer than the filesystem allows
-            return [f"{name}: {_show(value)} cannot be a file here ({err.strerror})"]
-        return [] if found else [f"{name}: file {_show(str(path))} not found"]
+            return [f"{name}: {show(value)} cannot be a file here ({err.strerror})"]
+        return [] if found else [f"{name}: file {show(str(path))} not found"]
 
     def validate(self, check_files: bool = True, where: str = "manifest") -> "Manifest":
         bad = self.problems(check_files)
@@ -263,17 +262,17 @@ class Manifest:
             if raw is None:
                 raw = {}
             if not isinstance(raw, dict):
-                bad.append(f"{key}: expected an object, got {_show(raw)}")
+                bad.append(f"{key}: expected an object, got {show(raw)}")
                 raw = {}
             known = {f.name for f in fields(kind)}
             unknown = set(raw) - known
             if unknown:
-                bad.append(f"{key}: unknown keys {_keys(unknown)} (known: {', '.join(sorted(known))})")
+                bad.append(f"{key}: unknown keys {key_list(unknown)} (known: {', '.join(sorted(known))})")
             sub[key] = kind(**{k: v for k, v in raw.items() if k in known})
         known_top = {f.name for f in fields(cls)} - {"base_dir", "training", "eval"}
         unknown = set(d) - known_top
         if unknown:
-            bad.append(f"unknown top-level keys {_keys(unknown)}")
+            bad.append(f"unknown top-level keys {key_list(unknown)}")
         if isinstance(d.get("model"), str):  # a bare spec is accepted for hand-written manifests
             d["model"] = {"spec": d["model"]}
         d.setdefault("model", {})

@@ -74,7 +74,7 @@ class RerankCallback(TrainerCallback):
         self.tokens = 0
 
     def on_epoch_begin(self, args, state, control, model=None, **kw):
-        from capacity_advisor.training.callbacks import _full_params, barrier, rank
+        from capacity_advisor.training.callbacks import full_params, barrier, rank
 
         epoch = int((state.epoch or 0) + 1e-6)
         if epoch not in self.epochs:
@@ -84,7 +84,7 @@ class RerankCallback(TrainerCallback):
             was_training = model.training
             model.eval()
             try:
-                with _full_params(self.trainer):
+                with full_params(self.trainer):
                     self._rescore(model, args.device, path)
             finally:
                 if was_training:

@@ -36,11 +36,10 @@ from pathlib import Path
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import file_digest, stable_hash, versions, write_json
 from capacity_advisor.training.manifest import Manifest, load_manifest
-from capacity_advisor.training.sft_cli import main, run_options
-from capacity_advisor.training.trainer_settings import _lora, _peft, precision, training_arguments
+from capacity_advisor.training.trainer_settings import with_lora, require_peft, precision, training_arguments
 
-__all__ = ["CHECKPOINT", "Checked", "check_run", "checkpoints", "env_world_size", "main", "precision", "run_key",
-           "run_options", "run_sft", "training_arguments", "with_overrides"]
+__all__ = ["CHECKPOINT", "Checked", "check_run", "checkpoints", "env_world_size", "precision", "run_key",
+           "run_sft", "training_arguments", "with_overrides"]
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
@@ -123,7 +122,7 @@ def check_run(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, wo
     use_cpu = device == "cpu" or not torch.cuda.is_available()
     chosen = precision(dtype, cuda=not use_cpu)
     if t.lora:
-        _peft()
+        require_peft()
     from capacity_advisor.models.loading import check_model_spec
     from capacity_advisor.training.data import SFTDataset, read_eval_set, read_sft_rows
 
@@ -268,7 +267,7 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
         with args.main_process_first(desc="load teacher"):
             teacher = _load_cached(e.teacher, load_dtype)
     if t.lora:
-        model = _lora(model, t.lora, t.seed)
+        model = with_lora(model, t.lora, t.seed)
 
     settings = {
         "training": m.to_dict()["training"], "eval": m.to_dict()["eval"],
@@ -357,5 +356,7 @@ def _fmt(v) -> str:
     return "—" if v is None else f"{v:.3f}"
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # `python -m capacity_advisor.training.sft`: the command lives in sft_cli, above this module
+    import runpy
+
+    runpy.run_module("capacity_advisor.training.sft_cli", run_name="__main__", alter_sys=True)

@@ -1,6 +1,6 @@
 """The command line of one training run: the options `advisor train` shares with
-`python -m capacity_advisor.training.sft` (`run_options`), and that command itself (`main`, which
-`training/sft.py` runs as its `__main__`; torchrun and accelerate launch start it in every process).
+`python -m capacity_advisor.training.sft` (`run_options`), and that command itself (`main`, run by
+`python -m capacity_advisor.training.sft` and by this module's own `__main__`; torchrun and accelerate launch start it in every process).
 """
 
 from __future__ import annotations
@@ -49,3 +49,7 @@ def main(manifest, out, records, device, dtype, threads, epochs, max_steps):
         if int(os.environ.get("RANK", "0")) == 0:
             click.echo(f"error: {err}", err=True)
         sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

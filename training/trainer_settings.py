@@ -77,7 +77,7 @@ def _checkpointing(on: bool) -> dict:
     return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": True}
 
 
-def _peft():
+def require_peft():
     try:
         import peft
     except ImportError:
@@ -85,8 +85,8 @@ def _peft():
     return peft
 
 
-def _lora(model, spec: dict, seed: int):
-    LoraConfig, get_peft_model = _peft().LoraConfig, _peft().get_peft_model
+def with_lora(model, spec: dict, seed: int):
+    LoraConfig, get_peft_model = require_peft().LoraConfig, require_peft().get_peft_model
     import torch
 
     torch.manual_seed(seed)

@@ -22,7 +22,7 @@ import click
 
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.advisor.cli.options import json_option
-from capacity_advisor.training.sft import run_options
+from capacity_advisor.training.sft_cli import run_options
 
 
 @click.command()

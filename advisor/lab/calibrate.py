@@ -247,8 +247,8 @@ def run_unit(cfg: CalibrateConfig, unit: Unit, pool_path: Path, eval_path: Path)
     pool = read_pool(pool_path)
     scores = _scores(lm, pool, folder / "scores.jsonl")
     lr = lab_learning_rate(unit.size)
-    pcfg = probe_recipe(cfg).probe_config(
-        learning_rate=lr, seed=unit.seed, device="cpu", dtype="float32", teacher=cfg.teacher_model, per_problem=True)
+    pcfg = ProbeConfig.from_recipe(
+        probe_recipe(cfg), learning_rate=lr, seed=unit.seed, device="cpu", dtype="float32", teacher=cfg.teacher_model, per_problem=True)
     if not (folder / "probe" / "probe.json").exists():
         split = build_probe_data(pool, scores, pcfg, tokenizer=lm.tokenizer, checker="lab", score=unit.score)
         run_probe(f"lab:{unit.size}", split.data, pcfg, folder / "probe", lm=lm)

@@ -17,7 +17,7 @@ from capacity_advisor.models.errors import InputError
 from capacity_advisor.training.manifest import SETS
 
 
-def _is_num(v) -> bool:
+def is_num(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -46,9 +46,9 @@ def strict_loads(text: str):
     return json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int, parse_float=_finite_float)
 
 
-def _unit_ok(u, n_z: int) -> bool:
+def unit_ok(u, n_z: int) -> bool:
     if not (isinstance(u, dict) and isinstance(u.get("z"), list) and len(u["z"]) == n_z
-            and all(v is None or _is_num(v) for v in u["z"])):
+            and all(v is None or is_num(v) for v in u["z"])):
         return False
     if not all(isinstance(u.get(key), str) for key in ("unit", "student", "task", "score")):
         return False
@@ -61,7 +61,7 @@ def _unit_ok(u, n_z: int) -> bool:
     outcomes = u.get("outcomes", {})
     return isinstance(outcomes, dict) and all(
         isinstance(b, str) and isinstance(o, dict) and isinstance(o.get("label"), str)
-        and all(k == "label" or v is None or _is_num(v) for k, v in o.items()) for b, o in outcomes.items())
+        and all(k == "label" or v is None or is_num(v) for k, v in o.items()) for b, o in outcomes.items())
 
 
 def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
@@ -72,10 +72,10 @@ def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
         return "not an object"
 
     def pair(v) -> bool:
-        return isinstance(v, list) and len(v) == 2 and all(_is_num(x) and x > 0 for x in v) and v[0] <= v[1]
+        return isinstance(v, list) and len(v) == 2 and all(is_num(x) and x > 0 for x in v) and v[0] <= v[1]
 
     rule = meta.get("rule_of_thumb")
-    if rule is not None and not (isinstance(rule, dict) and all(rule.get(k) is None or _is_num(rule.get(k))
+    if rule is not None and not (isinstance(rule, dict) and all(rule.get(k) is None or is_num(rule.get(k))
                                                                 for k in ("t_params", "t_budget"))):
         return "rule_of_thumb"
     if meta.get("params_range") is not None and not pair(meta["params_range"]):
@@ -103,10 +103,8 @@ def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
         if meta.get(key) is not None and not isinstance(meta[key], dict):
             return key
     if meta.get("policy") is not None:
-        from capacity_advisor.advisor.predictor.policy import Policy
-
         try:
-            Policy.from_dict(meta["policy"])
+            policy_thresholds(meta["policy"])
         except InputError:
             return "policy"
     if meta.get("labels") is not None and not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
@@ -121,8 +119,17 @@ def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
     for key in ("feature_set", "chosen_by", "note"):
         if meta.get(key) is not None and not isinstance(meta[key], str):
             return key
-    if meta.get("tie_margin") is not None and not _is_num(meta["tie_margin"]):
+    if meta.get("tie_margin") is not None and not is_num(meta["tie_margin"]):
         return "tie_margin"
     return None
 
 
+def policy_thresholds(raw) -> tuple:
+    """(max_distance or None, margin, use_range) of a predictor file's `meta.policy`, checked."""
+    if not isinstance(raw, dict):
+        raise InputError("the predictor's meta.policy must be an object")
+    d, m, r = raw.get("max_distance"), raw.get("margin"), raw.get("use_range", False)
+    ok = (d is None or (is_num(d) and 0 <= d < 1e6)) and is_num(m) and 0 <= m <= 2 and isinstance(r, bool)
+    if not ok:
+        raise InputError("the predictor's meta.policy holds thresholds out of range; refit it with `advisor fit`")
+    return d, m, r

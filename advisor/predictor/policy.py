@@ -28,6 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
+from capacity_advisor.advisor.predictor.checks import policy_thresholds
 from capacity_advisor.advisor.predictor.ensemble import Predictor, distances, fit_predictor
 from capacity_advisor.advisor.predictor.evaluate import (
     TIE_MARGIN, baseline_picks, cell_of, flips, folds, noise_floor, regret, seed_spread, summarize,
@@ -116,14 +117,8 @@ class Policy:
 
     @classmethod
     def from_dict(cls, raw) -> "Policy":
-        """A policy read from a predictor file (user input), checked."""
-        if not isinstance(raw, dict):
-            raise InputError("the predictor's meta.policy must be an object")
-        d, m, r = raw.get("max_distance"), raw.get("margin"), raw.get("use_range", False)
-        ok = (d is None or (isinstance(d, (int, float)) and not isinstance(d, bool) and 0 <= d < 1e6)) and \
-            isinstance(m, (int, float)) and not isinstance(m, bool) and 0 <= m <= 2 and isinstance(r, bool)
-        if not ok:
-            raise InputError("the predictor's meta.policy holds thresholds out of range; refit it with `advisor fit`")
+        """A policy read from a predictor file (user input), checked (`checks.policy_thresholds`)."""
+        d, m, r = policy_thresholds(raw)
         return cls(math.inf if d is None else float(d), float(m), r)
 
 

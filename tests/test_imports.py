@@ -1,0 +1,91 @@
+"""The package's import graph: no circles (imports inside functions included) and no private
+name imported from another module, so every module can be read and tested from below."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("advisor", "models", "probes", "training")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+def graph() -> tuple[dict[str, set[str]], list[str]]:
+    """(module -> the package modules it imports, the private names imported across modules)."""
+    mods = modules()
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    private = []
+    for name, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("capacity_advisor."):
+                target = node.module[len("capacity_advisor."):]
+                for alias in node.names:
+                    sub = f"{target}.{alias.name}"
+                    if sub in mods:
+                        edges[name].add(sub)
+                    elif target in mods:
+                        edges[name].add(target)
+                        if alias.name.startswith("_"):
+                            private.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {alias.name} from {target}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("capacity_advisor.") and alias.name[len("capacity_advisor."):] in mods:
+                        edges[name].add(alias.name[len("capacity_advisor."):])
+    for m in edges:
+        edges[m].discard(m)
+    return edges, private
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_graph_finds_a_circle_it_is_shown():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_circles():
+    edges, _ = graph()
+    assert len(edges) > 50  # the walk found the package's modules
+    assert circles(edges) == []
+
+
+def test_no_private_name_is_imported_across_modules():
+    assert graph()[1] == []

@@ -400,7 +400,7 @@ def test_a_kept_build_is_used_instead_of_pretraining_and_a_stale_one_is_not(tmp_
     monkeypatch.setattr(committed, "WEIGHTS", kept)
     monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home-a"))
     built = student_path("xs", seed=5, steps=3)
-    assert committed.stash(built, built.parent / "absent.pt") == "build"
+    assert committed.stash(built) == "build"
     assert (kept / built.name / "model.safetensors").is_file()
 
     def no_build(*a, **k):
@@ -436,11 +436,11 @@ def test_a_kept_checkpoint_resumes_a_build_on_a_fresh_machine_to_the_same_weight
     with pytest.raises(KeyboardInterrupt):
         student_path("xs", seed=3, steps=10, progress=stop_at_6)
     final = student_dir("xs", seed=3, steps=10)
-    assert committed.stash(final, final.parent / f".{final.name}.partial" / "checkpoint.pt") == "checkpoint"
+    assert committed.stash(final) == "checkpoint"
     monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home-b"))  # a fresh machine: only the kept checkpoint
     seen = []
     resumed = student_path("xs", seed=3, steps=10, progress=lambda step, total, loss: seen.append(step))
     assert seen == [5, 6, 7, 8, 9, 10]
     assert weights_hash(resumed) == weights_hash(whole)
-    assert committed.stash(resumed, tmp_path / "absent.pt") == "build"  # the finished build replaces the checkpoint
+    assert committed.stash(resumed) == "build"  # the finished build replaces the checkpoint
     assert not (tmp_path / "weights" / f"{final.name}.checkpoint.pt").exists()

@@ -132,7 +132,7 @@ def stash(sizes, as_json):
     rows = []
     for name in _sizes(sizes, teacher=True):
         final = student_dir(name)
-        kept = committed.stash(final, final.parent / f".{final.name}.partial" / "checkpoint.pt")
+        kept = committed.stash(final)
         rows.append({"name": name, "folder": final.name, "kept": kept})
         console.print(f"{name}: " + (f"kept the {kept} as {committed.WEIGHTS.name}/{final.name}" if kept
                                      else "nothing to keep (neither built nor started here)"))

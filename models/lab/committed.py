@@ -44,31 +44,45 @@ def committed_checkpoint(folder_name: str, root: Path | None = None) -> Path | N
     return f if f.is_file() else None
 
 
-def adopt(final: Path, root: Path | None = None) -> bool:
-    """Copy the kept build of `final`'s name to `final` (whole or not at all); False if none is kept."""
-    src = committed_folder(final.name, root)
-    if src is None:
-        return False
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".{final.name}.adopt-{os.getpid()}"
+def checkpoint_file(final: Path) -> Path:
+    """The resume file of the build whose finished folder is `final` (beside it, hidden)."""
+    return final.parent / f".{final.name}.partial" / "checkpoint.pt"
+
+
+def _copy_build(src: Path, dest: Path, replace: bool) -> None:
+    """The files of build folder `src` at `dest`, whole or not at all (a temporary folder, then a rename);
+    an existing `dest` is replaced when `replace`, else kept (another process placed it first)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".{dest.name}.copy-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
         for name in FOLDER_FILES:
             if (src / name).is_file():
                 shutil.copyfile(src / name, tmp / name)
+        if replace:
+            shutil.rmtree(dest, ignore_errors=True)
         try:
-            os.rename(tmp, final)
+            os.rename(tmp, dest)
         except OSError:
-            if not (final / "build.json").exists():
+            if replace or not (dest / "build.json").exists():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def adopt(final: Path, root: Path | None = None) -> bool:
+    """Copy the kept build of `final`'s name to `final`; False if none is kept."""
+    src = committed_folder(final.name, root)
+    if src is None:
+        return False
+    _copy_build(src, final, replace=False)
     return True
 
 
-def seed_checkpoint(final: Path, checkpoint: Path, root: Path | None = None) -> bool:
-    """Start `checkpoint` (a build's resume file) from the kept one, unless a newer local one exists."""
+def seed_checkpoint(final: Path, root: Path | None = None) -> bool:
+    """Start the resume file of `final`'s build from the kept one, unless a local one exists (it is newer)."""
+    checkpoint = checkpoint_file(final)
     src = committed_checkpoint(final.name, root)
     if src is None or checkpoint.is_file():
         return False
@@ -79,30 +93,21 @@ def seed_checkpoint(final: Path, checkpoint: Path, root: Path | None = None) -> 
     return True
 
 
-def stash(final: Path, checkpoint: Path, root: Path | None = None) -> str | None:
-    """Keep `final` (a finished build) or else `checkpoint` (its latest resume file) in the repository.
+def stash(final: Path, root: Path | None = None) -> str | None:
+    """Keep `final` (a finished build) or else its latest resume file in the repository.
 
     Returns what was kept ("build" or "checkpoint") or None when there is neither. A kept build
     replaces its kept checkpoint; a checkpoint replaces the previous one (one file per model)."""
     root = root or WEIGHTS
-    root.mkdir(parents=True, exist_ok=True)
     if (final / "build.json").is_file():
-        dest = root / final.name
-        tmp = root / f".{final.name}.stash-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        for name in FOLDER_FILES:
-            if (final / name).is_file():
-                shutil.copyfile(final / name, tmp / name)
-                os.chmod(tmp / name, 0o644)
-        shutil.rmtree(dest, ignore_errors=True)
-        os.rename(tmp, dest)
+        _copy_build(final, root / final.name, replace=True)
         (root / f"{final.name}.checkpoint.pt").unlink(missing_ok=True)
         return "build"
+    checkpoint = checkpoint_file(final)
     if checkpoint.is_file():
+        root.mkdir(parents=True, exist_ok=True)
         tmp = root / f".{final.name}.checkpoint.pt.stash-{os.getpid()}"
         shutil.copyfile(checkpoint, tmp)
-        os.chmod(tmp, 0o644)
         os.replace(tmp, root / f"{final.name}.checkpoint.pt")
         return "checkpoint"
     return None

@@ -182,16 +182,16 @@ def student_path(name: str, seed: int = DEFAULT_SEED, progress: Callable[[int, i
     tmp = final.parent / f".{final.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    partial = final.parent / f".{final.name}.partial"  # the pretraining checkpoint a stopped build resumes from
-    committed.seed_checkpoint(final, partial / "checkpoint.pt")  # a build another machine started, kept in the repository
+    checkpoint = committed.checkpoint_file(final)  # the pretraining checkpoint a stopped build resumes from
+    committed.seed_checkpoint(final)  # a build another machine started, kept in the repository
     try:
-        build_student(name, tmp, seed=seed, steps=steps, progress=progress, checkpoint=partial / "checkpoint.pt")
+        build_student(name, tmp, seed=seed, steps=steps, progress=progress, checkpoint=checkpoint)
         try:
             os.rename(tmp, final)
         except OSError:
             if not (final / "build.json").exists():  # lost a race to a finished build: use theirs
                 raise
-        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(checkpoint.parent, ignore_errors=True)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

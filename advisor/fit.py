@@ -19,7 +19,8 @@ from typing import Sequence
 import numpy as np
 
 from capacity_advisor.advisor.predictor import (
-    FEATURE_SETS, FITTABLE, SPLITS, Rule, cross_validate, fit_predictor, folds, label_rows, options_in, select_policy,
+    CV_SPLITS, FEATURE_SETS, FITTABLE, LARGEST_PROXY, SPLITS, WITHOUT_PROXIES, Rule, cross_validate, fit_predictor,
+    folds, label_rows, options_in, select_policy,
 )
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix
 from capacity_advisor.advisor.predictor.priors import fit_lab_prior
@@ -27,29 +28,35 @@ from capacity_advisor.models.errors import InputError
 
 CHOOSE_BY = ("source",)  # the splits whose held-out regret chooses the policy (several: the worse of them)
 
-CV_METHODS = ("policy", "predictor", "always high", "always low", "always mixed", "size rule", "noise floor")
+CV_METHODS = ("policy", "predictor", WITHOUT_PROXIES, LARGEST_PROXY, "always high", "always low", "always mixed",
+              "size rule", "noise floor")
 
 
 def probe_of(records: Sequence[dict]) -> dict | None:
-    """How every record's features were measured, when they all say the same: the whole recipe
-    (`kind` and every measuring setting) when the records state it, else only the steps and
-    held-out problems they state — nothing is filled in from today's defaults. `advisor recommend`
-    then probes that way by default."""
-    from capacity_advisor.probes.recipe import MEASURING
+    """How every record's features were measured, as far as they all say the same: the recipe's
+    `kind` and every measuring setting the records agree on, when they state whole recipes that
+    differ at most in their lengths (the lengths follow the task and the lab recipe, and a probe of
+    the predictor's kind takes its own); else only the steps and held-out problems they state —
+    nothing is filled in from today's defaults. `advisor recommend` then probes that way by default."""
+    from capacity_advisor.probes.recipe import LENGTHS, MEASURING
 
     def whole(v) -> bool:
         return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
-    seen = set()
+    recipes, short = [], set()
     for rec in records:
         p = (rec.get("settings") or {}).get("probe") if isinstance(rec.get("settings"), dict) else None
         if not (isinstance(p, dict) and all(whole(p.get(k)) and p[k] >= 1 for k in ("steps", "eval_problems"))):
             return None
         if p.get("kind") in ("lab", "real") and all(whole(p.get(k)) for k in MEASURING):
-            seen.add(tuple((k, p[k]) for k in ("kind", *MEASURING)))
-        else:
-            seen.add((("steps", p["steps"]), ("eval_problems", p["eval_problems"])))
-    return dict(seen.pop()) if len(seen) == 1 else None
+            recipes.append(p)
+        short.add((("steps", p["steps"]), ("eval_problems", p["eval_problems"])))
+    if recipes:
+        agreed = {k: recipes[0][k] for k in ("kind", *MEASURING) if all(r[k] == recipes[0][k] for r in recipes)}
+        whole_recipes = len(recipes) == len(records) and all(k in agreed for k in ("kind", *MEASURING)
+                                                               if k not in LENGTHS)
+        return agreed if whole_recipes else None
+    return dict(short.pop()) if len(short) == 1 else None
 
 
 def check_settings(tie_margin: float, n_members: int, seed: int, jobs: int, kinds: Sequence[str],
@@ -66,9 +73,9 @@ def check_settings(tie_margin: float, n_members: int, seed: int, jobs: int, kind
     unknown = [k for k in kinds if k not in FITTABLE]
     if unknown or not kinds:
         bad.append(f"--kinds {','.join(kinds) or '(none)'}: use {', '.join(FITTABLE)}")
-    unknown = [s for s in cv if s not in SPLITS]
+    unknown = [s for s in cv if s not in CV_SPLITS]
     if unknown:
-        bad.append(f"--cv {','.join(unknown)}: use {', '.join(SPLITS)}")
+        bad.append(f"--cv {','.join(unknown)}: use {', '.join(CV_SPLITS)}")
     chooses = splits_of(choose_by)
     if not chooses or any(s not in SPLITS for s in chooses):
         bad.append(f"--choose-by {','.join(chooses) or '(none)'}: one or more of {', '.join(SPLITS)}")

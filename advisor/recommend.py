@@ -37,6 +37,7 @@ from capacity_advisor.probes.recipe import LAB, lab_size
 from capacity_advisor.training.manifest import SETS
 
 BACKENDS = ("hf", "vllm")  # scoring backends (the probe always trains with transformers)
+MAX_REPEATS = 8  # --probe-repeats: each draw costs one more probe
 
 
 @dataclass
@@ -60,6 +61,7 @@ class RecommendConfig:
     device: str = "auto"
     dtype: str = "auto"
     seed: int = 0
+    probe_repeats: int = 1  # --probe-repeats: probes from N draws (held-out slice and data order: seeds seed..seed+N-1), inputs averaged
     pool_options: dict = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -80,6 +82,10 @@ class RecommendConfig:
             bad.append(f"--sample {self.sample} must be at least 1")
         if self.lab_n < 1:
             bad.append(f"--lab-n {self.lab_n} must be at least 1")
+        if not 1 <= self.probe_repeats <= MAX_REPEATS:
+            bad.append(f"--probe-repeats {self.probe_repeats} must be from 1 to {MAX_REPEATS}")
+        elif self.probe_repeats > 1 and self.no_probe:
+            bad.append("--probe-repeats repeats the probe, and --no-probe runs none: drop one of them")
         if self.lab_task not in FAMILIES:
             bad.append(f"--lab-task {self.lab_task!r} is unknown: use one of {', '.join(FAMILIES)}")
         if not self.pool and lab_size(self.model) is None and not self.no_probe:
@@ -118,9 +124,9 @@ def recommend(cfg: RecommendConfig, status=None, progress=None) -> Recommendatio
     pool, whole = (checked.pool, checked.pool_size) if checked.pool is not None else take_pool(cfg, say)
     plan = checked.plan.for_pool(len(pool)).within(desc.get("max_position_embeddings"))
     settings = chosen_settings(cfg, plan, desc)
-    stage = measure(cfg, pool, checked.scores, plan, settings, say, progress)
-    rec = advise(cfg, checked.predictor, desc, settings, stage, plan)
-    write_outputs(cfg, rec, pool, whole, stage, checked, t0)
+    stages = measure(cfg, pool, checked.scores, plan, settings, say, progress)
+    rec = advise(cfg, checked.predictor, desc, settings, stages, plan)
+    write_outputs(cfg, rec, pool, whole, stages[0], checked, t0)
     return rec
 
 
@@ -138,10 +144,15 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
     refuse_overwrite([cfg.pool, cfg.scores, cfg.predictor],
                      [out, *(out / name for name in ("train.jsonl", "train-high.jsonl", "train-low.jsonl", "eval.jsonl",
                                                      "recommendation.json", "config.json",
-                                                     "report.png", "score", "probe"))], "--out")
+                                                     "report.png", "score",
+                                                     *(probe_folder(r) for r in range(cfg.probe_repeats))))], "--out")
     predictor = load_predictor(cfg.predictor)
     plan = predictor_plan(cfg.model, "recommend", predictor, cfg.recipe)
     desc = None if lab_size(cfg.model) is not None else describe_config(cfg.model)
+    scoring = (plan.within(desc.get("max_position_embeddings")) if desc else plan).recipe.score_length
+    if cfg.skip_tokens >= scoring - 1 and not (cfg.no_probe and not cfg.pool):  # the prompt takes a token at least
+        raise InputError(f"--skip-tokens {cfg.skip_tokens} leaves nothing to score within --max-length {scoring} "
+                         "(the scoring length): lower --skip-tokens")
     if cfg.no_probe and (desc is None or desc["n_params"] < PAPER_FROM):  # the lab prior will answer
         check_lab_prior(predictor.meta.get("lab_prior"), predictor.options)
     key = inputs_key(cfg, desc["fingerprint"] if desc else lab_identity(cfg.model), plan.recipe.as_dict())
@@ -175,6 +186,8 @@ def inputs_key(cfg: RecommendConfig, model_identity, recipe: dict) -> str:
     d = asdict(cfg)
     for informational in ("out", "predictor", "device"):
         d.pop(informational)
+    if d["probe_repeats"] == 1:  # folders made before the setting existed keep their key
+        d.pop("probe_repeats")
     return stable_hash({"config": d, "model": model_identity, "recipe": recipe})
 
 
@@ -246,19 +259,57 @@ def chosen_settings(cfg: RecommendConfig, plan: ProbePlan, desc: dict) -> dict:
             "score": {"value": cfg.score, "source": "--score" if cfg.score != "sum" else "default (the paper's ranking)"}}
 
 
-def measure(cfg: RecommendConfig, pool, scores, plan: ProbePlan, settings: dict, say, progress):
-    """Load the student, score the pool (or take --scores), split off the held-out slice, probe."""
+def measure(cfg: RecommendConfig, pool, scores, plan: ProbePlan, settings: dict, say, progress) -> list:
+    """Load the student, score the pool (or take --scores), split off the held-out slice, probe;
+    with --probe-repeats N, N probes, the r-th from seed + r (its own held-out slice, mixed set and
+    data order; the pool's scores are shared). One stage per draw, the first being --seed's."""
     from capacity_advisor.advisor.probe import probe_pool
     from capacity_advisor.models.loading import load_model
 
-    pcfg = plan.probe_config(learning_rate=settings["learning_rate"]["value"], seed=cfg.seed, device=cfg.device,
-                             dtype=cfg.dtype, teacher=cfg.teacher)
     say(f"loading {cfg.model}")
     lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
     out = Path(cfg.out)
-    return probe_pool(cfg.model, pool, pcfg, lm, out / "score", out / "probe", scores=scores, checker=cfg.checker,
-                      score=cfg.score, max_length=plan.recipe.score_length, skip_tokens=cfg.skip_tokens,
-                      backend=cfg.backend, run=not cfg.no_probe, say=say, progress=progress, verb="recommend")
+    stages = []
+    for r in range(cfg.probe_repeats):
+        pcfg = plan.probe_config(learning_rate=settings["learning_rate"]["value"], seed=cfg.seed + r, device=cfg.device,
+                                 dtype=cfg.dtype, teacher=cfg.teacher)
+        tell = progress
+        if r and progress is not None:
+            tell = (lambda s, step, total, d=r + 1: progress(f"{s} (draw {d} of {cfg.probe_repeats})", step, total))
+        stages.append(probe_pool(cfg.model, pool, pcfg, lm, out / "score", out / probe_folder(r),
+                                 scores=stages[0].scores if stages else scores, checker=cfg.checker, score=cfg.score,
+                                 max_length=plan.recipe.score_length, skip_tokens=cfg.skip_tokens, backend=cfg.backend,
+                                 run=not cfg.no_probe, say=say if not r else (lambda m, d=r + 1: say(f"{m} (draw {d} of {cfg.probe_repeats})")),
+                                 progress=tell,
+                                 verb="recommend"))
+    return stages
+
+
+def probe_folder(draw: int) -> str:
+    """OUT/probe for the first draw, OUT/probe-2, OUT/probe-3, ... for the repeats."""
+    return "probe" if draw == 0 else f"probe-{draw + 1}"
+
+
+def mean_features(reports: list[dict]) -> dict:
+    """The draws' probe inputs averaged, each over the draws that measured it (NaN where none did)."""
+    out = {}
+    for k in reports[0]["features"]:
+        vals = [float(v) for v in (r["features"].get(k) for r in reports)
+                if isinstance(v, (int, float)) and math.isfinite(v)]
+        out[k] = sum(vals) / len(vals) if vals else float("nan")
+    return out
+
+
+def combined_cost(reports: list[dict]) -> dict:
+    """The probe cost of every draw together, against the same full run."""
+    cost = dict(reports[0]["cost"])
+    for k in ("probe_train_tokens", "probe_eval_tokens", "probe_tokens"):
+        cost[k] = sum(r["cost"][k] for r in reports)
+    per_epoch = cost.get("full_run_tokens_per_epoch")
+    cost["share_of_full_run"] = {e: cost["probe_tokens"] / (per_epoch * int(e)) for e in cost["share_of_full_run"]} \
+        if per_epoch else {}
+    cost["draws"] = len(reports)
+    return cost
 
 
 def prior(cfg: RecommendConfig, n_params: float, predictor) -> tuple[dict, dict]:
@@ -270,23 +321,27 @@ def prior(cfg: RecommendConfig, n_params: float, predictor) -> tuple[dict, dict]
     return advice, {s: [p[s] for p in by_budget] for s in SETS}
 
 
-def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stage, plan: ProbePlan) -> Recommendation:
-    """The predictor's answer on the probe's measurements (the priors' without a probe)."""
+def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stages: list, plan: ProbePlan) -> Recommendation:
+    """The predictor's answer on the probe's measurements (averaged over the draws when there are
+    several; each draw's own answer beside it); the priors' without a probe."""
     from capacity_advisor.advisor.predictor import Policy
     from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice
 
+    stage = stages[0]
     context = stage.split.data.context
     measured = {"likelihood_gap_per_token": context["likelihood_gap_per_token"],
                 "length_ratio_low_high": context["length_ratio_low_high"]}
+    draws = None
     if stage.report is None:
         advice, curve = prior(cfg, desc["n_params"], predictor)
     else:
-        measured.update(stage.report["features"])
+        reports = [st.report for st in stages]
+        measured.update(mean_features(reports))
         row = predictor_row(measured, cfg.budget, cfg.score)
         policy = Policy.of(predictor)
         decision = policy.decide(predictor, row, desc["n_params"], cfg.budget, student=cfg.model)
         advice = {**decision["advice"], "reasons": predictor.reasons(row), "answered_by": decision["answered_by"],
-                  "answered_why": decision["why"], "policy": policy.describe()}
+                  "policy": policy.describe()}
         if decision["answered_by"] != "predictor" or decision["strategy"] != advice["strategy"]:
             own = advice["strategy"]
             advice["strategy"] = decision["strategy"]
@@ -301,10 +356,43 @@ def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stage, p
         notes, departs = plan.notes()
         if departs:
             advice["confidence"] = "low"
+        if len(stages) > 1:
+            draws = draw_advice(cfg, predictor, policy, desc, context, reports)
+            line, agree = draws_line(draws, decision["strategy"])
+            notes.append(line)
+            if not agree:
+                advice["confidence"] = "low"
         advice["confidence_reasons"] = notes + advice["confidence_reasons"]
     rec = recommendation(cfg, predictor, desc, settings, advice, curve)
-    rec.measurements, rec.probe, rec.selection = measured, stage.report, stage.split.selection_summary
+    rec.measurements, rec.selection, rec.draws = measured, stage.split.selection_summary, draws
+    rec.probe = stage.report if len(stages) == 1 or stage.report is None else \
+        {**stage.report, "cost": combined_cost([st.report for st in stages])}
     return rec
+
+
+def draw_advice(cfg: RecommendConfig, predictor, policy, desc: dict, context: dict, reports: list[dict]) -> list[dict]:
+    """What each probe draw alone would have advised: its seed, the policy's set, who answered, and
+    the predictor's probabilities on that draw's inputs."""
+    out = []
+    for r, report in enumerate(reports):
+        measured = {"likelihood_gap_per_token": context["likelihood_gap_per_token"],
+                    "length_ratio_low_high": context["length_ratio_low_high"], **report["features"]}
+        row = predictor_row({k: float("nan") if v is None else v for k, v in measured.items()}, cfg.budget, cfg.score)
+        d = policy.decide(predictor, row, desc["n_params"], cfg.budget, student=cfg.model)
+        out.append({"seed": cfg.seed + r, "strategy": d["strategy"], "answered_by": d["answered_by"],
+                    "probabilities": d["advice"]["probabilities"], "probe": probe_folder(r)})
+    return out
+
+
+def draws_line(draws: list[dict], averaged: str) -> tuple[str, bool]:
+    """The confidence line on the draws, and whether they agree."""
+    each = ", ".join(f"seed {d['seed']} D_{d['strategy']} (P(D_low) {d['probabilities'].get('low', float('nan')):.2f})"
+                     for d in draws)
+    agree = len({d["strategy"] for d in draws}) == 1
+    if agree:
+        return f"the {len(draws)} probe draws agree: {each}; the advice reads their averaged inputs", True
+    return (f"the {len(draws)} probe draws disagree: {each}; the advice (D_{averaged}) reads their averaged inputs, "
+            "and which set wins here depends on the draw"), False
 
 
 def recommendation(cfg: RecommendConfig, predictor, desc: dict, settings: dict, advice: dict, curve: dict) -> Recommendation:

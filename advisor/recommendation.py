@@ -83,6 +83,7 @@ class Recommendation:
     policy: str | None = None  # the shipped policy in words: when the predictor answers and when the fallback does
     options: tuple = SETS  # what the predictor chooses among (its calibrated options)
     notes: list[str] = field(default_factory=list)  # what the user should know about the outputs
+    draws: list | None = None  # --probe-repeats: each probe draw's own advice (seed, strategy, probabilities)
     seconds: float = 0.0
 
     @property
@@ -125,6 +126,8 @@ class Recommendation:
             "settings": self.settings, "selection": self.selection, "train_rows": self.train_rows,
             "eval_rows": self.eval_rows, "probe_cost": self.probe_cost, "seconds": self.seconds, "notes": self.notes,
             **({"pool": self.pool} if self.pool is not None else {}),
+            **({"draws": self.draws, "draws_agree": len({d["strategy"] for d in self.draws}) == 1}
+               if self.draws else {}),
         }
 
 

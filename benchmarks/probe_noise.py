@@ -1,6 +1,7 @@
 """Advice across data draws: which probe inputs move with the seed, and how the flip rate falls with a bigger probe.
 
     .venv/bin/python benchmarks/probe_noise.py calibration/teacher calibration/scripted calibration/lab2/* [--json out.json]
+    .venv/bin/python benchmarks/probe_noise.py calibration/lab2/* --averaged-only      # one draw against draws averaged
 
 The seeds of one unit (pool source, ranking, student) are other pool draws and data orders of the
 same student on the same source. For every predictor input (`--features`, the shipped `contrast`
@@ -19,7 +20,8 @@ holds come first; the longer probes only some folders ran (200 steps on 128 prob
 lab's sweeps) are replayed on those folders alone, beside the committed setting on the same folders.
 
 Last, the shipped policy's own advice on the committed records (in-sample: it was fitted on them)
-for every seed of each cell, and how many cells' seeds disagree.
+for every seed of each cell, and how many cells' seeds disagree; and the advice read from a unit's
+draws averaged (what `recommend --probe-repeats` does) against each draw's own.
 """
 
 from __future__ import annotations
@@ -157,6 +159,40 @@ def shipped_advice(records_path: Path) -> dict:
             "flipped": [{"cell": list(c["cell"]), "advice": c["advice"], "p_low": c["p_low"]} for c in flipped]}
 
 
+def averaged_draws(records_path: Path, kind: str, feats, members: int) -> dict:
+    """Every seed of a unit reads the inputs averaged over the unit's seeds (as `recommend
+    --probe-repeats` averages its draws), each keeping its own label; held-out regret leaving one
+    student out, beside the same fit on each seed's own inputs. The averaged inputs are the same
+    for every seed of a cell, so their flip rate is 0 by construction; what is measured is whether
+    advice read from the average loses or gains regret. (The committed draws are the seeds of a
+    unit: another pool draw as well as another held-out slice and data order.)"""
+    import math
+
+    rows = label_rows(read_records(records_path))
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["source"], r["score"], r["student"], r["features"]["budget"])].append(r)
+    averaged = []
+    for r in rows:
+        peers = groups[(r["source"], r["score"], r["student"], r["features"]["budget"])]
+        f = {}
+        for k, v in r["features"].items():
+            vals = [float(x) for p in peers if isinstance(x := p["features"].get(k), (int, float)) and math.isfinite(x)]
+            f[k] = sum(vals) / len(vals) if vals else v
+        averaged.append({**r, "features": f})
+    out = {}
+    print(f"\nOne draw against the unit's draws averaged (leave one student out, kind {kind}):\n")
+    print("| inputs | policy regret | policy decision accuracy | policy flip rate | predictor regret | predictor flip rate |")
+    print("|---|---|---|---|---|---|")
+    for name, rs in (("each seed's own", rows), ("averaged over the unit's seeds", averaged)):
+        m = cross_validate(rs, "student", kind, feats, n_members=members, policy_split=CHOOSE_BY)["methods"]
+        out[name] = {k: {x: m[k][x] for x in ("regret", "decision_accuracy", "flip_rate")} for k in ("policy", "predictor")}
+        print(f"| {name} | {m['policy']['regret']:.2f} | {100 * m['policy']['decision_accuracy']:.0f} % "
+              f"| {100 * m['policy']['flip_rate']:.1f} % | {m['predictor']['regret']:.2f} "
+              f"| {100 * m['predictor']['flip_rate']:.1f} % |", flush=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("calibration", type=Path, nargs="+", help="calibration folders (published ones)")
@@ -165,9 +201,16 @@ def main() -> int:
     ap.add_argument("--kind", default="lightgbm")
     ap.add_argument("--members", type=int, default=8)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--averaged-only", action="store_true",
+                    help="only the comparison of one draw against the unit's draws averaged")
     args = ap.parse_args()
     feats = FEATURE_SETS[args.features]
     measured = [k for k in feats if k not in NOT_MEASURED]
+    if args.averaged_only:
+        result = {"averaged": averaged_draws(args.records, args.kind, feats, args.members)}
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1, default=str) + "\n")
+        return 0
     result = {"snr": {}}
     result["snr"]["committed"] = signal_to_noise(label_rows(read_records(args.records)), measured)
     print_snr(result["snr"]["committed"], f"Inputs ({args.features}) of the committed records ({args.records}, "
@@ -184,6 +227,7 @@ def main() -> int:
                       f"{longest[1]} problems ({len(long_recs)} records), replayed at {steps} steps on {n_eval} problems:")
     result["flips"] = flip_tables(list(args.calibration), args.kind, feats, args.members)
     result["shipped"] = shipped_advice(args.records)
+    result["averaged"] = averaged_draws(args.records, args.kind, feats, args.members)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str) + "\n")
     return 0

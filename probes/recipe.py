@@ -53,6 +53,9 @@ class ProbeRecipe:
         size = lab_size(model)
         if self.kind == "lab" and size in LADDER:
             return LADDER[size].lr * 0.5, "lab recipe (half the pretraining peak)"
+        build = lab_build(model) if self.kind == "lab" else None
+        if build is not None:
+            return build["lr"] * 0.5, "lab recipe (half the pretraining peak its build.json states)"
         return size_learning_rate(n_params), "size default"
 
     def as_dict(self) -> dict:
@@ -86,8 +89,20 @@ def lab_size(model: str) -> str | None:
     return model[len("lab:"):].partition("@")[0]
 
 
+def lab_build(model: str) -> dict | None:
+    """The lab build a model folder holds (its `build.json`: the ladder name and pretraining rate),
+    or None for `lab:NAME` specs, hub ids and any other folder."""
+    if not isinstance(model, str) or lab_size(model) is not None:
+        return None
+    from capacity_advisor.models.lab.ladder import build_of
+
+    return build_of(model)
+
+
 def recipe_for(model: str) -> ProbeRecipe:
-    return LAB if lab_size(model) is not None else REAL
+    """The lab recipe for the lab's students, named (`lab:NAME`) or as the folder of a lab build;
+    the real one for everything else."""
+    return LAB if lab_size(model) is not None or lab_build(model) is not None else REAL
 
 
 def size_learning_rate(n_params: int) -> float:
@@ -106,11 +121,14 @@ def _whole(v, low: int) -> bool:
 
 
 def check_recipe(raw) -> dict:
-    """A recipe read from a file a user may hand over (a predictor's `meta.recipe`), checked."""
+    """A recipe read from a file a user may hand over (a predictor's `meta.recipe`), checked. Every
+    measuring setting but the lengths is required (records that differed in a length leave it out)."""
     if not isinstance(raw, dict) or raw.get("kind") not in RECIPES:
         raise InputError("the predictor's meta.recipe must be an object with 'kind' lab or real")
     out = {"kind": raw["kind"]}
     for k in MEASURING:
+        if k in LENGTHS and k not in raw:  # records that differed in it (a probe takes its own kind's)
+            continue
         v = raw.get(k)
         if not _whole(v, 0 if k == "warmup_steps" else 1):
             raise InputError(f"the predictor's meta.recipe.{k} must be a whole number from "
@@ -140,7 +158,8 @@ def fitted_recipe(meta) -> Fitted | None:
     meta = meta if isinstance(meta, dict) else {}
     if meta.get("recipe") is not None:
         raw = check_recipe(meta["recipe"])
-        return Fitted(replace(RECIPES[raw["kind"]], **{k: raw[k] for k in MEASURING}), MEASURING)
+        stated = tuple(k for k in MEASURING if k in raw)
+        return Fitted(replace(RECIPES[raw["kind"]], **{k: raw[k] for k in stated}), stated)
     p = meta.get("probe")
     if p is None:
         return None

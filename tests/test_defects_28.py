@@ -381,3 +381,45 @@ def test_a_damaged_dataset_folder_is_one_line_without_the_librarys_bars(tmp_path
     lines = p.stderr.splitlines()
     assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), p.stderr
     assert not out.exists()
+
+
+def test_recommend_skip_tokens_beyond_the_scoring_length_is_refused_before_loading(tiny_llama, tmp_path, monkeypatch):
+    monkeypatch.setattr("capacity_advisor.models.loading.load_model", lambda *a, **k: pytest.fail("loaded the model"))
+    out = tmp_path / "rec"
+    line = one_error_line(run(["recommend", "-m", tiny_llama, "-b", 2, "--pool", plain_pool(tmp_path / "pool.jsonl"),
+                               "-o", out, "--max-length", 64, "--skip-tokens", 63, "--device", "cpu"]),
+                          "--skip-tokens 63 leaves nothing to score within --max-length 64", out)
+    assert "lower --skip-tokens" in line
+
+
+def test_torchs_notes_on_pickled_weights_never_reach_the_user(tiny_llama, tmp_path, monkeypatch):
+    """A model folder of pytorch_model.bin. Torch before 2.6 warned from torch.serialization on such
+    loads (weights_only); 2.13 does not, so the test makes torch.load warn as torch did, from torch's
+    own module, and checks that nothing of it reaches the user's stderr."""
+    import warnings
+
+    import torch
+    from safetensors.torch import load_file
+
+    folder = tmp_path / "bin-model"
+    shutil.copytree(tiny_llama, folder)
+    torch.save(load_file(str(folder / "model.safetensors")), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    space = {"__name__": "torch.serialization", "real": torch.load, "warnings": warnings}
+    exec("def load(*a, **k):\n"
+         "    warnings.warn('You are using torch.load with weights_only=False (the current default value)', FutureWarning)\n"
+         "    return real(*a, **k)\n", space)
+    monkeypatch.setattr(torch, "load", space["load"])
+    with warnings.catch_warnings(record=True) as seen:  # the warning does fire when nothing silences it
+        warnings.simplefilter("always")
+        space["load"](folder / "pytorch_model.bin", weights_only=True)
+    assert any("weights_only" in str(w.message) for w in seen)
+    with warnings.catch_warnings():  # shown on stderr, as outside a test (pytest would record them)
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: sys.stderr.write(
+            warnings.formatwarning(message, category, filename, lineno, line))
+        r = run(["score", "-m", folder, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", tmp_path / "s",
+                 "--device", "cpu", "--json"])
+    assert r.exit_code == 0, r.stderr
+    assert "weights_only" not in r.stderr and "Warning" not in r.stderr, r.stderr
+    assert (tmp_path / "s" / "scores.jsonl").exists()

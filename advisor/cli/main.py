@@ -270,7 +270,8 @@ def generate(as_json, **kw):
 @click.option("--kinds", default=",".join(FITTABLE), show_default=True,
               help="Model kinds to cross-validate; the one whose policy does best leaving --choose-by out is kept.")
 @click.option("--cv", "cv_splits", default=",".join(SPLITS), show_default=True,
-              help="Held-out tables to measure: comma-separated splits.")
+              help="Held-out tables to measure: comma-separated splits; add proxy for a large student advised with "
+                   "its own pool source's small students in the fit (the costliest table, so not by default).")
 @click.option("--choose-by", default="source", show_default=True,
               help="The splits whose held-out regret chooses the kind and the policy's thresholds (comma-separated; "
                    "several: the worse of them counts).")
@@ -345,6 +346,9 @@ def calibrate(as_json, **kw):
 @field_option(RecommendConfig, "predictor", help="Predictor folder from `advisor fit` (default: the shipped one).")
 @field_option(RecommendConfig, "sample", help="Rank and probe on N problems drawn with --seed (large pools).")
 @recipe_options("recommend")
+@field_option(RecommendConfig, "probe_repeats",
+              help="Probe N draws (held-out slice and data order from --seed, --seed+1, ...), average their inputs, and "
+                   "show each draw's own advice; N times the probe's cost.")
 @field_option(RecommendConfig, "backend", type=click.Choice(SCORING_BACKENDS),
               help="Scoring backend (the probe trains with transformers either way).")
 @field_option(RecommendConfig, "lab_task", type=click.Choice(tuple(FAMILIES)))

@@ -180,6 +180,16 @@ def recommendation(rec, out: str) -> None:
     console.print(t)
     for line in rec.confidence_reasons:
         console.print(f"[bold]confidence[/bold]: {line}", highlight=False)
+    if rec.draws:
+        agree = len({d["strategy"] for d in rec.draws}) == 1
+        t = Table(title=f"Probe draws ({'they agree' if agree else 'they disagree'}; the advice reads their averaged inputs)",
+                  title_justify="left")
+        for col in ("seed", "advice alone", "answered by", *(f"P(D_{o})" for o in rec.probabilities), "folder"):
+            t.add_column(col)
+        for d in rec.draws:
+            t.add_row(str(d["seed"]), f"D_{d['strategy']}", d["answered_by"],
+                      *[f"{d['probabilities'].get(o, float('nan')):.2f}" for o in rec.probabilities], f"{out}/{d['probe']}")
+        console.print(t)
     if rec.policy:
         console.print(f"[bold]policy[/bold]: {rec.policy}", highlight=False)
     if rec.reasons:

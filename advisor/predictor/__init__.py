@@ -17,8 +17,8 @@ check, neighbours and file), `evaluate` (regret, the baselines, folds, the noise
 from capacity_advisor.advisor.predictor.checks import strict_loads
 from capacity_advisor.advisor.predictor.ensemble import FORMAT, MAX_FILE_BYTES, Predictor, fit_predictor
 from capacity_advisor.advisor.predictor.evaluate import (
-    CONSTANTS, SIZE_RULE, SPLITS, TIE_MARGIN, Rule, baseline_picks, cell_of, flips, folds, is_right, noise_floor, regret,
-    seed_spread, summarize,
+    CONSTANTS, CV_SPLITS, PROXY, PROXY_CUT, SIZE_RULE, SPLITS, TIE_MARGIN, Rule, baseline_picks, cell_of, flips, folds,
+    is_right, noise_floor, proxy_folds, regret, seed_spread, summarize,
 )
 from capacity_advisor.advisor.predictor.labels import (
     BUDGETS, CONTRAST_FEATURES, FEATURE_SETS, PROBE_FEATURES, TEACHER_FEATURES, best_up_to, inputs, label_rows, matrix,
@@ -28,14 +28,15 @@ from capacity_advisor.advisor.predictor.members import (
     FITTABLE, KINDS, check_member, fit_member, fit_members, lightgbm_params, member_proba,
 )
 from capacity_advisor.advisor.predictor.policy import (
-    PAPER_FROM, Policy, choose_policy, cross_validate, fallback, permutation_importance, seed_advice, select_policy,
+    LARGEST_PROXY, PAPER_FROM, WITHOUT_PROXIES, Policy, choose_policy, cross_validate, fallback, permutation_importance,
+    seed_advice, select_policy,
 )
 
 __all__ = [
-    "BUDGETS", "CONSTANTS", "CONTRAST_FEATURES", "FEATURE_SETS", "FITTABLE", "FORMAT", "KINDS", "MAX_FILE_BYTES",
-    "PAPER_FROM", "PROBE_FEATURES", "SIZE_RULE", "SPLITS", "TEACHER_FEATURES", "TIE_MARGIN", "Policy", "Predictor", "Rule",
+    "BUDGETS", "CONSTANTS", "CONTRAST_FEATURES", "CV_SPLITS", "FEATURE_SETS", "FITTABLE", "FORMAT", "KINDS", "MAX_FILE_BYTES",
+    "LARGEST_PROXY", "PAPER_FROM", "PROBE_FEATURES", "PROXY", "PROXY_CUT", "SIZE_RULE", "SPLITS", "TEACHER_FEATURES", "TIE_MARGIN", "Policy", "Predictor", "Rule",
     "baseline_picks", "best_up_to", "cell_of", "check_member", "choose_policy", "cross_validate", "fallback", "fit_member",
     "fit_members", "fit_predictor", "flips", "folds", "inputs", "is_right", "label_rows", "lightgbm_params", "matrix",
-    "member_proba", "noise_floor", "options_in", "permutation_importance", "read_records", "record_option", "regret",
-    "seed_advice", "seed_spread", "select_policy", "shape_of", "strict_loads", "summarize", "unit_of",
+    "member_proba", "noise_floor", "options_in", "permutation_importance", "proxy_folds", "read_records", "record_option", "regret",
+    "seed_advice", "seed_spread", "select_policy", "shape_of", "strict_loads", "summarize", "unit_of", "WITHOUT_PROXIES",
 ]

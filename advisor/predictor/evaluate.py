@@ -10,7 +10,10 @@ regret). The noise floor chooses, for each row, the option that won on the *othe
 same student, pool source, ranking and budget: what the labels' own noise allows.
 
 Folds leave out one value of a row's `student`, `shape`, `source`, `task` or `teacher` at a time;
-every row of a unit shares those values, so no unit is ever on both sides of a fold.
+every row of a unit shares those values, so no unit is ever on both sides of a fold. The `proxy`
+split holds out one large student (from PROXY_CUT parameters) on one pool source and fits on the
+other sources without that student plus the small students of its own source: a user who
+calibrated their own pool with small proxy students and asks about a large one.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from capacity_advisor.training.manifest import option_order
 CONSTANTS = {"always high": "high", "always low": "low", "always mixed": "mixed"}
 SIZE_RULE = "size rule"  # the fitted size-and-budget rule, as every table names it
 SPLITS = ("student", "shape", "source", "task", "teacher")
+PROXY = "proxy"  # a large student on a pool source, fitted with that source's small students (its proxies)
+CV_SPLITS = (*SPLITS, PROXY)  # what `advisor fit --cv` can hold out (proxy only when asked: it is the costliest)
+PROXY_CUT = 2e5  # parameters: below it a student is a proxy, from it a target (both sides hold several lab students)
 
 
 def regret(row: dict, choice: str) -> float:
@@ -90,12 +96,35 @@ class Rule:
 
 def split_key(split: str):
     if split not in SPLITS:
-        raise InputError(f"unknown split {split!r}: use {', '.join(SPLITS)}")
+        raise InputError(f"unknown split {split!r}: use {', '.join(CV_SPLITS)}")
     return lambda r: r.get(split) or "unknown"
+
+
+def proxy_folds(rows: Sequence[dict], own: int | None = None, cut: float = PROXY_CUT) -> list[tuple[str, list, list]]:
+    """(SOURCE|STUDENT, train, test) for every student of `cut` parameters and up on every pool
+    source that also holds smaller ones: test is that student on that source; train is the other
+    sources without that student, plus that source's students below the cut — all of them
+    (`own` None), only the `own` largest, or none (`own` 0: the control, a source never seen)."""
+    out = []
+    for source in sorted({r["source"] for r in rows}):
+        here = [r for r in rows if r["source"] == source]
+        small = sorted({(r["n_params"], r["student"]) for r in here if (r["n_params"] or 0) < cut})
+        large = sorted({r["student"] for r in here if (r["n_params"] or 0) >= cut})
+        if not small or not large:
+            continue
+        keep = {st for _, st in (small if own is None else small[len(small) - own:] if own else [])}
+        for student in large:
+            train = [r for r in rows if r["student"] != student and (r["source"] != source or r["student"] in keep)]
+            test = [r for r in here if r["student"] == student]
+            if train and test and len({r["student"] for r in train}) >= 2:
+                out.append((f"{source}|{student}", train, test))
+    return out
 
 
 def folds(rows: Sequence[dict], split: str) -> list[tuple[str, list[dict], list[dict]]]:
     """(held-out name, train rows, test rows) for leaving one value of `split` out at a time."""
+    if split == PROXY:
+        return proxy_folds(rows)
     key = split_key(split)
     names = sorted({key(r) for r in rows})
     if split == "shape":  # the balanced ladder spans every size; holding it out leaves nothing to learn from

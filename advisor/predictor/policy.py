@@ -31,13 +31,16 @@ import numpy as np
 from capacity_advisor.advisor.predictor.checks import policy_thresholds
 from capacity_advisor.advisor.predictor.ensemble import Predictor, distances, fit_predictor
 from capacity_advisor.advisor.predictor.evaluate import (
-    TIE_MARGIN, baseline_picks, cell_of, flips, folds, noise_floor, regret, seed_spread, summarize,
+    PROXY, TIE_MARGIN, baseline_picks, cell_of, flips, folds, noise_floor, proxy_folds, regret, seed_spread, summarize,
 )
 from capacity_advisor.advisor.predictor.labels import inputs
 from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice
 from capacity_advisor.models.errors import InputError
 
 DISTANCES = (0.5, 0.75, 1.0, 1.5, 2.0, math.inf)
+WITHOUT_PROXIES = "without own proxies"  # proxy split: the large student fitted without its source's small students
+LARGEST_PROXY = "largest proxy only"  # ... with only the largest of them
+CHOOSE_SOURCE = "source"  # the split the shipped policy's thresholds are chosen by when none is given
 MARGINS = (0.0, 0.1, 0.2, 0.3, 0.5, 2.0)  # 2.0: the predictor never overrides D_high
 FALLBACK_WORDS = "the fallback (D_high below 10^8 parameters, the paper's findings from 10^8)"
 
@@ -238,10 +241,13 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     from capacity_advisor.advisor.predictor.labels import PROBE_FEATURES
 
     features = tuple(features or PROBE_FEATURES)
-    inner_split = policy_split or split
+    # a student advised on a source its proxies calibrated: thresholds chosen on that case too
+    inner_split = PROXY if split == PROXY else policy_split or split
     fs = folds(rows, split)
     if not fs:
-        raise InputError(f"records cover too few students/{split}s to hold one out (need at least 2 students)")
+        raise InputError(f"records cover too few students/{split}s to hold one out (need at least 2 students"
+                         + (f"; the proxy split needs sources with students on both sides of {PROXY_CUT:.0e} "
+                            "parameters" if split == PROXY else "") + ")")
     picks: dict[str, list] = {"policy": [], "predictor": []}
     chosen, p_low = {}, []
     for name, train, test in fs:
@@ -253,7 +259,15 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
             p_low.append((m["row"], m["probs"].get("low", float("nan"))))
         for method, pairs in baseline_picks(train, test).items():
             picks.setdefault(method, []).extend(pairs)
-    picks["noise floor"] = noise_floor(rows)
+    if split == PROXY:  # the same large students advised with fewer of their source's proxies
+        for method, own, inner in ((WITHOUT_PROXIES, 0, policy_split or CHOOSE_SOURCE), (LARGEST_PROXY, 1, PROXY)):
+            for _, train, test in proxy_folds(rows, own):
+                fold_kind, policy, _ = select_policy(train, inner, kind, features, n_members, seed, jobs)
+                picks.setdefault(method, []).extend(
+                    (m["row"], policy.choose(m["probs"], m["outside"], m["ratio"]) or "high")
+                    for m in held_out(train, test, fold_kind, features, n_members, seed, jobs))
+    tested = {id(r) for r, _ in picks["policy"]}
+    picks["noise floor"] = [(r, c) for r, c in noise_floor(rows) if id(r) in tested]
     methods = {m: summarize(p, tie_margin, seed) for m, p in picks.items()}
     # the policy reads the predictor's probabilities: one spread of P(D_low) across seeds for both
     for m in ("policy", "predictor"):

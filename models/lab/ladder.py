@@ -296,6 +296,31 @@ def build_student(
     return out
 
 
+BUILD_FILE_BYTES = 1 << 20  # a build.json is a few kilobytes; a larger one is not a lab build
+
+
+def build_of(folder) -> dict | None:
+    """{"name", "lr"} of the lab build a model folder holds (`build.json` written by
+    `build_student`: the ladder name and its pretraining peak rate), or None when it holds none.
+    The folder may be anything a user hands over: a missing, large or malformed file is None."""
+    import json
+    import math
+
+    try:
+        path = Path(folder) / "build.json"
+        if not path.is_file() or path.stat().st_size > BUILD_FILE_BYTES:
+            return None
+        info = json.loads(path.read_text(encoding="utf-8"))
+        student = info["recipe"]["student"]
+        name, lr = student["name"], student["lr"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        return None
+    if not (isinstance(name, str) and isinstance(lr, (int, float)) and not isinstance(lr, bool)
+            and math.isfinite(lr) and 0 < lr < 1):
+        return None
+    return {"name": name, "lr": float(lr)}
+
+
 def n_params(name: str) -> int:
     """Parameter count from the spec alone (no weights needed)."""
     s = spec(name)

@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 
 from capacity_advisor.advisor.predictor import (
-    CV_SPLITS, FEATURE_SETS, FITTABLE, LARGEST_PROXY, SPLITS, WITHOUT_PROXIES, Rule, cross_validate, fit_predictor,
+    CV_SPLITS, FEATURE_SETS, FITTABLE, LARGEST_PROXY, PROXY, SPLITS, WITHOUT_PROXIES, Rule, cross_validate, fit_predictor,
     folds, label_rows, options_in, select_policy,
 )
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix
@@ -59,6 +59,61 @@ def probe_of(records: Sequence[dict]) -> dict | None:
     return dict(short.pop()) if len(short) == 1 else None
 
 
+def record_files(paths: Sequence[str]) -> tuple[list[dict], list[dict]]:
+    """The records of every file in `paths`, and per file what `meta.record_files` states: its
+    name (not its path), how many records, and the pool sources it holds. Refused: a file named
+    twice, and files whose probes were measured otherwise than the first's (another recipe in any
+    setting but the lengths): the predictor would read their features as if measured alike."""
+    from capacity_advisor.advisor.predictor import read_records, unit_of
+
+    seen, records, files, first = set(), [], [], None
+    for path in paths:
+        key = Path(path).resolve()
+        if key in seen:
+            raise InputError(f"--records {path} is named twice: name each records file once")
+        seen.add(key)
+        recs = read_records(path)
+        recipe = probe_of(recs)
+        if first is not None and recipe is not None and first[1] is not None:
+            differ = [k for k in ("kind", "steps", "batch_size", "eval_every", "eval_problems", "warmup_steps")
+                      if k in recipe and k in first[1] and recipe[k] != first[1][k]]
+            if differ:
+                raise InputError(f"--records {path} measured its probes otherwise than {first[0]} ("
+                                 + ", ".join(f"{k} {recipe[k]} against {first[1][k]}" for k in differ)
+                                 + "): replay them at one probe (benchmarks/probe_cost.py --records-at) or fit them apart")
+        if first is None:
+            first = (path, recipe)
+        records += recs
+        files.append({"file": Path(path).name, "records": len(recs), "sources": sorted({unit_of(r)["source"] for r in recs})})
+    return records, files
+
+
+def own_sources(records: Sequence[dict], files: Sequence[dict] | None) -> dict:
+    """{source: {"students", "n_params", "fingerprints", "epochs"}} for the pool sources only files
+    after the first hold (a user's own calibration beside the shipped one): the students calibrated
+    on it, the content hashes of its pools (by which `advisor recommend` knows the pool again) and
+    the longest run's epochs."""
+    from capacity_advisor.advisor.predictor import unit_of
+
+    if not files or len(files) < 2:
+        return {}
+    base = set(files[0]["sources"])
+    out: dict[str, dict] = {}
+    for rec in records:
+        u = unit_of(rec)
+        if u["source"] in base:
+            continue
+        o = out.setdefault(u["source"], {"students": {}, "fingerprints": set(), "epochs": 0.0})
+        o["students"][u["student"]] = int((rec.get("model") or {}).get("n_params") or 0)
+        if isinstance(rec.get("epochs"), (int, float)) and not isinstance(rec.get("epochs"), bool):
+            o["epochs"] = max(o["epochs"], float(rec["epochs"]))
+        fp = (rec.get("pool") or {}).get("fingerprint")
+        if isinstance(fp, str) and 0 < len(fp) <= 128:
+            o["fingerprints"].add(fp)
+    return {s: {"students": sorted(o["students"]), "n_params": [o["students"][k] for k in sorted(o["students"])],
+                "fingerprints": sorted(o["fingerprints"]), "epochs": o["epochs"]} for s, o in sorted(out.items())}
+
+
 def check_settings(tie_margin: float, n_members: int, seed: int, jobs: int, kinds: Sequence[str],
                    cv: Sequence[str], choose_by: str | Sequence[str]) -> None:
     bad = []
@@ -92,8 +147,11 @@ def splits_of(choose_by: str | Sequence[str]) -> tuple[str, ...]:
 def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0.01, features: str = "contrast",
                  kinds: Sequence[str] = FITTABLE, n_members: int = 24, seed: int = 0, jobs: int = 1,
                  note: str | None = None, cv: Sequence[str] = SPLITS, choose_by: str | Sequence[str] = CHOOSE_BY,
-                 cv_members: int = 8, log=None) -> dict:
-    """Choose the kind, measure it on every split of `cv`, choose the policy, fit and save."""
+                 cv_members: int = 8, log=None, files: Sequence[dict] | None = None) -> dict:
+    """Choose the kind, measure it on every split of `cv`, choose the policy, fit and save.
+    `files` (from `record_files`) names the record files; pool sources only later files hold are
+    the user's own, and a second policy is chosen for a student advised on one of them (on the
+    proxy split: a large student fitted with its own source's small students)."""
     if features not in FEATURE_SETS:
         raise InputError(f"--features {features!r} is unknown: use {', '.join(FEATURE_SETS)}")
     check_settings(tie_margin, n_members, seed, jobs, kinds, cv, choose_by)
@@ -122,6 +180,11 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0
                                       policy_split=split)
     say(f"choosing the kind and the policy's thresholds by {by} regret")
     chosen, policy, kind_regret = select_policy(rows, split, kinds, feats, cv_members, seed, jobs)
+    own = own_sources(records, files)
+    policy_own = None
+    if own and folds(rows, PROXY):
+        say("choosing the policy's thresholds for your own pool sources by leave-one-proxy-target-out regret")
+        _, policy_own, _ = select_policy(rows, PROXY, chosen, feats, cv_members, seed, jobs)
     say(f"fitting {n_members} {chosen} members on {len(rows)} rows")
     pred = fit_predictor(rows, chosen, feats, n_members, seed, jobs)
     recipe = probe_of(records)
@@ -138,11 +201,16 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0
         **({"probe": {"steps": recipe["steps"], "eval_problems": recipe["eval_problems"]}} if recipe else {}),
         **({"recipe": recipe} if recipe and "kind" in recipe else {}),
         **({"note": note} if note else {}),
+        **({"record_files": list(files)} if files else {}),
+        **({"own_sources": own} if own else {}),
+        **({"policy_own": {**policy_own.to_dict(), "chosen_by": "leave-one-proxy-target-out regret"}}
+           if policy_own else {}),
     }
     pred.save(out)
     return {"cv": compact(cv_tables), "chosen": chosen, "kinds": pred.meta["kinds"], "policy": pred.meta["policy"],
             "rows": len(rows), "labels": pred.meta["labels"], "ties": pred.meta["ties"],
-            "rule_of_thumb": pred.meta["rule_of_thumb"], "out": str(out)}
+            "rule_of_thumb": pred.meta["rule_of_thumb"], "out": str(out),
+            **({"own_sources": sorted(own), "policy_own": pred.meta["policy_own"]} if policy_own else {})}
 
 
 CV_KEYS = ("regret", "decision_accuracy", "rows")

@@ -125,7 +125,7 @@ def recommend(cfg: RecommendConfig, status=None, progress=None) -> Recommendatio
     plan = checked.plan.for_pool(len(pool)).within(desc.get("max_position_embeddings"))
     settings = chosen_settings(cfg, plan, desc)
     stages = measure(cfg, pool, checked.scores, plan, settings, say, progress)
-    rec = advise(cfg, checked.predictor, desc, settings, stages, plan)
+    rec = advise(cfg, checked.predictor, desc, settings, stages, plan, pool.fingerprint())
     write_outputs(cfg, rec, pool, whole, stages[0], checked, t0)
     return rec
 
@@ -321,10 +321,13 @@ def prior(cfg: RecommendConfig, n_params: float, predictor) -> tuple[dict, dict]
     return advice, {s: [p[s] for p in by_budget] for s in SETS}
 
 
-def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stages: list, plan: ProbePlan) -> Recommendation:
+def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stages: list, plan: ProbePlan,
+           pool_fingerprint: str | None = None) -> Recommendation:
     """The predictor's answer on the probe's measurements (averaged over the draws when there are
-    several; each draw's own answer beside it); the priors' without a probe."""
-    from capacity_advisor.advisor.predictor import Policy
+    several; each draw's own answer beside it); the priors' without a probe. On a pool the user
+    calibrated with proxies (its content hash among the predictor's own sources), the policy
+    chosen for that case answers, and the report says so."""
+    from capacity_advisor.advisor.predictor import Policy, calibrated_source
     from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice
 
     stage = stages[0]
@@ -332,13 +335,14 @@ def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stages: 
     measured = {"likelihood_gap_per_token": context["likelihood_gap_per_token"],
                 "length_ratio_low_high": context["length_ratio_low_high"]}
     draws = None
+    calibrated = calibrated_source(predictor, pool_fingerprint)
     if stage.report is None:
         advice, curve = prior(cfg, desc["n_params"], predictor)
     else:
         reports = [st.report for st in stages]
         measured.update(mean_features(reports))
         row = predictor_row(measured, cfg.budget, cfg.score)
-        policy = Policy.of(predictor)
+        policy = Policy.of(predictor, own_source=calibrated is not None)
         decision = policy.decide(predictor, row, desc["n_params"], cfg.budget, student=cfg.model)
         advice = {**decision["advice"], "reasons": predictor.reasons(row), "answered_by": decision["answered_by"],
                   "policy": policy.describe()}
@@ -362,12 +366,30 @@ def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stages: 
             notes.append(line)
             if not agree:
                 advice["confidence"] = "low"
+        if calibrated is not None:
+            notes.insert(0, calibrated_line(predictor, calibrated))
         advice["confidence_reasons"] = notes + advice["confidence_reasons"]
     rec = recommendation(cfg, predictor, desc, settings, advice, curve)
     rec.measurements, rec.selection, rec.draws = measured, stage.split.selection_summary, draws
+    rec.calibrated_on = calibrated
     rec.probe = stage.report if len(stages) == 1 or stage.report is None else \
         {**stage.report, "cost": combined_cost([st.report for st in stages])}
     return rec
+
+
+def calibrated_line(predictor, own: dict) -> str:
+    """'calibrated on your pool: ...' — the proxies, their sizes and budget, and what the proxy
+    split measured for a student advised this way (when the predictor's tables hold it)."""
+    proxies = ", ".join(f"{s} ({n:,} params)" for s, n in zip(own["students"], own["n_params"]))
+    line = (f"calibrated on your pool: {len(own['students'])} proxies ({proxies}"
+            + (f"; up to {own['epochs']:g} epochs" if own.get("epochs") else "") + f"), source {own['source']}; the "
+            "policy's thresholds for this case were chosen on the proxy split")
+    proxy = (((predictor.meta or {}).get("cv") or {}).get("proxy") or {}).get("methods", {})
+    mine, high = (proxy.get(m, {}).get("regret") for m in ("policy", "always high"))
+    if isinstance(mine, (int, float)) and isinstance(high, (int, float)):
+        line += (f"; on the calibration records a large student advised so lost {mine:.2f} points of accuracy on "
+                 f"average (always-high {high:.2f})")
+    return line
 
 
 def draw_advice(cfg: RecommendConfig, predictor, policy, desc: dict, context: dict, reports: list[dict]) -> list[dict]:

@@ -84,6 +84,7 @@ class Recommendation:
     options: tuple = SETS  # what the predictor chooses among (its calibrated options)
     notes: list[str] = field(default_factory=list)  # what the user should know about the outputs
     draws: list | None = None  # --probe-repeats: each probe draw's own advice (seed, strategy, probabilities)
+    calibrated_on: dict | None = None  # the user's own calibrated pool source this pool belongs to, and its proxies
     seconds: float = 0.0
 
     @property
@@ -126,6 +127,7 @@ class Recommendation:
             "settings": self.settings, "selection": self.selection, "train_rows": self.train_rows,
             "eval_rows": self.eval_rows, "probe_cost": self.probe_cost, "seconds": self.seconds, "notes": self.notes,
             **({"pool": self.pool} if self.pool is not None else {}),
+            **({"calibrated_on": self.calibrated_on} if self.calibrated_on else {}),
             **({"draws": self.draws, "draws_agree": len({d["strategy"] for d in self.draws}) == 1}
                if self.draws else {}),
         }

@@ -259,7 +259,9 @@ def generate(as_json, **kw):
 
 
 @cli.command()
-@click.option("--records", "-r", "records_path", default=None, help="RunRecords JSONL (default: the records store).")
+@click.option("--records", "-r", "records_path", multiple=True,
+              help="RunRecords JSONL (default: the records store); repeat it to fit on several files: the first is the "
+                   "calibration, pool sources only later files hold are marked as your own.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Predictor folder to write.")
 @click.option("--tie-margin", default=0.01, show_default=True, type=Finite(0, 1),
               help="Accuracy gap under which strategies count as tied.")

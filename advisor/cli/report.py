@@ -126,8 +126,14 @@ def cross_validation(result: dict) -> None:
     console.print(f"kind: {result['chosen']}; policy: predictor trusted up to {pol.get('max_distance')}x the typical "
                   f"distance, margin {pol.get('margin')}, range check {'on' if pol.get('use_range') else 'off'}; "
                   f"{result['rows']} rows, labels {result['labels']}, near-ties {result['ties']}", highlight=False)
+    if result.get("own_sources"):
+        own = result["policy_own"]
+        console.print(f"your own pool sources: {', '.join(result['own_sources'])}; on them the predictor is trusted up "
+                      f"to {own.get('max_distance')}x the typical distance, margin {own.get('margin')}, range check "
+                      f"{'on' if own.get('use_range') else 'off'} (chosen on the proxy split)", highlight=False)
     for split, methods in result["cv"].items():
-        t = Table(title=f"Leave one {split} out", title_justify="left")
+        t = Table(title="A large student on its own pool source, with that source's small students in the fit"
+                  if split == "proxy" else f"Leave one {split} out", title_justify="left")
         for col in ("method", "regret (points)", "decision accuracy", "rows", "flip rate", "P(D_low) spread"):
             t.add_column(col, justify="left" if col == "method" else "right")
         for name, row in sorted(methods.items(), key=lambda kv: kv[1]["regret"] if kv[1]["regret"] is not None else 1e9):

@@ -28,14 +28,14 @@ from capacity_advisor.advisor.predictor.members import (
     FITTABLE, KINDS, check_member, fit_member, fit_members, lightgbm_params, member_proba,
 )
 from capacity_advisor.advisor.predictor.policy import (
-    LARGEST_PROXY, PAPER_FROM, WITHOUT_PROXIES, Policy, choose_policy, cross_validate, fallback, permutation_importance,
+    LARGEST_PROXY, PAPER_FROM, WITHOUT_PROXIES, Policy, calibrated_source, choose_policy, cross_validate, fallback, permutation_importance,
     seed_advice, select_policy,
 )
 
 __all__ = [
     "BUDGETS", "CONSTANTS", "CONTRAST_FEATURES", "CV_SPLITS", "FEATURE_SETS", "FITTABLE", "FORMAT", "KINDS", "MAX_FILE_BYTES",
     "LARGEST_PROXY", "PAPER_FROM", "PROBE_FEATURES", "PROXY", "PROXY_CUT", "SIZE_RULE", "SPLITS", "TEACHER_FEATURES", "TIE_MARGIN", "Policy", "Predictor", "Rule",
-    "baseline_picks", "best_up_to", "cell_of", "check_member", "choose_policy", "cross_validate", "fallback", "fit_member",
+    "baseline_picks", "best_up_to", "calibrated_source", "cell_of", "check_member", "choose_policy", "cross_validate", "fallback", "fit_member",
     "fit_members", "fit_predictor", "flips", "folds", "inputs", "is_right", "label_rows", "lightgbm_params", "matrix",
     "member_proba", "noise_floor", "options_in", "permutation_importance", "proxy_folds", "read_records", "record_option", "regret",
     "seed_advice", "seed_spread", "select_policy", "shape_of", "strict_loads", "summarize", "unit_of", "WITHOUT_PROXIES",

@@ -102,11 +102,28 @@ def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
     for key in ("cv", "labels", "policy"):
         if meta.get(key) is not None and not isinstance(meta[key], dict):
             return key
-    if meta.get("policy") is not None:
-        try:
-            policy_thresholds(meta["policy"])
-        except InputError:
-            return "policy"
+    for key in ("policy", "policy_own"):
+        if meta.get(key) is not None:
+            if not isinstance(meta[key], dict):
+                return key
+            try:
+                policy_thresholds(meta[key])
+            except InputError:
+                return key
+    own = meta.get("own_sources")
+    if own is not None and not (isinstance(own, dict) and len(own) <= 10_000 and all(
+            isinstance(k, str) and isinstance(v, dict)
+            and all(isinstance(v.get(f), list) and len(v[f]) <= 100_000 for f in ("students", "n_params", "fingerprints"))
+            and all(isinstance(x, str) for x in v["students"] + v["fingerprints"])
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in v["n_params"])
+            and len(v["students"]) == len(v["n_params"])
+            and (v.get("epochs") is None or (is_num(v["epochs"]) and 0 <= v["epochs"] <= 1e6)) for k, v in own.items())):
+        return "own_sources"
+    files = meta.get("record_files")
+    if files is not None and not (isinstance(files, list) and all(
+            isinstance(f, dict) and isinstance(f.get("file"), str) and isinstance(f.get("sources"), list)
+            for f in files)):
+        return "record_files"
     if meta.get("labels") is not None and not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
                                                   for k, v in meta["labels"].items()):
         return "labels"

@@ -101,9 +101,12 @@ class Policy:
         return d
 
     @classmethod
-    def of(cls, predictor: Predictor) -> "Policy":
-        """The policy a predictor file states (`meta.policy`); without one the predictor always answers."""
-        raw = (predictor.meta or {}).get("policy")
+    def of(cls, predictor: Predictor, own_source: bool = False) -> "Policy":
+        """The policy a predictor file states (`meta.policy`; for a student advised on one of the
+        user's own calibrated pool sources, `meta.policy_own` where the file has one); without one
+        the predictor always answers."""
+        meta = predictor.meta or {}
+        raw = meta.get("policy_own") if own_source and meta.get("policy_own") is not None else meta.get("policy")
         return cls() if raw is None else cls.from_dict(raw)
 
     def describe(self) -> str:
@@ -123,6 +126,16 @@ class Policy:
         """A policy read from a predictor file (user input), checked (`checks.policy_thresholds`)."""
         d, m, r = policy_thresholds(raw)
         return cls(math.inf if d is None else float(d), float(m), r)
+
+
+def calibrated_source(predictor: Predictor, fingerprint: str | None) -> dict | None:
+    """{"source", "students", "n_params", "epochs"} of the user's own calibrated pool source whose pools
+    include this one (the same content hash), or None."""
+    for source, o in ((predictor.meta or {}).get("own_sources") or {}).items():
+        if fingerprint and fingerprint in o.get("fingerprints", ()):
+            return {"source": source, "students": list(o["students"]), "n_params": list(o["n_params"]),
+                    "epochs": o.get("epochs")}
+    return None
 
 
 def fallback(n_params: float | None, budget: float) -> tuple[str, str]:

@@ -1,0 +1,136 @@
+"""Calibrated on the user's own pool: `advisor fit` on several record files names each file's
+pool sources and marks the sources only later files hold as the user's own, with a policy chosen
+for them on the proxy split; `advisor recommend` on such a pool (the same content) says so and
+answers with that policy. And the proxy split itself: its folds and what `fit --cv proxy` prints."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from capacity_advisor.advisor.cli.main import cli
+from capacity_advisor.advisor.predictor import PROXY_CUT, Predictor, label_rows, proxy_folds, read_records, unit_of
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "calibration" / "records.jsonl"
+SHIPPED = ROOT / "advisor" / "predictor_data"
+MINE = "lab2:listmax/program"
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_proxy_folds_hold_one_large_student_on_one_source_out():
+    rows = label_rows(read_records(RECORDS))
+    folds = proxy_folds(rows)
+    assert folds and len({name for name, _, _ in folds}) == len(folds)
+    for name, train, test in folds:
+        source, student = name.split("|")
+        assert {(r["source"], r["student"]) for r in test} == {(source, student)}
+        assert all(r["n_params"] >= PROXY_CUT for r in test)
+        assert not any(r["student"] == student for r in train)  # the target student nowhere in the fit
+        own = [r for r in train if r["source"] == source]
+        assert own and all(r["n_params"] < PROXY_CUT for r in own)  # its source's proxies only
+    name, train, test = folds[0]
+    source = name.split("|")[0]
+    assert not any(r["source"] == source for r in proxy_folds(rows, own=0)[0][1])  # the control: no own proxies
+    largest = {r["student"] for r in proxy_folds(rows, own=1)[0][1] if r["source"] == source}
+    assert len(largest) == 1
+
+
+def _split_files(tmp_path):
+    """The committed records as two files: everything but one source, and that source's small
+    students (a user's own proxies on their own pool)."""
+    base, mine = [], []
+    for line in RECORDS.read_text().splitlines():
+        rec = json.loads(line)
+        if unit_of(rec)["source"] != MINE:
+            base.append(line)
+        elif rec["model"]["n_params"] < PROXY_CUT:
+            mine.append(line)
+    (tmp_path / "calibration.jsonl").write_text("\n".join(base) + "\n")
+    (tmp_path / "mine.jsonl").write_text("\n".join(mine) + "\n")
+    return tmp_path / "calibration.jsonl", tmp_path / "mine.jsonl", len(base), len(mine)
+
+
+@pytest.mark.slow
+def test_fit_on_two_record_files_marks_the_users_own_source(tmp_path):
+    a, b, n_a, n_b = _split_files(tmp_path)
+    r = run("fit", "--records", a, "--records", b, "--out", tmp_path / "pred", "--kinds", "logistic", "--members", 2,
+            "--cv", "student", "--json")
+    assert r.exit_code == 0, r.stderr
+    result = json.loads(r.stdout)
+    assert result["own_sources"] == [MINE] and "max_distance" in result["policy_own"]
+    meta = Predictor.load(tmp_path / "pred").meta
+    assert [f["file"] for f in meta["record_files"]] == ["calibration.jsonl", "mine.jsonl"]
+    assert [f["records"] for f in meta["record_files"]] == [n_a, n_b]
+    assert meta["record_files"][1]["sources"] == [MINE] and MINE not in meta["record_files"][0]["sources"]
+    own = meta["own_sources"][MINE]
+    assert own["students"] and all(n < PROXY_CUT for n in own["n_params"]) and own["epochs"] == 5.0
+    assert meta["policy_own"]["chosen_by"] == "leave-one-proxy-target-out regret"
+
+
+def test_record_files_named_twice_or_measured_otherwise_are_one_error_line(tmp_path):
+    a, b, _, _ = _split_files(tmp_path)
+    r = CliRunner().invoke(cli, ["fit", "--records", str(a), "--records", str(a), "--out", str(tmp_path / "p")])
+    assert r.exit_code == 2 and "named twice" in r.stderr and r.stderr.count("error:") == 1
+    other = [json.loads(x) for x in b.read_text().splitlines()]
+    for rec in other:
+        rec["settings"]["probe"]["steps"] = 50
+    c = tmp_path / "other.jsonl"
+    c.write_text("".join(json.dumps(x) + "\n" for x in other))
+    r = CliRunner().invoke(cli, ["fit", "--records", str(a), "--records", str(c), "--out", str(tmp_path / "p")])
+    assert r.exit_code == 2 and "measured its probes otherwise" in r.stderr and "steps 50 against 25" in r.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_recommend_on_a_calibrated_pool_says_so_and_uses_its_policy(lab_home, tmp_path):
+    from capacity_advisor.advisor.pool import read_pool
+
+    pool = tmp_path / "pool.jsonl"
+    assert run("lab", "pool", "--n", 24, "--out", pool).exit_code == 0
+    pred = Predictor.load(SHIPPED)
+    pred.meta = {**pred.meta, "policy": {"max_distance": None, "margin": 0.0, "use_range": False},
+                 "policy_own": {"max_distance": None, "margin": 2.0, "use_range": False},  # never leaves D_high
+                 "own_sources": {"mine/lab:teacher@T1": {"students": ["lab:xs", "lab:s"], "n_params": [3856, 27744],
+                                                         "fingerprints": [read_pool(pool).fingerprint()], "epochs": 5.0}}}
+    pred.save(tmp_path / "pred")
+    small = ["--probe-steps", 4, "--probe-eval-every", 2, "--probe-eval-problems", 4, "--probe-batch", 4]
+    common = ["--model", "lab:xs", "--budget", 3, "--predictor", tmp_path / "pred", "--device", "cpu", "--json", *small]
+    r = run("recommend", *common, "--pool", pool, "--out", tmp_path / "rec")
+    assert r.exit_code == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["calibrated_on"]["source"] == "mine/lab:teacher@T1" and rep["strategy"] == "high"
+    assert rep["answered_by"] == "the policy: always D_high"
+    line = rep["confidence_reasons"][0]
+    assert line.startswith("calibrated on your pool: 2 proxies (lab:xs (3,856 params), lab:s (27,744 params); up to 5 epochs)")
+    # another pool: not calibrated, the shipped thresholds answer
+    other = tmp_path / "other.jsonl"
+    assert run("lab", "pool", "--n", 24, "--seed", 1, "--out", other).exit_code == 0
+    r = run("recommend", *common, "--pool", other, "--out", tmp_path / "rec2")
+    rep = json.loads(r.stdout)
+    assert "calibrated_on" not in rep and rep["answered_by"] == "predictor"
+
+
+@pytest.mark.parametrize("bad", [
+    {"own_sources": {"x": {"students": ["a"], "n_params": [], "fingerprints": []}}},
+    {"own_sources": {"x": {"students": "a", "n_params": [1], "fingerprints": []}}},
+    {"own_sources": {"x": {"students": ["a"], "n_params": [1], "fingerprints": [], "epochs": "5"}}},
+    {"policy_own": {"max_distance": "far", "margin": 0.0, "use_range": False}},
+    {"record_files": [{"file": 3, "sources": []}]},
+])
+def test_a_damaged_own_calibration_in_a_predictor_is_refused_at_load(bad, tmp_path):
+    import hashlib
+
+    raw = json.loads((SHIPPED / "predictor.json").read_text())
+    body = {k: v for k, v in raw.items() if k != "sha256"}
+    body["meta"] = {**body["meta"], **bad}
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
+    (tmp_path / "pred").mkdir()
+    (tmp_path / "pred" / "predictor.json").write_text(json.dumps({"sha256": digest, **body}))
+    r = CliRunner().invoke(cli, ["recommend", "--model", "lab:xs", "--budget", "2", "--predictor", str(tmp_path / "pred"),
+                                 "--out", str(tmp_path / "rec")])
+    assert r.exit_code == 2 and r.stderr.count("error:") == 1 and "predictor" in r.stderr
+    assert not (tmp_path / "rec").exists()

@@ -75,7 +75,8 @@ def record_files(paths: Sequence[str]) -> tuple[list[dict], list[dict]]:
         recs = read_records(path)
         recipe = probe_of(recs)
         if first is not None and recipe is not None and first[1] is not None:
-            differ = [k for k in ("kind", "steps", "batch_size", "eval_every", "eval_problems", "warmup_steps")
+            # the kind may differ: a probe of another kind of student takes the recipe but its lengths
+            differ = [k for k in ("steps", "batch_size", "eval_every", "eval_problems", "warmup_steps")
                       if k in recipe and k in first[1] and recipe[k] != first[1][k]]
             if differ:
                 raise InputError(f"--records {path} measured its probes otherwise than {first[0]} ("

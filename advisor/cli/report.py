@@ -146,6 +146,24 @@ def cross_validation(result: dict) -> None:
                   "P(D_low) spread: its mean range across a cell's seeds.", highlight=False)
 
 
+def calibration_plan(c: dict) -> None:
+    """What `calibrate --students` runs (or would run, with --dry-run) and what it costs."""
+    t = Table(title=f"Calibration on your pool: {c['train_problems']:,} problems to train on, {c['eval_problems']} held "
+                    f"out, {c['epochs']:g} epochs, seeds {','.join(map(str, c['seeds']))}", title_justify="left")
+    for col in ("proxy", "parameters", "probe steps x batch", "full runs", "steps per run", "batch", "sequences",
+                "evaluations per run", "learning rate"):
+        t.add_column(col, justify="left" if col == "proxy" else "right")
+    for s in c["students"]:
+        t.add_row(s["student"], f"{s['n_params']:,}", f"{s['probe_steps']} x {s['probe_batch']}", str(s["runs"]),
+                  f"{s['full_run_steps']:,}", str(s["train_batch"]), f"{s['sequences']:,}", str(s["evaluations_per_run"]),
+                  f"{s['learning_rate']:g}")
+    console.print(t)
+    if c.get("target"):
+        tg = c["target"]
+        console.print(f"cost: {tg['share_of_one_full_run']:.1%} of one {c['epochs']:g}-epoch full run of {tg['model']} "
+                      f"({tg['n_params']:,} parameters; compute as parameters x sequences trained)", highlight=False)
+
+
 def _num(value, fmt: str) -> str:
     return "—" if value is None else format(value, fmt)
 

@@ -1,0 +1,292 @@
+"""`advisor calibrate --students A,B --pool P`: calibrate on the user's own pool with small proxy students.
+
+    advisor calibrate --students ./qwen2.5-0.5b,./qwen2.5-1.5b --pool openr1.parquet --epochs 3 --out runs/cal
+    advisor calibrate --students ./qwen2.5-0.5b,./qwen2.5-1.5b --pool openr1.parquet --epochs 3 --target ./qwen2.5-7b --dry-run
+    advisor fit --records calibration/records.jsonl --records runs/cal/records.jsonl --out runs/pred
+    advisor recommend --model ./qwen2.5-7b --pool openr1.parquet --budget 3 --predictor runs/pred --out runs/rec
+
+The lab sweep (`--sizes`) calibrates on the lab's own pools; this calibrates on the user's. A fixed
+set of `n_eval` problems with reference answers is held out of the pool (the same for every run:
+the paper's protocol); on the rest, for each proxy and seed, the student scores every candidate,
+D_high / D_low / D_mixed are selected, the probe `advisor recommend` runs measures the inputs (its
+recipe: the predictor's, at the proxy's kind), and a full SFT of `epochs` epochs on each set is run
+from a manifest exactly as `advisor train` runs it (in process, or launched over `nproc`
+processes), evaluated `evals_per_epoch` times per epoch on the held-out problems. Each run's
+RunRecord, with the probe's inputs and the pool's content hash, is a line of OUT/records.jsonl
+for `advisor fit --records ... --records OUT/records.jsonl`, which marks the pool as the user's
+own; `advisor recommend` on the same pool then knows it was calibrated there.
+
+One run at a time; everything resumes (scores, probes and finished runs are kept, unfinished runs
+continue from their last checkpoint), and a folder made from other inputs is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import finite, stable_hash, versions, write_json, write_jsonl
+from capacity_advisor.training.manifest import SETS
+
+EVAL_SEED = 10_000  # the held-out problems: one draw, the same for every proxy, seed and run
+MAX_STUDENTS = 16
+
+
+@dataclass
+class PoolCalibrateConfig:
+    students: tuple[str, ...]  # --students: the proxies (model folders or hub ids)
+    pool: str  # --pool: the user's pool (any layout `advisor score` reads)
+    out: str  # --out: folder (resumable); records go to OUT/records.jsonl
+    epochs: float = 3.0  # --epochs: the longest budget the full runs train
+    seeds: tuple[int, ...] = (0,)  # --seeds: held-out slice of the probe, mixed set and data order
+    n_eval: int = 200  # --n-eval: held-out problems of the full runs' evaluations (never trained on)
+    evals_per_epoch: int = 4
+    teacher: str = "unknown"  # --pool-teacher: what wrote the candidates (names the pool source in the records)
+    task: str | None = None  # --task: the pool source's name in the records (default: the pool's content hash)
+    checker: str = "auto"
+    device: str = "auto"
+    dtype: str = "auto"
+    nproc: int = 1  # --nproc: processes per full run (torchrun / accelerate, as `advisor train`)
+    launcher: str = "torchrun"
+    target: str | None = None  # --target: the large student the calibration is for (the plan's cost share)
+    predictor: str | None = None  # --predictor: whose probe recipe the probes follow (default: the shipped one)
+    recipe: dict = field(default_factory=dict)  # probe settings given by flags: {recipe setting: value}
+    pool_options: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        bad = []
+        if not self.students or len(self.students) > MAX_STUDENTS:
+            bad.append(f"--students must name 1 to {MAX_STUDENTS} proxy models (comma-separated)")
+        if len(set(self.students)) != len(self.students):
+            bad.append("--students names a model twice")
+        if not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs) and 0 < self.epochs <= 100):
+            bad.append(f"--epochs {self.epochs} must be a number of epochs above 0, at most 100")
+        if not self.seeds or any(s < 0 for s in self.seeds):
+            bad.append("--seeds must name at least one seed, each at least 0")
+        if self.n_eval < 1:
+            bad.append(f"--n-eval {self.n_eval} must be at least 1")
+        if not 1 <= self.evals_per_epoch <= 100:
+            bad.append(f"evals per epoch {self.evals_per_epoch} must be from 1 to 100")
+        if self.nproc < 1:
+            bad.append(f"--nproc {self.nproc} must be at least 1")
+        if bad:
+            raise InputError("; ".join(bad))
+
+
+def student_name(spec: str) -> str:
+    """How a proxy is named in records and folders: a hub id as given, a folder by its name (no
+    machine path is kept)."""
+    p = Path(spec)
+    return p.name if p.exists() else spec
+
+
+@dataclass
+class Plan:
+    """What a calibration will run, checked before any work: the split, and per proxy its probe
+    recipe, learning rate and run sizes."""
+
+    pool: object  # the pool as read (whole)
+    train: object  # the pool less the held-out problems
+    eval_ids: list[str]
+    checker: str
+    fingerprint: str  # the whole pool's content hash: what recommend knows the pool by
+    students: list[dict]  # per proxy: spec, name, description, plan (ProbePlan), learning rate
+    key: str
+
+
+def make_plan(cfg: PoolCalibrateConfig) -> Plan:
+    from capacity_advisor.advisor.pool import PoolOptions, read_pool
+    from capacity_advisor.advisor.probe import load_predictor, pick_checker, predictor_plan
+    from capacity_advisor.models.files import check_writable_dir, recorded_key
+    from capacity_advisor.models.loading import check_model_spec, describe_config
+
+    cfg.validate()
+    for s in cfg.students:
+        check_model_spec(s)
+    if cfg.target:
+        check_model_spec(cfg.target)
+    check_writable_dir(cfg.out, "--out")
+    predictor = load_predictor(cfg.predictor)
+    descriptions = {spec: describe_config(spec) for spec in cfg.students}  # a proxy that is not a model stops here
+    pool = read_pool(cfg.pool, PoolOptions(**cfg.pool_options))
+    answered = [p.id for p in pool.problems if p.answer is not None]
+    if not answered:
+        raise InputError(f"--pool {cfg.pool} has no reference answers: the full runs are judged on held-out problems "
+                         "with answers (name the answer field with --answer-field)")
+    if cfg.n_eval > len(answered) // 4:
+        raise InputError(f"--n-eval {cfg.n_eval} holds out more than a quarter of the pool's {len(answered)} problems "
+                         f"with answers: lower it to at most {len(answered) // 4}, or use a larger pool")
+    held = set(random.Random(EVAL_SEED).sample(sorted(answered), cfg.n_eval))
+    train = replace(pool, problems=[p for p in pool.problems if p.id not in held])
+    students = []
+    for spec in cfg.students:
+        desc = descriptions[spec]
+        plan = predictor_plan(spec, "recommend", predictor, cfg.recipe).for_pool(len(train)).within(
+            desc.get("max_position_embeddings"))
+        lr, lr_source = plan.recipe.learning_rate(spec, desc["n_params"])
+        students.append({"spec": spec, "name": student_name(spec), "description": desc, "plan": plan,
+                         "learning_rate": lr, "learning_rate_source": lr_source})
+    fingerprint = pool.fingerprint()
+    key = stable_hash({"students": [(s["name"], s["description"]["fingerprint"]) for s in students],
+                       "pool": fingerprint, "settings": {k: v for k, v in asdict(cfg).items()
+                                                         if k not in ("out", "device", "nproc", "launcher", "target",
+                                                                      "students", "pool")}})
+    if recorded_key(cfg.out, "inputs_key") not in (None, key):
+        raise InputError(f"{cfg.out} holds a calibration made from other inputs (proxies, pool or settings); pass a "
+                         "new --out, or delete that folder to start over")
+    checker = pick_checker(pool, cfg.checker)
+    return Plan(pool, train, [p.id for p in pool.problems if p.id in held], checker, fingerprint, students, key)
+
+
+def cost(cfg: PoolCalibrateConfig, plan: Plan) -> dict:
+    """Steps and sequences of every run, and their compute against one full run of `--target` at
+    the same budget (compute taken as parameters x sequences trained: every run sees the same pool's
+    sequences, so their lengths cancel)."""
+    problems = len(plan.train)
+    rows, compute = [], 0.0
+    for s in plan.students:
+        r = s["plan"].recipe
+        train_problems = problems - r.eval_problems  # the probe's held-out slice is not trained on
+        steps_epoch = math.ceil(problems / r.train_batch)
+        full_steps = math.ceil(steps_epoch * cfg.epochs)
+        sequences = full_steps * r.train_batch * len(SETS) * len(cfg.seeds) + r.steps * r.batch_size * 2 * len(cfg.seeds)
+        n = s["description"]["n_params"]
+        compute += n * sequences
+        rows.append({"student": s["name"], "n_params": n, "probe_steps": r.steps, "probe_batch": r.batch_size,
+                     "full_run_steps": full_steps, "train_batch": r.train_batch, "runs": len(SETS) * len(cfg.seeds),
+                     "sequences": sequences, "probe_train_problems": train_problems,
+                     "evaluations_per_run": math.ceil(cfg.epochs * cfg.evals_per_epoch) + 1,
+                     "eval_problems": len(plan.eval_ids), "learning_rate": s["learning_rate"]})
+    out = {"pool_problems": len(plan.pool), "train_problems": problems, "eval_problems": len(plan.eval_ids),
+           "epochs": cfg.epochs, "seeds": list(cfg.seeds), "students": rows}
+    if cfg.target:
+        from capacity_advisor.models.loading import describe_config
+
+        t = describe_config(cfg.target)
+        batch = plan.students[0]["plan"].recipe.train_batch
+        target_sequences = math.ceil(math.ceil(problems / batch) * cfg.epochs) * batch
+        out["target"] = {"model": student_name(cfg.target), "n_params": t["n_params"],
+                         "full_run_sequences": target_sequences,
+                         "share_of_one_full_run": compute / (t["n_params"] * target_sequences)}
+    return out
+
+
+def run_pool_calibration(cfg: PoolCalibrateConfig, log=print, dry_run: bool = False) -> dict:
+    """Check everything, then (unless `dry_run`) run or resume every proxy's probe and full runs;
+    returns the plan's cost and, when run, the records' path."""
+    plan = make_plan(cfg)
+    c = cost(cfg, plan)
+    if dry_run:
+        return {"dry_run": True, "cost": c}
+    out = Path(cfg.out)
+    t0 = time.time()
+    write_json(out / "config.json", {"stage": "calibrate-pool", "inputs_key": plan.key, "settings": finite(asdict(cfg)),
+                                     "versions": versions()})
+    write_jsonl(out / "eval.jsonl", [{"prompt": plan.pool.get(i).prompt, "answer": plan.pool.get(i).answer,
+                                      "task": plan.pool.get(i).task} for i in plan.eval_ids])
+    for s in plan.students:
+        for seed in cfg.seeds:
+            log(run_unit(cfg, plan, s, seed))
+    records = collect(cfg, plan)
+    write_jsonl(out / "records.jsonl", records)
+    return {"records": len(records), "path": str(out / "records.jsonl"), "seconds": round(time.time() - t0, 1), "cost": c}
+
+
+def unit_dir(cfg: PoolCalibrateConfig, student: dict, seed: int) -> Path:
+    return Path(cfg.out) / "units" / f"{student['name'].replace('/', '--')}-s{seed}"
+
+
+def run_unit(cfg: PoolCalibrateConfig, plan: Plan, student: dict, seed: int) -> str:
+    """Score, select, probe and train one proxy on one seed (resumable); a one-line summary."""
+    from capacity_advisor.advisor.probe import probe_pool
+    from capacity_advisor.models.loading import load_model
+
+    t0 = time.time()
+    folder = unit_dir(cfg, student, seed)
+    p = student["plan"]
+    pcfg = p.probe_config(learning_rate=student["learning_rate"], seed=seed, device=cfg.device, dtype=cfg.dtype)
+    lm = load_model(student["spec"], device=cfg.device, dtype=cfg.dtype)
+    stage = probe_pool(student["spec"], plan.train, pcfg, lm, folder / "score", folder / "probe", checker=plan.checker,
+                       max_length=p.recipe.score_length, verb="recommend")
+    for option in SETS:
+        train_option(cfg, plan, student, seed, option, stage, lm, folder)
+    return f"{student['name']} seed {seed}: done [{time.time() - t0:.0f}s]"
+
+
+def train_option(cfg: PoolCalibrateConfig, plan: Plan, student: dict, seed: int, option: str, stage, lm,
+                 folder: Path) -> Path:
+    """One full run of a proxy on one set, as `advisor train` runs its manifest (skipped when
+    finished; launched over --nproc processes when asked)."""
+    import io
+    import os
+    import shutil
+
+    from capacity_advisor.advisor.select import SelectConfig, export, select
+    from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
+    from capacity_advisor.training.sft import run_sft
+
+    run_dir = folder / option
+    if (run_dir / "record.json").exists():
+        return run_dir
+    r = student["plan"].recipe
+    sel = select(plan.train, stage.scores, SelectConfig(strategy=option, mix=0.5 if option == "mixed" else 0.0, seed=seed))
+    export(sel, folder / "data" / f"{option}.jsonl", "trl")
+    m = Manifest(
+        model={**{k: v for k, v in lm.description.items() if k != "path"}, "spec": student["spec"]},
+        dataset=f"data/{option}.jsonl", strategy=option, mix=0.5 if option == "mixed" else 0.0,
+        eval=EvalSpec(path=os.path.relpath(Path(cfg.out) / "eval.jsonl", folder), checker=plan.checker,
+                      max_new_tokens=r.max_new_tokens, limit=None, base_drift=True, token_budget=r.token_budget),
+        training=TrainingSpec(epochs=float(cfg.epochs), learning_rate=student["learning_rate"], batch_size=r.train_batch,
+                              max_length=r.max_length, evals_per_epoch=cfg.evals_per_epoch, seed=seed, save_total_limit=1),
+        features=finite(stage.report["features"]),
+        pool={"task": cfg.task or plan.fingerprint, "source": Path(cfg.pool).name, "score": "sum",
+              "fingerprint": plan.fingerprint, "teacher": cfg.teacher},
+        base_dir=str(folder),
+    )
+    manifest = folder / f"{option}.manifest.json"
+    m.to_json(manifest)
+    if cfg.nproc > 1:
+        import torch
+
+        from capacity_advisor.training.launch import launch_command
+
+        cmd = launch_command(str(manifest), str(run_dir), cfg.nproc, cfg.launcher, cuda=torch.cuda.is_available(),
+                             device=cfg.device, dtype=cfg.dtype)
+        if subprocess.run(cmd).returncode != 0:
+            raise InputError(f"the full run of {student['name']} on D_{option} (seed {seed}) failed: see its output "
+                             f"above; rerun the same command to resume it")
+    else:
+        run_sft(m, run_dir, device=cfg.device, dtype=cfg.dtype, lm=lm, store=False, stream=io.StringIO())
+    for ckpt in run_dir.glob("checkpoint-*"):  # the weights are not needed once the record is written
+        shutil.rmtree(ckpt, ignore_errors=True)
+    return run_dir
+
+
+def collect(cfg: PoolCalibrateConfig, plan: Plan) -> list[dict]:
+    """Every finished run's RunRecord, without machine paths, with the probe recipe and seed it
+    was measured with (what `advisor fit` reads to tell recommend how to probe)."""
+    records = []
+    for s in plan.students:
+        for seed in cfg.seeds:
+            for option in SETS:
+                path = unit_dir(cfg, s, seed) / option / "record.json"
+                if not path.exists():
+                    continue
+                rec = json.loads(path.read_text())
+                rec["model"] = {**{k: v for k, v in rec["model"].items() if k != "path"}, "spec": s["name"]}
+                settings = dict(rec.get("settings") or {})
+                settings.pop("device", None)
+                settings["seed"] = seed
+                settings["probe"] = s["plan"].recipe.as_dict()
+                rec["settings"] = settings
+                rec["source"] = "calibrate-pool"
+                prov = dict(rec.get("provenance") or {})
+                rec["provenance"] = {k: v for k, v in prov.items() if k not in ("manifest", "final_checkpoint")}
+                records.append(finite(rec))
+    return records

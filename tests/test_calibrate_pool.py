@@ -1,0 +1,129 @@
+"""`advisor calibrate --students A,B --pool P`: the paper's protocol on the user's own pool with
+their own proxies (here tiny random-init folders, not lab students), resumable, its records
+refitted with `advisor fit --records A --records B`, and its bad inputs one error line each."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from capacity_advisor.advisor.cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--epochs", 1, "--n-eval", 8, "--probe-steps", 2, "--probe-batch", 4, "--probe-eval-problems", 4,
+         "--max-new-tokens", 8, "--device", "cpu", "--dtype", "float32"]
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture
+def pool(lab_home, tmp_path):
+    path = tmp_path / "pool.jsonl"
+    assert run("lab", "pool", "--n", 48, "--out", path).exit_code == 0
+    return path
+
+
+def test_the_dry_run_prints_the_plan_and_its_share_of_a_target_run(pool, tiny_llama, tiny_qwen, tmp_path):
+    out = tmp_path / "cal"
+    r = run("calibrate", "--students", f"{tiny_llama},{tiny_qwen}", "--pool", pool, "--target", tiny_qwen, "--dry-run",
+            "--out", out, "--json", *SMALL)
+    assert r.exit_code == 0, r.stderr
+    c = json.loads(r.stdout)["cost"]
+    assert (c["train_problems"], c["eval_problems"]) == (40, 8)
+    assert [s["student"] for s in c["students"]] == [Path(tiny_llama).name, Path(tiny_qwen).name]
+    s = c["students"][0]
+    assert (s["probe_steps"], s["probe_batch"], s["runs"]) == (2, 4, 3)
+    assert s["full_run_steps"] == -(-40 // s["train_batch"])  # one epoch
+    assert s["sequences"] == s["full_run_steps"] * s["train_batch"] * 3 + 2 * 4 * 2
+    share = sum(x["n_params"] * x["sequences"] for x in c["students"]) / (
+        c["target"]["n_params"] * c["target"]["full_run_sequences"])
+    assert c["target"]["share_of_one_full_run"] == pytest.approx(share)
+    assert not out.exists()  # a dry run writes nothing
+
+
+@pytest.mark.slow
+def test_calibrate_on_folders_resumes_and_its_records_refit_beside_the_lab(pool, tiny_llama, tiny_qwen, tmp_path):
+    out = tmp_path / "cal"
+    args = ["calibrate", "--students", f"{tiny_llama},{tiny_qwen}", "--pool", pool, "--pool-teacher", "lab:teacher",
+            "--out", out, "--json", *SMALL]
+    r = run(*args)
+    assert r.exit_code == 0, r.stderr
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 6 and {r["strategy"] for r in records} == {"high", "low", "mixed"}
+    names = {Path(tiny_llama).name, Path(tiny_qwen).name}
+    assert {r["model"]["spec"] for r in records} == names
+    text = (out / "records.jsonl").read_text()
+    assert str(tmp_path) not in text  # no machine path is kept
+    for rec in records:
+        assert rec["pool"]["teacher"] == "lab:teacher" and rec["settings"]["probe"]["steps"] == 2
+        assert rec["features"]["gap_drift_rel"] is not None or "gap_drift_rel" in rec["features"]
+        evals = rec["evals"]
+        assert evals[0]["step"] == 0 and len(evals) >= 2  # the base, then 4 evaluations per epoch
+    eval_rows = (out / "eval.jsonl").read_text().splitlines()
+    assert len(eval_rows) == 8
+    # every run was evaluated on the same held-out problems, none of them trained on
+    held = {json.loads(x)["prompt"] for x in eval_rows}
+    for unit in (out / "units").iterdir():
+        trained = {json.loads(x)["prompt"] for x in (unit / "data" / "high.jsonl").read_text().splitlines()}
+        assert not trained & held
+    # a rerun resumes: nothing is trained again; a lost run is trained again, alone
+    unit = next((out / "units").iterdir())
+    shutil.rmtree(unit / "low")
+    r = run(*args)
+    assert r.exit_code == 0, r.stderr
+    assert (unit / "low" / "record.json").exists() and len((out / "records.jsonl").read_text().splitlines()) == 6
+    # the same folder for other inputs is refused
+    r = CliRunner().invoke(cli, [str(a) for a in args[:-len(SMALL)]] + [str(a) for a in SMALL[:-2]] + ["--epochs", "2"])
+    assert r.exit_code == 2 and "other inputs" in r.stderr
+    # refit beside the lab records (here told to state this test's small probe, which both files then share;
+    # files probed otherwise are refused): the pool is marked as the user's own
+    probe = records[0]["settings"]["probe"]
+    base = tmp_path / "lab-records.jsonl"
+    with base.open("w") as f:
+        for line in (ROOT / "calibration" / "records.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            rec["settings"]["probe"] = {**probe, "kind": "lab"}
+            f.write(json.dumps(rec) + "\n")
+    fit = run("fit", "--records", base, "--records", out / "records.jsonl",
+              "--out", tmp_path / "pred", "--kinds", "logistic", "--members", 2, "--cv", "student", "--json")
+    assert fit.exit_code == 0, fit.stderr
+    meta = json.loads((tmp_path / "pred" / "predictor.json").read_text())["meta"]
+    (own, info), = meta["own_sources"].items()
+    assert sorted(info["students"]) == sorted(names) and own.endswith("/lab:teacher")
+    from capacity_advisor.advisor.pool import read_pool
+
+    assert info["fingerprints"] == [read_pool(pool).fingerprint()]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--students", "nowhere/model"], "nowhere/model"),
+    (["--pool", "POOL"], "needs both --students"),
+    (["--students", "TINY", "--pool", "POOL", "--sizes", "xs"], "--sizes belong to the lab sweep"),
+    (["--students", "TINY,TINY", "--pool", "POOL"], "names a model twice"),
+    (["--students", "TINY", "--pool", "POOL", "--n-eval", 40], "--n-eval 40 holds out more than a quarter"),
+    (["--dry-run"], "go with --students"),
+])
+def test_bad_calibration_inputs_are_one_error_line(args, words, pool, tiny_llama, tmp_path):
+    out = tmp_path / "cal"
+    args = [str(pool) if a == "POOL" else a.replace("TINY", str(tiny_llama)) if isinstance(a, str) else str(a)
+            for a in args]
+    if "--pool" not in args and "--students" in args:
+        args += ["--pool", str(pool)]
+    if "--n-eval" not in args:
+        args += ["--n-eval", "8"]
+    r = CliRunner().invoke(cli, ["calibrate", "--out", str(out), *args])
+    assert r.exit_code == 2 and r.stderr.count("error:") == 1 and words in r.stderr, r.stderr
+    assert not out.exists()
+
+
+def test_a_pool_without_answers_is_refused(tiny_llama, tmp_path):
+    pool = tmp_path / "plain.jsonl"
+    pool.write_text("".join(json.dumps({"id": f"q{i}", "problem": f"p{i}", "generations": ["a", "bb"]}) + "\n"
+                            for i in range(40)))
+    r = CliRunner().invoke(cli, ["calibrate", "--students", str(tiny_llama), "--pool", str(pool), "--out",
+                                 str(tmp_path / "cal")])
+    assert r.exit_code == 2 and "no reference answers" in r.stderr and not (tmp_path / "cal").exists()

@@ -174,8 +174,11 @@ def test_unknown_student_is_one_line_input_error(tmp_path):
     assert not (tmp_path / "advisor-home" / "lab").exists()
 
 
-def test_killed_build_leaves_nothing_under_the_final_name(monkeypatch):
+def test_killed_build_leaves_nothing_under_the_final_name(monkeypatch, tmp_path):
+    import capacity_advisor.models.lab.committed as committed
     import capacity_advisor.models.lab.ladder as ladder
+
+    monkeypatch.setattr(committed, "WEIGHTS", tmp_path / "no-kept-builds")  # a build, not a kept one
 
     def boom(*a, **k):
         raise KeyboardInterrupt

@@ -1,0 +1,82 @@
+"""Advice from more than one measurement: `recommend --probe-repeats N`'s draws, and a pool the
+user calibrated with their own proxies.
+
+The draws (OUT/probe, OUT/probe-2, ...) are averaged into the inputs the advice reads
+(`mean_features`), their cost summed (`combined_cost`), and each draw's own advice set beside it
+(`draw_advice`, `draws_line`); `calibrated_line` is the report's line for a pool the predictor's
+own sources include (`predictor.calibrated_source`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from capacity_advisor.advisor.recommendation import predictor_row
+
+
+def probe_folder(draw: int) -> str:
+    """OUT/probe for the first draw, OUT/probe-2, OUT/probe-3, ... for the repeats."""
+    return "probe" if draw == 0 else f"probe-{draw + 1}"
+
+
+def mean_features(reports: list[dict]) -> dict:
+    """The draws' probe inputs averaged, each over the draws that measured it (NaN where none did)."""
+    out = {}
+    for k in reports[0]["features"]:
+        vals = [float(v) for v in (r["features"].get(k) for r in reports)
+                if isinstance(v, (int, float)) and math.isfinite(v)]
+        out[k] = sum(vals) / len(vals) if vals else float("nan")
+    return out
+
+
+def combined_cost(reports: list[dict]) -> dict:
+    """The probe cost of every draw together, against the same full run."""
+    cost = dict(reports[0]["cost"])
+    for k in ("probe_train_tokens", "probe_eval_tokens", "probe_tokens"):
+        cost[k] = sum(r["cost"][k] for r in reports)
+    per_epoch = cost.get("full_run_tokens_per_epoch")
+    cost["share_of_full_run"] = {e: cost["probe_tokens"] / (per_epoch * int(e)) for e in cost["share_of_full_run"]} \
+        if per_epoch else {}
+    cost["draws"] = len(reports)
+    return cost
+
+
+def calibrated_line(predictor, own: dict) -> str:
+    """'calibrated on your pool: ...' — the proxies, their sizes and budget, and what the proxy
+    split measured for a student advised this way (when the predictor's tables hold it)."""
+    proxies = ", ".join(f"{s} ({n:,} params)" for s, n in zip(own["students"], own["n_params"]))
+    line = (f"calibrated on your pool: {len(own['students'])} proxies ({proxies}"
+            + (f"; up to {own['epochs']:g} epochs" if own.get("epochs") else "") + f"), source {own['source']}; the "
+            "policy's thresholds for this case were chosen on the proxy split")
+    proxy = (((predictor.meta or {}).get("cv") or {}).get("proxy") or {}).get("methods", {})
+    mine, high = (proxy.get(m, {}).get("regret") for m in ("policy", "always high"))
+    if isinstance(mine, (int, float)) and isinstance(high, (int, float)):
+        line += (f"; on the calibration records a large student advised so lost {mine:.2f} points of accuracy on "
+                 f"average (always-high {high:.2f})")
+    return line
+
+
+def draw_advice(cfg, predictor, policy, desc: dict, context: dict, reports: list[dict]) -> list[dict]:
+    """What each probe draw alone would have advised (`cfg`: recommend's settings — seed, budget,
+    ranking, model): its seed, the policy's set, who answered, and the predictor's probabilities
+    on that draw's inputs."""
+    out = []
+    for r, report in enumerate(reports):
+        measured = {"likelihood_gap_per_token": context["likelihood_gap_per_token"],
+                    "length_ratio_low_high": context["length_ratio_low_high"], **report["features"]}
+        row = predictor_row({k: float("nan") if v is None else v for k, v in measured.items()}, cfg.budget, cfg.score)
+        d = policy.decide(predictor, row, desc["n_params"], cfg.budget, student=cfg.model)
+        out.append({"seed": cfg.seed + r, "strategy": d["strategy"], "answered_by": d["answered_by"],
+                    "probabilities": d["advice"]["probabilities"], "probe": probe_folder(r)})
+    return out
+
+
+def draws_line(draws: list[dict], averaged: str) -> tuple[str, bool]:
+    """The confidence line on the draws, and whether they agree."""
+    each = ", ".join(f"seed {d['seed']} D_{d['strategy']} (P(D_low) {d['probabilities'].get('low', float('nan')):.2f})"
+                     for d in draws)
+    agree = len({d["strategy"] for d in draws}) == 1
+    if agree:
+        return f"the {len(draws)} probe draws agree: {each}; the advice reads their averaged inputs", True
+    return (f"the {len(draws)} probe draws disagree: {each}; the advice (D_{averaged}) reads their averaged inputs, "
+            "and which set wins here depends on the draw"), False

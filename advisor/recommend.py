@@ -25,6 +25,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from capacity_advisor.advisor.draws import (
+    calibrated_line, combined_cost, draw_advice, draws_line, mean_features, probe_folder,
+)
+from capacity_advisor.advisor.lab.pool import describe_student, lab_identity
 from capacity_advisor.advisor.probe import ProbePlan, check_given, load_predictor, predictor_plan  # noqa: F401
 from capacity_advisor.advisor.recommendation import (
     BUDGET_GRID, Recommendation, baselines, predictor_row, reason_text, write_advice, write_manifest,
@@ -33,7 +37,7 @@ from capacity_advisor.advisor.schedule import Schedule
 from capacity_advisor.advisor.select import RANKINGS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, stable_hash, versions, write_json, write_jsonl
-from capacity_advisor.probes.recipe import LAB, lab_size
+from capacity_advisor.probes.recipe import lab_size
 from capacity_advisor.training.manifest import SETS
 
 BACKENDS = ("hf", "vllm")  # scoring backends (the probe always trains with transformers)
@@ -172,14 +176,6 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
     return Checked(predictor, plan, key, desc, pool, whole, scores)
 
 
-def lab_identity(spec: str) -> dict:
-    """A lab student's identity without building it: its name and its recipe's hash."""
-    from capacity_advisor.models.lab.ladder import parse_name, recipe_hash
-
-    name, steps = parse_name(spec[len("lab:"):])
-    return {"spec": spec, "recipe_hash": recipe_hash(name, steps=steps)}
-
-
 def inputs_key(cfg: RecommendConfig, model_identity, recipe: dict) -> str:
     """What a recommendation folder was made from (the flags, the model, and the probe recipe the
     predictor states); a folder is reused only for the same inputs."""
@@ -199,52 +195,11 @@ def check_out(out: Path, key: str) -> None:
                          "pass a new --out, or delete that folder to start over")
 
 
-def describe_student(spec: str, say) -> dict:
-    """The student's config (meta device, no weights); a lab student is pretrained here on first use."""
-    from capacity_advisor.models.lab.ladder import parse_name, student_dir
-    from capacity_advisor.models.loading import describe_config
-
-    name, steps = parse_name(spec[len("lab:"):])
-    if not (student_dir(name, steps=steps) / "build.json").exists():
-        say(f"pretraining {spec} (first use; cached after)")
-    return describe_config(spec)
-
-
-TEACHER_SAMPLING = dict(n=8, temperature=1.0, top_p=1.0, max_new_tokens=LAB.max_new_tokens, seed=0)  # as calibration samples pools
-
-
-def lab_pool(task: str, n: int, out: Path, say=lambda m: None) -> Path:
-    """`n` problems of the lab teacher's pool for `task`, written to OUT/pool.jsonl.
-
-    The first 1,000 problems of each task ship with the package (sampled from `lab:teacher` by
-    `advisor generate` with `TEACHER_SAMPLING`); a larger pool is sampled the same way on demand.
-    """
-    import gzip
-    import json
-    from importlib import resources
-
-    src = resources.files("capacity_advisor.models.lab") / "data" / f"{task}-teacher-pool.jsonl.gz"
-    rows = []
-    if src.is_file():
-        with gzip.open(src, "rt", encoding="utf-8") as f:
-            rows = [json.loads(line) for line, _ in zip(f, range(n))]
-    if len(rows) < n:
-        from capacity_advisor.advisor.generate import GenerateConfig, generate_pool
-        from capacity_advisor.models.lab import write_pool
-
-        say(f"sampling a {n}-problem {task} pool from lab:teacher (built on first use)")
-        write_pool(out / "problems.jsonl", task=task, n=n, seed=TEACHER_SAMPLING["seed"])
-        generate_pool(GenerateConfig(teacher="lab:teacher", problems=str(out / "problems.jsonl"), out=str(out / "pool.jsonl"),
-                                     device="cpu", dtype="float32", checker="lab", token_budget=32768,
-                                     **TEACHER_SAMPLING))
-        return out / "pool.jsonl"
-    write_jsonl(out / "pool.jsonl", rows)
-    return out / "pool.jsonl"
-
-
 def take_pool(cfg: RecommendConfig, say) -> tuple:
     """The lab teacher's pool for a lab student (OUT/pool.jsonl), sampled; and its size before."""
     from capacity_advisor.advisor.pool import read_pool
+
+    from capacity_advisor.advisor.lab.pool import lab_pool
 
     pool = read_pool(lab_pool(cfg.lab_task, cfg.lab_n, Path(cfg.out), say), sample=cfg.sample, seed=cfg.seed)
     return pool, pool.whole_problems or len(pool)
@@ -283,33 +238,6 @@ def measure(cfg: RecommendConfig, pool, scores, plan: ProbePlan, settings: dict,
                                  progress=tell,
                                  verb="recommend"))
     return stages
-
-
-def probe_folder(draw: int) -> str:
-    """OUT/probe for the first draw, OUT/probe-2, OUT/probe-3, ... for the repeats."""
-    return "probe" if draw == 0 else f"probe-{draw + 1}"
-
-
-def mean_features(reports: list[dict]) -> dict:
-    """The draws' probe inputs averaged, each over the draws that measured it (NaN where none did)."""
-    out = {}
-    for k in reports[0]["features"]:
-        vals = [float(v) for v in (r["features"].get(k) for r in reports)
-                if isinstance(v, (int, float)) and math.isfinite(v)]
-        out[k] = sum(vals) / len(vals) if vals else float("nan")
-    return out
-
-
-def combined_cost(reports: list[dict]) -> dict:
-    """The probe cost of every draw together, against the same full run."""
-    cost = dict(reports[0]["cost"])
-    for k in ("probe_train_tokens", "probe_eval_tokens", "probe_tokens"):
-        cost[k] = sum(r["cost"][k] for r in reports)
-    per_epoch = cost.get("full_run_tokens_per_epoch")
-    cost["share_of_full_run"] = {e: cost["probe_tokens"] / (per_epoch * int(e)) for e in cost["share_of_full_run"]} \
-        if per_epoch else {}
-    cost["draws"] = len(reports)
-    return cost
 
 
 def prior(cfg: RecommendConfig, n_params: float, predictor) -> tuple[dict, dict]:
@@ -375,46 +303,6 @@ def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stages: 
     rec.probe = stage.report if len(stages) == 1 or stage.report is None else \
         {**stage.report, "cost": combined_cost([st.report for st in stages])}
     return rec
-
-
-def calibrated_line(predictor, own: dict) -> str:
-    """'calibrated on your pool: ...' — the proxies, their sizes and budget, and what the proxy
-    split measured for a student advised this way (when the predictor's tables hold it)."""
-    proxies = ", ".join(f"{s} ({n:,} params)" for s, n in zip(own["students"], own["n_params"]))
-    line = (f"calibrated on your pool: {len(own['students'])} proxies ({proxies}"
-            + (f"; up to {own['epochs']:g} epochs" if own.get("epochs") else "") + f"), source {own['source']}; the "
-            "policy's thresholds for this case were chosen on the proxy split")
-    proxy = (((predictor.meta or {}).get("cv") or {}).get("proxy") or {}).get("methods", {})
-    mine, high = (proxy.get(m, {}).get("regret") for m in ("policy", "always high"))
-    if isinstance(mine, (int, float)) and isinstance(high, (int, float)):
-        line += (f"; on the calibration records a large student advised so lost {mine:.2f} points of accuracy on "
-                 f"average (always-high {high:.2f})")
-    return line
-
-
-def draw_advice(cfg: RecommendConfig, predictor, policy, desc: dict, context: dict, reports: list[dict]) -> list[dict]:
-    """What each probe draw alone would have advised: its seed, the policy's set, who answered, and
-    the predictor's probabilities on that draw's inputs."""
-    out = []
-    for r, report in enumerate(reports):
-        measured = {"likelihood_gap_per_token": context["likelihood_gap_per_token"],
-                    "length_ratio_low_high": context["length_ratio_low_high"], **report["features"]}
-        row = predictor_row({k: float("nan") if v is None else v for k, v in measured.items()}, cfg.budget, cfg.score)
-        d = policy.decide(predictor, row, desc["n_params"], cfg.budget, student=cfg.model)
-        out.append({"seed": cfg.seed + r, "strategy": d["strategy"], "answered_by": d["answered_by"],
-                    "probabilities": d["advice"]["probabilities"], "probe": probe_folder(r)})
-    return out
-
-
-def draws_line(draws: list[dict], averaged: str) -> tuple[str, bool]:
-    """The confidence line on the draws, and whether they agree."""
-    each = ", ".join(f"seed {d['seed']} D_{d['strategy']} (P(D_low) {d['probabilities'].get('low', float('nan')):.2f})"
-                     for d in draws)
-    agree = len({d["strategy"] for d in draws}) == 1
-    if agree:
-        return f"the {len(draws)} probe draws agree: {each}; the advice reads their averaged inputs", True
-    return (f"the {len(draws)} probe draws disagree: {each}; the advice (D_{averaged}) reads their averaged inputs, "
-            "and which set wins here depends on the draw"), False
 
 
 def recommendation(cfg: RecommendConfig, predictor, desc: dict, settings: dict, advice: dict, curve: dict) -> Recommendation:

@@ -61,9 +61,10 @@ def test_draws_that_disagree_lower_confidence_and_say_so(pool, tmp_path, monkeyp
     """Which set wins on a draw is the predictor's business; that disagreement lowers the
     confidence and is said is recommend's, checked here with the draws' answers set."""
     import capacity_advisor.advisor.recommend as rec_mod
+    from capacity_advisor.advisor.draws import probe_folder
 
     def split_draws(cfg, predictor, policy, desc, context, reports):
-        return [{"seed": cfg.seed + r, "strategy": s, "answered_by": "predictor", "probe": rec_mod.probe_folder(r),
+        return [{"seed": cfg.seed + r, "strategy": s, "answered_by": "predictor", "probe": probe_folder(r),
                  "probabilities": {"high": 0.9 if s == "high" else 0.1, "mixed": 0.0, "low": 0.1 if s == "high" else 0.9}}
                 for r, s in enumerate(("high", "low"))]
 
@@ -78,7 +79,7 @@ def test_draws_that_disagree_lower_confidence_and_say_so(pool, tmp_path, monkeyp
 
 
 def test_draws_line_and_mean_features():
-    from capacity_advisor.advisor.recommend import draws_line, mean_features
+    from capacity_advisor.advisor.draws import draws_line, mean_features
 
     same = [{"seed": 0, "strategy": "high", "probabilities": {"low": 0.2}},
             {"seed": 1, "strategy": "high", "probabilities": {"low": 0.3}}]

@@ -31,7 +31,8 @@ import numpy as np
 from capacity_advisor.advisor.predictor.checks import policy_thresholds
 from capacity_advisor.advisor.predictor.ensemble import Predictor, distances, fit_predictor
 from capacity_advisor.advisor.predictor.evaluate import (
-    PROXY, TIE_MARGIN, baseline_picks, cell_of, flips, folds, noise_floor, proxy_folds, regret, seed_spread, summarize,
+    PROXY, PROXY_CUT, TIE_MARGIN, baseline_picks, cell_of, flips, folds, noise_floor, proxy_folds, regret, seed_spread,
+    summarize,
 )
 from capacity_advisor.advisor.predictor.labels import inputs
 from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice

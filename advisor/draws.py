@@ -4,7 +4,8 @@ user calibrated with their own proxies.
 The draws (OUT/probe, OUT/probe-2, ...) are averaged into the inputs the advice reads
 (`mean_features`), their cost summed (`combined_cost`), and each draw's own advice set beside it
 (`draw_advice`, `draws_line`); `calibrated_line` is the report's line for a pool the predictor's
-own sources include (`predictor.calibrated_source`).
+own sources include (`predictor.calibrated_source`); `race_note` what a race of the two sets on
+the student would cost instead.
 """
 
 from __future__ import annotations
@@ -80,3 +81,20 @@ def draws_line(draws: list[dict], averaged: str) -> tuple[str, bool]:
         return f"the {len(draws)} probe draws agree: {each}; the advice reads their averaged inputs", True
     return (f"the {len(draws)} probe draws disagree: {each}; the advice (D_{averaged}) reads their averaged inputs, "
             "and which set wins here depends on the draw"), False
+
+
+RACE_FRACTION = 0.5  # the race the report prices: half the budget, as the README's example runs it
+
+
+def race_note(predictor, out) -> str | None:
+    """What racing D_high against D_low on this student would cost instead of trusting the advice,
+    from the races the predictor's fit replayed on its own records (`meta.races`); None without them."""
+    races = {r["method"]: r for r in (predictor.meta or {}).get("races") or []}
+    race = next((r for r in races.values() if r.get("fraction") == RACE_FRACTION), None)
+    high = races.get("always high")
+    if race is None or high is None:
+        return None
+    return (f"a race instead: advisor train {out}/recommendation.json --race {RACE_FRACTION:g} trains D_high and D_low "
+            f"side by side for {RACE_FRACTION:.0%} of the budget and keeps the leader, {race['overhead']:.0%} more training "
+            f"than one run; replayed on the {race['rows']} rows of this predictor's calibration records it lost "
+            f"{race['regret']:.2f} points of accuracy on average, always-high {high['regret']:.2f}")

@@ -24,6 +24,7 @@ from capacity_advisor.advisor.predictor import (
 )
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix
 from capacity_advisor.advisor.predictor.priors import fit_lab_prior
+from capacity_advisor.advisor.predictor.races import race_summary
 from capacity_advisor.models.errors import InputError
 
 CHOOSE_BY = ("source",)  # the splits whose held-out regret chooses the policy (several: the worse of them)
@@ -206,6 +207,7 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0
         **({"own_sources": own} if own else {}),
         **({"policy_own": {**policy_own.to_dict(), "chosen_by": "leave-one-proxy-target-out regret"}}
            if policy_own else {}),
+        "races": race_summary(records),
     }
     pred.save(out)
     return {"cv": compact(cv_tables), "chosen": chosen, "kinds": pred.meta["kinds"], "policy": pred.meta["policy"],

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from capacity_advisor.advisor.draws import (
-    calibrated_line, combined_cost, draw_advice, draws_line, mean_features, probe_folder,
+    calibrated_line, combined_cost, draw_advice, draws_line, mean_features, probe_folder, race_note,
 )
 from capacity_advisor.advisor.lab.pool import describe_student, lab_identity
 from capacity_advisor.advisor.probe import ProbePlan, check_given, load_predictor, predictor_plan  # noqa: F401
@@ -367,6 +367,8 @@ def write_outputs(cfg: RecommendConfig, rec: Recommendation, pool, whole: int, s
     rec.pool = {**pool.summary(), "source": Path(str(pool.source)).name, **({"sampled": cfg.sample} if cfg.sample else {})}
     if len(pool) < whole:
         rec.notes.append(sample_note(cfg, rec, whole, len(held)))
+    if sets and (line := race_note(checked.predictor, cfg.out)):
+        rec.notes.append(line)
     rec.seconds = round(time.time() - t0, 1)
     write_manifest(rec, out, cfg.model, cfg.teacher, cfg.seed, sets)
     write_config(cfg, checked.key, rec.settings)

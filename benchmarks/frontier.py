@@ -28,84 +28,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from collections import defaultdict
 from pathlib import Path
 
-from capacity_advisor.advisor.predictor import (
-    PROXY_CUT, is_right, label_rows, read_records, record_option, regret, unit_of,
-)
-
-FIXED = (0.1, 0.2, 0.3, 0.5)
-
-
-def curves_of(records) -> dict:
-    """{(source, score, student, seed): {option: [(epoch, accuracy), ...] after step 0}}."""
-    out: dict = defaultdict(dict)
-    for rec in records:
-        u = unit_of(rec)
-        key = (u["source"], u["score"], u["student"], u["seed"])
-        opt = record_option(rec)
-        if opt is None:
-            continue
-        out[key][opt] = [(e["epoch"], e["accuracy"]) for e in rec["evals"] if e.get("step", 1) > 0
-                         and e.get("accuracy") is not None]
-    return out
-
-
-def race(curve_h, curve_l, budget: float, fraction: float, k: int | None = None, margin: float = 0.05,
-         z: float = 1.96, n_eval: int = 200) -> tuple[str, float]:
-    """(kept set, share of the budget at which the race stopped) of one replayed race."""
-    h = [(e, a) for e, a in curve_h if e <= budget + 1e-9]
-    lo = [(e, a) for e, a in curve_l if e <= budget + 1e-9]
-    best = {"high": -1.0, "low": -1.0}
-    streak, prev = 0, None
-    for (e, ah), (_, al) in zip(h, lo):
-        best["high"], best["low"] = max(best["high"], ah), max(best["low"], al)
-        share = min(1.0, e / budget)
-        if k is not None:
-            se = math.sqrt(max(ah * (1 - ah), 0) / n_eval + max(al * (1 - al), 0) / n_eval)
-            lead = ("high" if ah > al else "low") if abs(ah - al) > max(z * se, margin) else None
-            streak = (streak + 1 if lead == prev else 1) if lead else 0
-            prev = lead
-            if lead and streak >= k:
-                return lead, share
-        if share >= fraction - 1e-9:
-            return ("high" if best["high"] >= best["low"] else "low"), share
-    return ("high" if best["high"] >= best["low"] else "low"), 1.0
-
-
-def summarize(pairs) -> dict:
-    """pairs: (row, choice, overhead) -> mean regret (points), decision accuracy, mean overhead."""
-    if not pairs:
-        return {"rows": 0}
-    return {"rows": len(pairs), "regret": 100 * sum(regret(r, c) for r, c, _ in pairs) / len(pairs),
-            "decision_accuracy": sum(is_right(r, c) for r, c, _ in pairs) / len(pairs),
-            "overhead": sum(o for _, _, o in pairs) / len(pairs)}
-
-
-def frontier(records, n_eval: int = 200) -> dict:
-    rows = label_rows(records)
-    curves = curves_of(records)
-    methods: dict[str, list] = defaultdict(list)
-    for r in rows:
-        c = curves[(r["source"], r["score"], r["student"], r["seed"])]
-        b = r["features"]["budget"]
-        for name, choice in (("always high", "high"), ("always low", "low"), ("always mixed", "mixed")):
-            methods[name].append((r, choice, 0.0))
-        for f in FIXED:
-            kept, share = race(c["high"], c["low"], b, f, n_eval=n_eval)
-            methods[f"race, fixed at {f:.0%} of the budget"].append((r, kept, f))
-        kept, share = race(c["high"], c["low"], b, 0.5, k=2, n_eval=n_eval)
-        methods["race, adaptive (k 2, margin 5 points, at most 50 %)"].append((r, kept, share))
-    sources = sorted({r["source"] for r in rows})
-    table = {}
-    for name, pairs in methods.items():
-        table[name] = {"all": summarize(pairs),
-                       **{s: summarize([p for p in pairs if p[0]["source"] == s]) for s in sources}}
-    return {"sources": sources, "methods": table, "rows": len(rows)}
-
+from capacity_advisor.advisor.predictor import PROXY_CUT, read_records, unit_of
+from capacity_advisor.advisor.predictor.races import race_table
 
 def proxy_overhead(records) -> dict:
     """Mean over the large students (from PROXY_CUT) of the proxies' training against their one
@@ -127,7 +54,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     records = read_records(args.records)
-    result = frontier(records, args.n_eval)
+    result = race_table(records, args.n_eval)
     if args.proxy:
         cv = json.loads(args.proxy.read_text())["cv"]["proxy"]
         over = proxy_overhead(records)

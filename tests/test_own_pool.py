@@ -120,6 +120,8 @@ def test_recommend_on_a_calibrated_pool_says_so_and_uses_its_policy(lab_home, tm
     {"own_sources": {"x": {"students": ["a"], "n_params": [1], "fingerprints": [], "epochs": "5"}}},
     {"policy_own": {"max_distance": "far", "margin": 0.0, "use_range": False}},
     {"record_files": [{"file": 3, "sources": []}]},
+    {"races": [{"method": "race", "fraction": 2.0, "regret": 1.0, "decision_accuracy": 0.5, "overhead": 0.5}]},
+    {"races": [{"method": "race", "fraction": None, "regret": "low", "decision_accuracy": 0.5, "overhead": 0.5}]},
 ])
 def test_a_damaged_own_calibration_in_a_predictor_is_refused_at_load(bad, tmp_path):
     import hashlib
@@ -134,3 +136,32 @@ def test_a_damaged_own_calibration_in_a_predictor_is_refused_at_load(bad, tmp_pa
                                  "--out", str(tmp_path / "rec")])
     assert r.exit_code == 2 and r.stderr.count("error:") == 1 and "predictor" in r.stderr
     assert not (tmp_path / "rec").exists()
+
+
+def test_races_replayed_on_the_records_and_priced_in_the_report(lab_home, tmp_path):
+    """`fit` stores the races replayed on its records (meta.races); recommend states what the
+    half-budget race would cost beside its advice, from those numbers."""
+    from capacity_advisor.advisor.predictor.races import race, race_summary
+
+    # one replayed race: D_low leads from the second evaluation; stopped at half the budget it is kept
+    high, low = [(0.5, 0.3), (1.0, 0.3), (1.5, 0.3), (2.0, 0.3)], [(0.5, 0.2), (1.0, 0.6), (1.5, 0.7), (2.0, 0.8)]
+    assert race(high, low, 2.0, 0.5) == ("low", 0.5)
+    assert race(high, low, 2.0, 0.25) == ("high", 0.25)  # stopped before D_low's gain: D_high kept
+    assert race(high, low, 2.0, 1.0, k=2, n_eval=1000) == ("low", 0.75)  # the adaptive race: a lead twice in a row
+    summary = {r["method"]: r for r in race_summary(read_records(RECORDS))}
+    half, always = summary["race, fixed at 50% of the budget"], summary["always high"]
+    assert half["fraction"] == 0.5 and half["overhead"] == pytest.approx(0.5) and always["overhead"] == 0
+    assert half["rows"] == always["rows"] == len(label_rows(read_records(RECORDS)))
+    assert half["regret"] < always["regret"]  # on the committed records the race beats always-high
+    pred = Predictor.load(SHIPPED)
+    pred.meta = {**pred.meta, "races": race_summary(read_records(RECORDS))}
+    pred.save(tmp_path / "pred")
+    pool = tmp_path / "pool.jsonl"
+    assert run("lab", "pool", "--n", 24, "--out", pool).exit_code == 0
+    r = run("recommend", "--model", "lab:xs", "--budget", 2, "--pool", pool, "--predictor", tmp_path / "pred",
+            "--probe-steps", 4, "--probe-eval-every", 2, "--probe-eval-problems", 4, "--probe-batch", 4,
+            "--out", tmp_path / "rec", "--device", "cpu", "--json")
+    assert r.exit_code == 0, r.stderr
+    note = next(n for n in json.loads(r.stdout)["notes"] if n.startswith("a race instead"))
+    assert f"lost {half['regret']:.2f} points" in note and f"always-high {always['regret']:.2f}" in note
+    assert "--race 0.5" in note and "50% more training" in note

@@ -119,6 +119,13 @@ def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
             and len(v["students"]) == len(v["n_params"])
             and (v.get("epochs") is None or (is_num(v["epochs"]) and 0 <= v["epochs"] <= 1e6)) for k, v in own.items())):
         return "own_sources"
+    races = meta.get("races")
+    if races is not None and not (isinstance(races, list) and len(races) <= 100 and all(
+            isinstance(r, dict) and isinstance(r.get("method"), str)
+            and (r.get("fraction") is None or (is_num(r["fraction"]) and 0 < r["fraction"] <= 1))
+            and all(is_num(r.get(k)) and 0 <= r[k] <= 1e6 for k in ("regret", "decision_accuracy", "overhead"))
+            for r in races)):
+        return "races"
     files = meta.get("record_files")
     if files is not None and not (isinstance(files, list) and all(
             isinstance(f, dict) and isinstance(f.get("file"), str) and isinstance(f.get("sources"), list)

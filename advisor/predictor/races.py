@@ -1,0 +1,103 @@
+"""Races of D_high against D_low replayed on calibration records: what `advisor train --race`
+would have kept and what it cost, per pool source.
+
+    table = race_table(records)   # {method: {"all": {...}, SOURCE: {...}}}
+
+Each (unit, budget) row of `label_rows` is raced on the first B epochs of its runs (as the labels
+are read): at the first evaluation at or past F of the budget the set with the best held-out
+accuracy so far is kept (D_high on ties) and trained to the end (overhead F); the adaptive race
+stops earlier once one set has led by more than the margin and z standard errors on k
+evaluations in a row. The records hold accuracies, not per-problem correctness, so the standard
+error is the unpaired one of two proportions — the real race pairs per problem, which is never
+less sensitive. `advisor fit` stores the table (`meta.races`) and `advisor recommend` states what
+a race would cost beside its advice; `benchmarks/frontier.py` prints it per source.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from capacity_advisor.advisor.predictor.evaluate import is_right, regret
+from capacity_advisor.advisor.predictor.labels import label_rows, record_option, unit_of
+
+FIXED = (0.1, 0.2, 0.3, 0.5)
+
+
+def curves_of(records) -> dict:
+    """{(source, score, student, seed): {option: [(epoch, accuracy), ...] after step 0}}."""
+    out: dict = defaultdict(dict)
+    for rec in records:
+        u = unit_of(rec)
+        key = (u["source"], u["score"], u["student"], u["seed"])
+        opt = record_option(rec)
+        if opt is None:
+            continue
+        out[key][opt] = [(e["epoch"], e["accuracy"]) for e in rec["evals"] if e.get("step", 1) > 0
+                         and e.get("accuracy") is not None]
+    return out
+
+
+def race(curve_h, curve_l, budget: float, fraction: float, k: int | None = None, margin: float = 0.05,
+         z: float = 1.96, n_eval: int = 200) -> tuple[str, float]:
+    """(kept set, share of the budget at which the race stopped) of one replayed race."""
+    h = [(e, a) for e, a in curve_h if e <= budget + 1e-9]
+    lo = [(e, a) for e, a in curve_l if e <= budget + 1e-9]
+    best = {"high": -1.0, "low": -1.0}
+    streak, prev = 0, None
+    for (e, ah), (_, al) in zip(h, lo):
+        best["high"], best["low"] = max(best["high"], ah), max(best["low"], al)
+        share = min(1.0, e / budget)
+        if k is not None:
+            se = math.sqrt(max(ah * (1 - ah), 0) / n_eval + max(al * (1 - al), 0) / n_eval)
+            lead = ("high" if ah > al else "low") if abs(ah - al) > max(z * se, margin) else None
+            streak = (streak + 1 if lead == prev else 1) if lead else 0
+            prev = lead
+            if lead and streak >= k:
+                return lead, share
+        if share >= fraction - 1e-9:
+            return ("high" if best["high"] >= best["low"] else "low"), share
+    return ("high" if best["high"] >= best["low"] else "low"), 1.0
+
+
+def summarize_races(pairs) -> dict:
+    """pairs: (row, choice, overhead) -> rows, mean regret (points), decision accuracy, mean overhead."""
+    if not pairs:
+        return {"rows": 0}
+    return {"rows": len(pairs), "regret": 100 * sum(regret(r, c) for r, c, _ in pairs) / len(pairs),
+            "decision_accuracy": sum(is_right(r, c) for r, c, _ in pairs) / len(pairs),
+            "overhead": sum(o for _, _, o in pairs) / len(pairs)}
+
+
+def race_table(records, n_eval: int = 200) -> dict:
+    rows = label_rows(records)
+    curves = curves_of(records)
+    methods: dict[str, list] = defaultdict(list)
+    for r in rows:
+        c = curves[(r["source"], r["score"], r["student"], r["seed"])]
+        b = r["features"]["budget"]
+        for name, choice in (("always high", "high"), ("always low", "low"), ("always mixed", "mixed")):
+            methods[name].append((r, choice, 0.0))
+        for f in FIXED:
+            kept, share = race(c["high"], c["low"], b, f, n_eval=n_eval)
+            methods[f"race, fixed at {f:.0%} of the budget"].append((r, kept, f))
+        kept, share = race(c["high"], c["low"], b, 0.5, k=2, n_eval=n_eval)
+        methods["race, adaptive (k 2, margin 5 points, at most 50 %)"].append((r, kept, share))
+    sources = sorted({r["source"] for r in rows})
+    table = {}
+    for name, pairs in methods.items():
+        table[name] = {"all": summarize_races(pairs),
+                       **{s: summarize_races([p for p in pairs if p[0]["source"] == s]) for s in sources}}
+    return {"sources": sources, "methods": table, "rows": len(rows)}
+
+
+def race_summary(records) -> list[dict]:
+    """What `meta.races` stores: per replayed method over all sources, its regret, decision
+    accuracy and overhead, and the budget share a fixed race stops at (None: adaptive or none)."""
+    table = race_table(records)["methods"]
+    out = []
+    for name, t in table.items():
+        fraction = next((f for f in FIXED if name == f"race, fixed at {f:.0%} of the budget"), None)
+        out.append({"method": name, "fraction": fraction, **{k: t["all"][k] for k in
+                                                           ("rows", "regret", "decision_accuracy", "overhead")}})
+    return out

@@ -23,11 +23,10 @@ from capacity_advisor.advisor.predictor import (
     folds, label_rows, options_in, select_policy,
 )
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix
+from capacity_advisor.advisor.predictor.policy import CHOOSE_BY
 from capacity_advisor.advisor.predictor.priors import fit_lab_prior
 from capacity_advisor.advisor.predictor.races import race_summary
 from capacity_advisor.models.errors import InputError
-
-CHOOSE_BY = ("source",)  # the splits whose held-out regret chooses the policy (several: the worse of them)
 
 CV_METHODS = ("policy", "predictor", WITHOUT_PROXIES, LARGEST_PROXY, "always high", "always low", "always mixed",
               "size rule", "noise floor")

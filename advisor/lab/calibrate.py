@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Callable
 
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import finite, read_jsonl, versions, write_json, write_jsonl
+from capacity_advisor.models.files import read_jsonl, versions, write_json, write_jsonl
+from capacity_advisor.advisor.lab.portable import portable
 from capacity_advisor.probes.recipe import LAB
 from capacity_advisor.training.manifest import SETS, schedule_of
 
@@ -376,31 +377,3 @@ def collect_records(cfg: CalibrateConfig, budget_runs: bool = False) -> list[dic
                 rec["settings"].setdefault("probe", probe_recipe(cfg).as_dict())
                 records.append(rec)
     return records
-
-
-def portable(record: dict, unit: Unit, teacher: str = "lab:teacher", temperature: float = 1.0) -> dict:
-    """A record that says what ran without saying where: no absolute paths, run-relative names."""
-    r = dict(record)
-    r["model"] = {k: v for k, v in r["model"].items() if k != "path"}
-    r["source"] = "calibrate"
-    settings = dict(r.get("settings") or {})
-    provenance = dict(r.pop("provenance", None) or {})
-    # records of earlier versions kept these beside the settings; they describe this run, not what it was
-    for key in ("seconds", "train_tokens", "final_checkpoint"):
-        if key in r:
-            provenance.setdefault(key, r.pop(key))
-    for key in ("resumed_from_step", "manifest"):
-        if key in settings:
-            provenance.setdefault(key, settings.pop(key))
-    head, _, tail = str(r.get("run_id", "")).rpartition("-")
-    if head and tail.isdigit():  # earlier versions appended the finishing time to the run key
-        r["run_id"] = head
-    settings.pop("device", None)
-    settings["seed"] = unit.seed
-    r["settings"] = settings
-    r["provenance"] = {k: v for k, v in provenance.items() if k not in ("manifest", "final_checkpoint")}
-    from capacity_advisor.models.lab.ladder import RECIPE_VERSION
-
-    r["unit"] = {"task": unit.task, "score": unit.score, "size": unit.size, "seed": unit.seed, "teacher": teacher,
-                 "temperature": temperature, "lab": RECIPE_VERSION}
-    return finite(r)  # JSON has no NaN: null instead, so any JSON reader takes the records

@@ -110,27 +110,9 @@ def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
                 policy_thresholds(meta[key])
             except InputError:
                 return key
-    own = meta.get("own_sources")
-    if own is not None and not (isinstance(own, dict) and len(own) <= 10_000 and all(
-            isinstance(k, str) and isinstance(v, dict)
-            and all(isinstance(v.get(f), list) and len(v[f]) <= 100_000 for f in ("students", "n_params", "fingerprints"))
-            and all(isinstance(x, str) for x in v["students"] + v["fingerprints"])
-            and all(isinstance(x, int) and not isinstance(x, bool) for x in v["n_params"])
-            and len(v["students"]) == len(v["n_params"])
-            and (v.get("epochs") is None or (is_num(v["epochs"]) and 0 <= v["epochs"] <= 1e6)) for k, v in own.items())):
-        return "own_sources"
-    races = meta.get("races")
-    if races is not None and not (isinstance(races, list) and len(races) <= 100 and all(
-            isinstance(r, dict) and isinstance(r.get("method"), str)
-            and (r.get("fraction") is None or (is_num(r["fraction"]) and 0 < r["fraction"] <= 1))
-            and all(is_num(r.get(k)) and 0 <= r[k] <= 1e6 for k in ("regret", "decision_accuracy", "overhead"))
-            for r in races)):
-        return "races"
-    files = meta.get("record_files")
-    if files is not None and not (isinstance(files, list) and all(
-            isinstance(f, dict) and isinstance(f.get("file"), str) and isinstance(f.get("sources"), list)
-            for f in files)):
-        return "record_files"
+    wrong = calibration_fields(meta)
+    if wrong:
+        return wrong
     if meta.get("labels") is not None and not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
                                                   for k, v in meta["labels"].items()):
         return "labels"
@@ -157,3 +139,30 @@ def policy_thresholds(raw) -> tuple:
     if not ok:
         raise InputError("the predictor's meta.policy holds thresholds out of range; refit it with `advisor fit`")
     return d, m, r
+
+
+def calibration_fields(meta: dict) -> str | None:
+    """Which of the fields `advisor fit` writes about the records' origin (the user's own
+    sources, the replayed races, the record files) is malformed, or None."""
+    own = meta.get("own_sources")
+    if own is not None and not (isinstance(own, dict) and len(own) <= 10_000 and all(
+            isinstance(k, str) and isinstance(v, dict)
+            and all(isinstance(v.get(f), list) and len(v[f]) <= 100_000 for f in ("students", "n_params", "fingerprints"))
+            and all(isinstance(x, str) for x in v["students"] + v["fingerprints"])
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in v["n_params"])
+            and len(v["students"]) == len(v["n_params"])
+            and (v.get("epochs") is None or (is_num(v["epochs"]) and 0 <= v["epochs"] <= 1e6)) for k, v in own.items())):
+        return "own_sources"
+    races = meta.get("races")
+    if races is not None and not (isinstance(races, list) and len(races) <= 100 and all(
+            isinstance(r, dict) and isinstance(r.get("method"), str)
+            and (r.get("fraction") is None or (is_num(r["fraction"]) and 0 < r["fraction"] <= 1))
+            and all(is_num(r.get(k)) and 0 <= r[k] <= 1e6 for k in ("regret", "decision_accuracy", "overhead"))
+            for r in races)):
+        return "races"
+    files = meta.get("record_files")
+    if files is not None and not (isinstance(files, list) and all(
+            isinstance(f, dict) and isinstance(f.get("file"), str) and isinstance(f.get("sources"), list)
+            for f in files)):
+        return "record_files"
+    return None

@@ -41,7 +41,7 @@ from capacity_advisor.models.errors import InputError
 DISTANCES = (0.5, 0.75, 1.0, 1.5, 2.0, math.inf)
 WITHOUT_PROXIES = "without own proxies"  # proxy split: the large student fitted without its source's small students
 LARGEST_PROXY = "largest proxy only"  # ... with only the largest of them
-CHOOSE_SOURCE = "source"  # the split the shipped policy's thresholds are chosen by when none is given
+CHOOSE_BY = ("source",)  # the splits whose held-out regret chooses the policy when none is given (several: the worse)
 MARGINS = (0.0, 0.1, 0.2, 0.3, 0.5, 2.0)  # 2.0: the predictor never overrides D_high
 FALLBACK_WORDS = "the fallback (D_high below 10^8 parameters, the paper's findings from 10^8)"
 
@@ -274,7 +274,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
         for method, pairs in baseline_picks(train, test).items():
             picks.setdefault(method, []).extend(pairs)
     if split == PROXY:  # the same large students advised with fewer of their source's proxies
-        for method, own, inner in ((WITHOUT_PROXIES, 0, policy_split or CHOOSE_SOURCE), (LARGEST_PROXY, 1, PROXY)):
+        for method, own, inner in ((WITHOUT_PROXIES, 0, policy_split or CHOOSE_BY), (LARGEST_PROXY, 1, PROXY)):
             for _, train, test in proxy_folds(rows, own):
                 fold_kind, policy, _ = select_policy(train, inner, kind, features, n_members, seed, jobs)
                 picks.setdefault(method, []).extend(

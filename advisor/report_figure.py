@@ -11,12 +11,12 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from capacity_advisor.advisor.predictor.labels import NOT_MEASURED  # inputs that are settings of the run
 from capacity_advisor.advisor.recommendation import BUDGET_GRID, Recommendation
 
 DPI = 100
 FONT = 10  # points: the smallest text on the figure
 COLORS = {"high": "tab:blue", "low": "tab:red", "mixed": "tab:purple"}
-NOT_MEASURED = ("budget", "ranking_sum")  # predictor inputs that are settings of the run, not measurements
 
 
 def build_figure(rec: Recommendation, predictor):

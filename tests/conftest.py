@@ -83,21 +83,16 @@ def build_tiny(path, arch: str, seed: int = 0, hidden: int = 32, layers: int = 2
     return str(path)
 
 
-# Tests of other files that take a minute or more on two shared cores, or that need a fixture which
-# does (`make test-fast` leaves them out; `make test` runs everything). Tests in the files with
-# their own `@pytest.mark.slow` are marked there.
-SLOW_TESTS = {
-    "test_training.py::test_torchrun_two_processes_on_cpu",  # two torchrun processes
-    "test_lab.py::test_quick_calibration_report",  # a whole quick calibration sweep
-}
-SLOW_FIXTURES = {"quick_teacher"}  # a lab teacher pretrained for the test (about a minute)
-
-
 def pytest_collection_modifyitems(config, items):
+    """Every test that takes a minute or more on two shared cores carries its own
+    `@pytest.mark.slow` (`make test-fast` leaves them out); one that uses a slow fixture without
+    the mark is a mistake this catches at collection rather than a fast run that turns slow."""
     for item in items:
-        name = f"{item.path.name}::{item.originalname}"
-        if name in SLOW_TESTS or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.slow)
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("slow"):
+            raise pytest.UsageError(f"{item.nodeid} uses a slow fixture: mark it @pytest.mark.slow")
+
+
+SLOW_FIXTURES = {"quick_teacher"}  # a lab teacher pretrained for the test (about a minute)
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,9 @@
 folders whose config points at code, chat templates that try to leave the Jinja sandbox. Each
 must end in one InputError line (or load safely): no other exception, no hang, no code run."""
 
+import contextlib
 import json
+import signal
 
 import pytest
 
@@ -182,10 +184,25 @@ TEMPLATES = {
 }
 
 
+@contextlib.contextmanager
+def hang_guard(seconds: int):
+    """Fail the test (an alarm in the main thread) if the block has not ended after `seconds`:
+    a guard against hanging, not a measure of speed."""
+    def ring(signum, frame):
+        pytest.fail(f"still running after {seconds} s: it hangs")  # not an Exception: nothing swallows it
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
 @pytest.mark.parametrize("name", list(TEMPLATES))
 def test_hostile_chat_templates_are_one_input_error(tiny_qwen, tmp_path, monkeypatch, name):
     import shutil
-    import time
 
     from capacity_advisor.models.loading import load_model
 
@@ -194,8 +211,7 @@ def test_hostile_chat_templates_are_one_input_error(tiny_qwen, tmp_path, monkeyp
     folder = tmp_path / "model"
     shutil.copytree(tiny_qwen, folder)
     (folder / "chat_template.jinja").write_text(TEMPLATES[name])
-    t0 = time.perf_counter()
-    with pytest.raises(InputError) as e:
+    with hang_guard(120), pytest.raises(InputError) as e:  # a template that hangs fails here, never hangs the suite
         load_model(str(folder), device="cpu")
     assert "chat template" in str(e.value) and "\n" not in str(e.value)
-    assert time.perf_counter() - t0 < 30 and not (tmp_path / "MARKER").exists()
+    assert not (tmp_path / "MARKER").exists()

@@ -283,6 +283,7 @@ def test_cli_list_pool_and_errors(shared_home, tmp_path):
     assert isinstance(res.exception, InputError)
 
 
+@pytest.mark.slow  # a whole quick calibration sweep
 def test_quick_calibration_report(shared_home, tmp_path):
     from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, run_calibration
     from capacity_advisor.advisor.lab.report import write_report
@@ -330,6 +331,7 @@ def quick_teacher(tmp_path_factory):
     return home_with(tmp_path_factory, "teacher-home", "teacher@40")
 
 
+@pytest.mark.slow  # a lab teacher pretrained for the test (about a minute)
 def test_teacher_samples_checked_pools_deterministically(quick_teacher, tmp_path, monkeypatch):
     from capacity_advisor.advisor.generate import GenerateConfig, generate_pool
     from capacity_advisor.models.lab import write_pool
@@ -354,6 +356,7 @@ def test_teacher_samples_checked_pools_deterministically(quick_teacher, tmp_path
         assert len(row["generations"]) == 6
 
 
+@pytest.mark.slow  # a lab teacher pretrained for the test (about a minute)
 def test_teacher_view_is_the_teacher_models_own_nll(quick_teacher, monkeypatch):
     import torch
 

@@ -237,6 +237,9 @@ def test_probe_features_are_scale_free():
 
 
 def test_shipped_predictor_loads_and_answers():
+    from collections import Counter
+    from pathlib import Path
+
     from capacity_advisor.advisor.recommend import load_predictor
 
     shipped = load_predictor(None)
@@ -244,6 +247,17 @@ def test_shipped_predictor_loads_and_answers():
     feats = {k: shipped.range[k]["mean"] for k in shipped.features if k in shipped.range}
     p = shipped.predict_proba([feats])[0]
     assert abs(p.sum() - 1) < 1e-6 and shipped.advise(feats)["confidence"] in ("high", "medium", "low")
+    # what it predicts on the committed records it was fitted on: it has learnt them (in-sample, so
+    # this says the file holds the fit of these records, not how well it transfers; cv_table does that)
+    records = read_records(Path(__file__).resolve().parents[1] / "calibration" / "records.jsonl")
+    assert shipped.meta["records"] == len(records)
+    rows = label_rows(records)
+    probs = shipped.predict_proba([r["features"] for r in rows])
+    picks = [shipped.options[int(np.argmax(q))] for q in probs]
+    right = np.mean([pick == r["label"] for pick, r in zip(picks, rows)])
+    majority = Counter(r["label"] for r in rows).most_common(1)[0][1] / len(rows)
+    assert right > majority, (right, majority)  # measured: 0.89 against 0.82 on 510 records
+    assert np.mean([regret(r, c) for r, c in zip(rows, picks)]) < 0.5 * np.mean([regret(r, "high") for r in rows])  # 0.8 vs 2.7 points
 
 
 @pytest.mark.parametrize("bad", [{"model": 5}, {"model": {"n_params": "big"}, "strategy": "high", "evals": []},

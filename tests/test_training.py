@@ -217,6 +217,7 @@ def test_another_manifest_in_the_same_run_folder_is_refused(tmp_path, tiny_llama
         run_sft(path, tmp_path / "run", records=str(tmp_path / "r.jsonl"), threads=1)
 
 
+@pytest.mark.slow  # two torchrun processes
 def test_torchrun_two_processes_on_cpu(tmp_path, tiny_llama):
     path = make_manifest(tmp_path / "rec", tiny_llama)
     run, store = tmp_path / "run", tmp_path / "records.jsonl"

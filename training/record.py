@@ -104,30 +104,6 @@ def plot_curve(eval_rows: list[dict], path: Path, title: str) -> None:
     _save_figure(fig, path, title)
 
 
-def plot_runs(records: list[dict], path: Path, title: str = "") -> None:
-    """Several runs' pass@1 and repetition rate against epoch, one line per run (labelled by strategy)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.0), dpi=90)
-    for rec in records:
-        ev = rec["evals"]
-        label = f"{rec['strategy']} (best {rec['best_accuracy']:.2f})" if rec.get("best_accuracy") is not None else rec["strategy"]
-        for ax, key in zip(axes, ("accuracy", "repetition_rate")):
-            pts = [(e["epoch"], e[key]) for e in ev if e.get(key) is not None]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=label)
-    for ax, name in zip(axes, ("pass@1", "repetition rate")):
-        ax.set_title(name, fontsize=9)
-        ax.set_xlabel("epoch", fontsize=8)
-        ax.set_ylim(-0.02, 1.02)
-        ax.tick_params(labelsize=7)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    _save_figure(fig, path, title)
-
-
 def _save_figure(fig, path: Path, title: str) -> None:
     """Title, lay out and write the figure atomically (a killed run never leaves half a PNG)."""
     import matplotlib.pyplot as plt

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, stable_hash, versions, write_json, write_jsonl
-from capacity_advisor.training.manifest import SETS
+from capacity_advisor.training.manifest import SETS, schedule_of
 
 EVAL_SEED = 10_000  # the held-out problems: one draw, the same for every proxy, seed and run
 MAX_STUDENTS = 16
@@ -235,11 +235,11 @@ def train_option(cfg: PoolCalibrateConfig, plan: Plan, student: dict, seed: int,
     if (run_dir / "record.json").exists():
         return run_dir
     r = student["plan"].recipe
-    sel = select(plan.train, stage.scores, SelectConfig(strategy=option, mix=0.5 if option == "mixed" else 0.0, seed=seed))
+    sel = select(plan.train, stage.scores, SelectConfig(strategy=option, mix=schedule_of(option)[1], seed=seed))
     export(sel, folder / "data" / f"{option}.jsonl", "trl")
     m = Manifest(
         model={**{k: v for k, v in lm.description.items() if k != "path"}, "spec": student["spec"]},
-        dataset=f"data/{option}.jsonl", strategy=option, mix=0.5 if option == "mixed" else 0.0,
+        dataset=f"data/{option}.jsonl", strategy=option, mix=schedule_of(option)[1],
         eval=EvalSpec(path=os.path.relpath(Path(cfg.out) / "eval.jsonl", folder), checker=plan.checker,
                       max_new_tokens=r.max_new_tokens, limit=None, base_drift=True, token_budget=r.token_budget),
         training=TrainingSpec(epochs=float(cfg.epochs), learning_rate=student["learning_rate"], batch_size=r.train_batch,

@@ -28,6 +28,7 @@ from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.probes.recipe import LENGTHS, Fitted, ProbeRecipe, fitted_recipe, recipe_for
 from capacity_advisor.probes.run import ProbeConfig, ProbeData
+from capacity_advisor.training.manifest import DEFAULT_MIX
 
 # Each recipe setting: its flag in `advisor probe`, its flag in `advisor recommend`, its help. The
 # CLI builds both verbs' options from this table, and every message about a setting names its flag.
@@ -194,7 +195,7 @@ class Split:
 
 
 def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None, checker: str = "auto",
-                     mix: float = 0.5, score: str = "sum", verb: str = "probe") -> Split:
+                     mix: float = DEFAULT_MIX, score: str = "sum", verb: str = "probe") -> Split:
     if len(pool) < cfg.eval_problems + cfg.batch_size:
         raise InputError(
             f"the pool has {len(pool)} rankable problems; a probe needs {flag('eval_problems', verb)} "
@@ -295,7 +296,7 @@ class ProbeStage:
 
 
 def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_dir, scores: dict | None = None,
-               checker: str = "auto", score: str = "sum", mix: float = 0.5, max_length: int = 4096,
+               checker: str = "auto", score: str = "sum", mix: float = DEFAULT_MIX, max_length: int = 4096,
                backend: str = "hf", run: bool = True, say=None, progress=None, skip_tokens: int = 0,
                verb: str = "probe") -> ProbeStage:
     """Score the pool under the student (cached; unless `scores` are given), split it, and probe.

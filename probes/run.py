@@ -33,7 +33,7 @@ from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, versions, write_json, write_jsonl
 from capacity_advisor.probes.recipe import REAL, ProbeRecipe, recipe_for
-from capacity_advisor.training.manifest import SETS
+from capacity_advisor.training.manifest import SETS, schedule_of
 
 METRICS = ("train_loss", "teacher_nll", "teacher_nll_high", "teacher_nll_low", "answer_logprob", "accuracy",
            "answer_rate", "repetition_rate", "copy_rate", "finish_rate", "base_drift", "teacher_view")
@@ -133,7 +133,7 @@ def manifest_for(strategy: str, cfg: ProbeConfig, data: ProbeData, model: dict, 
     from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
 
     return Manifest(
-        model=model, dataset=f"data/{strategy}.jsonl", strategy=strategy, mix=0.5 if strategy == "mixed" else 0.0,
+        model=model, dataset=f"data/{strategy}.jsonl", strategy=strategy, mix=schedule_of(strategy)[1],
         eval=EvalSpec(path="data/eval.jsonl", checker=data.checker, max_new_tokens=cfg.max_new_tokens, limit=None,
                       teacher=cfg.teacher, base_drift=True, per_problem=cfg.per_problem, token_budget=cfg.token_budget),
         training=TrainingSpec(epochs=1, learning_rate=lr, batch_size=cfg.batch_size, max_length=cfg.max_length,

@@ -29,12 +29,13 @@ from capacity_advisor.training.manifest_checks import (
 MANIFEST_VERSION = 1
 STRATEGIES = ("high", "low", "mixed", "curriculum")
 SETS = STRATEGIES[:3]  # the sets a probe trains on; the predictor's options are these and the schedules below
+DEFAULT_MIX = 0.5  # D_mixed: the share of problems that take their low response (the paper's mix)
 
 
 def option_of(strategy: str, mix: float | None = None, switch_epoch: float | None = None) -> str:
     """The name of a schedule: high, low, mixed (half the problems on their low response),
     mixed@F (a share F of them), curriculum@E (D_high for E epochs, then D_low)."""
-    if strategy == "mixed" and mix is not None and abs(mix - 0.5) > 1e-9:
+    if strategy == "mixed" and mix is not None and abs(mix - DEFAULT_MIX) > 1e-9:
         return f"mixed@{mix:g}"
     if strategy == "curriculum":
         return f"curriculum@{switch_epoch:g}"
@@ -52,7 +53,7 @@ def schedule_of(option: str) -> tuple[str, float, float | None]:
     if strategy in ("high", "low") and not arg:
         return strategy, 0.0, None
     if strategy == "mixed" and (not arg or (value is not None and 0 < value < 1)):
-        return "mixed", value if value is not None else 0.5, None
+        return "mixed", value if value is not None else DEFAULT_MIX, None
     if strategy == "curriculum" and value is not None and 0 < value <= MAX_EPOCHS:  # not inf, nor nan
         return "curriculum", 0.0, value
     raise InputError(f"{option!r} names no schedule: use high, low, mixed, mixed@SHARE (0 < SHARE < 1) or "

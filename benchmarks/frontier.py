@@ -17,7 +17,10 @@ as a share of it) of
 - with `--proxy` (the JSON of `advisor fit --cv proxy`): the policy calibrated on the source's own
   small students, overall only, its overhead the proxies' training against the target's one run
   (3 sets each, compute as parameters x sequences: every run trains the same pool for the same
-  budget), for all proxies and for the largest only.
+  budget), for all proxies and for the largest only;
+- the race chosen without seeing the source it is judged on: per source, the race of
+  `races.race_grid` (fixed fractions; adaptive k, margin and cap) with the lowest regret on the
+  other sources among those within an overhead cap (30, 40, 50 %), judged on that source.
 
 Everything is replayed from the committed records (the races from the first B epochs of each
 5-epoch run, as the labels are), so the races' schedules are the truncated ones of the labels
@@ -32,7 +35,10 @@ import sys
 from pathlib import Path
 
 from capacity_advisor.advisor.predictor import PROXY_CUT, read_records, unit_of
-from capacity_advisor.advisor.predictor.races import race_table
+from capacity_advisor.advisor.predictor.races import race_table, races_left_out
+
+CAPS = (0.3, 0.4, 0.5)  # the overhead caps the left-out choice of a race is measured at
+
 
 def proxy_overhead(records) -> dict:
     """Mean over the large students (from PROXY_CUT) of the proxies' training against their one
@@ -73,6 +79,14 @@ def main() -> int:
     for name, t in (result.get("proxy") or {}).items():
         print(f"| {name} (the proxy split: large students only) | {t['overhead']:.0%} | {t['regret']:.2f} | "
               f"{t['decision_accuracy']:.0%} | " + " | ".join("—" for _ in srcs) + " |")
+    result["left_out"] = {f"{cap:.0%}": races_left_out(records, cap, args.n_eval) for cap in CAPS}
+    print("\nThe race chosen leaving each pool source out (lowest regret on the other sources within the overhead cap):\n")
+    print("| overhead cap | held-out regret (points) | decision accuracy | mean overhead | " + " | ".join(srcs) + " |")
+    print("|---|---|---|---|" + "---|" * len(srcs))
+    for cap, lo in result["left_out"].items():
+        a = lo["all"]
+        print(f"| {cap} | {a['regret']:.2f} | {a['decision_accuracy']:.0%} | {a['overhead']:.0%} | "
+              + " | ".join(f"{lo['folds'][s]['test']['regret']:.2f} ({lo['folds'][s]['race']})" for s in srcs) + " |")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     return 0

@@ -165,3 +165,26 @@ def test_races_replayed_on_the_records_and_priced_in_the_report(lab_home, tmp_pa
     note = next(n for n in json.loads(r.stdout)["notes"] if n.startswith("a race instead"))
     assert f"lost {half['regret']:.2f} points" in note and f"always-high {always['regret']:.2f}" in note
     assert "--race 0.5" in note and "50% more training" in note
+
+
+def test_a_race_chosen_leaving_each_source_out_never_sees_that_source():
+    """races_left_out picks each source's race on the other sources only (lowest regret within the
+    overhead cap) and judges it on that source's rows: checked against a recomputation."""
+    from capacity_advisor.advisor.predictor.races import race_grid, race_picks, races_left_out, summarize_races
+
+    records = read_records(RECORDS)
+    rows, picks = race_picks(records)
+    assert set(picks) == set(race_grid()) and all(len(p) == len(rows) for p in picks.values())
+    out = races_left_out(records, max_overhead=0.3)
+    sources = {r["source"] for r in rows}
+    assert set(out["folds"]) == sources and out["all"]["rows"] == len(rows)
+    for source, fold in out["folds"].items():
+        train = {n: summarize_races([p for p in ps if p[0]["source"] != source]) for n, ps in picks.items()}
+        allowed = {n: t for n, t in train.items() if t["overhead"] <= 0.3 + 1e-9}
+        assert allowed and fold["race"] in allowed
+        assert fold["train"]["regret"] == min(t["regret"] for t in allowed.values())
+        test = summarize_races([p for p in picks[fold["race"]] if p[0]["source"] == source])
+        assert fold["test"] == test and test["rows"] == sum(r["source"] == source for r in rows)
+    # a wider cap can only buy lower regret on the training sources: the 50 % cap allows the 50 % race
+    wide = races_left_out(records, max_overhead=0.5)
+    assert all(wide["folds"][s]["train"]["regret"] <= out["folds"][s]["train"]["regret"] for s in sources)

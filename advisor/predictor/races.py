@@ -101,3 +101,48 @@ def race_summary(records) -> list[dict]:
         out.append({"method": name, "fraction": fraction, **{k: t["all"][k] for k in
                                                            ("rows", "regret", "decision_accuracy", "overhead")}})
     return out
+
+
+def race_grid() -> dict[str, dict]:
+    """The races a left-out choice picks from: fixed at F of the budget, and adaptive (k
+    evaluations in a row led by more than the margin, at most F)."""
+    grid = {f"fixed at {f:.0%}": {"fraction": f} for f in (0.1, 0.2, 0.3, 0.4, 0.5)}
+    for cap in (0.3, 0.5):
+        for k in (1, 2, 3):
+            for margin in (0.02, 0.05, 0.1):
+                grid[f"adaptive k {k}, margin {margin:.0%}, at most {cap:.0%}"] = {"fraction": cap, "k": k, "margin": margin}
+    return grid
+
+
+def race_picks(records, n_eval: int = 200) -> tuple[list[dict], dict[str, list]]:
+    """The label rows and, per race of `race_grid`, its (row, kept set, overhead) on every row."""
+    rows = label_rows(records)
+    curves = curves_of(records)
+    picks: dict[str, list] = {}
+    for name, cfg in race_grid().items():
+        out = []
+        for r in rows:
+            c = curves[(r["source"], r["score"], r["student"], r["seed"])]
+            kept, share = race(c["high"], c["low"], r["features"]["budget"], cfg["fraction"], k=cfg.get("k"),
+                               margin=cfg.get("margin", 0.05), n_eval=n_eval)
+            out.append((r, kept, share if "k" in cfg else cfg["fraction"]))
+        picks[name] = out
+    return rows, picks
+
+
+def races_left_out(records, max_overhead: float = 0.3, n_eval: int = 200) -> dict:
+    """The race chosen without seeing the pool source it is judged on: for each source, the race
+    of `race_grid` with the lowest mean regret on the other sources among those whose mean
+    overhead there is at most `max_overhead` (the lowest overhead if none is), judged on that
+    source's rows. {"folds": {source: {"race", "train", "test"}}, "all": the held-out rows pooled}."""
+    rows, picks = race_picks(records, n_eval)
+    folds, pooled = {}, []
+    for s in sorted({r["source"] for r in rows}):
+        train = {n: summarize_races([p for p in ps if p[0]["source"] != s]) for n, ps in picks.items()}
+        allowed = [n for n in train if train[n]["overhead"] <= max_overhead + 1e-9]
+        name = (min(allowed, key=lambda n: (train[n]["regret"], train[n]["overhead"])) if allowed
+                else min(train, key=lambda n: train[n]["overhead"]))
+        test = [p for p in picks[name] if p[0]["source"] == s]
+        pooled += test
+        folds[s] = {"race": name, "train": train[name], "test": summarize_races(test)}
+    return {"folds": folds, "all": summarize_races(pooled), "max_overhead": max_overhead}

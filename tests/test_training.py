@@ -247,8 +247,10 @@ def test_nproc_builds_the_launch_command(tmp_path):
     cmd = launch_command(str(path), "RUN", 8, "accelerate", str(ROOT / "configs" / "accelerate_fsdp.yaml"))
     assert shown(cmd).startswith("accelerate launch --num_processes 8 --config_file")
     assert (ROOT / "configs" / "accelerate_fsdp.yaml").exists() and (ROOT / "configs" / "accelerate_ddp.yaml").exists()
-    with pytest.raises(InputError, match="torchrun"):
-        launch_command(str(path), "RUN", 2, "accelerate", cuda=False)
+    # without GPUs accelerate starts gloo processes too (tests/test_fsdp.py runs them)
+    assert "--multi_gpu" in launch_command(str(path), "RUN", 2, "accelerate", cuda=False)
+    with pytest.raises(InputError, match="fsdp_sync_module_states: true"):
+        launch_command(str(path), "RUN", 2, "accelerate", str(ROOT / "configs" / "accelerate_fsdp.yaml"), cuda=False)
 
 
 def test_exports_for_trl_llamafactory_axolotl(tmp_path, tiny_qwen, tiny_llama):

@@ -179,15 +179,17 @@ class EvalCallback(TrainerCallback):
         row = {"step": step, "epoch": step / self.steps_per_epoch}
         if self.eval_rows:
             gens = self._generate(model, args, step)
-            if rank() == 0:
-                was_training = model.training
-                model.eval()
-                try:
-                    with full_params(self.trainer):
+            was_training = model.training
+            model.eval()
+            try:
+                # gathering FSDP's shards is a collective: every rank enters, rank 0 measures
+                with full_params(self.trainer):
+                    if rank() == 0:
                         row.update(self.evaluator.measure(self._lm(model, args), gens))
-                finally:
-                    if was_training:
-                        model.train()
+            finally:
+                if was_training:
+                    model.train()
+            if rank() == 0:
                 row["examples"] = [{"prompt": r["prompt"], "answer": r.get("answer"), "generation": g["text"]}
                                    for r, g in zip(self.eval_rows[:3], gens[:3])]
         else:

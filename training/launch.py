@@ -37,17 +37,17 @@ def sft_args(manifest: str, out: str, records: str | None = None, device: str = 
 
 def launch_command(manifest: str, out: str, nproc: int, launcher: str = "torchrun", config_file: str | None = None,
                    cuda: bool = True, **sft_kw) -> list[str]:
-    """The launch command; `cuda` says whether GPUs are there (accelerate needs them for > 1 process)."""
+    """The launch command; `cuda` says whether GPUs are there (an FSDP config is checked against it).
+    Without GPUs both launchers start gloo processes: accelerate launch hands a multi-process or
+    FSDP config to torch's elastic launcher, as torchrun does."""
     if nproc < 1:
         raise InputError(f"--nproc {nproc} must be at least 1")
     if launcher not in LAUNCHERS:
         raise InputError(f"--launcher {launcher!r} is unknown: use {' or '.join(LAUNCHERS)}")
     if config_file and launcher != "accelerate":
         raise InputError("--accelerate-config goes with --launcher accelerate")
-    if launcher == "accelerate" and nproc > 1 and not cuda:
-        # accelerate runs several CPU processes only through mpirun; torchrun does it with gloo
-        raise InputError("accelerate launch needs GPUs for --nproc > 1 (its multi-CPU mode goes through MPI): "
-                         "use --launcher torchrun on CPUs")
+    if config_file:
+        check_accelerate_config(config_file, cuda)
     py = sys.executable
     if launcher == "torchrun":
         # --standalone: a free local rendezvous port, so two runs on one machine do not collide
@@ -59,6 +59,48 @@ def launch_command(manifest: str, out: str, nproc: int, launcher: str = "torchru
         elif nproc > 1:
             head += ["--multi_gpu"]
     return head + sft_args(manifest, out, **sft_kw)
+
+
+# FSDP v1 on CPU processes (gloo) refuses to broadcast rank 0's weights at wrap time: torch raises
+# "FSDP parameter initialization with `sync_module_states=True` is not supported on cpu."
+# cpu_ram_efficient_loading turns sync_module_states on, so both must be off there.
+CPU_FSDP_OFF = ("fsdp_sync_module_states", "fsdp_cpu_ram_efficient_loading")
+
+
+def check_accelerate_config(path: str, cuda: bool) -> dict:
+    """The accelerate config as a mapping, read as data (YAML safe_load: no tags that build objects),
+    or an InputError; on a machine without CUDA, an FSDP config that would fail at wrap time."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            cfg = yaml.safe_load(f.read(1_000_000))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise InputError(f"--accelerate-config {path} cannot be read as YAML ({first}): "
+                         "pass an accelerate config file such as configs/accelerate_fsdp.yaml") from None
+    if not isinstance(cfg, dict):
+        raise InputError(f"--accelerate-config {path} is not a mapping of settings: "
+                         "pass an accelerate config file such as configs/accelerate_fsdp.yaml")
+    fsdp = cfg.get("fsdp_config") if isinstance(cfg.get("fsdp_config"), dict) else {}
+    if not cuda and str(cfg.get("distributed_type", "")).upper() == "FSDP":
+        on = [k for k in CPU_FSDP_OFF if fsdp.get(k) is True or str(fsdp.get(k)).lower() == "true"]
+        if on:
+            raise InputError(f"--accelerate-config {path} sets {' and '.join(f'{k}: true' for k in on)}, which FSDP "
+                             "does not support on CPU processes (no CUDA here): set them to false for a CPU run "
+                             "(docs/training.md, \"FSDP on CPU\"), or run on GPUs")
+    return cfg
+
+
+def fsdp_on_cpu_note(config_file: str | None, cuda: bool) -> str | None:
+    """What accelerate makes of an FSDP config without GPUs, said before the run starts."""
+    if not config_file or cuda:
+        return None
+    cfg = check_accelerate_config(config_file, cuda)
+    if str(cfg.get("distributed_type", "")).upper() != "FSDP":
+        return None
+    return ("note: accelerate runs an FSDP config on CPU processes as DDP (it shards for GPU processes only): "
+            "each process holds the whole student; the record's settings say sharding \"ddp\"")
 
 
 def shown(cmd: list[str]) -> str:

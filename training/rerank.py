@@ -74,18 +74,20 @@ class RerankCallback(TrainerCallback):
         self.tokens = 0
 
     def on_epoch_begin(self, args, state, control, model=None, **kw):
-        from capacity_advisor.training.callbacks import full_params, barrier, rank
+        from capacity_advisor.training.callbacks import full_params, barrier, gather_to_main, rank
 
         epoch = int((state.epoch or 0) + 1e-6)
         if epoch not in self.epochs:
             return
         path = self.run_dir / "rerank" / f"epoch-{epoch}.jsonl"
-        if rank() == 0 and not path.exists():
+        # rank 0's view decides for all: gathering FSDP's shards is a collective every rank enters
+        if gather_to_main(not path.exists() if rank() == 0 else None)[0]:
             was_training = model.training
             model.eval()
             try:
                 with full_params(self.trainer):
-                    self._rescore(model, args.device, path)
+                    if rank() == 0:
+                        self._rescore(model, args.device, path)
             finally:
                 if was_training:
                     model.train()

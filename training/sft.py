@@ -307,12 +307,17 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
                       callbacks=[evaluator, cbs.CurriculumCallback(train_set), *extra, progress, *callbacks])
     for noisy in (PrinterCallback, HFProgress):
         trainer.remove_callback(noisy)
+    # what accelerate made of the launch: FSDP shards the weights, DDP copies them; an accelerate
+    # config's mixed_precision applies over the precision chosen here, so the record states the one used
+    settings["sharding"] = "fsdp" if getattr(trainer, "is_fsdp_enabled", False) else ("ddp" if world > 1 else None)
+    used = str(getattr(trainer.accelerator, "mixed_precision", "no"))
+    settings.update(bf16=bf16 or used == "bf16", fp16=fp16 or used == "fp16")
     evaluator.trainer = trainer
     if rerank is not None:
         rerank.trainer = trainer
     progress.note(f"training {m.model_spec} on {len(train_set)} rows x {t.epochs} epochs: "
-                  f"{world} process(es), batch {t.batch_size} (= {per_device} x {world} x {t.grad_accum}), "
-                  f"{settings['device']}, {load_dtype}{' + bf16' if bf16 else ''}{' + fp16' if fp16 else ''}"
+                  f"{world} process(es){' (FSDP)' if settings['sharding'] == 'fsdp' else ''}, batch {t.batch_size} (= {per_device} x {world} x {t.grad_accum}), "
+                  f"{settings['device']}, {load_dtype}{' + bf16' if settings['bf16'] else ''}{' + fp16' if settings['fp16'] else ''}"
                   + (f"; resuming at step {resume[0]}" if resume else ""))
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
 

@@ -97,12 +97,16 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
     if nproc > 1 or accelerate_config:
         import torch
 
-        from capacity_advisor.training.launch import launch_command, shown
+        from capacity_advisor.training.launch import fsdp_on_cpu_note, launch_command, shown
 
-        cmd = launch_command(manifest, out, nproc, launcher, accelerate_config, cuda=torch.cuda.is_available(),
+        cuda = torch.cuda.is_available()
+        cmd = launch_command(manifest, out, nproc, launcher, accelerate_config, cuda=cuda,
                              records=records, device=device, dtype=dtype, threads=threads, epochs=epochs,
                              max_steps=max_steps)
         click.echo(shown(cmd), err=True)
+        note = fsdp_on_cpu_note(accelerate_config, cuda)
+        if note:
+            click.echo(note, err=True)
         if dry_run:
             return
         rc = subprocess.run(cmd).returncode

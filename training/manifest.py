@@ -23,7 +23,7 @@ from capacity_advisor.models.metrics import CHECKERS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import write_json
 from capacity_advisor.training.manifest_checks import (
-    MAX_COUNT, MAX_EPOCHS, MAX_TOKENS, is_whole, key_list, is_line, is_number, is_one_of, show, training_problems, whole_problems,
+    MAX_COUNT, MAX_EPOCHS, MAX_TOKENS, key_list, is_line, is_number, is_one_of, show, training_problems, whole_problems,
 )
 
 MANIFEST_VERSION = 1

@@ -16,7 +16,7 @@ In one process, in this order:
 1. the students (--students; `none` skips them), each alone on the device: Qwen2.5-1.5B and
    Qwen2.5-7B built from the numbers of their public config.json (hidden size, layers, attention
    and KV heads, intermediate size, vocabulary 151,936 / 152,064, tied / untied embeddings) with
-   random weights, in the dtype the trainer picks (training.sft.precision: bf16 on a GPU):
+   random weights, in the dtype the trainer picks (training.trainer_settings.precision: bf16 on a GPU):
    - scoring: `HFBackend.score_encoded` at the device's default token budget, as `advisor score`
      runs it, on --scoring-pairs pairs of the assumed pool's shape cut at recommend's scoring max_length
      (probes.recipe.REAL.score_length): response tokens/s and peak memory;
@@ -114,7 +114,7 @@ def measure_student(name: str, student: Student, shape: dict, recipe, score_max_
     """Scoring, one probe step and the evaluation's generation of one student shape, alone on `device`."""
     import torch
 
-    from capacity_advisor.training.sft import precision
+    from capacity_advisor.training.trainer_settings import precision
 
     dtype = precision("auto", cuda=device == "cuda")[0]
     lm = build_student(name, shape, tokenizer, device, dtype)

@@ -223,7 +223,7 @@ def _probe_trainer(lm, student: Student, recipe, device: str, steps: int, checkp
     from transformers.utils import logging as hf_logging
 
     from capacity_advisor.probes.run import ProbeConfig, ProbeData, manifest_for
-    from capacity_advisor.training import sft, trainer_settings
+    from capacity_advisor.training import trainer_settings
     from capacity_advisor.training.data import CompletionCollator, SFTDataset
 
     hf_logging.set_verbosity_error()
@@ -233,8 +233,8 @@ def _probe_trainer(lm, student: Student, recipe, device: str, steps: int, checkp
     lr = recipe.learning_rate(lm.spec, lm.description["n_params"])[0]
     t = manifest_for("high", cfg, stub, {"spec": lm.spec}, lr, workdir).training
     t = replace(t, max_steps=steps, gradient_checkpointing=t.gradient_checkpointing or checkpointing)
-    _, bf16, fp16 = sft.precision(cfg.dtype, cuda=device == "cuda")
-    args = sft.training_arguments(t, workdir / "run", t.batch_size // t.grad_accum, device == "cpu", bf16, fp16)
+    _, bf16, fp16 = trainer_settings.precision(cfg.dtype, cuda=device == "cuda")
+    args = trainer_settings.training_arguments(t, workdir / "run", t.batch_size // t.grad_accum, device == "cpu", bf16, fp16)
     model = copy.deepcopy(lm.model)  # run_sft trains a copy; the base stays for base_drift
     model.train()
     if t.lora:

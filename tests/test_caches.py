@@ -153,7 +153,7 @@ def test_skip_tokens_longer_than_the_responses_is_one_error_and_writes_nothing(t
 
 def test_the_rerank_candidates_file_is_part_of_the_run_key(tmp_path):
     from capacity_advisor.training.manifest import Manifest, TrainingSpec
-    from capacity_advisor.training.sft import run_key
+    from capacity_advisor.training.run_check import run_key
 
     (tmp_path / "train.jsonl").write_text('{"id": "a", "prompt": "p", "completion": "c"}\n')
     (tmp_path / "cands.jsonl").write_text('{"id": "a", "prompt": "p", "responses": ["c", "d"]}\n')

@@ -187,7 +187,7 @@ def run_race(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, rul
 
 def check_race(manifest, out, rule: RaceRule, device: str, dtype: str, epochs, max_steps):
     """(manifest, run manifests, run folders, check_run of each): every refusal before any work."""
-    from capacity_advisor.training.sft import check_run, with_overrides
+    from capacity_advisor.training.run_check import check_run, with_overrides
 
     rule.check()
     m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)

@@ -66,7 +66,7 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
            dry_run, export_dir, formats, as_json):
     from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, quiet_libraries
     from capacity_advisor.training.manifest import load_manifest
-    from capacity_advisor.training.sft import check_run, with_overrides
+    from capacity_advisor.training.run_check import check_run, with_overrides
 
     quiet_libraries()
     m = load_manifest(manifest)

@@ -289,7 +289,7 @@ def test_exports_for_trl_llamafactory_axolotl(tmp_path, tiny_qwen, tiny_llama):
 def test_llamafactory_template_is_named_after_the_students_chat_template(tiny_qwen):
     from transformers import AutoTokenizer
 
-    from capacity_advisor.training.export import Student, llamafactory_template
+    from capacity_advisor.training.export_student import Student, llamafactory_template
 
     tok = AutoTokenizer.from_pretrained(tiny_qwen)
     turns = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

@@ -47,6 +47,7 @@ from pathlib import Path
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import refuse_overwrite, write_jsonl, write_text
 from capacity_advisor.training.data import read_sft_rows
+from capacity_advisor.training.export_student import Student, bos_eos_text, llamafactory_template, read_student
 from capacity_advisor.training.manifest import Manifest
 
 FORMATS = ("trl", "llamafactory", "axolotl")
@@ -76,100 +77,6 @@ def save_steps(m: Manifest, n_rows: int) -> int:
     return max(1, round(per_epoch / m.training.evals_per_epoch))
 
 
-@dataclass(frozen=True)
-class Student:
-    ref: str  # what the launchers load: a local folder or a hub id
-    tokenizer: object | None  # None: not readable here
-    model_type: str | None
-    chat: bool
-
-
-def read_student(m: Manifest) -> Student:
-    from capacity_advisor.models.loading import resolve_model_path
-
-    spec, path = m.model_spec, m.model.get("path")
-    if isinstance(path, str) and os.path.isdir(path):
-        ref = path
-    elif spec.startswith("lab:"):
-        ref = resolve_model_path(spec)  # builds the lab student if needed, as `advisor train` would
-    else:
-        ref = os.path.expanduser(spec) if os.path.isdir(os.path.expanduser(spec)) else spec
-    model_type = m.model.get("model_type")
-    tok, model_type = None, model_type if isinstance(model_type, str) else None
-    try:
-        from transformers import AutoConfig, AutoTokenizer
-
-        # never the folder's code
-        tok = AutoTokenizer.from_pretrained(ref, local_files_only=True, trust_remote_code=False)
-        model_type = AutoConfig.from_pretrained(ref, local_files_only=True, trust_remote_code=False).model_type
-    except (OSError, ValueError):
-        pass  # a hub id not cached here, or a folder of another machine: the manifest's description decides
-    if tok is not None:
-        from capacity_advisor.models.template import check_chat_template
-
-        check_chat_template(tok)  # a template the sandbox refuses, or that never ends, is one InputError
-    chat = bool(getattr(tok, "chat_template", None)) if tok is not None else bool(m.model.get("chat_template"))
-    return Student(ref, tok, model_type, chat)
-
-
-# LLaMA-Factory's names for chat templates, recognised by a marker the student's template writes.
-_LF_BY_MARKER = (
-    ("<｜Assistant｜>", lambda t, mt: "deepseekr1" if "<think>" in t else "deepseek3"),  # also R1's distilled Qwen/Llama
-    ("<|start_header_id|>", lambda t, mt: "llama3"),
-    ("<start_of_turn>", lambda t, mt: {"gemma2": "gemma2", "gemma3": "gemma3", "gemma3_text": "gemma3"}.get(mt, "gemma")),
-    ("<|im_sep|>", lambda t, mt: "phi4"),
-    ("<|im_start|>", lambda t, mt: "qwen3" if "<think>" in t else "qwen" if (mt or "").startswith("qwen") else "chatml"),
-    ("<|assistant|>", lambda t, mt: "phi"),
-    ("[INST]", lambda t, mt: "llama2" if "<<SYS>>" in t else "mistral"),
-)
-# When the tokenizer cannot be read here, the model type is the only clue (R1's distilled Qwen would be misnamed).
-_LF_BY_MODEL_TYPE = {"qwen2": "qwen", "qwen3": "qwen3", "llama": "llama3", "mistral": "mistral", "gemma": "gemma",
-                     "gemma2": "gemma2", "gemma3": "gemma3", "gemma3_text": "gemma3", "phi3": "phi"}
-_CHATML_SYSTEM = re.compile(r"<\|im_start\|>system\n(.*?)<\|im_end\|>\n<\|im_start\|>user\n", re.S)
-
-
-def llamafactory_template(st: Student) -> tuple[str | None, str | None, str]:
-    """(template name or None, default system prompt or None, a comment line saying where it came from)."""
-    if not st.chat:
-        return "empty", None, ("# template: empty (the student has no chat template; BOS and EOS are in the rows)"
-                               if st.tokenizer is not None else
-                               "# template: empty; the tokenizer could not be read where this was exported, so the "
-                               "rows lack the BOS and EOS advisor trains with")
-    text = getattr(st.tokenizer, "chat_template", None)
-    if isinstance(text, str):
-        for marker, name_of in _LF_BY_MARKER:
-            if marker in text:
-                name = name_of(text, st.model_type)
-                system = None
-                if marker == "<|im_start|>":
-                    # ChatML templates differ only in their default system prompt: carry the student's exactly.
-                    from capacity_advisor.models.template import render_prompt
-
-                    shown = render_prompt(st.tokenizer, "x")  # bounded like every other rendering
-                    found = _CHATML_SYSTEM.search(shown)
-                    system = found.group(1) if found else ""
-                return name, system, (f"# template: {name}, LLaMA-Factory's copy of the student's chat template "
-                                      f"({marker} turns)")
-        return None, None, ("# template: not set: the student's chat template matches none that advisor can name, so "
-                            "LLaMA-Factory parses the tokenizer's own (or set `template: NAME`)")
-    if st.model_type in _LF_BY_MODEL_TYPE:
-        name = _LF_BY_MODEL_TYPE[st.model_type]
-        return name, None, (f"# template: {name}, from the student's model type (its tokenizer could not be read where "
-                            "this was exported): check it matches the student's chat template")
-    return None, None, ("# template: not set: the tokenizer could not be read where this was exported and the model "
-                        "type is not one advisor can name; LLaMA-Factory then parses the tokenizer's chat template "
-                        "(or set `template: NAME`, e.g. qwen, llama3)")
-
-
-def _bos_eos(tok) -> tuple[str, str]:
-    """The text of the special tokens the tokenizer puts before a prompt, and its EOS (scoring's rule)."""
-    from capacity_advisor.models.template import prompt_ids
-
-    ids = prompt_ids(tok, "x")
-    lead = ids[: len(ids) - len(tok("x", add_special_tokens=False)["input_ids"])]
-    return tok.decode(lead), tok.eos_token or ""
-
-
 def export(m: Manifest, out: str | Path, formats=FORMATS, manifest_path: str | os.PathLike | None = None) -> list[Path]:
     """Write the dataset and the launchers' configs into `out` (see the module docstring);
     `manifest_path`: the manifest's file, which must not be written over either."""
@@ -187,7 +94,7 @@ def export(m: Manifest, out: str | Path, formats=FORMATS, manifest_path: str | o
         check_prompts(st.tokenizer, (r["prompt"] for r in rows))  # what the launchers will render
     # every rendering before anything is written, so a template that fails on one writes nothing
     lf_template = llamafactory_template(st) if "llamafactory" in formats else None
-    bos_eos = _bos_eos(st.tokenizer) if not st.chat and st.tokenizer is not None else None
+    bos_eos = bos_eos_text(st.tokenizer) if not st.chat and st.tokenizer is not None else None
     out.mkdir(parents=True, exist_ok=True)
     phase = [({"phase": r["phase"]} if "phase" in r else {}) for r in rows]
     train = out / "train.jsonl"
@@ -198,95 +105,130 @@ def export(m: Manifest, out: str | Path, formats=FORMATS, manifest_path: str | o
     steps = save_steps(m, len(rows))
     note = (f"# curriculum: train on rows with phase=high for {float(t.switch_epoch)!r} epochs, "
             "then on phase=low for the rest\n" if t.switch_epoch else "")
-    lora = t.lora
-    if "trl" in formats:
-        data = train
-        if st.chat:
-            data = out / "train_chat.jsonl"
-            write_jsonl(data, ({"prompt": [{"role": "user", "content": r["prompt"]}],
-                                "completion": [{"role": "assistant", "content": r["completion"]}], **ph}
-                               for r, ph in zip(rows, phase)))
-            written.append(data)
-        p = out / "trl_sft.py"
-        write_text(p, _trl_script(st, data, t, per_device, steps, note))
-        written.append(p)
-    if "llamafactory" in formats:
-        name, system, why = lf_template
-        lf_data = train
-        if bos_eos is not None:
-            bos, eos = bos_eos
-            lf_data = out / "train_llamafactory.jsonl"
-            write_jsonl(lf_data, ({"prompt": bos + r["prompt"], "completion": r["completion"] + eos, **ph}
-                                  for r, ph in zip(rows, phase)))
-            written.append(lf_data)
-        info = out / "dataset_info.json"
-        write_text(info, json.dumps({"capacity_advisor": {
-            "file_name": lf_data.name, "columns": {"prompt": "prompt", "response": "completion"}}}, indent=2) + "\n")
-        p = out / "llamafactory_sft.yaml"
-        write_text(p, "".join([
-            "# llamafactory-cli train llamafactory_sft.yaml   (any key can be overridden after it: bf16=true)\n", note,
-            f"model_name_or_path: {_y(st.ref)}\n",
-            "stage: sft\ndo_train: true\n",
-            f"finetuning_type: {'lora' if lora else 'full'}\n",
-            *([f"lora_rank: {_y(lora['r'])}\n", f"lora_alpha: {_y(lora.get('alpha', 2 * lora['r']))}\n",
-               f"lora_dropout: {_y(lora.get('dropout', 0.0))}\n", "lora_target: all\n"] if lora else []),
-            "dataset: capacity_advisor\n", f"dataset_dir: {_y(str(out.resolve()))}\n",
-            why + "\n",
-            *([f"template: {_y(name)}\n"] if name else []),
-            *([f"default_system: {_y(system)}\n"] if system is not None else []),
-            f"cutoff_len: {_y(t.max_length)}\n", "train_on_prompt: false\n",
-            "output_dir: llamafactory-run\n",
-            f"per_device_train_batch_size: {_y(per_device)}  # divide by the number of GPUs\n",
-            f"gradient_accumulation_steps: {_y(t.grad_accum)}\n", f"learning_rate: {_y(float(t.learning_rate))}\n",
-            f"num_train_epochs: {_y(float(t.epochs))}\n", *([f"max_steps: {_y(t.max_steps)}\n"] if t.max_steps else []),
-            f"lr_scheduler_type: {_y(t.lr_scheduler)}\n",
-            f"warmup_ratio: {_y(float(t.warmup_ratio))}\n", f"weight_decay: {_y(float(t.weight_decay))}\n",
-            f"disable_gradient_checkpointing: {_y(not t.gradient_checkpointing)}\n",
-            "save_strategy: steps\n", f"save_steps: {_y(steps)}  # {t.evals_per_epoch} checkpoints per epoch\n",
-            *([f"save_total_limit: {_y(t.save_total_limit)}\n"] if t.save_total_limit else []),
-            f"seed: {_y(t.seed)}\n",
-            # YAML has no "when supported": fp32 runs anywhere; GPUs want bf16=true (or fp16=true) on the command line.
-            "bf16: false  # on GPUs with bf16 (A100, H100, ...): llamafactory-cli train llamafactory_sft.yaml bf16=true\n",
-            "logging_steps: 10\n", "report_to: none\n",
-        ]))
-        written += [info, p]
-    if "axolotl" in formats:
-        p = out / "axolotl_sft.yaml"
-        if st.chat:
-            msgs = out / "train_messages.jsonl"
-            write_jsonl(msgs, ({"messages": [{"role": "user", "content": r["prompt"]},
-                                             {"role": "assistant", "content": r["completion"]}], **ph}
-                               for r, ph in zip(rows, phase)))
-            written.append(msgs)
-            ds = (f"datasets:\n  - path: {_y(str(msgs.resolve()))}\n    ds_type: json\n    type: chat_template\n"
-                  "    field_messages: messages\n    roles_to_train: [\"assistant\"]\nchat_template: tokenizer_default\n")
-        else:
-            ds = (f"datasets:\n  - path: {_y(str(train.resolve()))}\n    ds_type: json\n    type:\n"
-                  "      field_instruction: prompt\n      field_output: completion\n"
-                  "      format: \"{instruction}\"\n      no_input_format: \"{instruction}\"\n")
-        write_text(p, "".join([
-            "# sh axolotl_train.sh   (= AXOLOTL_DO_NOT_TRACK=1 axolotl train axolotl_sft.yaml: no telemetry, which "
-            "offline holds the run open after training)\n", note,
-            f"base_model: {_y(st.ref)}\n", ds, "train_on_inputs: false\n",
-            f"sequence_len: {_y(t.max_length)}\n",
-            *([f"adapter: lora\nlora_r: {_y(lora['r'])}\nlora_alpha: {_y(lora.get('alpha', 2 * lora['r']))}\n"
-               f"lora_dropout: {_y(lora.get('dropout', 0.0))}\nlora_target_linear: true\n"] if lora else []),
-            f"micro_batch_size: {_y(per_device)}  # divide by the number of GPUs\n",
-            f"gradient_accumulation_steps: {_y(t.grad_accum)}\n",
-            f"num_epochs: {_y(float(t.epochs))}\n", *([f"max_steps: {_y(t.max_steps)}\n"] if t.max_steps else []),
-            f"learning_rate: {_y(float(t.learning_rate))}\n",
-            f"lr_scheduler: {_y(t.lr_scheduler)}\n",
-            f"warmup_ratio: {_y(float(t.warmup_ratio))}\n", f"weight_decay: {_y(float(t.weight_decay))}\n",
-            *(["gradient_checkpointing: true\n"] if t.gradient_checkpointing else []),
-            f"saves_per_epoch: {_y(t.evals_per_epoch)}\n",
-            *([f"save_total_limit: {_y(t.save_total_limit)}\n"] if t.save_total_limit else []),
-            f"seed: {_y(t.seed)}\n",
-            # auto: bf16 where the GPU has it; fp16 off, else axolotl falls back to it and fails on a CPU.
-            "bf16: auto\nfp16: false\n", "output_dir: axolotl-run\n",
-        ]))
-        launch = out / "axolotl_train.sh"
-        write_text(launch, AXOLOTL_LAUNCH)
-        written += [p, launch]
+    for fmt, write in (("trl", _write_trl), ("llamafactory", _write_llamafactory), ("axolotl", _write_axolotl)):
+        if fmt in formats:
+            written += write(_Job(st, out, train, rows, phase, t, per_device, steps, note, lf_template, bos_eos))
+    return written
+
+
+@dataclass
+class _Job:
+    """What every launcher's files are made from."""
+
+    st: object  # the student as read_student read it
+    out: Path
+    train: Path  # train.jsonl, written already
+    rows: list
+    phase: list
+    t: object  # the manifest's training block
+    per_device: int
+    steps: int
+    note: str
+    lf_template: tuple | None
+    bos_eos: tuple | None
+
+
+def _write_trl(j: _Job) -> list[Path]:
+    st, out, rows, phase, t = j.st, j.out, j.rows, j.phase, j.t
+    written = []
+    data = j.train
+    if st.chat:
+        data = out / "train_chat.jsonl"
+        write_jsonl(data, ({"prompt": [{"role": "user", "content": r["prompt"]}],
+                            "completion": [{"role": "assistant", "content": r["completion"]}], **ph}
+                           for r, ph in zip(rows, phase)))
+        written.append(data)
+    p = out / "trl_sft.py"
+    write_text(p, _trl_script(st, data, t, j.per_device, j.steps, j.note))
+    written.append(p)
+    return written
+
+
+def _write_llamafactory(j: _Job) -> list[Path]:
+    st, out, rows, phase, t, lora, per_device, steps, note = j.st, j.out, j.rows, j.phase, j.t, j.t.lora, j.per_device, j.steps, j.note
+    written = []
+    name, system, why = j.lf_template
+    lf_data = j.train
+    if j.bos_eos is not None:
+        bos, eos = j.bos_eos
+        lf_data = out / "train_llamafactory.jsonl"
+        write_jsonl(lf_data, ({"prompt": bos + r["prompt"], "completion": r["completion"] + eos, **ph}
+                              for r, ph in zip(rows, phase)))
+        written.append(lf_data)
+    info = out / "dataset_info.json"
+    write_text(info, json.dumps({"capacity_advisor": {
+        "file_name": lf_data.name, "columns": {"prompt": "prompt", "response": "completion"}}}, indent=2) + "\n")
+    p = out / "llamafactory_sft.yaml"
+    write_text(p, "".join([
+        "# llamafactory-cli train llamafactory_sft.yaml   (any key can be overridden after it: bf16=true)\n", note,
+        f"model_name_or_path: {_y(st.ref)}\n",
+        "stage: sft\ndo_train: true\n",
+        f"finetuning_type: {'lora' if lora else 'full'}\n",
+        *([f"lora_rank: {_y(lora['r'])}\n", f"lora_alpha: {_y(lora.get('alpha', 2 * lora['r']))}\n",
+           f"lora_dropout: {_y(lora.get('dropout', 0.0))}\n", "lora_target: all\n"] if lora else []),
+        "dataset: capacity_advisor\n", f"dataset_dir: {_y(str(out.resolve()))}\n",
+        why + "\n",
+        *([f"template: {_y(name)}\n"] if name else []),
+        *([f"default_system: {_y(system)}\n"] if system is not None else []),
+        f"cutoff_len: {_y(t.max_length)}\n", "train_on_prompt: false\n",
+        "output_dir: llamafactory-run\n",
+        f"per_device_train_batch_size: {_y(per_device)}  # divide by the number of GPUs\n",
+        f"gradient_accumulation_steps: {_y(t.grad_accum)}\n", f"learning_rate: {_y(float(t.learning_rate))}\n",
+        f"num_train_epochs: {_y(float(t.epochs))}\n", *([f"max_steps: {_y(t.max_steps)}\n"] if t.max_steps else []),
+        f"lr_scheduler_type: {_y(t.lr_scheduler)}\n",
+        f"warmup_ratio: {_y(float(t.warmup_ratio))}\n", f"weight_decay: {_y(float(t.weight_decay))}\n",
+        f"disable_gradient_checkpointing: {_y(not t.gradient_checkpointing)}\n",
+        "save_strategy: steps\n", f"save_steps: {_y(steps)}  # {t.evals_per_epoch} checkpoints per epoch\n",
+        *([f"save_total_limit: {_y(t.save_total_limit)}\n"] if t.save_total_limit else []),
+        f"seed: {_y(t.seed)}\n",
+        # YAML has no "when supported": fp32 runs anywhere; GPUs want bf16=true (or fp16=true) on the command line.
+        "bf16: false  # on GPUs with bf16 (A100, H100, ...): llamafactory-cli train llamafactory_sft.yaml bf16=true\n",
+        "logging_steps: 10\n", "report_to: none\n",
+    ]))
+    written += [info, p]
+    return written
+
+
+def _write_axolotl(j: _Job) -> list[Path]:
+    st, out, rows, phase, t, lora, per_device, note = j.st, j.out, j.rows, j.phase, j.t, j.t.lora, j.per_device, j.note
+    train = j.train
+    written = []
+    p = out / "axolotl_sft.yaml"
+    if st.chat:
+        msgs = out / "train_messages.jsonl"
+        write_jsonl(msgs, ({"messages": [{"role": "user", "content": r["prompt"]},
+                                         {"role": "assistant", "content": r["completion"]}], **ph}
+                           for r, ph in zip(rows, phase)))
+        written.append(msgs)
+        ds = (f"datasets:\n  - path: {_y(str(msgs.resolve()))}\n    ds_type: json\n    type: chat_template\n"
+              "    field_messages: messages\n    roles_to_train: [\"assistant\"]\nchat_template: tokenizer_default\n")
+    else:
+        ds = (f"datasets:\n  - path: {_y(str(train.resolve()))}\n    ds_type: json\n    type:\n"
+              "      field_instruction: prompt\n      field_output: completion\n"
+              "      format: \"{instruction}\"\n      no_input_format: \"{instruction}\"\n")
+    write_text(p, "".join([
+        "# sh axolotl_train.sh   (= AXOLOTL_DO_NOT_TRACK=1 axolotl train axolotl_sft.yaml: no telemetry, which "
+        "offline holds the run open after training)\n", note,
+        f"base_model: {_y(st.ref)}\n", ds, "train_on_inputs: false\n",
+        f"sequence_len: {_y(t.max_length)}\n",
+        *([f"adapter: lora\nlora_r: {_y(lora['r'])}\nlora_alpha: {_y(lora.get('alpha', 2 * lora['r']))}\n"
+           f"lora_dropout: {_y(lora.get('dropout', 0.0))}\nlora_target_linear: true\n"] if lora else []),
+        f"micro_batch_size: {_y(per_device)}  # divide by the number of GPUs\n",
+        f"gradient_accumulation_steps: {_y(t.grad_accum)}\n",
+        f"num_epochs: {_y(float(t.epochs))}\n", *([f"max_steps: {_y(t.max_steps)}\n"] if t.max_steps else []),
+        f"learning_rate: {_y(float(t.learning_rate))}\n",
+        f"lr_scheduler: {_y(t.lr_scheduler)}\n",
+        f"warmup_ratio: {_y(float(t.warmup_ratio))}\n", f"weight_decay: {_y(float(t.weight_decay))}\n",
+        *(["gradient_checkpointing: true\n"] if t.gradient_checkpointing else []),
+        f"saves_per_epoch: {_y(t.evals_per_epoch)}\n",
+        *([f"save_total_limit: {_y(t.save_total_limit)}\n"] if t.save_total_limit else []),
+        f"seed: {_y(t.seed)}\n",
+        # auto: bf16 where the GPU has it; fp16 off, else axolotl falls back to it and fails on a CPU.
+        "bf16: auto\nfp16: false\n", "output_dir: axolotl-run\n",
+    ]))
+    launch = out / "axolotl_train.sh"
+    write_text(launch, AXOLOTL_LAUNCH)
+    written += [p, launch]
     return written
 
 

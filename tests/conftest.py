@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 
 import pytest
 
@@ -162,3 +163,33 @@ def lab_cache(tmp_path_factory):
 def lab_home(lab_cache, monkeypatch):
     monkeypatch.setenv("ADVISOR_HOME", str(lab_cache))
     return lab_cache
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (torch's elastic launcher starts its workers in sessions of
+    their own, so killing the launcher's group leaves them running)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def kill_tree(proc) -> None:
+    """SIGKILL a started process and everything below it (a kill -9 of the whole run), then reap it."""
+    import signal
+
+    for pid in [proc.pid] + descendants(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()

@@ -127,3 +127,41 @@ def test_a_pool_without_answers_is_refused(tiny_llama, tmp_path):
     r = CliRunner().invoke(cli, ["calibrate", "--students", str(tiny_llama), "--pool", str(pool), "--out",
                                  str(tmp_path / "cal")])
     assert r.exit_code == 2 and "no reference answers" in r.stderr and not (tmp_path / "cal").exists()
+
+
+@pytest.mark.slow  # torchrun'd full runs, killed with SIGKILL and resumed
+def test_calibrate_over_two_processes_resumes_after_kill_9(pool, tiny_llama, tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from conftest import kill_tree
+
+    out = tmp_path / "cal"
+    small = [str(a) for a in SMALL]
+    small[small.index("--epochs") + 1] = "4"
+    cmd = [str(Path(sys.executable).parent / "advisor"), "calibrate", "--students", str(tiny_llama), "--pool", str(pool),
+           "--out", str(out), "--nproc", "2", *small]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    try:  # killed inside the first full run, once it has a complete checkpoint
+        while not list(out.glob("units/*/*/checkpoint-*/advisor_state.json")):
+            assert p.poll() is None, p.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint in 300 s"
+            time.sleep(0.05)
+    finally:
+        kill_tree(p)  # the CLI, torchrun and its workers
+    killed = {c.parent.parent.name for c in out.glob("units/*/*/checkpoint-*/advisor_state.json")}
+    assert not (out / "records.jsonl").exists() and len(killed) == 1
+
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert sorted(r["strategy"] for r in records) == ["high", "low", "mixed"]
+    for rec in records:
+        assert rec["settings"]["processes"] == 2 and rec["settings"]["sharding"] == "ddp"
+        assert [e["step"] for e in rec["evals"]][0] == 0 and rec["epochs"] == 4
+        resumed = rec["provenance"]["resumed_from_step"]
+        assert (resumed is not None and resumed >= 1) == (rec["strategy"] in killed), (rec["strategy"], resumed)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import kill_tree
 from test_training import make_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,24 +56,6 @@ def test_fsdp_shards_over_two_cpu_processes_and_trains_and_evaluates_as_one_proc
     for k in ("accuracy", "answer_rate", "repetition_rate", "mean_chars"):
         assert rb[k] == ra[k]
     assert rb["answer_logprob"] == pytest.approx(ra["answer_logprob"], abs=1e-4)
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process below `pid` (torch's elastic launcher starts its workers in sessions of
-    their own, so killing the launcher's group leaves them running)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
 
 
 def cpu_config(tmp_path: Path, **top) -> Path:
@@ -127,12 +109,7 @@ def test_the_documented_fsdp_config_on_cpu_trains_data_parallel_and_resumes_afte
             assert time.monotonic() < deadline, "no checkpoint in 240 s"
             time.sleep(0.05)
     finally:
-        for pid in [p.pid] + descendants(p.pid):  # the CLI, accelerate's launcher and both workers
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        p.wait()
+        kill_tree(p)  # the CLI, accelerate's launcher and both workers
     assert not (run / "record.json").exists() and not store.exists()
 
     done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)

@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from capacity_advisor.models.numbers import number, whole
 from capacity_advisor.advisor.predictor import (
     CV_SPLITS, FEATURE_SETS, FITTABLE, LARGEST_PROXY, PROXY, SPLITS, WITHOUT_PROXIES, Rule, cross_validate, fit_predictor,
     folds, label_rows, options_in, select_policy,
@@ -40,15 +41,12 @@ def probe_of(records: Sequence[dict]) -> dict | None:
     nothing is filled in from today's defaults. `advisor recommend` then probes that way by default."""
     from capacity_advisor.probes.recipe import LENGTHS, MEASURING
 
-    def whole(v) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
     recipes, short = [], set()
     for rec in records:
         p = (rec.get("settings") or {}).get("probe") if isinstance(rec.get("settings"), dict) else None
-        if not (isinstance(p, dict) and all(whole(p.get(k)) and p[k] >= 1 for k in ("steps", "eval_problems"))):
+        if not (isinstance(p, dict) and all(whole(p.get(k), 1) for k in ("steps", "eval_problems"))):
             return None
-        if p.get("kind") in ("lab", "real") and all(whole(p.get(k)) for k in MEASURING):
+        if p.get("kind") in ("lab", "real") and all(whole(p.get(k), 0) for k in MEASURING):
             recipes.append(p)
         short.add((("steps", p["steps"]), ("eval_problems", p["eval_problems"])))
     if recipes:
@@ -106,7 +104,7 @@ def own_sources(records: Sequence[dict], files: Sequence[dict] | None) -> dict:
             continue
         o = out.setdefault(u["source"], {"students": {}, "fingerprints": set(), "epochs": 0.0})
         o["students"][u["student"]] = int((rec.get("model") or {}).get("n_params") or 0)
-        if isinstance(rec.get("epochs"), (int, float)) and not isinstance(rec.get("epochs"), bool):
+        if number(rec.get("epochs")):
             o["epochs"] = max(o["epochs"], float(rec["epochs"]))
         fp = (rec.get("pool") or {}).get("fingerprint")
         if isinstance(fp, str) and 0 < len(fp) <= 128:

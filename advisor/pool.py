@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from capacity_advisor.models.numbers import whole
 from capacity_advisor.advisor.pool_files import (
     FILE_SUFFIXES, HUB_ID, ROW_BATCH, DatasetSource, check_repository_folder, check_saved_folder, iter_rows,
     looks_like_file, read_rows,
@@ -125,23 +126,23 @@ def read_pool(path: str | Path, opt: PoolOptions | None = None, sample: int | No
     pass keeps no text, only what the filter needs, a second keeps the drawn problems' text only.
     Row and skip counts describe the whole pool either way. A sample as large as the pool is the pool."""
     opt = opt or PoolOptions()
-    if sample is not None and (isinstance(sample, bool) or not isinstance(sample, int) or sample < 1):
+    if sample is not None and not whole(sample, 1):
         raise InputError(f"--sample {sample!r} must be a whole number of problems, at least 1")
     try:
         if sample is None:
             return _read(path, opt).pool
-        whole = _read(path, opt, light=True)
-        if sample >= len(whole.kept):
+        full = _read(path, opt, light=True)
+        if sample >= len(full.kept):
             return _read(path, opt).pool
         import random
 
-        drawn = set(random.Random(seed).sample([pid for _, pid in whole.kept], sample))
-        keep = {key: pid for key, pid in whole.kept if pid in drawn}
+        drawn = set(random.Random(seed).sample([pid for _, pid in full.kept], sample))
+        keep = {key: pid for key, pid in full.kept if pid in drawn}
         pool = _read(path, opt, keep=keep).pool
-        pool.n_rows = whole.pool.n_rows
-        pool.skipped_candidates, pool.skipped_problems = whole.pool.skipped_candidates, whole.pool.skipped_problems
-        pool.skipped_examples = whole.pool.skipped_examples
-        pool.whole_problems = len(whole.kept)
+        pool.n_rows = full.pool.n_rows
+        pool.skipped_candidates, pool.skipped_problems = full.pool.skipped_candidates, full.pool.skipped_problems
+        pool.skipped_examples = full.pool.skipped_examples
+        pool.whole_problems = len(full.kept)
         return pool
     except RecursionError:  # a field nested just under the parser's limit can still overflow str()
         raise InputError(f"pool {path} is nested too deeply to read; flatten its fields") from None

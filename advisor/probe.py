@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 from statistics import mean
 
+from capacity_advisor.models.numbers import whole
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.advisor.select import SelectConfig, select
 from capacity_advisor.models import metrics
@@ -168,7 +169,7 @@ def check_given(given: dict, verb: str) -> None:
         if k not in RECIPE_FLAGS or flag(k, verb) is None:
             raise InputError(f"{k} is not a probe setting of `advisor {verb}`")
         low = 0 if k == "warmup_steps" else 8 if k in ("max_length", "score_length") else 1
-        if not (isinstance(v, int) and not isinstance(v, bool) and v >= low):
+        if not whole(v, low):
             bad.append(f"{flag(k, verb)} {v} must be at least {low}")
     if bad:
         raise InputError("; ".join(bad))
@@ -279,7 +280,7 @@ def scores_skip_tokens(path: str, scores: dict) -> int | None:
 
     try:
         recorded = json.loads((Path(path).parent / "config.json").read_text(encoding="utf-8"))["settings"]["skip_tokens"]
-        if isinstance(recorded, int) and not isinstance(recorded, bool):
+        if whole(recorded):
             return recorded
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         pass

@@ -14,12 +14,12 @@ the trainer switches at `switch_epoch`. The score is the summed log-probability 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import mean
 from typing import Mapping, Sequence
 
+from capacity_advisor.models.numbers import number, whole
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import atomic_path, read_jsonl_input, refuse_overwrite, write_jsonl
@@ -76,28 +76,14 @@ def load_scores(path: str | Path) -> Scores:
         missing = [f for f in REQUIRED_SCORE_FIELDS if f not in r]
         if missing:
             raise InputError(f"{path} line {n}: missing {', '.join(missing)}; is this a file written by `advisor score`?")
-        wrong = [f for f, ok in (("id", isinstance(r["id"], str) or _whole(r["id"])), ("k", _whole(r["k"])), ("n_tokens", _whole(r["n_tokens"])),
-                                 ("logprob_sum", _number(r["logprob_sum"])), ("logprob_mean", _number(r["logprob_mean"])),
+        wrong = [f for f, ok in (("id", isinstance(r["id"], str) or whole(r["id"])), ("k", whole(r["k"])), ("n_tokens", whole(r["n_tokens"])),
+                                 ("logprob_sum", number(r["logprob_sum"])), ("logprob_mean", number(r["logprob_mean"])),
                                  ("truncated", isinstance(r["truncated"], bool))) if not ok]
         if wrong:
             raise InputError(f"{path} line {n}: {', '.join(wrong)} of the wrong type or not finite; is this a file written "
                              "by `advisor score`?")
         out[(str(r["id"]), r["k"])] = r
     return out
-
-
-def _whole(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _number(v) -> bool:
-    """A finite JSON number: Python's reader takes NaN and Infinity, which no score can be."""
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:
-        return False
 
 
 def select(pool: Pool, scores: Mapping[tuple[str, int], dict], cfg: SelectConfig) -> Selection:
@@ -155,7 +141,7 @@ def _check_ranking_fields(score: str, pid: str, rows: Mapping[int, dict]) -> Non
             v = r.get(name)
             if v is None:
                 raise InputError(f"--score {score} needs {how} (problem {pid!r} candidate {k} has no {name})")
-            if not _number(v) or not math.isfinite(v):
+            if not number(v):
                 raise InputError(f"--score {score}: problem {pid!r} candidate {k} has {name} {_shown(v)}, not a number; "
                                  "is this a file written by `advisor score`?")
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from capacity_advisor.models.numbers import number, whole
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import cached_file_digest, file_digest, stable_hash
 
@@ -251,12 +252,12 @@ MAX_LAYERS = 4096  # real models have at most a few hundred
 def check_config_size(config, spec: str) -> None:
     """Refuse, from the config's numbers alone, a model too large to build: its parameters are
     counted as a decoder's (attention and MLP per layer, embeddings and head), before anything is built."""
-    def whole(name: str, default: int = 0) -> int:
+    def count(name: str, default: int = 0) -> int:
         v = getattr(config, name, None)
-        return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else default
+        return v if whole(v, 0) else default
 
-    h, layers, vocab = whole("hidden_size"), whole("num_hidden_layers"), whole("vocab_size")
-    inner = whole("intermediate_size", 4 * h)
+    h, layers, vocab = count("hidden_size"), count("num_hidden_layers"), count("vocab_size")
+    inner = count("intermediate_size", 4 * h)
     n = layers * (4 * h * h + 3 * h * inner) + 2 * vocab * h
     if layers > MAX_LAYERS or n > MAX_PARAMS:
         raise InputError(f"model {spec!r}: its config asks for {layers:,} layers of width {h:,} (about {n:.2e} "
@@ -321,8 +322,6 @@ def check_generation_config(model, spec: str) -> None:
     """One InputError when the folder's generation_config.json gives a field generation reads a
     value of the wrong type (`"max_length": "20"` would fail only at the first generation, as a
     TypeError deep inside transformers)."""
-    import math
-
     gen = getattr(model, "generation_config", None)
     if gen is None:
         return
@@ -331,10 +330,8 @@ def check_generation_config(model, spec: str) -> None:
         v = getattr(gen, name, None)
         if v is None:
             continue
-        number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        ok = {"int": number and isinstance(v, int), "number": number, "bool": isinstance(v, bool),
-              "ids": (number and isinstance(v, int)) or (isinstance(v, list) and all(
-                  isinstance(x, int) and not isinstance(x, bool) for x in v))}[kind]
+        ok = {"int": whole(v), "number": number(v), "bool": isinstance(v, bool),
+              "ids": whole(v) or (isinstance(v, list) and all(whole(x) for x in v))}[kind]
         if not ok:
             bad.append(f"{name} {_short(v)}")
     if bad:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from capacity_advisor.models.numbers import whole
 from capacity_advisor.models.errors import InputError
 
 DEFAULT_STEPS = 25
@@ -116,10 +117,6 @@ def size_learning_rate(n_params: int) -> float:
     return 1e-5
 
 
-def _whole(v, low: int) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and low <= v <= MAX_SETTING
-
-
 def check_recipe(raw) -> dict:
     """A recipe read from a file a user may hand over (a predictor's `meta.recipe`), checked. Every
     measuring setting but the lengths is required (records that differed in a length leave it out)."""
@@ -130,7 +127,7 @@ def check_recipe(raw) -> dict:
         if k in LENGTHS and k not in raw:  # records that differed in it (a probe takes its own kind's)
             continue
         v = raw.get(k)
-        if not _whole(v, 0 if k == "warmup_steps" else 1):
+        if not whole(v, 0 if k == "warmup_steps" else 1, MAX_SETTING):
             raise InputError(f"the predictor's meta.recipe.{k} must be a whole number from "
                              f"{0 if k == 'warmup_steps' else 1} to {MAX_SETTING:,}: refit it with `advisor fit`")
         out[k] = v
@@ -163,7 +160,7 @@ def fitted_recipe(meta) -> Fitted | None:
     p = meta.get("probe")
     if p is None:
         return None
-    if not (isinstance(p, dict) and all(_whole(p.get(k), 1) and p[k] <= 100_000 for k in PROBE_STATES)):
+    if not (isinstance(p, dict) and all(whole(p.get(k), 1, 100_000) for k in PROBE_STATES)):
         raise InputError("the predictor's meta.probe must hold whole numbers 'steps' and 'eval_problems' "
                          "between 1 and 100000: refit it with `advisor fit`")
     return Fitted(LAB.with_(**{k: p[k] for k in PROBE_STATES}), PROBE_STATES)

@@ -22,8 +22,9 @@ from typing import Any
 from capacity_advisor.models.metrics import CHECKERS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import write_json
+from capacity_advisor.models.numbers import number
 from capacity_advisor.training.manifest_checks import (
-    MAX_COUNT, MAX_EPOCHS, MAX_TOKENS, key_list, is_line, is_number, is_one_of, show, training_problems, whole_problems,
+    MAX_COUNT, MAX_EPOCHS, MAX_TOKENS, key_list, is_line, is_one_of, show, training_problems, whole_problems,
 )
 
 MANIFEST_VERSION = 1
@@ -158,7 +159,7 @@ class Manifest:
         type or size, in any field gives a problem here, never an exception."""
         bad: list[str] = []
         t, e = self.training, self.eval
-        if not (is_number(self.version) and self.version == MANIFEST_VERSION):
+        if not (number(self.version) and self.version == MANIFEST_VERSION):
             bad.append(f"version: {show(self.version)} is not supported (this tool reads version {MANIFEST_VERSION})")
         spec = self.model.get("spec") if isinstance(self.model, dict) else None
         if not isinstance(self.model, dict):
@@ -171,13 +172,13 @@ class Manifest:
                                    check_files, required=True)
         if not is_one_of(self.strategy, STRATEGIES):
             bad.append(f"strategy: {show(self.strategy)} is unknown (use {', '.join(STRATEGIES)})")
-        if not is_number(self.mix) or not 0 <= self.mix <= 1:
+        if not number(self.mix) or not 0 <= self.mix <= 1:
             bad.append(f"mix: {show(self.mix)} must be between 0 and 1")
         for name, kind, what in (("probabilities", dict, "an object"), ("reasons", list, "an array"),
                                  ("features", dict, "an object"), ("pool", dict, "an object")):
             if not isinstance(getattr(self, name), kind):
                 bad.append(f"{name}: must be {what}, got {show(getattr(self, name))}")
-        if self.crossover_epoch is not None and not is_number(self.crossover_epoch):
+        if self.crossover_epoch is not None and not number(self.crossover_epoch):
             bad.append(f"crossover_epoch: must be a number or null, got {show(self.crossover_epoch)}")
         if self.confidence is not None and not isinstance(self.confidence, str):
             bad.append(f"confidence: must be text or null, got {show(self.confidence)}")
@@ -191,7 +192,7 @@ class Manifest:
         elif e.path is None and e.checker in ("lab", "math"):
             bad.append(f"eval.path: missing, but eval.checker is {e.checker!r} (give a held-out JSONL of prompt/answer rows, or checker none)")
         bad += whole_problems("eval.max_new_tokens", e.max_new_tokens, 1, MAX_TOKENS)
-        if not is_number(e.temperature) or not 0 <= e.temperature <= 100:
+        if not number(e.temperature) or not 0 <= e.temperature <= 100:
             bad.append(f"eval.temperature: must be from 0 (greedy) to 100, got {show(e.temperature)}")
         for name in ("limit", "view_limit", "token_budget"):
             bad += whole_problems(f"eval.{name}", getattr(e, name), 1, MAX_COUNT, null=True)

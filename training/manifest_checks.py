@@ -7,6 +7,8 @@ import math
 import re
 from typing import Any
 
+from capacity_advisor.models.numbers import number, whole
+
 MAX_SEED = 2**32 - 1  # numpy's seeds stop here (the trainer seeds numpy, torch and random with it)
 # What can run: no released model reads more than about a million positions, and a count beyond
 # these would overflow a tensor's index or take longer than any run (each bound is far above use).
@@ -21,31 +23,31 @@ SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_wi
 def training_problems(t) -> list[str]:
     """The problems of `t`, a manifest's `TrainingSpec` (this module sits below the manifest)."""
     bad = []
-    if not is_number(t.epochs) or not 0 < t.epochs <= MAX_EPOCHS:
+    if not number(t.epochs) or not 0 < t.epochs <= MAX_EPOCHS:
         bad.append(f"training.epochs: the budget must be > 0 and at most {MAX_EPOCHS:,}, got {show(t.epochs)}")
-    if not is_number(t.learning_rate) or not 0 < t.learning_rate <= 1:
+    if not number(t.learning_rate) or not 0 < t.learning_rate <= 1:
         bad.append(f"training.learning_rate: must be > 0 and at most 1, got {show(t.learning_rate)}")
     for name, most in (("batch_size", MAX_BATCH), ("grad_accum", MAX_BATCH), ("evals_per_epoch", MAX_EPOCHS)):
         bad += whole_problems(f"training.{name}", getattr(t, name), 1, most)
-    if is_whole(t.batch_size) and is_whole(t.grad_accum) and t.grad_accum >= 1 and t.batch_size >= 1 and t.batch_size % t.grad_accum:
+    if whole(t.batch_size) and whole(t.grad_accum) and t.grad_accum >= 1 and t.batch_size >= 1 and t.batch_size % t.grad_accum:
         bad.append(f"training.batch_size: {t.batch_size} must be a multiple of training.grad_accum ({t.grad_accum})")
     bad += whole_problems("training.max_length", t.max_length, 8, MAX_TOKENS)
     if not is_one_of(t.lr_scheduler, SCHEDULERS):
         bad.append(f"training.lr_scheduler: {show(t.lr_scheduler)} is unknown (use {', '.join(SCHEDULERS)})")
-    if not is_number(t.warmup_ratio) or not 0 <= t.warmup_ratio < 1:
+    if not number(t.warmup_ratio) or not 0 <= t.warmup_ratio < 1:
         bad.append(f"training.warmup_ratio: must be in [0, 1), got {show(t.warmup_ratio)}")
     for name in ("warmup_steps", "max_steps", "eval_every", "save_total_limit"):
         bad += whole_problems(f"training.{name}", getattr(t, name), 0 if name == "warmup_steps" else 1, MAX_COUNT,
                               null=True)
-    if not is_number(t.weight_decay) or not 0 <= t.weight_decay <= 10:
+    if not number(t.weight_decay) or not 0 <= t.weight_decay <= 10:
         bad.append(f"training.weight_decay: must be ≥ 0 and at most 10, got {show(t.weight_decay)}")
-    if not is_whole(t.seed) or not 0 <= t.seed <= MAX_SEED:
+    if not whole(t.seed) or not 0 <= t.seed <= MAX_SEED:
         bad.append(f"training.seed: must be a whole number from 0 to {MAX_SEED} (what numpy and torch both take), "
                    f"got {show(t.seed)}")
     if not isinstance(t.gradient_checkpointing, bool):
         bad.append(f"training.gradient_checkpointing: must be true or false, got {show(t.gradient_checkpointing)}")
     if t.switch_epoch is not None:
-        if not is_number(t.switch_epoch) or not 0 < t.switch_epoch < (t.epochs if is_number(t.epochs) else math.inf):
+        if not number(t.switch_epoch) or not 0 < t.switch_epoch < (t.epochs if number(t.epochs) else math.inf):
             bad.append(f"training.switch_epoch: must lie between 0 and training.epochs ({show(t.epochs)}), got {show(t.switch_epoch)}")
     if t.lora is not None:
         bad += _lora_problems(t.lora)
@@ -56,7 +58,7 @@ def training_problems(t) -> list[str]:
 
 def whole_problems(name: str, v: Any, least: int, most: int, null: bool = False) -> list[str]:
     """The problem of a field that must be a whole number from `least` to `most` (or null, with `null`)."""
-    if (v is None and null) or (is_whole(v) and least <= v <= most):
+    if (v is None and null) or (whole(v) and least <= v <= most):
         return []
     return [f"{name}: must be a whole number from {least:,} to {most:,}{' or null' if null else ''}, got {show(v)}"]
 
@@ -72,7 +74,7 @@ def _rerank_problems(t) -> list[str]:
     if extra:
         bad.append(f"training.rerank: unknown keys {key_list(extra)} (use epochs, candidates, score)")
     epochs = r.get("epochs")
-    if not (isinstance(epochs, list) and epochs and all(is_whole(e) and e >= 1 and (not is_number(t.epochs) or e < t.epochs)
+    if not (isinstance(epochs, list) and epochs and all(whole(e) and e >= 1 and (not number(t.epochs) or e < t.epochs)
                                                         for e in epochs)):
         bad.append(f"training.rerank.epochs: whole epochs from 1 up to before training.epochs, got {show(epochs)}")
     if not is_line(r.get("candidates")):
@@ -85,34 +87,20 @@ def _rerank_problems(t) -> list[str]:
 
 
 def _lora_problems(lora: Any) -> list[str]:
-    if not isinstance(lora, dict) or not is_whole(lora.get("r")) or not 1 <= lora["r"] <= MAX_BATCH:
+    if not isinstance(lora, dict) or not whole(lora.get("r")) or not 1 <= lora["r"] <= MAX_BATCH:
         return [f"training.lora: null for full SFT, or an object with an integer r from 1 to {MAX_BATCH:,}, got {show(lora)}"]
     bad = []
     extra = set(lora) - {"r", "alpha", "dropout", "target_modules"}
     if extra:
         bad.append(f"training.lora: unknown keys {key_list(extra)} (use r, alpha, dropout, target_modules)")
-    if "alpha" in lora and (not is_number(lora["alpha"]) or not 0 < lora["alpha"] <= 1e6):
+    if "alpha" in lora and (not number(lora["alpha"]) or not 0 < lora["alpha"] <= 1e6):
         bad.append(f"training.lora.alpha: must be a number > 0 and at most 1e6, got {show(lora['alpha'])}")
-    if "dropout" in lora and (not is_number(lora["dropout"]) or not 0 <= lora["dropout"] < 1):
+    if "dropout" in lora and (not number(lora["dropout"]) or not 0 <= lora["dropout"] < 1):
         bad.append(f"training.lora.dropout: must be in [0, 1), got {show(lora['dropout'])}")
     modules = lora.get("target_modules", "all-linear")
     if not (is_line(modules) or (isinstance(modules, list) and modules and all(is_line(m) for m in modules))):
         bad.append(f"training.lora.target_modules: must be a module name, a list of them or \"all-linear\", got {show(modules)}")
     return bad
-
-
-def is_number(v: Any) -> bool:
-    """A real, finite JSON number (not a bool, which JSON keeps apart but Python counts as an int)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
-    try:
-        return math.isfinite(v)
-    except OverflowError:  # an integer beyond any float
-        return False
-
-
-def is_whole(v: Any) -> bool:
-    return is_number(v) and isinstance(v, int)
 
 
 def is_one_of(v: Any, choices: tuple[str, ...]) -> bool:

@@ -23,6 +23,7 @@ import math
 from pathlib import Path
 from statistics import mean, pstdev
 
+from capacity_advisor.models.numbers import number
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import atomic_path, check_writable_dir, read_jsonl_input, write_json, write_text
 from capacity_advisor.training.manifest import SETS
@@ -67,21 +68,17 @@ def _run_rows(run: Path) -> list[dict]:
         raise InputError(f"{path} is empty: the run has no evaluations; copy the run folder again")
     for n, r in enumerate(rows, 1):
         epoch = r.get("epoch")
-        if not _finite(epoch) or epoch < 0:
+        if not number(epoch) or epoch < 0:
             raise InputError(f"{path} line {n}: epoch {_show(epoch)} is not a number of epochs")
-        if not _finite(r.get("accuracy")):
+        if not number(r.get("accuracy")):
             raise InputError(f"{path} line {n}: accuracy {_show(r.get('accuracy'))} is not a number; the lab report "
                              "compares pass@1, so every evaluation needs one")
-        bad = [m for m in METRICS if r.get(m) is not None and not _finite(r[m])]
+        bad = [m for m in METRICS if r.get(m) is not None and not number(r[m])]
         if bad:
             raise InputError(f"{path} line {n}: {', '.join(bad)} not a number")
     if all(r["epoch"] == 0 for r in rows):
         raise InputError(f"{path} holds only the base model's evaluation (epoch 0): the run has no trained checkpoint")
     return rows
-
-
-def _finite(v) -> bool:
-    return isinstance(v, _NUMBER) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _show(v) -> str:

@@ -11,14 +11,11 @@ import json
 import math
 from typing import Sequence
 
+from capacity_advisor.models.numbers import number, whole
 from capacity_advisor.advisor.predictor.members import check_member
 from capacity_advisor.advisor.predictor.priors import LAB_PRIOR_FEATURES
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.training.manifest import SETS
-
-
-def is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 # ---- strict JSON ------------------------------------------------------------------------------
@@ -48,7 +45,7 @@ def strict_loads(text: str):
 
 def unit_ok(u, n_z: int) -> bool:
     if not (isinstance(u, dict) and isinstance(u.get("z"), list) and len(u["z"]) == n_z
-            and all(v is None or is_num(v) for v in u["z"])):
+            and all(v is None or number(v) for v in u["z"])):
         return False
     if not all(isinstance(u.get(key), str) for key in ("unit", "student", "task", "score")):
         return False
@@ -56,12 +53,12 @@ def unit_ok(u, n_z: int) -> bool:
         if u.get(key) is not None and not isinstance(u[key], str):
             return False
     for key in ("seed", "n_params"):
-        if u.get(key) is not None and not (isinstance(u[key], int) and not isinstance(u[key], bool)):
+        if u.get(key) is not None and not whole(u[key]):
             return False
     outcomes = u.get("outcomes", {})
     return isinstance(outcomes, dict) and all(
         isinstance(b, str) and isinstance(o, dict) and isinstance(o.get("label"), str)
-        and all(k == "label" or v is None or is_num(v) for k, v in o.items()) for b, o in outcomes.items())
+        and all(k == "label" or v is None or number(v) for k, v in o.items()) for b, o in outcomes.items())
 
 
 def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
@@ -72,10 +69,10 @@ def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
         return "not an object"
 
     def pair(v) -> bool:
-        return isinstance(v, list) and len(v) == 2 and all(is_num(x) and x > 0 for x in v) and v[0] <= v[1]
+        return isinstance(v, list) and len(v) == 2 and all(number(x) and x > 0 for x in v) and v[0] <= v[1]
 
     rule = meta.get("rule_of_thumb")
-    if rule is not None and not (isinstance(rule, dict) and all(rule.get(k) is None or is_num(rule.get(k))
+    if rule is not None and not (isinstance(rule, dict) and all(rule.get(k) is None or number(rule.get(k))
                                                                 for k in ("t_params", "t_budget"))):
         return "rule_of_thumb"
     if meta.get("params_range") is not None and not pair(meta["params_range"]):
@@ -91,7 +88,7 @@ def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
             return "lab_prior.member"
     probe = meta.get("probe")
     if probe is not None and not (isinstance(probe, dict) and all(
-            isinstance(probe.get(k), int) and not isinstance(probe.get(k), bool) and 1 <= probe[k] <= 100_000
+            whole(probe.get(k), 1, 100_000)
             for k in ("steps", "eval_problems"))):
         return "probe"
     if meta.get("recipe") is not None:
@@ -113,11 +110,11 @@ def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
     wrong = calibration_fields(meta)
     if wrong:
         return wrong
-    if meta.get("labels") is not None and not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+    if meta.get("labels") is not None and not all(isinstance(k, str) and whole(v)
                                                   for k, v in meta["labels"].items()):
         return "labels"
     for key in ("records", "rows", "ties"):
-        if meta.get(key) is not None and not (isinstance(meta[key], int) and not isinstance(meta[key], bool)):
+        if meta.get(key) is not None and not whole(meta[key]):
             return key
     if meta.get("students") is not None and not (isinstance(meta["students"], list)
                                                  and all(isinstance(s, str) for s in meta["students"])):
@@ -125,7 +122,7 @@ def check_meta(meta, options: Sequence[str] = SETS) -> str | None:
     for key in ("feature_set", "chosen_by", "note"):
         if meta.get(key) is not None and not isinstance(meta[key], str):
             return key
-    if meta.get("tie_margin") is not None and not is_num(meta["tie_margin"]):
+    if meta.get("tie_margin") is not None and not number(meta["tie_margin"]):
         return "tie_margin"
     return None
 
@@ -135,7 +132,7 @@ def policy_thresholds(raw) -> tuple:
     if not isinstance(raw, dict):
         raise InputError("the predictor's meta.policy must be an object")
     d, m, r = raw.get("max_distance"), raw.get("margin"), raw.get("use_range", False)
-    ok = (d is None or (is_num(d) and 0 <= d < 1e6)) and is_num(m) and 0 <= m <= 2 and isinstance(r, bool)
+    ok = (d is None or (number(d) and 0 <= d < 1e6)) and number(m) and 0 <= m <= 2 and isinstance(r, bool)
     if not ok:
         raise InputError("the predictor's meta.policy holds thresholds out of range; refit it with `advisor fit`")
     return d, m, r
@@ -149,15 +146,15 @@ def calibration_fields(meta: dict) -> str | None:
             isinstance(k, str) and isinstance(v, dict)
             and all(isinstance(v.get(f), list) and len(v[f]) <= 100_000 for f in ("students", "n_params", "fingerprints"))
             and all(isinstance(x, str) for x in v["students"] + v["fingerprints"])
-            and all(isinstance(x, int) and not isinstance(x, bool) for x in v["n_params"])
+            and all(whole(x) for x in v["n_params"])
             and len(v["students"]) == len(v["n_params"])
-            and (v.get("epochs") is None or (is_num(v["epochs"]) and 0 <= v["epochs"] <= 1e6)) for k, v in own.items())):
+            and (v.get("epochs") is None or (number(v["epochs"]) and 0 <= v["epochs"] <= 1e6)) for k, v in own.items())):
         return "own_sources"
     races = meta.get("races")
     if races is not None and not (isinstance(races, list) and len(races) <= 100 and all(
             isinstance(r, dict) and isinstance(r.get("method"), str)
-            and (r.get("fraction") is None or (is_num(r["fraction"]) and 0 < r["fraction"] <= 1))
-            and all(is_num(r.get(k)) and 0 <= r[k] <= 1e6 for k in ("regret", "decision_accuracy", "overhead"))
+            and (r.get("fraction") is None or (number(r["fraction"]) and 0 < r["fraction"] <= 1))
+            and all(number(r.get(k)) and 0 <= r[k] <= 1e6 for k in ("regret", "decision_accuracy", "overhead"))
             for r in races)):
         return "races"
     files = meta.get("record_files")

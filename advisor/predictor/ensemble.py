@@ -27,7 +27,8 @@ from typing import Sequence
 
 import numpy as np
 
-from capacity_advisor.advisor.predictor.checks import is_num, unit_ok, check_meta, strict_loads
+from capacity_advisor.models.numbers import number
+from capacity_advisor.advisor.predictor.checks import unit_ok, check_meta, strict_loads
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, PROBE_FEATURES, matrix, options_in
 from capacity_advisor.advisor.predictor.members import MAX_MEMBERS, check_member, fit_members, member_proba
 from capacity_advisor.models.errors import InputError
@@ -246,7 +247,7 @@ class Predictor:
             check_member(m, len(feats), bad, options)
         rng = raw.get("range") or {}
         if not isinstance(rng, dict) or not all(
-                isinstance(k, str) and isinstance(v, dict) and all(is_num(v.get(x)) for x in ("min", "max", "mean", "sd"))
+                isinstance(k, str) and isinstance(v, dict) and all(number(v.get(x)) for x in ("min", "max", "mean", "sd"))
                 and v["sd"] > 0 and v["min"] <= v["max"] for k, v in rng.items()):
             raise bad("range")
         units = raw.get("units") or []
@@ -254,7 +255,7 @@ class Predictor:
         if not isinstance(units, list) or len(units) > MAX_UNITS or not all(unit_ok(u, n_z) for u in units):
             raise bad("units")
         td = raw.get("typical_distance")
-        if td is not None and not is_num(td):
+        if td is not None and not number(td):
             raise bad("typical_distance")
         meta = raw.get("meta") if raw.get("meta") is not None else {}
         why = check_meta(meta, options)

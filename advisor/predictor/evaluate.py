@@ -26,6 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
+from capacity_advisor.models.numbers import number
 from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, within
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.training.manifest import option_order
@@ -78,7 +79,7 @@ class Rule:
         if not isinstance(meta, dict):
             return None
         t = [meta.get("t_params"), meta.get("t_budget")]
-        if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in t):
+        if not all(v is None or number(v) for v in t):
             return None
         return cls(*(math.inf if v is None else float(v) for v in t))
 

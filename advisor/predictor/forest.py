@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from capacity_advisor.models.numbers import number, whole
+
 KEYS = ("feature", "threshold", "left", "right", "default_left", "nan_as", "value")
 MAX_NODES = 4095  # per tree (advisor fit grows trees of at most 7 nodes)
 MAX_DEPTH = 64
@@ -46,13 +48,9 @@ def tree_arrays(root: dict) -> dict:
     return t
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _finite_floats(x, n: int) -> bool:
     return (isinstance(x, list) and len(x) == n
-            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in x)
+            and all(number(v) for v in x)
             and bool(np.isfinite(np.asarray(x, dtype=float)).all()))
 
 
@@ -82,7 +80,7 @@ def check_trees(trees, n_features: int, per_round: int) -> str | None:
         parents = [0] * n
         for i in range(n):
             f, lft, rgt = t["feature"][i], t["left"][i], t["right"][i]
-            if not all(_is_int(v) for v in (f, lft, rgt, t["nan_as"][i], t["default_left"][i])):
+            if not all(whole(v) for v in (f, lft, rgt, t["nan_as"][i], t["default_left"][i])):
                 return "tree indices"
             if f == -1:
                 continue

@@ -20,6 +20,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from capacity_advisor.models.numbers import number, whole
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import read_jsonl
 from capacity_advisor.training.manifest import option_of, option_order, schedule_of
@@ -122,7 +123,7 @@ def _record_problem(rec) -> str | None:
     if not isinstance(rec.get("model"), dict):
         return "'model' must be an object"
     n = rec["model"].get("n_params")
-    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 10**15:
+    if not whole(n, 1, 10**15):
         return "'model.n_params' must be a whole number"
     if not isinstance(rec.get("strategy"), str):
         return "'strategy' must be text"
@@ -136,13 +137,13 @@ def _record_problem(rec) -> str | None:
     if not isinstance(evals, list) or not evals or not all(isinstance(e, dict) for e in evals):
         return "'evals' must be a non-empty list of objects"
     for e in evals:
-        if not isinstance(e.get("epoch"), (int, float)) or isinstance(e.get("epoch"), bool) or not math.isfinite(e["epoch"]):
+        if not number(e.get("epoch")):
             return "every eval needs a numeric 'epoch'"
         step = e.get("step", 1)
-        if not isinstance(step, int) or isinstance(step, bool):
+        if not whole(step):
             return "an eval's 'step' must be a whole number"
         acc = e.get("accuracy")
-        if acc is not None and (not isinstance(acc, (int, float)) or isinstance(acc, bool) or not math.isfinite(acc)):
+        if acc is not None and not number(acc):
             return "an eval's 'accuracy' must be a number or null"
     return None
 

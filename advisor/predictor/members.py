@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from capacity_advisor.models.numbers import number, whole
 from capacity_advisor.advisor.predictor.forest import Forest, check_trees, tree_arrays
 from capacity_advisor.advisor.predictor.labels import matrix, options_in
 from capacity_advisor.models.errors import InputError
@@ -166,13 +167,7 @@ def _arr(x, shape) -> bool:
         return False
     if a.shape != shape:
         return False
-    flat = a.ravel()
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in flat):
-        return False
-    try:
-        return bool(np.isfinite(flat.astype(float)).all())
-    except (OverflowError, ValueError):
-        return False
+    return all(number(v) for v in a.ravel())
 
 
 # A fitted member works on z-scored inputs (a spread below 1e-12 counts as 1), so its weights are
@@ -191,7 +186,7 @@ def _check_linear(m: dict, n_features: int, k: int) -> str | None:
     if gap:
         j = m.get("budget_index")
         if not (m["classes"][0] == "high" and _arr([m.get("spread"), m.get("margin")], (2,)) and m["spread"] > 0
-                and isinstance(j, int) and not isinstance(j, bool) and 0 <= j < n_features):
+                and whole(j, 0, n_features - 1)):
             return f"{m['kind']} member"
     return None
 

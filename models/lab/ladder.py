@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from capacity_advisor.models.numbers import number
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import advisor_home, give_umask_modes, stable_hash, write_json
 from capacity_advisor.models.lab import committed, tasks
@@ -304,7 +305,6 @@ def build_of(folder) -> dict | None:
     `build_student`: the ladder name and its pretraining peak rate), or None when it holds none.
     The folder may be anything a user hands over: a missing, large or malformed file is None."""
     import json
-    import math
 
     try:
         path = Path(folder) / "build.json"
@@ -315,8 +315,7 @@ def build_of(folder) -> dict | None:
         name, lr = student["name"], student["lr"]
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
-    if not (isinstance(name, str) and isinstance(lr, (int, float)) and not isinstance(lr, bool)
-            and math.isfinite(lr) and 0 < lr < 1):
+    if not (isinstance(name, str) and number(lr) and 0 < lr < 1):
         return None
     return {"name": name, "lr": float(lr)}
 

@@ -77,8 +77,10 @@ def main() -> int:
         print(f"| {name} | {a['overhead']:.0%} | {a['regret']:.2f} | {a['decision_accuracy']:.0%} | "
               + " | ".join(f"{t[s]['regret']:.2f}" for s in srcs) + " |")
     for name, t in (result.get("proxy") or {}).items():
+        per = t.get("by_source") or {}  # measured by `advisor fit --cv proxy` from this release on
         print(f"| {name} (the proxy split: large students only) | {t['overhead']:.0%} | {t['regret']:.2f} | "
-              f"{t['decision_accuracy']:.0%} | " + " | ".join("—" for _ in srcs) + " |")
+              f"{t['decision_accuracy']:.0%} | " + " | ".join(f"{per[s]['regret']:.2f}" if s in per else "—"
+                                                           for s in srcs) + " |")
     result["left_out"] = {f"{cap:.0%}": races_left_out(records, cap, args.n_eval) for cap in CAPS}
     print("\nThe race chosen leaving each pool source out (lowest regret on the other sources within the overhead cap):\n")
     print("| overhead cap | held-out regret (points) | decision accuracy | mean overhead | " + " | ".join(srcs) + " |")

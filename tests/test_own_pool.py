@@ -188,3 +188,19 @@ def test_a_race_chosen_leaving_each_source_out_never_sees_that_source():
     # a wider cap can only buy lower regret on the training sources: the 50 % cap allows the 50 % race
     wide = races_left_out(records, max_overhead=0.5)
     assert all(wide["folds"][s]["train"]["regret"] <= out["folds"][s]["train"]["regret"] for s in sources)
+
+
+def test_the_proxy_split_breaks_its_regret_down_by_pool_source():
+    from capacity_advisor.advisor.predictor.evaluate import by_value, summarize
+
+    rows = label_rows(read_records(ROOT / "calibration" / "records.jsonl"))
+    pairs = [(r, "low" if i % 3 == 0 else "high") for i, r in enumerate(rows)]
+    per = by_value(pairs, "source")
+    assert sorted(per) == sorted({r["source"] for r in rows}) and len(per) == 7
+    for source, row in per.items():
+        alone = summarize([p for p in pairs if p[0]["source"] == source])
+        assert row["rows"] == alone["rows"] and row["regret"] == pytest.approx(alone["regret"])
+        assert row["decision_accuracy"] == pytest.approx(alone["decision_accuracy"])
+    whole = summarize(pairs)
+    assert sum(r["rows"] for r in per.values()) == whole["rows"]
+    assert sum(r["rows"] * r["regret"] for r in per.values()) / whole["rows"] == pytest.approx(whole["regret"])

@@ -203,6 +203,17 @@ def summarize(pairs: Sequence[tuple[dict, str]], tie_margin: float = TIE_MARGIN,
     return out
 
 
+def by_value(pairs: Sequence[tuple[dict, str]], key: str, tie_margin: float = TIE_MARGIN) -> dict:
+    """Rows, mean regret (points) and decision accuracy per value of the rows' `key` (a pool
+    source, a task), in sorted order."""
+    out = {}
+    for value in sorted({str(r[key]) for r, _ in pairs}):
+        sub = [(r, s) for r, s in pairs if str(r[key]) == value]
+        out[value] = {"rows": len(sub), "regret": float(np.mean([100 * regret(r, s) for r, s in sub])),
+                      "decision_accuracy": float(np.mean([is_right(r, s, tie_margin) for r, s in sub]))}
+    return out
+
+
 def _group_bootstrap(values: np.ndarray, groups: np.ndarray, seed: int, n: int = 1000) -> list[float]:
     """90% interval of the mean, resampling whole groups (a unit's budgets move together)."""
     names = np.unique(groups)

@@ -31,7 +31,7 @@ import numpy as np
 from capacity_advisor.advisor.predictor.checks import policy_thresholds
 from capacity_advisor.advisor.predictor.ensemble import Predictor, distances, fit_predictor
 from capacity_advisor.advisor.predictor.evaluate import (
-    PROXY, PROXY_CUT, TIE_MARGIN, baseline_picks, cell_of, flips, folds, noise_floor, proxy_folds, regret, seed_spread,
+    PROXY, PROXY_CUT, TIE_MARGIN, baseline_picks, by_value, cell_of, flips, folds, noise_floor, proxy_folds, regret, seed_spread,
     summarize,
 )
 from capacity_advisor.advisor.predictor.labels import inputs
@@ -283,6 +283,9 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     tested = {id(r) for r, _ in picks["policy"]}
     picks["noise floor"] = [(r, c) for r, c in noise_floor(rows) if id(r) in tested]
     methods = {m: summarize(p, tie_margin, seed) for m, p in picks.items()}
+    if split == PROXY:  # a few large students per source: where the proxies help and where not
+        for m, p in picks.items():
+            methods[m]["by_source"] = by_value(p, "source", tie_margin)
     # the policy reads the predictor's probabilities: one spread of P(D_low) across seeds for both
     for m in ("policy", "predictor"):
         methods[m]["p_low_spread"] = seed_spread(p_low)

@@ -10,6 +10,17 @@ D_high / D_low / D_mixed (the settings below), into WORK/NAME; when a source is 
 published into PUBLISH/NAME by `publish_calibration.publish` (records, per-run evaluations, probe
 curves; no checkpoints or machine paths). Everything resumes: rerun the same command after a stop
 and finished units, runs and sources are skipped. `--only NAME,...` runs some sources.
+
+A source takes hours, and a later start may be on a fresh machine, so what a source in progress
+has finished can travel in the repository:
+
+    .venv/bin/python benchmarks/sweep_sources.py --stash calibration/in-progress --only NAME   # while it runs
+    .venv/bin/python benchmarks/sweep_sources.py --work runs/sources --restore calibration/in-progress ...
+
+`--stash DIR` writes DIR/NAME.tar.gz (replaced each time; under a megabyte): the source's teacher
+pools and every finished unit's records, evaluations and probe report, nothing else (no
+checkpoints, datasets or score caches). `--restore DIR` unpacks it into WORK/NAME before a source
+starts, when WORK/NAME does not exist yet, so its finished units are skipped.
 """
 
 from __future__ import annotations
@@ -71,6 +82,59 @@ def wait_for_build(model: str, log) -> None:
         time.sleep(30)
 
 
+def stash(work: Path, name: str, dest: Path) -> dict:
+    """DEST/NAME.tar.gz: the source's pools and its finished units (see the module doc)."""
+    import gzip
+    import io
+    import tarfile
+
+    src = work / name
+    cfg = config(name, work, 1)
+    from capacity_advisor.advisor.lab.calibrate import run_names, units
+
+    files = [src / "config.json"] + sorted(p for t in cfg.tasks for p in (src / t / "pools").glob("*") if p.is_file())
+    done = 0
+    for u in units(cfg):
+        folder = u.folder(src)
+        runs = run_names(cfg, u)
+        if all((folder / r / "record.json").is_file() and (folder / r / "eval.jsonl").is_file() for r in runs) \
+                and (folder / "probe" / "probe.json").is_file():
+            files += [folder / r / f for r in runs for f in ("record.json", "eval.jsonl")] + [folder / "probe" / "probe.json"]
+            done += 1
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=9) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        for f in files:
+            data = f.read_bytes()
+            if f.name.endswith(".config.json"):  # a pool's summary names this machine's cache folder
+                summary = json.loads(data)
+                for part in (summary, summary.get("summary") or {}):
+                    part.pop("cache", None)
+                data = (json.dumps(summary, indent=2) + "\n").encode()
+            info = tarfile.TarInfo(str(f.relative_to(work)))
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = dest / f".{name}.tar.gz.tmp"
+    tmp.write_bytes(buf.getvalue())
+    tmp.replace(dest / f"{name}.tar.gz")
+    return {"source": name, "units_done": done, "units": len(units(cfg)), "bytes": len(buf.getvalue())}
+
+
+def restore(stashed: Path, work: Path, name: str) -> bool:
+    """Unpack DIR/NAME.tar.gz into WORK when WORK/NAME does not exist; True if it did."""
+    import tarfile
+
+    archive = stashed / f"{name}.tar.gz"
+    if (work / name).exists() or not archive.is_file():
+        return False
+    with tarfile.open(archive, "r:gz") as tar:
+        members = tar.getmembers()
+        if not all(m.isfile() and m.name.split("/", 1)[0] == name for m in members):
+            raise InputError(f"{archive} holds more than the files of source {name}: delete it to start the source over")
+        tar.extractall(work, members=members, filter="data")  # plain files under WORK/NAME only
+    return True
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=Path("runs/sources"))
@@ -78,6 +142,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated source names")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--stash", type=Path, default=None, help="write DIR/NAME.tar.gz for each --only source and exit")
+    ap.add_argument("--restore", type=Path, default=None, help="unpack DIR/NAME.tar.gz into WORK before a source starts")
     args = ap.parse_args()
 
     def log(msg: str) -> None:
@@ -93,11 +159,18 @@ def main() -> int:
             print(json.dumps({"name": n, **{k: v for k, v in asdict(config(n, args.work, args.jobs)).items()
                                            if k in ("tasks", "teacher", "temperature", "seeds", "budget_runs")}}))
         return 0
+    if args.stash:
+        for n in names:
+            if (args.work / n / "config.json").is_file():
+                print(json.dumps(stash(args.work, n, args.stash)))
+        return 0
     from publish_calibration import publish
 
     for name in names:
         cfg = config(name, args.work, args.jobs)
         try:
+            if args.restore and restore(args.restore, args.work, name):
+                log(f"{name}: restored the finished units stashed in {args.restore}")
             cfg.validate()
             for model in ([cfg.teacher_model[len("lab:"):]] if cfg.teacher_model else []) + list(cfg.ladder):
                 wait_for_build(model, log)

@@ -84,3 +84,61 @@ def test_budget_runs_compare_with_the_truncated_labels(two_sources):
     assert 0 <= row["labels_agree"] <= 1 and row["regret_of_truncated_label"] >= 0
     assert set(row["mean_accuracy_shift"]) == {"high", "low", "mixed"}
     json.dumps(out)
+
+
+def test_a_source_in_progress_is_stashed_and_restored_without_checkpoints_or_machine_paths(tmp_path):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import io
+    import tarfile
+
+    from sweep_sources import config, restore, stash
+
+    from capacity_advisor.advisor.lab.calibrate import run_names, units
+    from capacity_advisor.models.errors import InputError
+
+    name, work = "addition-teacher-xl-t0.7", tmp_path / "work"
+    cfg = config(name, work, 1)
+    src = work / name
+    (src / "addition" / "pools").mkdir(parents=True)
+    (src / "config.json").write_text('{"stage": "calibrate"}\n')
+    (src / "addition" / "pools" / "s0.jsonl").write_text('{"id": "q0"}\n')
+    (src / "addition" / "pools" / "s0.config.json").write_text(json.dumps(
+        {"stage": "generate", "summary": {"cache": str(tmp_path / "cache"), "correct": 3}}))
+    finished, half = units(cfg)[:2]
+    for u, sets in ((finished, run_names(cfg, finished)), (half, run_names(cfg, half)[:1])):
+        folder = u.folder(src)
+        for r in sets:
+            (folder / r / "checkpoint-8").mkdir(parents=True)
+            (folder / r / "checkpoint-8" / "model.safetensors").write_bytes(b"weights")
+            (folder / r / "record.json").write_text(json.dumps({"run": r}))
+            (folder / r / "eval.jsonl").write_text('{"step": 0}\n')
+        (folder / "probe").mkdir()
+        (folder / "probe" / "probe.json").write_text("{}")
+        (folder / "scores.jsonl").write_text("{}\n")
+    out = stash(work, name, tmp_path / "in-progress")
+    assert (out["units_done"], out["units"]) == (1, len(units(cfg)))
+    archive = tmp_path / "in-progress" / f"{name}.tar.gz"
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+    rel = str(finished.folder(src).relative_to(work))
+    assert names == {f"{name}/config.json", f"{name}/addition/pools/s0.jsonl", f"{name}/addition/pools/s0.config.json",
+                     f"{rel}/probe/probe.json", *(f"{rel}/{r}/{f}" for r in run_names(cfg, finished)
+                                                  for f in ("record.json", "eval.jsonl"))}
+    assert archive.read_bytes() == (stash(work, name, tmp_path / "again") and
+                                    (tmp_path / "again" / f"{name}.tar.gz").read_bytes())  # byte-stable
+    fresh = tmp_path / "fresh"
+    assert restore(tmp_path / "in-progress", fresh, name) and not restore(tmp_path / "in-progress", fresh, name)
+    back = fresh / name
+    assert json.loads((back / "addition" / "pools" / "s0.config.json").read_text()) == {
+        "stage": "generate", "summary": {"correct": 3}}  # no machine path travels
+    assert all((finished.folder(back) / r / "record.json").read_text() == json.dumps({"run": r})
+               for r in run_names(cfg, finished))
+    assert not half.folder(back).exists() and not list(back.rglob("checkpoint-*"))
+    # an archive that would write outside its source is refused
+    (tmp_path / "bad").mkdir()
+    with tarfile.open(tmp_path / "bad" / f"{name}.tar.gz", "w:gz") as tar:
+        info = tarfile.TarInfo("elsewhere/x.json")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"{}"))
+    with pytest.raises(InputError, match="more than the files"):
+        restore(tmp_path / "bad", tmp_path / "fresh2", name)

@@ -221,7 +221,7 @@ CV_SEED_KEYS = ("flip_rate", "flip_cells", "p_low_spread")
 def compact(cv_tables: dict) -> dict:
     """{split: {method: {"regret": points, "decision_accuracy": share, "rows": n, "flip_rate": share
     of cells whose seeds got different advice, "flip_cells": n, "p_low_spread": P(D_low)'s mean
-    range across seeds (policy and predictor)}}}"""
-    return {split: {m: {k: t["methods"][m][k] for k in (*CV_KEYS, *CV_SEED_KEYS) if k in t["methods"][m]}
+    range across seeds (policy and predictor), on the proxy split "by_source": the same per pool source}}}"""
+    return {split: {m: {k: t["methods"][m][k] for k in (*CV_KEYS, *CV_SEED_KEYS, "by_source") if k in t["methods"][m]}
                     for m in CV_METHODS if m in t["methods"]}
             for split, t in cv_tables.items()}

@@ -52,6 +52,20 @@ def proxy_overhead(records) -> dict:
             "largest proxy only": sum(3 * small[-1] / n for n in large) / len(large)}
 
 
+def print_proxy_by_source(cv: dict) -> None:
+    """Every method of the proxy split, regret per pool source (`by_source` of `advisor fit --cv proxy`)."""
+    sources = sorted({s for t in cv.values() for s in t.get("by_source") or {}})
+    if not sources:
+        return
+    print("\nThe proxy split by pool source (regret, points; large students only):\n")
+    print("| method | all | " + " | ".join(sources) + " |")
+    print("|---|---|" + "---|" * len(sources))
+    for name, t in cv.items():
+        per = t.get("by_source") or {}
+        print(f"| {name} | {t['regret']:.2f} | " + " | ".join(f"{per[s]['regret']:.2f}" if s in per else "—"
+                                                             for s in sources) + " |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("records", type=Path)
@@ -81,6 +95,8 @@ def main() -> int:
         print(f"| {name} (the proxy split: large students only) | {t['overhead']:.0%} | {t['regret']:.2f} | "
               f"{t['decision_accuracy']:.0%} | " + " | ".join(f"{per[s]['regret']:.2f}" if s in per else "—"
                                                            for s in srcs) + " |")
+    if args.proxy:
+        print_proxy_by_source(json.loads(args.proxy.read_text())["cv"]["proxy"])
     result["left_out"] = {f"{cap:.0%}": races_left_out(records, cap, args.n_eval) for cap in CAPS}
     print("\nThe race chosen leaving each pool source out (lowest regret on the other sources within the overhead cap):\n")
     print("| overhead cap | held-out regret (points) | decision accuracy | mean overhead | " + " | ".join(srcs) + " |")

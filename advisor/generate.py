@@ -31,7 +31,6 @@ from capacity_advisor.advisor.pool import (
     ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, DatasetSource, given_ids, iter_rows, pick_field, stand_in_id, utf8_text,
 )
 from capacity_advisor.advisor.shards import ShardPlan, cache_folder
-from capacity_advisor.models.backends import VLLM_DEFAULTS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import (FORMAT_VERSION, advisor_home, atomic_path, check_writable_dir, check_writable_file,
                                            refuse_overwrite, stable_hash, versions, write_json, write_jsonl)
@@ -62,7 +61,7 @@ class GenerateConfig:
     shard_size: int = 64  # --shard-size: problems per cached shard (the unit of resume)
     token_budget: int | None = None  # --token-budget: tokens per generation batch, prompt + new (None: the backend's default)
     tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = VLLM_DEFAULTS.gpu_memory_utilization
+    gpu_memory_utilization: float | None = None  # None: the backend's default (models.backends)
     dp_rank: int = 0
     dp_size: int = 1
     seed: int = 0
@@ -87,6 +86,8 @@ class GenerateConfig:
             problems.append(f"--limit {self.limit} must be at least 1")
         if self.dp_size < 1 or not 0 <= self.dp_rank < self.dp_size:
             problems.append(f"--dp-rank {self.dp_rank} / --dp-size {self.dp_size}: need dp-size >= 1 and 0 <= dp-rank < dp-size")
+        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
+            problems.append(f"--gpu-memory-utilization {self.gpu_memory_utilization} must be in (0, 1]")
         if Path(self.out).suffix.lower() not in OUT_SUFFIXES:
             problems.append(f"--out {self.out}: write the pool as .jsonl or .parquet")
         if problems:
@@ -204,9 +205,11 @@ def generate_pool(
     plan = ShardPlan(problems, cfg.shard_size, cache, cfg.dp_rank, cfg.dp_size)
     plan.claim(parts)
     n_cached = plan.my_cached_items()
+    backends: list = []
+    if backend_name == "vllm" and plan.todo():  # vLLM's engine started and checked before any work is counted
+        backends.append(_make_backend(backend_name, lm, cfg).start())
     if on_start:
         on_start(plan.my_items(), n_cached)
-    backends: list = []
 
     def work(i: int, shard) -> list[dict]:
         if not backends:
@@ -262,6 +265,8 @@ def generate_pool(
         "fields": fields,
         "out": str(cfg.out),
     }
+    if backends and getattr(backends[0], "chosen", None):  # the settings the backend picked itself (vllm)
+        summary["chosen"] = backends[0].chosen
     write_pool_file(rows, cfg.out)
     write_json(config_path(cfg.out), {"stage": "generate", "versions": versions(), "settings": asdict(cfg), "summary": summary})
     return summary
@@ -271,7 +276,7 @@ def _make_backend(name: str, lm, cfg: GenerateConfig):
     from capacity_advisor.models.backends import make_backend
 
     if name == "vllm":
-        return make_backend("vllm", lm, token_budget=VLLM_DEFAULTS.budget(cfg.token_budget, cfg.max_new_tokens + 1),
+        return make_backend("vllm", lm, token_budget=cfg.token_budget, min_token_budget=cfg.max_new_tokens + 1,
                             tensor_parallel_size=cfg.tensor_parallel_size,
                             gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)
     return make_backend("hf", lm, token_budget=cfg.token_budget)

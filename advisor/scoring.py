@@ -27,7 +27,7 @@ from typing import Callable
 
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.advisor.shards import ShardPlan, cache_folder
-from capacity_advisor.models.backends import BACKENDS, VLLM_DEFAULTS
+from capacity_advisor.models.backends import BACKENDS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import FORMAT_VERSION, check_writable_dir, recorded_key, versions, write_json, write_jsonl
 
@@ -43,7 +43,7 @@ class ScoreConfig:
     shard_size: int = 512  # --shard-size: candidates per cached shard (the unit of resume)
     seed: int = 0  # --seed (scoring is deterministic; recorded for provenance)
     tensor_parallel_size: int = 1  # --tensor-parallel-size (vllm): GPUs one model is split over
-    gpu_memory_utilization: float = VLLM_DEFAULTS.gpu_memory_utilization  # --gpu-memory-utilization (vllm): share of GPU memory vLLM may take
+    gpu_memory_utilization: float | None = None  # --gpu-memory-utilization (vllm): share of GPU memory (None: the backend's)
     dp_rank: int = 0  # --dp-rank: this process's index among --dp-size scoring processes
     dp_size: int = 1  # --dp-size: processes sharing the pool's shards (data parallelism)
     skip_tokens: int = 0  # --skip-tokens: leave each response's first N tokens out of its score
@@ -72,7 +72,7 @@ class ScoreConfig:
             problems.append(f"--tensor-parallel-size {self.tensor_parallel_size} must be at least 1")
         if self.backend != "vllm" and self.tensor_parallel_size != 1:
             problems.append("--tensor-parallel-size applies to --backend vllm only; the hf backend uses one device")
-        if not 0 < self.gpu_memory_utilization <= 1:
+        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
             problems.append(f"--gpu-memory-utilization {self.gpu_memory_utilization} must be in (0, 1]")
         if problems:
             raise InputError("; ".join(problems))
@@ -159,9 +159,13 @@ def score_pool(
     plan = ShardPlan(candidate_rows(pool), cfg.shard_size, cache, cfg.dp_rank, cfg.dp_size)
     plan.claim(parts)
     n_done = plan.my_cached_items()
+    backends: dict = {}
+    if cfg.backend == "vllm" and plan.todo():
+        # vLLM's engine starts (a minute on CPUs) and is checked while the model loads, so a model
+        # it cannot run is refused before any work is counted.
+        backends["score"] = backend_for(cfg, lm).start()
     if on_start:
         on_start(plan.my_items(), n_done)
-    backends: dict = {}
 
     def work(i: int, shard) -> list[dict]:
         if "score" not in backends:
@@ -187,9 +191,11 @@ def score_pool(
         return {"stopped_early": True, "cache": str(cache)}
     elapsed = time.perf_counter() - t0
     missing = plan.missing()
+    chosen = getattr(backends.get("score"), "chosen", None)  # the settings the backend picked itself (vllm)
     if missing:  # other data-parallel ranks still at work; the last to finish writes the outputs
         return {"waiting_for": missing, "shards": len(plan.shards), "computed": computed, "cache": str(cache), "key": key,
-                "seconds": round(elapsed, 3), "model": lm.description, "template": tmpl}
+                "seconds": round(elapsed, 3), "model": lm.description, "template": tmpl,
+                **({"chosen": chosen} if chosen else {})}
     same = lambda rows, shard: [(r.get("id"), r.get("k")) for r in rows] == [(pid, k) for pid, k, _, _ in shard]  # noqa: E731
     all_rows = [r for rows in plan.read(same) for r in rows]
     summary = {
@@ -204,6 +210,8 @@ def score_pool(
         "template": tmpl,
         "model": lm.description,
     }
+    if chosen:
+        summary["chosen"] = chosen
     if out_dir is not None:
         out = Path(out_dir)
         if recorded_key(out, "cache_key") not in (None, key):

@@ -29,11 +29,24 @@ class VLLMDefaults:
     token_budget: int = 8192  # max_num_batched_tokens: tokens per scheduler step (prefill is chunked to it)
     gpu_memory_utilization: float = 0.9  # share of each GPU's memory the engine may take
     tensor_parallel_size: int = 1  # GPUs one model is split over
+    # vLLM's CPU build reads gpu_memory_utilization as a share of the machine's RAM, and its worker
+    # refuses to start unless that much is free (0.9 seldom is).
+    cpu_memory_utilization: float = 0.2
+    # ... and sizes its KV cache from VLLM_CPU_KVCACHE_SPACE (GiB) when that is set: room for
+    # `cpu_kvcache_sequences` sequences of the model's full length, at least `cpu_kvcache_min_gib`.
+    cpu_kvcache_min_gib: int = 1
+    cpu_kvcache_sequences: float = 1.25
 
     def budget(self, given: int | None, at_least: int = 1) -> int:
         """The engine's token budget: `given`, else the default; never below `at_least` (generation
         needs room for a prompt and all its new tokens in one step's budget)."""
         return max(given or self.token_budget, at_least)
+
+    def memory_share(self, given: float | None, on_cpu: bool) -> float:
+        """gpu_memory_utilization: `given`, else the default of the platform vLLM runs on."""
+        if given is not None:
+            return given
+        return self.cpu_memory_utilization if on_cpu else self.gpu_memory_utilization
 
 
 VLLM_DEFAULTS = VLLMDefaults()

@@ -137,4 +137,6 @@ def install(monkeypatch) -> types.ModuleType:
     monkeypatch.setitem(sys.modules, "vllm", mod)
     monkeypatch.setitem(sys.modules, "vllm.inputs", inputs)
     monkeypatch.setenv("ADVISOR_VLLM_ALLOW_CPU", "1")
+    for name in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_LOGGING_CONFIG_PATH"):  # the backend may set these: undone after the test
+        monkeypatch.delenv(name, raising=False)
     return mod

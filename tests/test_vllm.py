@@ -86,7 +86,8 @@ def test_scores_match_hf_backend(model_path, fake):
     engine = fake_vllm.ENGINES[0]
     assert engine.args["tensor_parallel_size"] == 2 and engine.args["max_num_batched_tokens"] == 4096
     assert engine.args["model"] == model_path and engine.args["dtype"] == "float32"
-    call = fake_vllm.CALLS[0]
+    probe, call = fake_vllm.CALLS[:2]  # the engine's start-up request, then the scoring
+    assert probe["n_prompts"] == 1 and probe["params"][0].max_tokens == 1
     assert call["n_prompts"] == len(PAIRS)
     for sp in call["params"]:  # only the prompt's own log-probs, nothing decoded, one dummy token
         assert sp.prompt_logprobs == 0 and sp.detokenize is False and sp.max_tokens == 1
@@ -207,3 +208,180 @@ def test_gpu_check_says_what_is_missing(capsys):
     script = Path(__file__).parents[1] / "benchmarks" / "gpu_check.py"
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.startswith("gpu_check: ") and ("CUDA" in r.stderr or "vllm" in r.stderr)
+
+
+# ---- the settings the backend picks, and engines that fail (issue 29) -----------------------------------
+
+def test_on_a_gpu_build_nothing_is_chosen_for_the_cpu(tiny_llama, fake):
+    import os
+
+    from capacity_advisor.models.vllm import VLLMBackend
+    from capacity_advisor.models.vllm_engine import KV_ENV
+
+    be = VLLMBackend(load_model(tiny_llama, device="cpu", weights=False))
+    be.score(PAIRS[:1])
+    assert fake_vllm.ENGINES[0].args["gpu_memory_utilization"] == 0.9 and KV_ENV not in os.environ
+    assert be.chosen["platform"]["value"] == "gpu" and be.chosen["gpu_memory_utilization"]["source"] == "default"
+    assert KV_ENV not in be.chosen
+
+
+@pytest.fixture
+def cpu_build(fake, monkeypatch):
+    """The stand-in engine, seen as vLLM's CPU build whose attention takes head sizes 8 and 32."""
+    from capacity_advisor.models import vllm as backend
+
+    monkeypatch.setattr(backend, "on_cpu_build", lambda: True)
+    monkeypatch.setattr(backend, "cpu_head_sizes", lambda: [8, 32])
+    return backend
+
+
+def test_on_the_cpu_build_the_backend_picks_what_starts(tiny_llama, cpu_build, monkeypatch):
+    import os
+
+    KV_ENV = cpu_build.KV_ENV
+    lm = load_model(tiny_llama, device="cpu", weights=False)
+    be = cpu_build.VLLMBackend(lm).start()
+    assert fake_vllm.ENGINES[-1].args["gpu_memory_utilization"] == 0.2 and os.environ[KV_ENV] == "1"
+    assert be.chosen[KV_ENV]["value"] == "1 GiB" and "room for 1.25 x 4,096 tokens" in be.chosen[KV_ENV]["source"]
+    assert be.chosen["gpu_memory_utilization"]["source"].startswith("default of vLLM's CPU build")
+    # a share the user gives wins, and vLLM sizes its cache from it: no cache size is set for it
+    monkeypatch.delenv(KV_ENV)
+    given = cpu_build.VLLMBackend(lm, gpu_memory_utilization=0.5).start()
+    assert fake_vllm.ENGINES[-1].args["gpu_memory_utilization"] == 0.5 and KV_ENV not in os.environ
+    assert given.chosen["gpu_memory_utilization"]["source"] == "--gpu-memory-utilization"
+    monkeypatch.setenv(KV_ENV, "4")  # so does the user's own cache size
+    assert cpu_build.VLLMBackend(lm).start().chosen[KV_ENV] == {"value": "4 GiB", "source": f"{KV_ENV} (yours)"}
+    assert os.environ[KV_ENV] == "4"
+    # the size follows the model: 2 layers x 2 KV heads x 8 x 4 bytes x 2 (K, V) x 4,096 tokens is far below 1 GiB,
+    # while a 28-layer model with 2 KV heads of 128 in fp32 and 32,768 positions needs 1.25 x 1.75 GiB
+    from types import SimpleNamespace
+
+    big = SimpleNamespace(num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2, head_dim=128,
+                          max_position_embeddings=32768)
+    assert cpu_build.cpu_kv_cache_gib(big, "float32", None)[0] == 3
+    assert cpu_build.cpu_kv_cache_gib(big, "bfloat16", 4096)[0] == 1
+
+
+def test_a_head_size_the_cpu_kernels_lack_is_one_line_before_any_engine(tiny_llama, cpu_build, tmp_path, monkeypatch):
+    from test_cli import write_pool
+    from test_cli_errors import check_one_error_line
+
+    monkeypatch.setattr(cpu_build, "cpu_head_sizes", lambda: [32, 64])  # the tiny model's heads are 8 wide
+    r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(write_pool(tmp_path / "pool.jsonl")), "-o",
+                                 str(tmp_path / "out"), "--backend", "vllm"])
+    check_one_error_line(r, "vLLM's CPU attention does not support head size 8 (this model's); it takes 32, 64; "
+                            "use --backend hf", tmp_path / "out")
+    assert not fake_vllm.ENGINES
+
+
+# An engine process as vLLM starts them: it inherits this process's stdout and stderr, says something
+# on stdout at once, and when told to fail prints a traceback on stderr (multiprocessing does, not a log).
+CHILD = r"""
+import sys
+print("EngineCore pid=1 INFO 01-01 00:00:00 [core.py:1] Initializing a V1 LLM engine", flush=True)
+if sys.stdin.readline().strip() == "fail":
+    print("Process EngineCore:\nTraceback (most recent call last):\n  File 'core.py', line 1, in run_engine_core\n"
+          + sys.argv[1] + "\nDuring handling of the above exception, another exception occurred:\n"
+          "Traceback (most recent call last):\nRuntimeError: Worker failed, see above", file=sys.stderr, flush=True)
+"""
+
+
+def failing_engine(cause: str | None, when: str):
+    """A stand-in LLM whose engine process fails with `cause` (a traceback's last line) at start
+    or at the first request, raising what vLLM raises then; with `cause` None it works."""
+
+    class LLM(fake_vllm.LLM):
+        def __init__(self, model, **kwargs):
+            super().__init__(model, **kwargs)
+            self.child = __import__("subprocess").Popen([sys.executable, "-c", CHILD, cause or ""], stdin=-1, text=True)
+            if cause is None:
+                self.child.communicate("\n")
+            elif when == "start":
+                self.child.communicate("fail\n")
+                raise RuntimeError("Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+
+        def generate(self, *args, **kwargs):
+            if cause is not None and when == "request":
+                self.child.communicate("fail\n")
+                raise RuntimeError("EngineCore encountered an issue. See stack trace (above) for the root cause.")
+            return super().generate(*args, **kwargs)
+
+    return LLM
+
+
+ENGINE_FAILURES = [
+    ("RuntimeError: Unsupported CPU attention configuration: head_dim=8 isa=1 kv_cache_idx=0", True,
+     "vLLM's CPU attention does not support head size 8 (this model's); it takes 8, 32; use --backend hf (vLLM's log: "),
+    ("ValueError: Available memory on node 0 (1.2/2.0 GiB) on kv cache allocation is less than requested memory for kv "
+     "(100000.0 GiB). Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by other "
+     "processes.", True, "vLLM could not get the memory it needs (Available memory on node 0"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", False,
+     "vLLM could not get the memory it needs (CUDA out of memory. Tried to allocate 2.00 GiB); lower "
+     "--gpu-memory-utilization or --token-budget"),
+    ("safetensors_rust.SafetensorError: Error while deserializing header: incomplete metadata", False,
+     "SafetensorError: Error while deserializing header: incomplete metadata; use --backend hf to run without vLLM"),
+]
+
+
+@pytest.mark.parametrize("when", ["start", "request"])
+@pytest.mark.parametrize("cause,cpu,fragment", ENGINE_FAILURES, ids=["head size", "cpu memory", "gpu memory", "unknown"])
+def test_an_engine_that_fails_is_one_error_line(tiny_llama, fake, tmp_path, monkeypatch, cause, cpu, fragment, when):
+    """Whether it fails as it starts or at its first request, the user reads one line, saying what
+    the engine process said, with nothing on stdout; its output is in vLLM's log."""
+    from test_cli import write_pool
+    from test_cli_errors import check_one_error_line
+
+    from capacity_advisor.models import vllm as backend, vllm_engine
+
+    if cpu:
+        for module in (backend, vllm_engine):  # the backend's checks, and the engine's explanation of a failure
+            monkeypatch.setattr(module, "on_cpu_build", lambda: True)
+            monkeypatch.setattr(module, "cpu_head_sizes", lambda: [8, 32])
+    monkeypatch.setattr(fake, "LLM", failing_engine(cause, when))
+    r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(write_pool(tmp_path / "pool.jsonl")), "-o",
+                                 str(tmp_path / "out"), "--backend", "vllm", "--json"])
+    check_one_error_line(r, fragment, tmp_path / "out")
+    if "could not start" in r.stderr:
+        assert f"vLLM's engine could not start on {tiny_llama}: " in r.stderr
+    log = (tmp_path / "advisor-home" / "logs").glob("vllm-*.log")
+    text = "".join(p.read_text() for p in log)
+    assert "Initializing a V1 LLM engine" in text and cause in text  # the engine process's own lines, kept
+
+
+def test_vllm_output_stays_off_stdout_with_json(tiny_llama, fake, tmp_path, monkeypatch):
+    from test_cli import write_pool
+
+    monkeypatch.setattr(fake, "LLM", failing_engine(None, "never"))  # an engine process that talks on stdout
+    r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(write_pool(tmp_path / "pool.jsonl")), "-o",
+                                 str(tmp_path / "out"), "--backend", "vllm", "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)  # all of it
+    log = summary["chosen"]["vllm_log"]["value"]
+    assert "Initializing a V1 LLM engine" in open(log).read() and "Initializing" not in r.stderr
+
+
+def test_a_bug_is_not_dressed_as_an_engine_failure(tiny_llama, fake, tmp_path, monkeypatch):
+    from test_cli import write_pool
+
+    class Broken(fake_vllm.LLM):
+        def __init__(self, model, **kwargs):
+            raise TypeError("LLM.__init__() got an unexpected keyword argument 'bogus'")
+
+    monkeypatch.setattr(fake, "LLM", Broken)
+    r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(write_pool(tmp_path / "pool.jsonl")), "-o",
+                                 str(tmp_path / "out"), "--backend", "vllm"])
+    assert r.exit_code == 1 and isinstance(r.exception, TypeError)  # a traceback, for whoever fixes it
+
+
+def test_the_root_cause_is_the_first_traceback_of_the_log():
+    from capacity_advisor.models.vllm_engine import root_cause
+
+    log = ("MainProcess pid=1 INFO [a.py:1] ValueError: not in a traceback, so not a cause\n"
+           "VllmWorker-0 pid=3 ERROR [m.py:9] WorkerProc hit an exception.\n"
+           "VllmWorker-0 pid=3 ERROR [m.py:9] Traceback (most recent call last):\n"
+           "VllmWorker-0 pid=3 ERROR [m.py:9]   File \"x.py\", line 2, in f\n"
+           "VllmWorker-0 pid=3 ERROR [m.py:9] RuntimeError: Unsupported CPU attention configuration: head_dim=8\n"
+           "Traceback (most recent call last):\n"
+           "RuntimeError: Worker failed with error 'Unsupported CPU attention configuration', see above\n")
+    assert root_cause(log) == ("RuntimeError", "Unsupported CPU attention configuration: head_dim=8")
+    assert root_cause("INFO all is well\n") is None

@@ -159,7 +159,9 @@ def pool_settings(kw: dict):
 
 vllm_options = _stack(
     click.option("--tensor-parallel-size", default=1, show_default=True, help="vllm: GPUs one model is split over."),
-    click.option("--gpu-memory-utilization", default=VLLM_DEFAULTS.gpu_memory_utilization, show_default=True, help="vllm: share of each GPU's memory vLLM may take."),
+    click.option("--gpu-memory-utilization", default=None, type=Finite(0, 1),
+                 help=f"vllm: share of each GPU's memory vLLM may take (default {VLLM_DEFAULTS.gpu_memory_utilization:g}; "
+                      f"on vLLM's CPU build, {VLLM_DEFAULTS.cpu_memory_utilization:g} of system memory)."),
 )
 dp_options = _stack(
     click.option("--dp-rank", default=0, show_default=True, help="This process's index among --dp-size processes."),

@@ -56,6 +56,8 @@ def scores(summary: dict, backend: str) -> None:
         "response tokens": summary["response_tokens"], "truncated": summary["truncated"],
         "reused from cache": summary["from_cache"], "seconds": summary["seconds"], "written": summary["scores"],
     }))
+    if summary.get("chosen"):  # what the backend picked itself (vllm: its engine's settings)
+        settings(summary["chosen"])
 
 
 def selection(s: dict, strategy: str, score_kind: str, out: str, fmt_name: str) -> None:
@@ -87,6 +89,8 @@ def generated(summary: dict, out: str) -> None:
         rows["problems with >= 2 correct"] = summary["problems_with_two_correct"]
     rows.update({"reused from cache": f"{summary['from_cache']} problems", "seconds": summary["seconds"], "written": out})
     console.print(kv_table("Generated pool", rows))
+    if summary.get("chosen"):
+        settings(summary["chosen"])
 
 
 def probe(report: dict, out: str) -> None:

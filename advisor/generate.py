@@ -169,18 +169,10 @@ def cache_parts(cfg: GenerateConfig, backend: str, lm, template: str, problems: 
     }
 
 
-def generate_pool(
-    cfg: GenerateConfig,
-    on_start: Callable[[int, int], None] | None = None,
-    advance: Callable[[int], None] | None = None,
-    stop_after_shards: int | None = None,
-    lm=None,
-) -> dict:
-    """Sample, check and write the pool; returns a summary (see the module docstring)."""
+def check_inputs(cfg: GenerateConfig) -> tuple[list, dict, str, str]:
+    """Everything generation refuses, before any model loads: the settings, the output and cache
+    folders, the problems; then (problems, their fields, the checker, the backend)."""
     from capacity_advisor.models.metrics import choose_checker
-    from capacity_advisor.models.loading import load_model
-    from capacity_advisor.models.metrics import check_answer, math_checker_name
-    from capacity_advisor.models.template import check_prompts, template_id
 
     cfg.validate()
     check_writable_file(cfg.out, "--out")
@@ -196,6 +188,22 @@ def generate_pool(
         from capacity_advisor.models.vllm import import_vllm
 
         import_vllm()
+    return problems, fields, checker, backend_name
+
+
+def generate_pool(
+    cfg: GenerateConfig,
+    on_start: Callable[[int, int], None] | None = None,
+    advance: Callable[[int], None] | None = None,
+    stop_after_shards: int | None = None,
+    lm=None,
+) -> dict:
+    """Sample, check and write the pool; returns a summary (see the module docstring)."""
+    from capacity_advisor.models.loading import load_model
+    from capacity_advisor.models.metrics import math_checker_name
+    from capacity_advisor.models.template import check_prompts, template_id
+
+    problems, fields, checker, backend_name = check_inputs(cfg)
     lm = lm or load_model(cfg.teacher, device=cfg.device, dtype=cfg.dtype, weights=backend_name != "vllm")
     check_prompts(lm.tokenizer, (p.problem for p in problems))  # a template that fails on some: refused before any work
     tmpl = template_id(lm.tokenizer)
@@ -232,20 +240,7 @@ def generate_pool(
         return [r.get("id") for r in rows] == [p.id for p in shard] and all(isinstance(r.get("candidates"), list) for r in rows)
 
     generated = {r["id"]: r["candidates"] for rows in plan.read(same) for r in rows}
-    rows = []
-    for p in problems:
-        cands = generated[p.id]
-        row = {"id": p.id, "problem": p.problem}
-        if p.answer is not None:
-            row["answer"] = p.answer
-        if p.task:
-            row["task"] = p.task
-        row["generations"] = [c["text"] for c in cands]
-        if checker != "none":
-            row["correctness"] = [bool(check_answer(c["text"], p.answer, checker)) for c in cands]
-        row["finished"] = [bool(c["finished"]) for c in cands]
-        row["n_tokens"] = [int(c["n_tokens"]) for c in cands]
-        rows.append(row)
+    rows = [pool_row(p, generated[p.id], checker) for p in problems]
     n_gen = sum(len(r["generations"]) for r in rows)
     summary = {
         "problems": len(rows),
@@ -270,6 +265,23 @@ def generate_pool(
     write_pool_file(rows, cfg.out)
     write_json(config_path(cfg.out), {"stage": "generate", "versions": versions(), "settings": asdict(cfg), "summary": summary})
     return summary
+
+
+def pool_row(p, cands: list[dict], checker: str) -> dict:
+    """A problem's line of the pool: its generations, each checked against its answer."""
+    from capacity_advisor.models.metrics import check_answer
+
+    row = {"id": p.id, "problem": p.problem}
+    if p.answer is not None:
+        row["answer"] = p.answer
+    if p.task:
+        row["task"] = p.task
+    row["generations"] = [c["text"] for c in cands]
+    if checker != "none":
+        row["correctness"] = [bool(check_answer(c["text"], p.answer, checker)) for c in cands]
+    row["finished"] = [bool(c["finished"]) for c in cands]
+    row["n_tokens"] = [int(c["n_tokens"]) for c in cands]
+    return row
 
 
 def _make_backend(name: str, lm, cfg: GenerateConfig):

@@ -167,23 +167,7 @@ def score_pool(
     if on_start:
         on_start(plan.my_items(), n_done)
 
-    def work(i: int, shard) -> list[dict]:
-        if "score" not in backends:
-            backends["score"] = backend_for(cfg, lm)
-        backend = backends["score"]
-        pairs = [(p, r) for _, _, p, r in shard]
-        encoded = backend.encode(pairs, cfg.max_length)
-        check_skip_tokens(cfg.skip_tokens, shard, encoded)
-        results = backend.score_encoded(encoded, progress=advance)
-        if cfg.local_window:
-            from capacity_advisor.models.local import local_logprobs
-
-            if "local" not in backends:  # steps are scored whole
-                backends["local"] = backend_for(ScoreConfig(**{**asdict(cfg), "skip_tokens": 0}), lm)
-            for row, lalp in zip(results, local_logprobs(backends["local"], lm.tokenizer, pairs, cfg.max_length,
-                                                         cfg.local_window)):
-                row["logprob_local"] = lalp
-        return [{"id": pid, "k": k, **res} for (pid, k, _, _), res in zip(shard, results)]
+    work = shard_scorer(cfg, lm, backends, advance)
 
     t0 = time.perf_counter()
     computed = plan.run(work, stop_after_shards)
@@ -213,17 +197,46 @@ def score_pool(
     if chosen:
         summary["chosen"] = chosen
     if out_dir is not None:
-        out = Path(out_dir)
-        if recorded_key(out, "cache_key") not in (None, key):
-            for name in STALE_BESIDE:  # measured under the scores being replaced
-                (out / name).unlink(missing_ok=True)
-        write_jsonl(out / "scores.jsonl", all_rows)
-        write_json(out / "config.json", {
-            "stage": "score", "versions": versions(), "settings": asdict(cfg),
-            "pool": pool.summary(), "pool_path": pool.source, "model": lm.description, "template": tmpl, "cache_key": key,
-        })
-        summary["scores"] = str(out / "scores.jsonl")
+        summary["scores"] = str(write_scores(Path(out_dir), all_rows, cfg, pool, lm.description, tmpl, key))
     return summary
+
+
+def shard_scorer(cfg: ScoreConfig, lm, backends: dict, advance: Advance | None):
+    """The work of one shard: its candidates' score rows (and step-local log-probs with
+    `local_window`); `backends` keeps the backends built on first use."""
+
+    def work(i: int, shard) -> list[dict]:
+        if "score" not in backends:
+            backends["score"] = backend_for(cfg, lm)
+        backend = backends["score"]
+        pairs = [(p, r) for _, _, p, r in shard]
+        encoded = backend.encode(pairs, cfg.max_length)
+        check_skip_tokens(cfg.skip_tokens, shard, encoded)
+        results = backend.score_encoded(encoded, progress=advance)
+        if cfg.local_window:
+            from capacity_advisor.models.local import local_logprobs
+
+            if "local" not in backends:  # steps are scored whole
+                backends["local"] = backend_for(ScoreConfig(**{**asdict(cfg), "skip_tokens": 0}), lm)
+            for row, lalp in zip(results, local_logprobs(backends["local"], lm.tokenizer, pairs, cfg.max_length,
+                                                         cfg.local_window)):
+                row["logprob_local"] = lalp
+        return [{"id": pid, "k": k, **res} for (pid, k, _, _), res in zip(shard, results)]
+
+    return work
+
+
+def write_scores(out: Path, rows: list[dict], cfg: ScoreConfig, pool: Pool, description: dict, tmpl, key: str) -> Path:
+    """OUT/scores.jsonl and OUT/config.json; files beside them measured under other scores go."""
+    if recorded_key(out, "cache_key") not in (None, key):
+        for name in STALE_BESIDE:  # measured under the scores being replaced
+            (out / name).unlink(missing_ok=True)
+    write_jsonl(out / "scores.jsonl", rows)
+    write_json(out / "config.json", {
+        "stage": "score", "versions": versions(), "settings": asdict(cfg),
+        "pool": pool.summary(), "pool_path": pool.source, "model": description, "template": tmpl, "cache_key": key,
+    })
+    return out / "scores.jsonl"
 
 
 def check_skip_tokens(skip_tokens: int, items, encoded) -> None:

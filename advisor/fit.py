@@ -20,7 +20,8 @@ import numpy as np
 
 from capacity_advisor.models.numbers import number, whole
 from capacity_advisor.advisor.predictor import (
-    CV_SPLITS, FEATURE_SETS, FITTABLE, LARGEST_PROXY, PROXY, SPLITS, WITHOUT_PROXIES, Rule, cross_validate, fit_predictor,
+    CV_SPLITS, FEATURE_SETS, FITTABLE, LARGEST_PROXY, PROXY, SPLITS, TIE_MARGIN, WITHOUT_PROXIES, Rule, cross_validate,
+    fit_predictor,
     folds, label_rows, options_in, select_policy,
 )
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix
@@ -113,13 +114,26 @@ def own_sources(records: Sequence[dict], files: Sequence[dict] | None) -> dict:
                 "fingerprints": sorted(o["fingerprints"]), "epochs": o["epochs"]} for s, o in sorted(out.items())}
 
 
+MEMBERS, MAX_MEMBERS = 24, 256  # ensemble members: the default and the most a fit takes
+
+
+def check_fit_settings(kinds: Sequence[str], **fit) -> None:
+    """`check_settings` on `fit`, fit_and_save's own defaults standing for what it leaves out
+    (the one place they are stated), before any record is read."""
+    import inspect
+
+    s = {k: p.default for k, p in inspect.signature(fit_and_save).parameters.items() if p.default is not p.empty}
+    s.update(fit)
+    check_settings(s["tie_margin"], s["n_members"], s["seed"], s["jobs"], kinds, s["cv"], s["choose_by"])
+
+
 def check_settings(tie_margin: float, n_members: int, seed: int, jobs: int, kinds: Sequence[str],
                    cv: Sequence[str], choose_by: str | Sequence[str]) -> None:
     bad = []
     if not (isinstance(tie_margin, (int, float)) and math.isfinite(tie_margin) and 0 <= tie_margin < 1):
         bad.append(f"--tie-margin {tie_margin} must be a number from 0 to 1")
-    if not 1 <= n_members <= 256:
-        bad.append(f"--members {n_members} must be from 1 to 256")
+    if not 1 <= n_members <= MAX_MEMBERS:
+        bad.append(f"--members {n_members} must be from 1 to {MAX_MEMBERS}")
     if seed < 0:
         bad.append(f"--seed {seed} must be at least 0")
     if jobs < 1:
@@ -143,8 +157,8 @@ def splits_of(choose_by: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(n.strip() for n in names if n.strip())
 
 
-def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = 0.01, features: str = "contrast",
-                 kinds: Sequence[str] = FITTABLE, n_members: int = 24, seed: int = 0, jobs: int = 1,
+def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = TIE_MARGIN, features: str = "contrast",
+                 kinds: Sequence[str] = FITTABLE, n_members: int = MEMBERS, seed: int = 0, jobs: int = 1,
                  note: str | None = None, cv: Sequence[str] = SPLITS, choose_by: str | Sequence[str] = CHOOSE_BY,
                  cv_members: int = 8, log=None, files: Sequence[dict] | None = None) -> dict:
     """Choose the kind, measure it on every split of `cv`, choose the policy, fit and save.

@@ -115,11 +115,10 @@ def select_file(pool_path: str, pool_options, scores_path: str, cfg, out: str, f
 def fit_file(records_path, out: str, kinds: tuple[str, ...], **fit) -> dict:
     """`advisor fit`: the records (one file, several, or the records store) read and checked, the
     predictor fitted (`fit.fit_and_save`) and saved to OUT. `fit` holds fit_and_save's settings."""
-    from capacity_advisor.advisor.fit import CHOOSE_BY, check_settings, fit_and_save, record_files
+    from capacity_advisor.advisor.fit import check_fit_settings, fit_and_save, record_files
     from capacity_advisor.models.files import advisor_home, check_writable_dir
 
-    check_settings(fit.get("tie_margin", 0.01), fit.get("n_members", 24), fit.get("seed", 0), fit.get("jobs", 1), kinds,
-                   fit.get("cv", ()), fit.get("choose_by", CHOOSE_BY))
+    check_fit_settings(kinds, **fit)
     check_writable_dir(out, "--out")
     paths = [records_path] if isinstance(records_path, str) else list(records_path or ())
     records, files = record_files(paths or [str(advisor_home() / "records.jsonl")])

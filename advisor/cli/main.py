@@ -89,7 +89,9 @@ from capacity_advisor.advisor.cli.options import (  # noqa: E402
 )
 from capacity_advisor.advisor.compute import PROBLEM_FILTERS  # noqa: E402
 from capacity_advisor.advisor.generate import GenerateConfig  # noqa: E402
-from capacity_advisor.advisor.predictor import FEATURE_SETS, FITTABLE, SPLITS  # noqa: E402
+from capacity_advisor.advisor.fit import MAX_MEMBERS, MEMBERS  # noqa: E402
+from capacity_advisor.advisor.predictor import FEATURE_SETS, FITTABLE, SPLITS, TIE_MARGIN  # noqa: E402
+from capacity_advisor.advisor.predictor.policy import CHOOSE_BY  # noqa: E402
 from capacity_advisor.advisor.recommend import BACKENDS as SCORING_BACKENDS, RecommendConfig  # noqa: E402
 from capacity_advisor.advisor.scoring import ScoreConfig  # noqa: E402
 from capacity_advisor.advisor.select import FORMATS, SelectConfig  # noqa: E402
@@ -262,7 +264,7 @@ def generate(as_json, **kw):
               help="RunRecords JSONL (default: the records store); repeat it to fit on several files: the first is the "
                    "calibration, pool sources only later files hold are marked as your own.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Predictor folder to write.")
-@click.option("--tie-margin", default=0.01, show_default=True, type=Finite(0, 1),
+@click.option("--tie-margin", default=TIE_MARGIN, show_default=True, type=Finite(0, 1),
               help="Accuracy gap under which strategies count as tied.")
 @click.option("--features", default="contrast", show_default=True, type=click.Choice(tuple(FEATURE_SETS)),
               help="contrast: D_low against D_high only, relative to the base (the inputs that held best leaving "
@@ -273,10 +275,10 @@ def generate(as_json, **kw):
 @click.option("--cv", "cv_splits", default=",".join(SPLITS), show_default=True,
               help="Held-out tables to measure: comma-separated splits; add proxy for a large student advised with "
                    "its own pool source's small students in the fit (the costliest table, so not by default).")
-@click.option("--choose-by", default="source", show_default=True,
+@click.option("--choose-by", default=",".join(CHOOSE_BY), show_default=True,
               help="The splits whose held-out regret chooses the kind and the policy's thresholds (comma-separated; "
                    "several: the worse of them counts).")
-@click.option("--members", "n_members", default=24, show_default=True, type=click.IntRange(1, 1000),
+@click.option("--members", "n_members", default=MEMBERS, show_default=True, type=click.IntRange(1, MAX_MEMBERS),
               help="Ensemble members (bootstrap resamples of the calibration units).")
 @click.option("--jobs", default=1, show_default=True, type=click.IntRange(1, 256), help="Processes fitting members in parallel.")
 @seed_option("Bootstrap draws and LightGBM's seed.")

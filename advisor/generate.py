@@ -31,6 +31,7 @@ from capacity_advisor.advisor.pool import (
     ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, DatasetSource, given_ids, iter_rows, pick_field, stand_in_id, utf8_text,
 )
 from capacity_advisor.advisor.shards import ShardPlan, cache_folder
+from capacity_advisor.models.backends import BACKENDS, VLLM_DEFAULTS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import (FORMAT_VERSION, advisor_home, atomic_path, check_writable_dir, check_writable_file,
                                            refuse_overwrite, stable_hash, versions, write_json, write_jsonl)
@@ -60,7 +61,7 @@ class GenerateConfig:
     revision: str | None = None
     shard_size: int = 64  # --shard-size: problems per cached shard (the unit of resume)
     token_budget: int | None = None  # --token-budget: tokens per generation batch, prompt + new (None: the backend's default)
-    tensor_parallel_size: int = 1
+    tensor_parallel_size: int = VLLM_DEFAULTS.tensor_parallel_size  # --tensor-parallel-size (vllm)
     gpu_memory_utilization: float | None = None  # None: the backend's default (models.backends)
     dp_rank: int = 0
     dp_size: int = 1
@@ -78,8 +79,8 @@ class GenerateConfig:
             problems.append(f"--top-p {self.top_p} must be in (0, 1]")
         if self.max_new_tokens < 1:
             problems.append(f"--max-new-tokens {self.max_new_tokens} must be at least 1")
-        if self.backend not in ("auto", "hf", "vllm"):
-            problems.append(f"--backend {self.backend!r} is unknown: use auto, hf or vllm")
+        if self.backend not in ("auto", *BACKENDS):
+            problems.append(f"--backend {self.backend!r} is unknown: use auto, {' or '.join(BACKENDS)}")
         if self.shard_size < 1:
             problems.append(f"--shard-size {self.shard_size} must be at least 1")
         if self.limit is not None and self.limit < 1:

@@ -35,12 +35,12 @@ from capacity_advisor.advisor.recommendation import (
 )
 from capacity_advisor.advisor.schedule import Schedule
 from capacity_advisor.advisor.select import RANKINGS
+from capacity_advisor.models.backends import BACKENDS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, stable_hash, versions, write_json, write_jsonl
 from capacity_advisor.probes.recipe import lab_size
 from capacity_advisor.training.manifest import SETS
 
-BACKENDS = ("hf", "vllm")  # scoring backends (the probe always trains with transformers)
 MAX_REPEATS = 8  # --probe-repeats: each draw costs one more probe
 
 

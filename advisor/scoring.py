@@ -27,7 +27,7 @@ from typing import Callable
 
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.advisor.shards import ShardPlan, cache_folder
-from capacity_advisor.models.backends import BACKENDS
+from capacity_advisor.models.backends import BACKENDS, VLLM_DEFAULTS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import FORMAT_VERSION, check_writable_dir, recorded_key, versions, write_json, write_jsonl
 
@@ -42,7 +42,7 @@ class ScoreConfig:
     token_budget: int | None = None  # --token-budget: padded tokens per forward batch (None: the backend's default, models.backends)
     shard_size: int = 512  # --shard-size: candidates per cached shard (the unit of resume)
     seed: int = 0  # --seed (scoring is deterministic; recorded for provenance)
-    tensor_parallel_size: int = 1  # --tensor-parallel-size (vllm): GPUs one model is split over
+    tensor_parallel_size: int = VLLM_DEFAULTS.tensor_parallel_size  # --tensor-parallel-size (vllm): GPUs one model is split over
     gpu_memory_utilization: float | None = None  # --gpu-memory-utilization (vllm): share of GPU memory (None: the backend's)
     dp_rank: int = 0  # --dp-rank: this process's index among --dp-size scoring processes
     dp_size: int = 1  # --dp-size: processes sharing the pool's shards (data parallelism)

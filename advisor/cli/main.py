@@ -92,7 +92,7 @@ from capacity_advisor.advisor.generate import GenerateConfig  # noqa: E402
 from capacity_advisor.advisor.fit import MAX_MEMBERS, MEMBERS  # noqa: E402
 from capacity_advisor.advisor.predictor import FEATURE_SETS, FITTABLE, SPLITS, TIE_MARGIN  # noqa: E402
 from capacity_advisor.advisor.predictor.policy import CHOOSE_BY  # noqa: E402
-from capacity_advisor.advisor.recommend import BACKENDS as SCORING_BACKENDS, RecommendConfig  # noqa: E402
+from capacity_advisor.advisor.recommend import RecommendConfig  # noqa: E402
 from capacity_advisor.advisor.scoring import ScoreConfig  # noqa: E402
 from capacity_advisor.advisor.select import FORMATS, SelectConfig  # noqa: E402
 from capacity_advisor.models.backends import BACKENDS  # noqa: E402
@@ -313,7 +313,7 @@ def fit(records_path, out, kinds, cv_splits, as_json, **kw):
 @field_option(RecommendConfig, "probe_repeats",
               help="Probe N draws (held-out slice and data order from --seed, --seed+1, ...), average their inputs, and "
                    "show each draw's own advice; N times the probe's cost.")
-@field_option(RecommendConfig, "backend", type=click.Choice(SCORING_BACKENDS),
+@field_option(RecommendConfig, "backend", type=click.Choice(tuple(BACKENDS)),
               help="Scoring backend (the probe trains with transformers either way).")
 @field_option(RecommendConfig, "lab_task", type=click.Choice(tuple(FAMILIES)))
 @field_option(RecommendConfig, "lab_n", help="Problems of the lab pool.")

@@ -286,13 +286,9 @@ def pool_row(p, cands: list[dict], checker: str) -> dict:
 
 
 def _make_backend(name: str, lm, cfg: GenerateConfig):
-    from capacity_advisor.models.backends import make_backend
+    from capacity_advisor.models.backends import backend_from
 
-    if name == "vllm":
-        return make_backend("vllm", lm, token_budget=cfg.token_budget, min_token_budget=cfg.max_new_tokens + 1,
-                            tensor_parallel_size=cfg.tensor_parallel_size,
-                            gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)
-    return make_backend("hf", lm, token_budget=cfg.token_budget)
+    return backend_from(name, lm, cfg, vllm={"min_token_budget": cfg.max_new_tokens + 1})
 
 
 def config_path(out: str | Path) -> Path:

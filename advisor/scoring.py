@@ -80,12 +80,9 @@ class ScoreConfig:
 
 def backend_for(cfg: ScoreConfig, lm):
     """The scoring backend `cfg` asks for, around an already loaded `lm`."""
-    from capacity_advisor.models.backends import make_backend
+    from capacity_advisor.models.backends import backend_from
 
-    if cfg.backend == "vllm":
-        return make_backend("vllm", lm, token_budget=cfg.token_budget, tensor_parallel_size=cfg.tensor_parallel_size,
-                            gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed, skip_tokens=cfg.skip_tokens)
-    return make_backend(cfg.backend, lm, token_budget=cfg.token_budget, skip_tokens=cfg.skip_tokens)
+    return backend_from(cfg.backend, lm, cfg, skip_tokens=cfg.skip_tokens)
 
 
 def load_for(cfg: ScoreConfig):

@@ -60,12 +60,10 @@ def measure_compute(pool, lm, cfg, compute, checker: str, out: Path, start: Call
     """Each problem attempted with the short and the long budget (`compute.measure`); OUT/compute.jsonl."""
     from capacity_advisor.advisor import compute as compute_mod
     from capacity_advisor.advisor.probe import pick_checker
-    from capacity_advisor.models.backends import make_backend
+    from capacity_advisor.models.backends import backend_from
     from capacity_advisor.models.files import write_jsonl
 
-    gen = make_backend("hf", lm, token_budget=cfg.token_budget) if cfg.backend == "hf" else \
-        make_backend("vllm", lm, token_budget=cfg.token_budget, tensor_parallel_size=cfg.tensor_parallel_size,
-                     gpu_memory_utilization=cfg.gpu_memory_utilization, seed=cfg.seed)
+    gen = backend_from(cfg.backend, lm, cfg)
     start("short and long attempts", 2 * len(pool), 0, "problems")
     rows = compute_mod.measure(gen, pool, compute, pick_checker(pool, checker), progress=advance)
     write_jsonl(out / "compute.jsonl", rows)

@@ -67,6 +67,19 @@ class Backend(Protocol):
         """`n` completions per prompt; with `details`, dicts of text, n_tokens and finished."""
 
 
+VLLM_ENGINE_SETTINGS = ("tensor_parallel_size", "gpu_memory_utilization", "seed")  # read from a verb's settings
+
+
+def backend_from(name: str, lm, cfg, vllm: dict | None = None, **common) -> Backend:
+    """The backend `name` around `lm`, built from a verb's settings `cfg` (score, generate,
+    recommend): its token budget, and for vllm its engine settings (`VLLM_ENGINE_SETTINGS`, then
+    `vllm`'s); `common` goes to either backend. The one place a verb's backend is built."""
+    kw = {"token_budget": cfg.token_budget, **common}
+    if name == "vllm":
+        kw.update({k: getattr(cfg, k) for k in VLLM_ENGINE_SETTINGS}, **(vllm or {}))
+    return make_backend(name, lm, **kw)
+
+
 def make_backend(name: str, lm, **kwargs) -> Backend:
     """The backend `name` around the loaded model `lm` (for vllm: its description and tokenizer)."""
     if name not in BACKENDS:

@@ -282,23 +282,6 @@ def style_of(problem: Problem, response: str) -> str:
     return "other"
 
 
-def shape_of(text: str) -> str:
-    """The outward form of a modchain response, right or wrong: direct (answer only), skip or
-    running (values only; `skip` shows fewer than 3 of them), explicit or full (operations
-    written out; `full` shows unreduced values), or other. For reports on what a student writes."""
-    t = text.strip()
-    if re.fullmatch(r"A-?\d+", t):
-        return "direct"
-    m = re.fullmatch(r"\|(.*);A-?\d+", t)
-    if not m:
-        return "other"
-    body = m.group(1)
-    if "=" in body:
-        return "full" if (":" in body or re.search(r"=-|=\d\d", body)) else "explicit"
-    vals = [v for v in re.split(r"[,/]", body) if v]
-    return "skip" if len(vals) < 3 else "running"
-
-
 _ANSWER = re.compile(r"(?:^|;)A(-?\d+)(?:$|[^0-9])")
 
 

@@ -14,8 +14,6 @@ the launch command is printed, and `--dry-run` makes exactly those, so what it a
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import click
@@ -66,7 +64,7 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
            dry_run, export_dir, formats, as_json):
     from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, quiet_libraries
     from capacity_advisor.training.manifest import load_manifest
-    from capacity_advisor.training.run_check import check_run, with_overrides
+    from capacity_advisor.training.run_check import with_overrides
 
     quiet_libraries()
     m = load_manifest(manifest)
@@ -83,49 +81,13 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
         return
     if not out:
         raise InputError("--out is required (the run folder), unless --export is given")
-    from capacity_advisor.models.files import check_writable_dir, check_writable_file, refuse_overwrite
+    from capacity_advisor.training.run_manifest import RunRequest, run_manifest
 
-    # before the launch command is printed, so a mistake is the only line
-    check_writable_dir(out, "--out")
-    if records:
-        check_writable_file(records, "--records")
-    refuse_overwrite([manifest, m.dataset_path, m.eval_path, m.candidates_path], [out, records], "--out / --records")
-    if nproc < 1:
-        raise InputError(f"--nproc {nproc} must be at least 1")
-    checked = check_run(m, out, world=nproc, device=device, dtype=dtype, epochs=epochs, max_steps=max_steps)
-    m = checked.manifest
-    if nproc > 1 or accelerate_config:
-        import torch
-
-        from capacity_advisor.training.launch import fsdp_on_cpu_note, launch_command, shown
-
-        cuda = torch.cuda.is_available()
-        cmd = launch_command(manifest, out, nproc, launcher, accelerate_config, cuda=cuda,
-                             records=records, device=device, dtype=dtype, threads=threads, epochs=epochs,
-                             max_steps=max_steps)
-        click.echo(shown(cmd), err=True)
-        note = fsdp_on_cpu_note(accelerate_config, cuda)
-        if note:
-            click.echo(note, err=True)
-        if dry_run:
-            return
-        rc = subprocess.run(cmd).returncode
-        if rc:
-            raise InputError(f"training exited with status {rc} (see the messages above); rerun the same command to resume")
-        record = json.loads((Path(out) / "record.json").read_text(encoding="utf-8"))
-    else:
-        import sys
-
-        from capacity_advisor.training.launch import sft_args, shown
-
-        if dry_run:  # a run in this process prints no command: a mistake found while it loads stays the only line
-            click.echo(shown([sys.executable] + sft_args(manifest, out, records, device, dtype, threads, epochs, max_steps)),
-                       err=True)
-            return
-        from capacity_advisor.training.sft import run_sft
-
-        record = run_sft(manifest, out, records=records, device=device, dtype=dtype, threads=threads, epochs=epochs,
-                         max_steps=max_steps)
+    req = RunRequest(manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, epochs, max_steps)
+    record = run_manifest(req, dry_run, say=lambda line: click.echo(line, err=True))
+    if record is None:
+        return
+    m = with_overrides(m, epochs=epochs, max_steps=max_steps)
     summary = {"record": str(Path(out) / "record.json"), "curve": str(Path(out) / "curve.png"),
                "best_accuracy": record.get("best_accuracy"), "final_accuracy": record.get("final_accuracy"),
                "evaluations": len(record.get("evals", [])), "seconds": record["provenance"]["seconds"],

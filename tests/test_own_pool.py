@@ -196,7 +196,7 @@ def test_the_proxy_split_breaks_its_regret_down_by_pool_source():
     rows = label_rows(read_records(ROOT / "calibration" / "records.jsonl"))
     pairs = [(r, "low" if i % 3 == 0 else "high") for i, r in enumerate(rows)]
     per = by_value(pairs, "source")
-    assert sorted(per) == sorted({r["source"] for r in rows}) and len(per) == 7
+    assert sorted(per) == sorted({r["source"] for r in rows}) and len(per) >= 7
     for source, row in per.items():
         alone = summarize([p for p in pairs if p[0]["source"] == source])
         assert row["rows"] == alone["rows"] and row["regret"] == pytest.approx(alone["regret"])

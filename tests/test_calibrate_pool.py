@@ -130,7 +130,7 @@ def test_a_pool_without_answers_is_refused(tiny_llama, tmp_path):
 
 
 @pytest.mark.slow  # torchrun'd full runs, killed with SIGKILL and resumed
-def test_calibrate_over_two_processes_resumes_after_kill_9(pool, tiny_llama, tmp_path):
+def test_calibrate_over_two_processes_resumes_after_kill_9(lab_home, tiny_llama, tmp_path):
     import os
     import subprocess
     import sys
@@ -138,9 +138,13 @@ def test_calibrate_over_two_processes_resumes_after_kill_9(pool, tiny_llama, tmp
 
     from conftest import kill_tree
 
+    # full runs long enough (40 steps, 16 evaluations) that the kill lands inside the first one
+    pool = tmp_path / "pool.jsonl"
+    assert run("lab", "pool", "--n", 200, "--out", pool).exit_code == 0
     out = tmp_path / "cal"
     small = [str(a) for a in SMALL]
     small[small.index("--epochs") + 1] = "4"
+    small[small.index("--n-eval") + 1] = "40"
     cmd = [str(Path(sys.executable).parent / "advisor"), "calibrate", "--students", str(tiny_llama), "--pool", str(pool),
            "--out", str(out), "--nproc", "2", *small]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -150,10 +154,19 @@ def test_calibrate_over_two_processes_resumes_after_kill_9(pool, tiny_llama, tmp
         while not list(out.glob("units/*/*/checkpoint-*/advisor_state.json")):
             assert p.poll() is None, p.stderr.read()[-3000:]
             assert time.monotonic() < deadline, "no checkpoint in 300 s"
-            time.sleep(0.05)
+            time.sleep(0.01)
     finally:
         kill_tree(p)  # the CLI, torchrun and its workers
-    killed = {c.parent.parent.name for c in out.glob("units/*/*/checkpoint-*/advisor_state.json")}
+    # what the kill left: the run in progress and its newest complete checkpoint (a checkpoint is
+    # complete once its marker is written; the one before it is rotated out as the next is saved,
+    # so a kill between the two leaves none, and that run starts over)
+    def complete(run):
+        steps = [int(c.name.split("-")[1]) for c in run.glob("checkpoint-*")
+                 if (c / "advisor_state.json").exists() and (c / "trainer_state.json").exists()]
+        return max(steps, default=None)
+
+    killed = {d.name: complete(d) for d in out.glob("units/*/*") if d.name in ("high", "low", "mixed")
+              and d.is_dir() and not (d / "record.json").exists() and list(d.glob("checkpoint-*"))}
     assert not (out / "records.jsonl").exists() and len(killed) == 1
 
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -163,5 +176,4 @@ def test_calibrate_over_two_processes_resumes_after_kill_9(pool, tiny_llama, tmp
     for rec in records:
         assert rec["settings"]["processes"] == 2 and rec["settings"]["sharding"] == "ddp"
         assert [e["step"] for e in rec["evals"]][0] == 0 and rec["epochs"] == 4
-        resumed = rec["provenance"]["resumed_from_step"]
-        assert (resumed is not None and resumed >= 1) == (rec["strategy"] in killed), (rec["strategy"], resumed)
+        assert rec["provenance"]["resumed_from_step"] == killed.get(rec["strategy"]), (rec["strategy"], killed)

@@ -58,12 +58,22 @@ def test_fsdp_shards_over_two_cpu_processes_and_trains_and_evaluates_as_one_proc
     assert rb["answer_logprob"] == pytest.approx(ra["answer_logprob"], abs=1e-4)
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def cpu_config(tmp_path: Path, **top) -> Path:
-    """configs/accelerate_fsdp.yaml with the two settings FSDP refuses on CPU processes turned off."""
+    """configs/accelerate_fsdp.yaml with the two settings FSDP refuses on CPU processes turned off,
+    on a port of its own (the config's static rendezvous would take 29500, which a run killed just
+    before may still hold)."""
     cfg = yaml.safe_load((ROOT / "configs" / "accelerate_fsdp.yaml").read_text())
     cfg["fsdp_config"].update(fsdp_sync_module_states=False, fsdp_cpu_ram_efficient_loading=False)
-    cfg.update(top)
-    out = tmp_path / "fsdp-cpu.yaml"
+    cfg.update(main_process_port=free_port(), **top)
+    out = tmp_path / f"fsdp-cpu-{cfg['main_process_port']}.yaml"
     out.write_text(yaml.safe_dump(cfg))
     return out
 
@@ -112,6 +122,7 @@ def test_the_documented_fsdp_config_on_cpu_trains_data_parallel_and_resumes_afte
         kill_tree(p)  # the CLI, accelerate's launcher and both workers
     assert not (run / "record.json").exists() and not store.exists()
 
+    cmd[-1] = str(cpu_config(tmp_path, mixed_precision="no"))  # the same run, resumed on another port
     done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "runs an FSDP config on CPU processes as DDP" in done.stderr

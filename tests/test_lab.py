@@ -450,3 +450,15 @@ def test_a_kept_checkpoint_resumes_a_build_on_a_fresh_machine_to_the_same_weight
     assert weights_hash(resumed) == weights_hash(whole)
     assert committed.stash(resumed) == "build"  # the finished build replaces the checkpoint
     assert not (tmp_path / "weights" / f"{final.name}.checkpoint.pt").exists()
+
+
+def test_a_student_kept_in_the_repository_is_said_to_be_copied_not_pretrained():
+    from capacity_advisor.advisor.lab.pool import describe_student
+
+    said = []
+    desc = describe_student("lab:m", said.append)  # a fresh cache home (the suite's fixture): first use
+    assert said == ["copying lab:m from the builds kept in the repository (first use)"]
+    assert desc["n_params"] == 108_736
+    said.clear()
+    describe_student("lab:m", said.append)  # built now: nothing to say
+    assert said == []

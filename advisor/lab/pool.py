@@ -60,7 +60,11 @@ def describe_student(spec: str, say) -> dict:
     from capacity_advisor.models.lab.ladder import parse_name, student_dir
     from capacity_advisor.models.loading import describe_config
 
+    from capacity_advisor.models.lab.committed import committed_folder
+
     name, steps = parse_name(spec[len("lab:"):])
-    if not (student_dir(name, steps=steps) / "build.json").exists():
-        say(f"pretraining {spec} (first use; cached after)")
+    final = student_dir(name, steps=steps)
+    if not (final / "build.json").exists():
+        say(f"copying {spec} from the builds kept in the repository (first use)" if committed_folder(final.name)
+            else f"pretraining {spec} (first use; cached after)")
     return describe_config(spec)

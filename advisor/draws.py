@@ -67,8 +67,8 @@ def draw_advice(cfg, predictor, policy, desc: dict, context: dict, reports: list
                     "length_ratio_low_high": context["length_ratio_low_high"], **report["features"]}
         row = predictor_row({k: float("nan") if v is None else v for k, v in measured.items()}, cfg.budget, cfg.score)
         d = policy.decide(predictor, row, desc["n_params"], cfg.budget, student=cfg.model)
-        out.append({"seed": cfg.seed + r, "strategy": d["strategy"], "answered_by": d["answered_by"],
-                    "probabilities": d["advice"]["probabilities"], "probe": probe_folder(r)})
+        out.append({"seed": cfg.seed + r, "strategy": d.strategy, "answered_by": d.answered_by,
+                    "probabilities": d.advice.probabilities, "probe": probe_folder(r)})
     return out
 
 

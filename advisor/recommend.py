@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from capacity_advisor.advisor.draws import (
     calibrated_line, combined_cost, draw_advice, draws_line, mean_features, probe_folder, race_note,
 )
 from capacity_advisor.advisor.lab.pool import describe_student, lab_identity
+from capacity_advisor.advisor.predictor.advice import Advice
 from capacity_advisor.advisor.probe import ProbePlan, check_given, load_predictor, predictor_plan  # noqa: F401
 from capacity_advisor.advisor.recommendation import (
     BUDGET_GRID, Recommendation, baselines, predictor_row, reason_text, write_advice, write_manifest,
@@ -130,8 +131,7 @@ def recommend(cfg: RecommendConfig, status=None, progress=None) -> Recommendatio
     settings = chosen_settings(cfg, plan, desc)
     stages = measure(cfg, pool, checked.scores, plan, settings, say, progress)
     rec = advise(cfg, checked.predictor, desc, settings, stages, plan, pool.fingerprint())
-    write_outputs(cfg, rec, pool, whole, stages[0], checked, t0)
-    return rec
+    return write_outputs(cfg, rec, pool, whole, stages[0], checked, t0)
 
 
 def check_inputs(cfg: RecommendConfig) -> Checked:
@@ -240,12 +240,12 @@ def measure(cfg: RecommendConfig, pool, scores, plan: ProbePlan, settings: dict,
     return stages
 
 
-def prior(cfg: RecommendConfig, n_params: float, predictor) -> tuple[dict, dict]:
+def prior(cfg: RecommendConfig, n_params: float, predictor) -> tuple[Advice, dict]:
     """The priors' advice at the budget, and their curve over BUDGET_GRID."""
     from capacity_advisor.advisor.predictor.priors import prior_advice
 
     advice = prior_advice(n_params, cfg.budget, predictor)
-    by_budget = [prior_advice(n_params, b, predictor)["probabilities"] for b in BUDGET_GRID]
+    by_budget = [prior_advice(n_params, b, predictor).probabilities for b in BUDGET_GRID]
     return advice, {s: [p[s] for p in by_budget] for s in SETS}
 
 
@@ -255,8 +255,7 @@ def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stages: 
     several; each draw's own answer beside it); the priors' without a probe. On a pool the user
     calibrated with proxies (its content hash among the predictor's own sources), the policy
     chosen for that case answers, and the report says so."""
-    from capacity_advisor.advisor.predictor import Policy, calibrated_source
-    from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice
+    from capacity_advisor.advisor.predictor import calibrated_source
 
     stage = stages[0]
     context = stage.split.data.context
@@ -269,56 +268,60 @@ def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stages: 
     else:
         reports = [st.report for st in stages]
         measured.update(mean_features(reports))
-        row = predictor_row(measured, cfg.budget, cfg.score)
-        policy = Policy.of(predictor, own_source=calibrated is not None)
-        decision = policy.decide(predictor, row, desc["n_params"], cfg.budget, student=cfg.model)
-        advice = {**decision["advice"], "reasons": predictor.reasons(row), "answered_by": decision["answered_by"],
-                  "policy": policy.describe()}
-        if decision["answered_by"] != "predictor" or decision["strategy"] != advice["strategy"]:
-            own = advice["strategy"]
-            advice["strategy"] = decision["strategy"]
-            advice["confidence_reasons"] = [f"{decision['answered_by']}: {decision['why']}; the predictor alone would "
-                                            f"say D_{own} (P = {advice['probabilities'][own]:.2f})"] + advice["confidence_reasons"]
-            if decision["answered_by"] != "predictor":
-                advice["confidence"] = "low"
-        probs = predictor.predict_proba([predictor_row(measured, b, cfg.score) for b in BUDGET_GRID])
-        curve = {o: probs[:, j].tolist() for j, o in enumerate(predictor.options)}
-        if desc["n_params"] >= PAPER_FROM:  # what the paper found for students of this size, beside the measurement
-            advice["paper_prior"] = paper_prior_advice(desc["n_params"], cfg.budget)
-        notes, departs = plan.notes()
-        if departs:
-            advice["confidence"] = "low"
-        if len(stages) > 1:
-            draws = draw_advice(cfg, predictor, policy, desc, context, reports)
-            line, agree = draws_line(draws, decision["strategy"])
-            notes.append(line)
-            if not agree:
-                advice["confidence"] = "low"
-        if calibrated is not None:
-            notes.insert(0, calibrated_line(predictor, calibrated))
-        advice["confidence_reasons"] = notes + advice["confidence_reasons"]
-    rec = recommendation(cfg, predictor, desc, settings, advice, curve)
-    rec.measurements, rec.selection, rec.draws = measured, stage.split.selection_summary, draws
-    rec.calibrated_on = calibrated
-    rec.probe = stage.report if len(stages) == 1 or stage.report is None else \
+        advice, curve, draws = measured_advice(cfg, predictor, desc, plan, measured, calibrated,
+                                               context if len(stages) > 1 else None, reports)
+    probe = stage.report if len(stages) == 1 or stage.report is None else \
         {**stage.report, "cost": combined_cost([st.report for st in stages])}
-    return rec
+    return recommendation(cfg, predictor, desc, settings, advice, curve, measurements=measured, draws=draws,
+                          calibrated_on=calibrated, probe=probe)
 
 
-def recommendation(cfg: RecommendConfig, predictor, desc: dict, settings: dict, advice: dict, curve: dict) -> Recommendation:
-    schedule, why = Schedule.parse(advice["strategy"]).within(cfg.budget)
-    reasons = list(advice.get("confidence_reasons", [])) + ([why] if why else [])
+def measured_advice(cfg: RecommendConfig, predictor, desc: dict, plan: ProbePlan, measured: dict,
+                    calibrated: dict | None, context: dict | None, reports: list) -> tuple[Advice, dict, list | None]:
+    """The policy's advice on the measured inputs, its curve over BUDGET_GRID, and each draw's own
+    advice (`context` given: several draws). The confidence is low where a fallback answered, where
+    the probe departed from the predictor's recipe, or where the draws disagree."""
+    from capacity_advisor.advisor.predictor import Policy
+    from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice
+
+    row = predictor_row(measured, cfg.budget, cfg.score)
+    policy = Policy.of(predictor, own_source=calibrated is not None)
+    decision = policy.decide(predictor, row, desc["n_params"], cfg.budget, student=cfg.model)
+    advice = decision.advice_given(policy.describe(), predictor.reasons(row))
+    probs = predictor.predict_proba([predictor_row(measured, b, cfg.score) for b in BUDGET_GRID])
+    curve = {o: probs[:, j].tolist() for j, o in enumerate(predictor.options)}
+    notes, low = plan.notes()
+    draws = None
+    if context is not None:
+        draws = draw_advice(cfg, predictor, policy, desc, context, reports)
+        line, agree = draws_line(draws, decision.strategy)
+        notes.append(line)
+        low = low or not agree
+    if calibrated is not None:
+        notes.insert(0, calibrated_line(predictor, calibrated))
+    advice = replace(advice, confidence="low" if low else advice.confidence,
+                     confidence_reasons=tuple(notes) + advice.confidence_reasons,
+                     # what the paper found for students of this size, beside the measurement
+                     paper_prior=paper_prior_advice(desc["n_params"], cfg.budget) if desc["n_params"] >= PAPER_FROM else None)
+    return advice, curve, draws
+
+
+def recommendation(cfg: RecommendConfig, predictor, desc: dict, settings: dict, advice: Advice, curve: dict,
+                   **measured) -> Recommendation:
+    """The Recommendation of this advice, before the outputs are written (`measured`: the probe's
+    measurements, draws, calibrated source and report, where a probe ran)."""
+    schedule, why = Schedule.parse(advice.strategy).within(cfg.budget)
     rules, rule_words = baselines(predictor, desc["n_params"], cfg.budget, cfg.score)
     return Recommendation(
-        schedule=schedule, answer=advice.get("answer", schedule.option),
-        probabilities=advice["probabilities"], confidence=advice["confidence"], confidence_reasons=reasons,
-        predictor=f"{advice['prior']} prior" if advice.get("prior") else predictor.kind, model=desc, budget=cfg.budget,
+        schedule=schedule, answer=advice.answer or schedule.option,
+        probabilities=advice.probabilities, confidence=advice.confidence,
+        confidence_reasons=list(advice.confidence_reasons) + ([why] if why else []),
+        predictor=f"{advice.prior} prior" if advice.prior else predictor.kind, model=desc, budget=cfg.budget,
         score=cfg.score, settings=settings, curve=curve, baselines=rules, rule_of_thumb=rule_words,
-        interval=advice.get("interval"), range=advice.get("range"), neighbours=advice.get("neighbours"),
-        reasons=[reason_text(r) for r in advice.get("reasons", [])], prior=advice.get("prior"),
-        paper_prior=advice.get("paper_prior"),
-        answered_by=advice.get("answered_by", f"{advice['prior']} prior" if advice.get("prior") else "predictor"),
-        policy=advice.get("policy"), options=tuple(predictor.options))
+        interval=advice.interval, range=advice.range, neighbours=advice.neighbours,
+        reasons=[reason_text(r) for r in advice.reasons], prior=advice.prior,
+        paper_prior=advice.paper_prior.as_dict() if advice.paper_prior else None,
+        answered_by=advice.answered_by, policy=advice.policy, options=tuple(predictor.options), **measured)
 
 
 def advise_only(cfg: RecommendConfig, checked: Checked, desc: dict, t0: float) -> Recommendation:
@@ -328,8 +331,7 @@ def advise_only(cfg: RecommendConfig, checked: Checked, desc: dict, t0: float) -
     plan = checked.plan.within(desc.get("max_position_embeddings"))
     settings = chosen_settings(cfg, plan, desc)
     advice, curve = prior(cfg, desc["n_params"], checked.predictor)
-    rec = recommendation(cfg, checked.predictor, desc, settings, advice, curve)
-    rec.seconds = round(time.time() - t0, 1)
+    rec = replace(recommendation(cfg, checked.predictor, desc, settings, advice, curve), seconds=round(time.time() - t0, 1))
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     write_advice(rec, out)
@@ -339,9 +341,9 @@ def advise_only(cfg: RecommendConfig, checked: Checked, desc: dict, t0: float) -
 
 
 def write_outputs(cfg: RecommendConfig, rec: Recommendation, pool, whole: int, stage, checked: Checked,
-                  t0: float) -> None:
+                  t0: float) -> Recommendation:
     """The recommended set minus the probe's held-out slice (train.jsonl), that slice (eval.jsonl),
-    the manifest, config.json and the figure."""
+    the manifest, config.json and the figure; returns the Recommendation with what was written."""
     from capacity_advisor.advisor.report_figure import write_figure
     from capacity_advisor.advisor.select import SelectConfig, export, select
 
@@ -362,17 +364,19 @@ def write_outputs(cfg: RecommendConfig, rec: Recommendation, pool, whole: int, s
                  for i in stage.split.eval_ids if pool.get(i).answer is not None]
     if eval_rows:
         write_jsonl(out / "eval.jsonl", eval_rows)
-    rec.selection, rec.train_rows, rec.eval_rows = sel.summary, len(sel.rows), len(eval_rows)
-    rec.checker = stage.split.data.checker
-    rec.pool = {**pool.summary(), "source": Path(str(pool.source)).name, **({"sampled": cfg.sample} if cfg.sample else {})}
+    notes = list(rec.notes)
     if len(pool) < whole:
-        rec.notes.append(sample_note(cfg, rec, whole, len(held)))
+        notes.append(sample_note(cfg, rec, len(sel.rows), whole, len(held)))
     if sets and (line := race_note(checked.predictor, cfg.out)):
-        rec.notes.append(line)
-    rec.seconds = round(time.time() - t0, 1)
+        notes.append(line)
+    rec = replace(rec, selection=sel.summary, train_rows=len(sel.rows), eval_rows=len(eval_rows),
+                  checker=stage.split.data.checker, notes=notes, seconds=round(time.time() - t0, 1),
+                  pool={**pool.summary(), "source": Path(str(pool.source)).name,
+                        **({"sampled": cfg.sample} if cfg.sample else {})})
     write_manifest(rec, out, cfg.model, cfg.teacher, cfg.seed, sets)
     write_config(cfg, checked.key, rec.settings)
     write_figure(rec, checked.predictor, out / "report.png")
+    return rec
 
 
 def write_config(cfg: RecommendConfig, key: str, settings: dict) -> None:
@@ -380,7 +384,7 @@ def write_config(cfg: RecommendConfig, key: str, settings: dict) -> None:
                                                       "chosen": settings, "versions": versions()}))
 
 
-def sample_note(cfg: RecommendConfig, rec: Recommendation, whole: int, held: int) -> str:
+def sample_note(cfg: RecommendConfig, rec: Recommendation, train_rows: int, whole: int, held: int) -> str:
     """What --sample did to train.jsonl, and how to train on the whole pool instead (scored and
     ranked exactly as the advice was)."""
     pool = cfg.pool or f"{cfg.out}/pool.jsonl"
@@ -393,7 +397,7 @@ def sample_note(cfg: RecommendConfig, rec: Recommendation, whole: int, held: int
         scoring += f" --local-window {LOCAL_WINDOW}"
     ranking = f" --score {cfg.score}" if cfg.score != "sum" else ""
     return (f"train.jsonl holds the {cfg.sample} problems --sample drew, less the probe's {held} held out "
-            f"({rec.train_rows} rows), not the pool's {whole:,}. To train on the whole pool, rerun without --sample (it "
+            f"({train_rows} rows), not the pool's {whole:,}. To train on the whole pool, rerun without --sample (it "
             f"scores every problem; the probe stays this size), or select it from the pool's scores: advisor score "
             f"--model {cfg.model} --pool {pool}{scoring} --out {cfg.out}/score-all, then advisor select --pool {pool} "
             f"--scores {cfg.out}/score-all/scores.jsonl {rec.schedule.select_flags()}{ranking} --out {cfg.out}/train-all.jsonl "

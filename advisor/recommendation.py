@@ -2,8 +2,10 @@
 
 `Recommendation` is read by the CLI's report, the manifest writer (`write_manifest`, the
 `recommendation.json` that `advisor train` consumes unchanged), the advice-only writer and the
-figure (`advisor.report_figure`); `as_dict()` is the `--json` output. `predictor_row` is the one
-place a probe's measurements meet the run's budget and ranking to form the predictor's input row.
+figure (`advisor.report_figure`); `as_dict()` is the `--json` output. It is frozen: `recommend`
+builds it from the advice (`advisor.predictor.advice.Advice`) and adds what it wrote with
+`dataclasses.replace`. `predictor_row` forms the predictor's input row from a probe's measurements,
+the run's budget and ranking.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def reason_text(r: dict) -> str:
     return f"{r['feature']} = {val} (moves P(D_{r['toward'].replace('not ', '')}) by {r['weight']:+.2f})"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Recommendation:
     schedule: Schedule  # what to train on within the budget
     answer: str  # the option, or "uncertain" where the evidence is silent (the schedule is then the hedge)

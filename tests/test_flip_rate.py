@@ -91,8 +91,8 @@ def test_the_shipped_policy_reports_the_advice_of_both_seeds_of_a_committed_unit
         assert set(cell["advice"]) == {0, 1}
         for r in (r for r in unit if r["features"]["budget"] == cell["cell"][-1]):
             d = policy.decide(shipped, r["features"], r["n_params"], r["features"]["budget"], student=r["student"])
-            assert cell["advice"][r["seed"]] == d["strategy"]
-            assert cell["p_low"][r["seed"]] == pytest.approx(d["advice"]["probabilities"]["low"])
+            assert cell["advice"][r["seed"]] == d.strategy
+            assert cell["p_low"][r["seed"]] == pytest.approx(d.advice.probabilities["low"])
         assert cell["agree"] == (cell["advice"][0] == cell["advice"][1])
     assert got["flip_rate"] == pytest.approx(sum(not c["agree"] for c in got["cells"]) / len(got["cells"]))
     assert got["p_low_spread"] == pytest.approx(sum(abs(c["p_low"][0] - c["p_low"][1]) for c in got["cells"])

@@ -137,10 +137,10 @@ def test_interval_widens_and_confidence_drops_off_the_data():
     width = lambda f: max(hi - lo for lo, hi in model.interval(f).values())  # noqa: E731
     assert width(far) > 0.5 > width(inside)
     a, b = model.advise(inside), model.advise(far)
-    assert a["confidence"] in ("high", "medium") and all(c["inside"] for c in a["range"] if c["inside"] is not None)
-    assert b["confidence"] == "low" and "outside the calibrated range" in b["confidence_reasons"][0]
-    assert {c["feature"] for c in b["range"] if c["inside"] is False} == {"likelihood_gap_per_token"}
-    near = a["neighbours"]
+    assert a.confidence in ("high", "medium") and all(c["inside"] for c in a.range if c["inside"] is not None)
+    assert b.confidence == "low" and "outside the calibrated range" in b.confidence_reasons[0] and b.outside
+    assert {c["feature"] for c in b.range if c["inside"] is False} == {"likelihood_gap_per_token"}
+    near = a.neighbours
     assert near and near[0]["distance"] <= near[-1]["distance"] and near[0]["outcomes"]["5"]["label"] == "low"
 
 
@@ -246,7 +246,7 @@ def test_shipped_predictor_loads_and_answers():
     assert shipped.meta["records"] >= 2 and "always high" in shipped.meta["cv"]["student"]["methods"]
     feats = {k: shipped.range[k]["mean"] for k in shipped.features if k in shipped.range}
     p = shipped.predict_proba([feats])[0]
-    assert abs(p.sum() - 1) < 1e-6 and shipped.advise(feats)["confidence"] in ("high", "medium", "low")
+    assert abs(p.sum() - 1) < 1e-6 and shipped.advise(feats).confidence in ("high", "medium", "low")
     # what it predicts on the committed records it was fitted on: it has learnt them (in-sample, so
     # this says the file holds the fit of these records, not how well it transfers; cv_table does that)
     records = read_records(Path(__file__).resolve().parents[1] / "calibration" / "records.jsonl")
@@ -339,19 +339,19 @@ def test_policy_falls_back_off_the_data_and_not_on_it():
     rng = random.Random(3)
     inside = probe_features(7.0, rng)
     on = policy.decide(model, inside, n_params=10**7, budget=5)
-    assert on["answered_by"] == "predictor" and on["strategy"] == "low"
+    assert on.answered_by == "predictor" and on.strategy == "low"
     far = {**inside, "gap_answer_logprob_area_gain": 40.0, "low_repetition_area": 9.0}
     off = policy.decide(model, far, n_params=10**7, budget=5)
-    assert off["answered_by"] == "fallback: always D_high" and off["strategy"] == "high" and off["distance_ratio"] > 1
+    assert off.answered_by == "fallback: always D_high" and off.strategy == "high" and off.distance_ratio > 1
     big = policy.decide(model, far, n_params=7.6e9, budget=5)  # the paper's 7-8B students: D_low after 2-5 epochs
-    assert big["answered_by"] == "fallback: the paper's findings" and big["strategy"] == "low"
+    assert big.answered_by == "fallback: the paper's findings" and big.strategy == "low"
     cautious = Policy(max_distance=math.inf, margin=2.0).decide(model, inside, n_params=10**7, budget=5)
-    assert cautious["answered_by"] == "the policy: always D_high" and cautious["strategy"] == "high"
+    assert cautious.answered_by == "the policy: always D_high" and cautious.strategy == "high"
     held = Policy(max_distance=math.inf, margin=0.9).decide(model, inside, n_params=10**7, budget=5)
-    assert held["answered_by"] == "predictor" and held["strategy"] == "high" and "held to D_high" in held["why"]
+    assert held.answered_by == "predictor" and held.strategy == "high" and "held to D_high" in held.why
     # a calibrated student's own units are not its neighbours: the distance is to the others
     own = policy.decide(model, inside, n_params=10**7, budget=5, student="lab:s5")
-    assert all(n["student"] != "lab:s5" for n in own["advice"]["neighbours"])
+    assert all(n["student"] != "lab:s5" for n in own.advice.neighbours)
     assert Policy.from_dict(policy.to_dict()) == policy
     with pytest.raises(InputError, match="meta.policy"):
         Policy.from_dict({"max_distance": -1, "margin": 0.1})

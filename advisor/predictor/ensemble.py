@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from capacity_advisor.models.numbers import number
+from capacity_advisor.advisor.predictor.advice import Advice
 from capacity_advisor.advisor.predictor.checks import unit_ok, check_meta, strict_loads
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, PROBE_FEATURES, matrix, options_in
 from capacity_advisor.advisor.predictor.members import MAX_MEMBERS, check_member, fit_members, member_proba
@@ -124,7 +125,7 @@ class Predictor:
         order = [i for i in np.argsort(d, kind="stable") if students[i] != student][:k]
         return [{**{kk: v for kk, v in self.units[i].items() if kk != "z"}, "distance": float(d[i])} for i in order]
 
-    def advise(self, features: dict, student: str | None = None) -> dict:
+    def advise(self, features: dict, student: str | None = None) -> Advice:
         """Probabilities, interval, range check, neighbours (other than `student`'s own units),
         and a confidence with its reasons."""
         per_member = self.member_probas([features])[:, 0, :]
@@ -154,9 +155,8 @@ class Predictor:
             confidence = "medium"
             words.append(f"inside the calibrated data, but the ensemble's intervals overlap "
                          f"(D_{choice} {interval[choice][0]:.2f}-{interval[choice][1]:.2f}, others up to {others_hi:.2f})")
-        return {"strategy": choice, "probabilities": probs, "interval": interval, "confidence": confidence,
-                "confidence_reasons": words, "range": checks, "neighbours": near, "outside": len(outside) > 0,
-                "far": far}
+        return Advice(strategy=choice, probabilities=probs, interval=interval, confidence=confidence,
+                      confidence_reasons=tuple(words), range=checks, neighbours=near, outside=len(outside) > 0)
 
     def reasons(self, features: dict, k: int = 3) -> list[dict]:
         """The inputs that moved the chosen option's probability most, by replacing each with its

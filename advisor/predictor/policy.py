@@ -28,6 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
+from capacity_advisor.advisor.predictor.advice import Advice, Decision
 from capacity_advisor.advisor.predictor.checks import policy_thresholds
 from capacity_advisor.advisor.predictor.ensemble import Predictor, distances, fit_predictor
 from capacity_advisor.advisor.predictor.evaluate import (
@@ -70,31 +71,30 @@ class Policy:
         return choice
 
     def decide(self, predictor: Predictor, features: dict, n_params: float, budget: float,
-               student: str | None = None) -> dict:
+               student: str | None = None) -> Decision:
         """What the policy answers for one student at one budget, and who answered. Distances
         leave out the calibration units of `student` itself, as when the thresholds were chosen."""
         advice = predictor.advise({**features, "budget": float(budget)}, student=student)
         ratio = distance_ratio(predictor, advice)
-        outside = bool(advice.get("outside"))
-        pick = self.choose(advice["probabilities"], outside, ratio)
-        base = {"advice": advice, "distance_ratio": ratio, "outside": outside}
+        pick = self.choose(advice.probabilities, advice.outside, ratio)
+        base = {"advice": advice, "distance_ratio": ratio, "outside": advice.outside}
         if pick is not None and self.never_overrides:
-            return {**base, "strategy": "high", "answered_by": "the policy: always D_high",
-                    "why": "on the held-out splits its thresholds were chosen by (meta.policy.chosen_by), the "
-                           "predictor did no better than always-high, so the policy keeps D_high whatever the probe "
-                           "measures"}
+            return Decision("high", "the policy: always D_high",
+                            "on the held-out splits its thresholds were chosen by (meta.policy.chosen_by), the "
+                            "predictor did no better than always-high, so the policy keeps D_high whatever the probe "
+                            "measures", **base)
         if pick is not None:
-            why = "the predictor" if pick == advice["strategy"] else \
-                f"the predictor, held to D_high (D_{advice['strategy']} was not {self.margin:g} more probable)"
-            return {**base, "strategy": pick, "answered_by": "predictor", "why": why}
+            why = "the predictor" if pick == advice.strategy else \
+                f"the predictor, held to D_high (D_{advice.strategy} was not {self.margin:g} more probable)"
+            return Decision(pick, "predictor", why, **base)
         strategy, who = fallback(n_params, budget)
         reasons = []
-        if self.use_range and outside:
+        if self.use_range and advice.outside:
             reasons.append("some measurements lie outside the calibrated range")
         if ratio > self.max_distance:
             reasons.append(f"the nearest calibrated student is {ratio:.2f}x the typical distance away "
                            f"(the policy trusts the predictor up to {self.max_distance:g}x)")
-        return {**base, "strategy": strategy, "answered_by": who, "why": "; ".join(reasons) or "off the calibrated data"}
+        return Decision(strategy, who, "; ".join(reasons) or "off the calibrated data", **base)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -143,12 +143,12 @@ def fallback(n_params: float | None, budget: float) -> tuple[str, str]:
     """(strategy, who answered) when the predictor does not: D_high below 10^8 parameters, the
     paper's findings from there up (their hedge, D_mixed, where the paper is silent)."""
     if n_params is not None and n_params >= PAPER_FROM:
-        return paper_prior_advice(n_params, budget)["strategy"], "fallback: the paper's findings"
+        return paper_prior_advice(n_params, budget).strategy, "fallback: the paper's findings"
     return "high", "fallback: always D_high"
 
 
-def distance_ratio(predictor: Predictor, advice: dict) -> float:
-    near = advice.get("neighbours") or []
+def distance_ratio(predictor: Predictor, advice: Advice) -> float:
+    near = advice.neighbours or []
     td = predictor.typical_distance
     if not near or not (isinstance(td, float) and math.isfinite(td) and td > 0):
         return 0.0
@@ -163,8 +163,8 @@ def seed_advice(predictor: Predictor, policy: Policy, rows: Sequence[dict]) -> d
     pairs, p_low = [], []
     for r in rows:
         d = policy.decide(predictor, r["features"], r["n_params"], r["features"]["budget"], student=r["student"])
-        pairs.append((r, d["strategy"]))
-        p_low.append((r, float(d["advice"]["probabilities"].get("low", float("nan")))))
+        pairs.append((r, d.strategy))
+        p_low.append((r, float(d.advice.probabilities.get("low", float("nan")))))
     cells: dict[tuple, dict] = {}
     for (r, s), (_, p) in zip(pairs, p_low):
         c = cells.setdefault(cell_of(r), {"cell": cell_of(r), "advice": {}, "p_low": {}})

@@ -25,6 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
+from capacity_advisor.advisor.predictor.advice import Advice
 from capacity_advisor.models.errors import InputError
 
 LAB_PRIOR_FEATURES = ("log10_params", "budget", "log10_params_x_budget")
@@ -45,7 +46,7 @@ def fit_lab_prior(rows: Sequence[dict]) -> dict:
             "params_range": [min(r["n_params"] for r in rows), max(r["n_params"] for r in rows)]}
 
 
-def lab_prior_advice(prior: dict, n_params: float, budget: float, options: Sequence[str] | None = None) -> dict:
+def lab_prior_advice(prior: dict, n_params: float, budget: float, options: Sequence[str] | None = None) -> Advice:
     """The lab prior's answer over `options` (the predictor's; default high, low, mixed)."""
     from capacity_advisor.advisor.predictor.members import member_proba
     from capacity_advisor.training.manifest import SETS
@@ -63,8 +64,8 @@ def lab_prior_advice(prior: dict, n_params: float, budget: float, options: Seque
     reasons = ["lab prior: fitted on the calibration students' outcomes by parameter count and budget alone"]
     if not inside:
         reasons.append(f"{n_params:,.0f} parameters is outside the calibrated lab range ({lo:,.0f} to {hi:,.0f})")
-    return {"prior": "lab", "strategy": max(probs, key=probs.get), "probabilities": probs, "confidence": "low",
-            "confidence_reasons": reasons + ["no probe: nothing was measured on this student"]}
+    return Advice(prior="lab", answered_by="lab prior", strategy=max(probs, key=probs.get), probabilities=probs,
+                  confidence="low", confidence_reasons=tuple(reasons + ["no probe: nothing was measured on this student"]))
 
 
 def check_lab_prior(prior, options: Sequence[str] | None = None) -> None:
@@ -93,7 +94,7 @@ def _finding_at(student: dict, budget: float) -> str | None:
     return None
 
 
-def paper_prior_advice(n_params: float, budget: float) -> dict:
+def paper_prior_advice(n_params: float, budget: float) -> Advice:
     """What the paper's students of this size found at this budget (see the module doc)."""
     data = paper_findings()
     students = sorted(data["students"], key=lambda s: s["n_params"])
@@ -104,18 +105,15 @@ def paper_prior_advice(n_params: float, budget: float) -> dict:
     cite = data["source"]
     reasons, confidence = [], "medium"
     if n_params <= small_top * 1.15:
-        peers = small
         answer = "high"
         reasons.append(f"the paper's students of up to {small_top / 1e9:.1f}B parameters "
                        f"({', '.join(s['model'] for s in small)}) did best on D_high at every budget up to 5 epochs")
     elif n_params < large_low * 0.9:
-        peers = [s for s in students if small_top < s["n_params"] < large_low] or small + large
         answer = "uncertain"
         reasons.append(f"between the paper's {small_top / 1e9:.1f}B students (D_high throughout) and its "
                        f"{large_low / 1e9:.1f}B+ students (D_low after 2-5 epochs); the paper does not say where its "
                        "Qwen3-4B student falls")
     else:
-        peers = large
         first = {_finding_at(s, budget) for s in large}
         answer = first.pop() if len(first) == 1 and None not in first else "uncertain"
         if answer == "uncertain":
@@ -136,14 +134,12 @@ def paper_prior_advice(n_params: float, budget: float) -> dict:
                    f"({data['setting']['pool']}) and teachers")
     probs = {"high": 1.0, "low": 0.0, "mixed": 0.0} if answer == "high" else \
         {"high": 0.0, "low": 1.0, "mixed": 0.0} if answer == "low" else {"high": 1 / 3, "low": 1 / 3, "mixed": 1 / 3}
-    return {"prior": "paper", "answer": answer,
-            # a hedge when the paper is silent: half the problems on each response
-            "strategy": answer if answer != "uncertain" else "mixed",
-            "probabilities": probs, "confidence": confidence, "confidence_reasons": reasons + [f"source: {cite}"],
-            "peers": [{"model": s["model"], "n_params": s["n_params"], "finding": _finding_at(s, budget)} for s in peers]}
+    return Advice(prior="paper", answered_by="paper prior", answer=answer if answer == "uncertain" else None,
+                  strategy=answer if answer != "uncertain" else "mixed",  # a hedge when the paper is silent: half the problems on each response
+                  probabilities=probs, confidence=confidence, confidence_reasons=tuple(reasons + [f"source: {cite}"]))
 
 
-def prior_advice(n_params: float, budget: float, predictor=None) -> dict:
+def prior_advice(n_params: float, budget: float, predictor=None) -> Advice:
     """The lab prior below 10^8 parameters (needs the predictor), the paper prior from there up."""
     if n_params >= PAPER_FROM:
         return paper_prior_advice(n_params, budget)

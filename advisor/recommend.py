@@ -32,9 +32,8 @@ from capacity_advisor.advisor.lab.pool import describe_student, lab_identity
 from capacity_advisor.advisor.predictor.advice import Advice
 from capacity_advisor.advisor.probe import ProbePlan, check_given, load_predictor, predictor_plan  # noqa: F401
 from capacity_advisor.advisor.recommendation import (
-    BUDGET_GRID, Recommendation, baselines, predictor_row, reason_text, write_advice, write_manifest,
+    BUDGET_GRID, Recommendation, predictor_row, recommendation, write_advice, write_manifest,
 )
-from capacity_advisor.advisor.schedule import Schedule
 from capacity_advisor.advisor.select import RANKINGS
 from capacity_advisor.models.backends import BACKENDS
 from capacity_advisor.models.errors import InputError
@@ -272,8 +271,8 @@ def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stages: 
                                                context if len(stages) > 1 else None, reports)
     probe = stage.report if len(stages) == 1 or stage.report is None else \
         {**stage.report, "cost": combined_cost([st.report for st in stages])}
-    return recommendation(cfg, predictor, desc, settings, advice, curve, measurements=measured, draws=draws,
-                          calibrated_on=calibrated, probe=probe)
+    return recommendation(advice, curve, predictor, desc, settings, cfg.budget, cfg.score, measurements=measured,
+                          draws=draws, calibrated_on=calibrated, probe=probe)
 
 
 def measured_advice(cfg: RecommendConfig, predictor, desc: dict, plan: ProbePlan, measured: dict,
@@ -306,24 +305,6 @@ def measured_advice(cfg: RecommendConfig, predictor, desc: dict, plan: ProbePlan
     return advice, curve, draws
 
 
-def recommendation(cfg: RecommendConfig, predictor, desc: dict, settings: dict, advice: Advice, curve: dict,
-                   **measured) -> Recommendation:
-    """The Recommendation of this advice, before the outputs are written (`measured`: the probe's
-    measurements, draws, calibrated source and report, where a probe ran)."""
-    schedule, why = Schedule.parse(advice.strategy).within(cfg.budget)
-    rules, rule_words = baselines(predictor, desc["n_params"], cfg.budget, cfg.score)
-    return Recommendation(
-        schedule=schedule, answer=advice.answer or schedule.option,
-        probabilities=advice.probabilities, confidence=advice.confidence,
-        confidence_reasons=list(advice.confidence_reasons) + ([why] if why else []),
-        predictor=f"{advice.prior} prior" if advice.prior else predictor.kind, model=desc, budget=cfg.budget,
-        score=cfg.score, settings=settings, curve=curve, baselines=rules, rule_of_thumb=rule_words,
-        interval=advice.interval, range=advice.range, neighbours=advice.neighbours,
-        reasons=[reason_text(r) for r in advice.reasons], prior=advice.prior,
-        paper_prior=advice.paper_prior.as_dict() if advice.paper_prior else None,
-        answered_by=advice.answered_by, policy=advice.policy, options=tuple(predictor.options), **measured)
-
-
 def advise_only(cfg: RecommendConfig, checked: Checked, desc: dict, t0: float) -> Recommendation:
     """`--no-probe` without a pool: advice from the parameter count, nothing scored, no weights read."""
     from capacity_advisor.advisor.report_figure import write_figure
@@ -331,7 +312,8 @@ def advise_only(cfg: RecommendConfig, checked: Checked, desc: dict, t0: float) -
     plan = checked.plan.within(desc.get("max_position_embeddings"))
     settings = chosen_settings(cfg, plan, desc)
     advice, curve = prior(cfg, desc["n_params"], checked.predictor)
-    rec = replace(recommendation(cfg, checked.predictor, desc, settings, advice, curve), seconds=round(time.time() - t0, 1))
+    rec = replace(recommendation(advice, curve, checked.predictor, desc, settings, cfg.budget, cfg.score),
+                  seconds=round(time.time() - t0, 1))
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     write_advice(rec, out)

@@ -135,6 +135,24 @@ class Recommendation:
         }
 
 
+def recommendation(advice, curve: dict, predictor, desc: dict, settings: dict, budget: float, score: str,
+                   **measured) -> Recommendation:
+    """The Recommendation of an `Advice` at this budget and ranking, before the outputs are written
+    (`measured`: the probe's measurements, draws, calibrated source and report, where a probe ran)."""
+    schedule, why = Schedule.parse(advice.strategy).within(budget)
+    rules, rule_words = baselines(predictor, desc["n_params"], budget, score)
+    return Recommendation(
+        schedule=schedule, answer=advice.answer or schedule.option,
+        probabilities=advice.probabilities, confidence=advice.confidence,
+        confidence_reasons=list(advice.confidence_reasons) + ([why] if why else []),
+        predictor=f"{advice.prior} prior" if advice.prior else predictor.kind, model=desc, budget=budget,
+        score=score, settings=settings, curve=curve, baselines=rules, rule_of_thumb=rule_words,
+        interval=advice.interval, range=advice.range, neighbours=advice.neighbours,
+        reasons=[reason_text(r) for r in advice.reasons], prior=advice.prior,
+        paper_prior=advice.paper_prior.as_dict() if advice.paper_prior else None,
+        answered_by=advice.answered_by, policy=advice.policy, options=tuple(predictor.options), **measured)
+
+
 def write_manifest(rec: Recommendation, out: Path, spec: str, teacher: str | None, seed: int,
                    sets: dict | None = None) -> None:
     """OUT/recommendation.json: the training manifest of the recommended set (`advisor train`);

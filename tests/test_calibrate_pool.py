@@ -45,6 +45,68 @@ def test_the_dry_run_prints_the_plan_and_its_share_of_a_target_run(pool, tiny_ll
     assert not out.exists()  # a dry run writes nothing
 
 
+def test_the_dry_run_measures_the_pools_tokens_and_prices_them_in_gpu_hours(pool, tiny_qwen, tmp_path):
+    """The tokens are counted as training counts them, with each model's own tokenizer (checked here
+    against the tokenizer called directly, a short context cutting some sequences); FLOPs are
+    6·N·tokens trained, 2·N·tokens passed forward or generated, and GPU-hours FLOPs / (peak x MFU)."""
+    from transformers import AutoTokenizer
+
+    from capacity_advisor.advisor.calibrate_pool import PoolCalibrateConfig, make_plan
+    from conftest import build_tiny
+
+    short = build_tiny(tmp_path / "short-llama", "llama", context=48)  # no chat template; the recipe's length: 48
+    bare = tmp_path / "config-only"  # a target without a tokenizer is counted with the first proxy's
+    bare.mkdir()
+    shutil.copy(Path(tiny_qwen) / "config.json", bare / "config.json")
+    args = ["calibrate", "--students", f"{short},{tiny_qwen}", "--pool", pool, "--dry-run", "--out", tmp_path / "cal",
+            "--json", *SMALL, "--gpu-tflops", 100, "--mfu", 0.5, "--decode-mfu", 0.1]
+    r = run(*args, "--target", tiny_qwen)
+    assert r.exit_code == 0, r.stderr
+    c = json.loads(r.stdout)["cost"]
+    g = c["gpu"]
+    assert (g["peak_tflops"], g["mfu"], g["decode_mfu"]) == (100, 0.5, 0.1)
+
+    plan = make_plan(PoolCalibrateConfig(students=(short,), pool=str(pool), out=str(tmp_path / "cal"), n_eval=8))
+    tok = AutoTokenizer.from_pretrained(short)
+    seqs, scored = [], 0
+    for p in plan.train.problems:
+        n_prompt = len(tok(p.prompt)["input_ids"])  # BOS + the prompt
+        whole = [n_prompt + len(tok(x.text, add_special_tokens=False)["input_ids"]) for x in p.candidates]
+        seqs.append([min(w + 1, 48) for w in whole])  # + EOS, cut at the training length
+        scored += sum(min(w, 48) for w in whole)
+    s = c["students"][0]
+    t = s["tokens"]
+    assert t["max_length"] == 48 and t["candidates"] == sum(map(len, seqs)) and 0 < t["truncated_share"] < 1
+    assert t["per_epoch"] == pytest.approx(sum(sum(x) / len(x) for x in seqs))
+    assert (t["per_epoch_shortest"], t["per_epoch_longest"]) == (sum(map(min, seqs)), sum(map(max, seqs)))
+    assert t["score_tokens"] == scored and t["sequence_mean"] == pytest.approx(t["per_epoch"] / len(seqs))
+
+    m, n = s["compute"], s["n_params"]
+    assert m["train_tokens"] == pytest.approx(2 * 2 * 4 * t["sequence_mean"] + 3 * 1 * t["per_epoch"])  # probe + 3 sets
+    new = 8  # --max-new-tokens: every generation counted in full
+    assert m["generated_tokens"] == (1 + 2) * 4 * new + 3 * s["evaluations_per_run"] * 8 * new
+    assert m["flops"] == pytest.approx({"train": 6 * n * m["train_tokens"], "forward": 2 * n * m["forward_tokens"],
+                                        "generate": 2 * n * m["generated_tokens"]})
+    h = m["gpu_hours"]
+    for part, mfu in (("train", 0.5), ("forward", 0.5), ("generate", 0.1)):
+        assert h[part] == pytest.approx(m["flops"][part] / (100e12 * mfu) / 3600)
+    assert h["total"] == pytest.approx(h["train"] + h["forward"] + h["generate"])
+
+    qwen, target = c["students"][1], c["target"]
+    assert qwen["tokens"]["max_length"] == 2048 and qwen["tokens"]["truncated_share"] == 0  # its own tokenizer
+    assert target["tokens"]["per_epoch"] == qwen["tokens"]["per_epoch"]
+    assert target["compute"]["train_tokens"] == pytest.approx(1 * qwen["tokens"]["per_epoch"])  # one run, one epoch
+    assert g["proxies_gpu_hours"] == pytest.approx(h["total"] + qwen["compute"]["gpu_hours"]["total"])
+    assert g["share_of_one_full_run"] == pytest.approx(g["proxies_gpu_hours"] / target["compute"]["gpu_hours"]["total"])
+
+    r = run(*args, "--target", bare)
+    assert r.exit_code == 0, r.stderr
+    target = json.loads(r.stdout)["cost"]["target"]
+    assert target["tokens"]["tokenizer"] == Path(short).name and "holds no tokenizer" in target["tokens_missing"]
+    r = run(*[a for a in args if a != "--json"], "--target", bare)
+    assert r.exit_code == 0 and "not measured on a GPU" in r.stderr and "6·N·tokens" in r.stderr, r.stderr
+
+
 @pytest.mark.slow
 def test_calibrate_on_folders_resumes_and_its_records_refit_beside_the_lab(pool, tiny_llama, tiny_qwen, tmp_path):
     out = tmp_path / "cal"
@@ -106,6 +168,10 @@ def test_calibrate_on_folders_resumes_and_its_records_refit_beside_the_lab(pool,
     (["--students", "TINY,TINY", "--pool", "POOL"], "names a model twice"),
     (["--students", "TINY", "--pool", "POOL", "--n-eval", 40], "--n-eval 40 holds out more than a quarter"),
     (["--dry-run"], "go with --students"),
+    (["--students", "TINY", "--pool", "POOL", "--dry-run", "--mfu", 0], "--mfu 0.0 must be a share of the peak"),
+    (["--students", "TINY", "--pool", "POOL", "--dry-run", "--decode-mfu", 1.5], "--decode-mfu 1.5 must be a share"),
+    (["--students", "TINY", "--pool", "POOL", "--dry-run", "--gpu-tflops", -1], "--gpu-tflops -1.0 must be"),
+    (["--students", "TINY", "--pool", "POOL", "--mfu", 0.3], "--mfu goes with --dry-run"),
 ])
 def test_bad_calibration_inputs_are_one_error_line(args, words, pool, tiny_llama, tmp_path):
     out = tmp_path / "cal"

@@ -13,6 +13,7 @@ from capacity_advisor.advisor.cli import report
 from capacity_advisor.advisor.cli.options import (
     checker_option, device_options, field_option, floats, ints, json_option, names, pool_options, pool_settings, take,
 )
+from capacity_advisor.advisor.calibrate_pool import PoolCalibrateConfig
 from capacity_advisor.advisor.lab.calibrate import CalibrateConfig
 from capacity_advisor.models.errors import InputError
 
@@ -42,7 +43,14 @@ from capacity_advisor.models.errors import InputError
               help="With --students: what wrote the pool's candidates (names the pool source in the records).")
 @click.option("--task-name", default=None, help="With --students: the pool source's name in the records (default: its content hash).")
 @click.option("--target", default=None, help="With --students: the large student this is for; the plan states its cost against one full run of it.")
-@click.option("--dry-run", is_flag=True, help="With --students: print the plan and its cost, run nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="With --students: print the plan and its cost (the pool's tokens measured, FLOPs, GPU-hours), run nothing.")
+@field_option(PoolCalibrateConfig, "gpu_tflops",
+              help="With --dry-run: one GPU's peak TFLOP/s (default: an H100 SXM's dense bf16); set your cluster's.")
+@field_option(PoolCalibrateConfig, "mfu",
+              help="With --dry-run: the share of that peak training and forward passes reach (an assumption; set yours).")
+@field_option(PoolCalibrateConfig, "decode_mfu",
+              help="With --dry-run: the share of that peak generation reaches, far below training's (an assumption).")
 @click.option("--nproc", default=1, show_default=True, type=click.IntRange(1, 1024),
               help="With --students: processes per full run (torchrun; accelerate with --launcher), as `advisor train`.")
 @click.option("--launcher", default="torchrun", show_default=True, type=click.Choice(("torchrun", "accelerate")))
@@ -68,12 +76,13 @@ def calibrate(ctx, as_json, **kw):
     if kw["students"] is not None or kw["own_pool"] is not None:
         return calibrate_own_pool(ctx, as_json, kw)
     given = [f"--{k.replace('_', '-')}" for k in ("dry_run", "target", "predictor", "own_probe_batch", "own_probe_eval",
-                                                  "own_new_tokens")
+                                                  "own_new_tokens", "gpu_tflops", "mfu", "decode_mfu")
              if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
     if given:
         raise InputError(f"{', '.join(given)} go with --students (calibrating on your own pool)")
     for k in ("students", "own_pool", "pool_teacher", "task_name", "target", "dry_run", "nproc", "launcher", "predictor",
-              "own_probe_batch", "own_probe_eval", "own_new_tokens", "checker", "device", "dtype"):
+              "own_probe_batch", "own_probe_eval", "own_new_tokens", "gpu_tflops", "mfu", "decode_mfu", "checker", "device",
+              "dtype"):
         kw.pop(k)
     pool_settings(kw)
     for name, parse in (("sizes", names), ("seeds", ints), ("mean_seeds", ints), ("tasks", names),
@@ -103,6 +112,10 @@ def calibrate_own_pool(ctx, as_json: bool, kw: dict) -> None:
     if not kw["students"] or not kw["own_pool"]:
         raise InputError("calibrating on your own pool needs both --students (your proxies) and --pool")
     given = lambda k: ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE  # noqa: E731
+    gpu_flags = [f"--{k.replace('_', '-')}" for k in ("gpu_tflops", "mfu", "decode_mfu") if given(k)]
+    if gpu_flags and not kw["dry_run"]:
+        raise InputError(f"{', '.join(gpu_flags)} {'go' if len(gpu_flags) > 1 else 'goes'} with --dry-run (the plan's "
+                         "GPU-hours)")
     recipe = {k: v for k, v in (("steps", kw["probe_steps"] if given("probe_steps") else None),
                                 ("batch_size", kw["own_probe_batch"]), ("eval_problems", kw["own_probe_eval"]),
                                 ("max_new_tokens", kw["own_new_tokens"])) if v is not None}
@@ -113,7 +126,7 @@ def calibrate_own_pool(ctx, as_json: bool, kw: dict) -> None:
         n_eval=kw["n_eval"] if given("n_eval") else PoolCalibrateConfig.n_eval,
         teacher=kw["pool_teacher"], task=kw["task_name"], checker=kw["checker"], device=kw["device"], dtype=kw["dtype"],
         nproc=kw["nproc"], launcher=kw["launcher"], target=kw["target"], predictor=kw["predictor"], recipe=recipe,
-        pool_options=vars(pool_settings(kw)))
+        pool_options=vars(pool_settings(kw)), gpu_tflops=kw["gpu_tflops"], mfu=kw["mfu"], decode_mfu=kw["decode_mfu"])
     result = run_pool_calibration(cfg, log=lambda m: console.print(m, highlight=False), dry_run=kw["dry_run"])
     if as_json:
         emit_json(result)

@@ -166,6 +166,63 @@ def calibration_plan(c: dict) -> None:
         tg = c["target"]
         console.print(f"cost: {tg['share_of_one_full_run']:.1%} of one {c['epochs']:g}-epoch full run of {tg['model']} "
                       f"({tg['n_params']:,} parameters; compute as parameters x sequences trained)", highlight=False)
+    if c.get("gpu"):
+        gpu_plan(c)
+
+
+def _tokens(x: float) -> str:
+    """A token count in words a table can hold: 1.23M, 4.5B."""
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= size:
+            return f"{x / size:.3g}{unit}"
+    return f"{x:.0f}"
+
+
+def _hours(h: float) -> str:
+    return f"{h:,.0f}" if h >= 100 else f"{h:.1f}" if h >= 1 else f"{h:.2g}"
+
+
+def gpu_plan(c: dict) -> None:
+    """The dry run's measured tokens and what they cost in GPU-hours, with the assumptions stated."""
+    g = c["gpu"]
+    t = Table(title=f"GPU-hours on one GPU of {g['peak_tflops']:g} peak TFLOP/s at MFU {g['mfu']:g} (training, forward "
+                    f"passes) and {g['decode_mfu']:g} (generation): computed from measured token counts, not measured on a GPU",
+              title_justify="left")
+    for col in ("model", "tokens / sequence", "tokens / epoch of a set", "trained", "forward", "generated (at most)",
+                "GPU-h train", "GPU-h forward", "GPU-h generate", "GPU-h total"):
+        t.add_column(col, justify="left" if col == "model" else "right")
+    rows = [(s["student"], s) for s in c["students"]]
+    if c.get("target"):
+        rows.append((f"{c['target']['model']} (target, one full run)", c["target"]))
+    missing, notes = [], []
+    for name, row in rows:
+        if "compute" not in row:
+            t.add_row(name, *["—"] * 9)
+            missing.append(f"{name}: {row.get('tokens_missing', 'not measured')}")
+            continue
+        k, h = row["tokens"], row["compute"]["gpu_hours"]
+        t.add_row(name, f"{k['sequence_mean']:,.0f}",
+                  f"{_tokens(k['per_epoch'])} ({_tokens(k['per_epoch_shortest'])}–{_tokens(k['per_epoch_longest'])})",
+                  _tokens(row["compute"]["train_tokens"]), _tokens(row["compute"]["forward_tokens"]),
+                  _tokens(row["compute"]["generated_tokens"]),
+                  *(_hours(h[part]) for part in ("train", "forward", "generate", "total")))
+        if row.get("tokens_missing"):
+            notes.append(f"note — {name}: {row['tokens_missing']}")
+    console.print(t)
+    lines = ["FLOPs: training 6·N·tokens (forward and backward), forward passes (scoring every candidate, the "
+             "evaluations' teacher-forced passes) 2·N·tokens, generation 2·N·tokens; GPU-hours = FLOPs / (peak × MFU) "
+             "/ 3600. Peak and MFU are assumptions: set --gpu-tflops, --mfu and --decode-mfu for your cluster "
+             "(generation, one token at a time, runs far below training's MFU).",
+             "A set's tokens per epoch: each problem's mean over its candidates, summed over problems (D_high, D_low and "
+             "D_mixed each hold one response per problem, chosen by the student's scores, which a dry run does not "
+             "have); in brackets every problem's shortest and longest candidate. Generations are counted at "
+             "--max-new-tokens each, an upper bound."]
+    if g.get("proxies_gpu_hours") is not None:
+        share = f" ({g['share_of_one_full_run']:.0%} of the target's one full run)" if "share_of_one_full_run" in g else ""
+        lines.append(f"all proxies: {_hours(g['proxies_gpu_hours'])} GPU-hours{share}")
+    lines += notes + [f"not measured — {m}" for m in missing]
+    for line in lines:
+        console.print(line, highlight=False)
 
 
 def _num(value, fmt: str) -> str:

@@ -145,7 +145,7 @@ def make_plan(cfg: PoolCalibrateConfig) -> Plan:
     students = []
     for spec in cfg.students:
         desc = descriptions[spec]
-        plan = predictor_plan(spec, "recommend", predictor, cfg.recipe).for_pool(len(train)).within(
+        plan = predictor_plan(spec, predictor, cfg.recipe).for_pool(len(train)).within(
             desc.get("max_position_embeddings"))
         lr, lr_source = plan.recipe.learning_rate(spec, desc["n_params"])
         students.append({"spec": spec, "name": student_name(spec), "description": desc, "plan": plan,
@@ -163,7 +163,7 @@ def make_plan(cfg: PoolCalibrateConfig) -> Plan:
     target = None
     if cfg.target:
         desc = describe_config(cfg.target)
-        target = {"description": desc, "plan": predictor_plan(cfg.target, "recommend", predictor, cfg.recipe).for_pool(
+        target = {"description": desc, "plan": predictor_plan(cfg.target, predictor, cfg.recipe).for_pool(
             len(train)).within(desc.get("max_position_embeddings"))}
     return Plan(pool, train, [p.id for p in pool.problems if p.id in held], checker, fingerprint, students, key, target)
 
@@ -386,7 +386,7 @@ def run_unit(cfg: PoolCalibrateConfig, plan: Plan, student: dict, seed: int) -> 
     pcfg = p.probe_config(learning_rate=student["learning_rate"], seed=seed, device=cfg.device, dtype=cfg.dtype)
     lm = load_model(student["spec"], device=cfg.device, dtype=cfg.dtype)
     stage = probe_pool(student["spec"], plan.train, pcfg, lm, folder / "score", folder / "probe", checker=plan.checker,
-                       max_length=p.recipe.score_length, verb="recommend")
+                       max_length=p.recipe.score_length)
     for option in SETS:
         train_option(cfg, plan, student, seed, option, stage, lm, folder)
     return f"{student['name']} seed {seed}: done [{time.time() - t0:.0f}s]"
@@ -401,7 +401,7 @@ def train_option(cfg: PoolCalibrateConfig, plan: Plan, student: dict, seed: int,
     import shutil
 
     from capacity_advisor.advisor.select import SelectConfig, export, select
-    from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
+    from capacity_advisor.probes.recipe import full_run_manifest
     from capacity_advisor.training.sft import run_sft
 
     run_dir = folder / option
@@ -410,13 +410,13 @@ def train_option(cfg: PoolCalibrateConfig, plan: Plan, student: dict, seed: int,
     r = student["plan"].recipe
     sel = select(plan.train, stage.scores, SelectConfig(strategy=option, mix=schedule_of(option)[1], seed=seed))
     export(sel, folder / "data" / f"{option}.jsonl", "trl")
-    m = Manifest(
+    m = full_run_manifest(
+        r, epochs=float(cfg.epochs), learning_rate=student["learning_rate"], seed=seed,
+        eval={"path": os.path.relpath(Path(cfg.out) / "eval.jsonl", folder), "checker": plan.checker, "limit": None,
+              "base_drift": True},
+        training={"evals_per_epoch": cfg.evals_per_epoch, "save_total_limit": 1},
         model={**{k: v for k, v in lm.description.items() if k != "path"}, "spec": student["spec"]},
         dataset=f"data/{option}.jsonl", strategy=option, mix=schedule_of(option)[1],
-        eval=EvalSpec(path=os.path.relpath(Path(cfg.out) / "eval.jsonl", folder), checker=plan.checker,
-                      max_new_tokens=r.max_new_tokens, limit=None, base_drift=True, token_budget=r.token_budget),
-        training=TrainingSpec(epochs=float(cfg.epochs), learning_rate=student["learning_rate"], batch_size=r.train_batch,
-                              max_length=r.max_length, evals_per_epoch=cfg.evals_per_epoch, seed=seed, save_total_limit=1),
         features=finite(stage.report["features"]),
         pool={"task": cfg.task or plan.fingerprint, "source": Path(cfg.pool).name, "score": "sum",
               "fingerprint": plan.fingerprint, "teacher": cfg.teacher},

@@ -27,37 +27,14 @@ from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.advisor.select import SelectConfig, select
 from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.probes.recipe import LENGTHS, Fitted, ProbeRecipe, fitted_recipe, recipe_for
+from capacity_advisor.probes.recipe import (
+    LENGTHS, RECIPE_FLAGS, Fitted, ProbeRecipe, fitted_recipe, flag, recipe_for, setting_name,
+)
 from capacity_advisor.probes.run import ProbeConfig, ProbeData
 from capacity_advisor.training.manifest import DEFAULT_MIX
 
-# Each recipe setting: its flag in `advisor probe`, its flag in `advisor recommend`, its help. The
-# CLI builds both verbs' options from this table, and every message about a setting names its flag.
-RECIPE_FLAGS = {
-    "steps": ("--steps", "--probe-steps", "Optimizer steps per probed set."),
-    "batch_size": ("--batch-size", "--probe-batch", "Sequences per probe step."),
-    "eval_every": ("--eval-every", "--probe-eval-every", "Probe steps between evaluation points."),
-    "eval_problems": ("--eval-problems", "--probe-eval-problems",
-                      "Held-out problems the probe generates on and checks (never trained on)."),
-    "warmup_steps": ("--warmup-steps", "--probe-warmup-steps", "Linear warm-up steps of the probe, then a constant rate."),
-    "max_new_tokens": ("--max-new-tokens", "--max-new-tokens",
-                       "New tokens per evaluation generation (recommend: the full run's too, in its manifest)."),
-    "max_length": ("--max-length", "--probe-max-length", "Probe training: prompt + response tokens."),
-    "score_length": (None, "--max-length", "Scoring: prompt + response tokens of each candidate (longer ones are cut and flagged)."),
-}
-VERBS = ("probe", "recommend")
 FROM_PREDICTOR = "the predictor (its inputs were measured so)"
 SHIPPED = "predictor_data"  # package folder of the default predictor
-
-
-def flag(setting: str, verb: str) -> str | None:
-    return RECIPE_FLAGS[setting][VERBS.index(verb)]
-
-
-def setting_name(setting: str, verb: str) -> str:
-    """How the verb's report and config.json name a recipe setting: after its flag."""
-    f = flag(setting, verb)
-    return f[2:].replace("-", "_") if f else setting
 
 
 def predictor_root(path: str | None):
@@ -76,13 +53,12 @@ class ProbePlan:
 
     recipe: ProbeRecipe
     sources: dict  # recipe setting -> where its value came from
-    verb: str = "recommend"
     fitted: Fitted | None = None
     departing: frozenset = frozenset()  # settings the user's flags (or a small pool) moved
 
     def settings(self) -> dict:
-        """{name: {"value", "source"}} for every recipe setting, named as the verb's flags are."""
-        return {setting_name(k, self.verb): {"value": getattr(self.recipe, k), "source": self.sources[k]}
+        """{name: {"value", "source"}} for every recipe setting, named after its flag."""
+        return {setting_name(k): {"value": getattr(self.recipe, k), "source": self.sources[k]}
                 for k in RECIPE_FLAGS}
 
     def within(self, context: int | None) -> "ProbePlan":
@@ -97,7 +73,7 @@ class ProbePlan:
         of a pool too small for the recipe (unless a flag set them); InputError when the pool
         cannot hold the probe at all."""
         r, plan = self.recipe, self
-        eval_flag, batch_flag = flag("eval_problems", self.verb), flag("batch_size", self.verb)
+        eval_flag, batch_flag = flag("eval_problems"), flag("batch_size")
         if problems < 2 * (r.eval_problems + r.batch_size) and self.sources["eval_problems"] != eval_flag \
                 and problems // 4 < r.eval_problems:
             plan = replace(self, recipe=replace(r, eval_problems=max(1, problems // 4)),
@@ -122,7 +98,7 @@ class ProbePlan:
                 # a student of the predictor's own kind is measured its way in every setting
                 same_kind = self.recipe.kind == self.fitted.recipe.kind
                 (moved if k in self.departing or same_kind else kept).append(
-                    f"{setting_name(k, self.verb)} {value:,} ({self.sources[k]}) where they had {theirs:,}")
+                    f"{setting_name(k)} {value:,} ({self.sources[k]}) where they had {theirs:,}")
         lines = []
         if moved:
             lines.append("the probe measured otherwise than the predictor's inputs were measured: " + "; ".join(moved)
@@ -136,13 +112,13 @@ class ProbePlan:
         return ProbeConfig.from_recipe(self.recipe, **run)
 
 
-def plan_probe(model: str, verb: str, fitted: Fitted | None = None, given: dict | None = None) -> ProbePlan:
+def plan_probe(model: str, fitted: Fitted | None = None, given: dict | None = None) -> ProbePlan:
     """The probe's settings before the model is read: the predictor's recipe where it states one
     (its lengths only for students of its own kind), else the recipe for the student's kind; then
     the flags in `given` ({recipe setting: value})."""
     given = {k: v for k, v in (given or {}).items() if v is not None}
     own = recipe_for(model)
-    check_given(given, verb)
+    check_given(given)
     sources = {k: "lab default" if own.kind == "lab" else "default for real students" for k in RECIPE_FLAGS}
     recipe = own
     if fitted is not None:
@@ -150,34 +126,34 @@ def plan_probe(model: str, verb: str, fitted: Fitted | None = None, given: dict 
         recipe = recipe.with_(**{k: getattr(fitted.recipe, k) for k in take})
         sources.update({k: FROM_PREDICTOR for k in take})
     recipe = recipe.with_(**given)
-    sources.update({k: flag(k, verb) for k in given})
+    sources.update({k: flag(k) for k in given})
     departing = set(given)
     if "eval_every" in given and given["eval_every"] > recipe.steps:
-        raise InputError(f"{flag('eval_every', verb)} {given['eval_every']} must not exceed the probe's steps "
+        raise InputError(f"{flag('eval_every')} {given['eval_every']} must not exceed the probe's steps "
                          f"({recipe.steps}, {sources['steps']})")
     if recipe.eval_every > recipe.steps:
         recipe = replace(recipe, eval_every=recipe.steps)
         sources["eval_every"] = "capped at the probe steps"
         if "steps" in given:
             departing.add("eval_every")
-    return ProbePlan(recipe, sources, verb, fitted, frozenset(departing))
+    return ProbePlan(recipe, sources, fitted, frozenset(departing))
 
 
-def check_given(given: dict, verb: str) -> None:
+def check_given(given: dict) -> None:
     bad = []
     for k, v in given.items():
-        if k not in RECIPE_FLAGS or flag(k, verb) is None:
-            raise InputError(f"{k} is not a probe setting of `advisor {verb}`")
+        if k not in RECIPE_FLAGS:
+            raise InputError(f"{k} is not a probe setting")
         low = 0 if k == "warmup_steps" else 8 if k in ("max_length", "score_length") else 1
         if not whole(v, low):
-            bad.append(f"{flag(k, verb)} {v} must be at least {low}")
+            bad.append(f"{flag(k)} {v} must be at least {low}")
     if bad:
         raise InputError("; ".join(bad))
 
 
-def predictor_plan(model: str, verb: str, predictor, given: dict | None = None) -> ProbePlan:
+def predictor_plan(model: str, predictor, given: dict | None = None) -> ProbePlan:
     """`plan_probe` with the recipe a loaded predictor states (checked: its file is user input)."""
-    return plan_probe(model, verb, fitted_recipe(predictor.meta), given)
+    return plan_probe(model, fitted_recipe(predictor.meta), given)
 
 
 # ---- the held-out split and the sets --------------------------------------------------------
@@ -196,11 +172,11 @@ class Split:
 
 
 def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None, checker: str = "auto",
-                     mix: float = DEFAULT_MIX, score: str = "sum", verb: str = "probe") -> Split:
+                     mix: float = DEFAULT_MIX, score: str = "sum") -> Split:
     if len(pool) < cfg.eval_problems + cfg.batch_size:
         raise InputError(
-            f"the pool has {len(pool)} rankable problems; a probe needs {flag('eval_problems', verb)} "
-            f"({cfg.eval_problems}) held out plus at least {flag('batch_size', verb)} ({cfg.batch_size}) to train on: "
+            f"the pool has {len(pool)} rankable problems; a probe needs {flag('eval_problems')} "
+            f"({cfg.eval_problems}) held out plus at least {flag('batch_size')} ({cfg.batch_size}) to train on: "
             "use a larger pool or smaller settings"
         )
     high = select(pool, scores, SelectConfig("high", score=score))
@@ -298,8 +274,7 @@ class ProbeStage:
 
 def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_dir, scores: dict | None = None,
                checker: str = "auto", score: str = "sum", mix: float = DEFAULT_MIX, max_length: int = 4096,
-               backend: str = "hf", run: bool = True, say=None, progress=None, skip_tokens: int = 0,
-               verb: str = "probe") -> ProbeStage:
+               backend: str = "hf", run: bool = True, say=None, progress=None, skip_tokens: int = 0) -> ProbeStage:
     """Score the pool under the student (cached; unless `scores` are given), split it, and probe.
 
     The one path from a pool to probe measurements, for `advisor probe` and `advisor recommend`.
@@ -317,7 +292,7 @@ def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_di
                                      skip_tokens=skip_tokens, local_window=LOCAL_WINDOW if score == "local" else 0),
                    score_dir, lm=lm if backend == "hf" else None)
         scores = load_scores(Path(score_dir) / "scores.jsonl")
-    split = build_probe_data(pool, scores, cfg, tokenizer=lm.tokenizer, checker=checker, mix=mix, score=score, verb=verb)
+    split = build_probe_data(pool, scores, cfg, tokenizer=lm.tokenizer, checker=checker, mix=mix, score=score)
     report = None
     if run:
         say(f"probing {', '.join(f'D_{s}' for s in cfg.strategies)}")
@@ -361,7 +336,7 @@ def probe_job(job: ProbeJob, say=None, progress=None) -> dict:
     say = say or (lambda message: None)
     run = dict(learning_rate=job.learning_rate, strategies=tuple(job.strategies), lora_r=job.lora_r, seed=job.seed,
                device=job.device, dtype=job.dtype, teacher=job.teacher)
-    plan = predictor_plan(job.model, "probe", load_predictor(job.predictor), job.recipe)
+    plan = predictor_plan(job.model, load_predictor(job.predictor), job.recipe)
     plan.probe_config(**run).validate()
     check_model_spec(job.model)
     from capacity_advisor.models.files import refuse_overwrite

@@ -57,7 +57,7 @@ class RecommendConfig:
     lab_task: str = "modchain"  # --lab-task
     lab_n: int = 1000  # --lab-n: problems of the lab pool
     sample: int | None = None  # --sample: rank and probe on N problems drawn with --seed
-    recipe: dict = field(default_factory=dict)  # probe settings given by flags: {recipe setting: value} (advisor.probe.RECIPE_FLAGS)
+    recipe: dict = field(default_factory=dict)  # probe settings given by flags: {recipe setting: value} (probes.recipe.RECIPE_FLAGS)
     backend: str = "hf"  # --backend for scoring (the probe always trains with hf)
     score: str = "sum"  # --score: rank candidates by summed log-prob (the paper's), mean per token (GRAPE's), rsr or local
     skip_tokens: int = 0  # --skip-tokens: leave each response's first N tokens out of its score
@@ -96,7 +96,7 @@ class RecommendConfig:
             bad.append(f"--pool is needed to probe {self.model} (only lab students have a built-in pool); "
                        "or pass --no-probe for advice from the parameter count alone")
         try:
-            check_given(self.recipe, "recommend")
+            check_given(self.recipe)
         except InputError as e:
             bad.append(str(e))
         if bad:
@@ -130,7 +130,7 @@ def recommend(cfg: RecommendConfig, status=None, progress=None) -> Recommendatio
     settings = chosen_settings(cfg, plan, desc)
     stages = measure(cfg, pool, checked.scores, plan, settings, say, progress)
     rec = advise(cfg, checked.predictor, desc, settings, stages, plan, pool.fingerprint())
-    return write_outputs(cfg, rec, pool, whole, stages[0], checked, t0)
+    return write_outputs(cfg, rec, pool, whole, stages[0], checked, plan.recipe, t0)
 
 
 def check_inputs(cfg: RecommendConfig) -> Checked:
@@ -150,11 +150,11 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
                                                      "report.png", "score",
                                                      *(probe_folder(r) for r in range(cfg.probe_repeats))))], "--out")
     predictor = load_predictor(cfg.predictor)
-    plan = predictor_plan(cfg.model, "recommend", predictor, cfg.recipe)
+    plan = predictor_plan(cfg.model, predictor, cfg.recipe)
     desc = None if lab_size(cfg.model) is not None else describe_config(cfg.model)
     scoring = (plan.within(desc.get("max_position_embeddings")) if desc else plan).recipe.score_length
     if cfg.skip_tokens >= scoring - 1 and not (cfg.no_probe and not cfg.pool):  # the prompt takes a token at least
-        raise InputError(f"--skip-tokens {cfg.skip_tokens} leaves nothing to score within --max-length {scoring} "
+        raise InputError(f"--skip-tokens {cfg.skip_tokens} leaves nothing to score within --score-length {scoring} "
                          "(the scoring length): lower --skip-tokens")
     if cfg.no_probe and (desc is None or desc["n_params"] < PAPER_FROM):  # the lab prior will answer
         check_lab_prior(predictor.meta.get("lab_prior"), predictor.options)
@@ -234,8 +234,7 @@ def measure(cfg: RecommendConfig, pool, scores, plan: ProbePlan, settings: dict,
                                  scores=stages[0].scores if stages else scores, checker=cfg.checker, score=cfg.score,
                                  max_length=plan.recipe.score_length, skip_tokens=cfg.skip_tokens, backend=cfg.backend,
                                  run=not cfg.no_probe, say=say if not r else (lambda m, d=r + 1: say(f"{m} (draw {d} of {cfg.probe_repeats})")),
-                                 progress=tell,
-                                 verb="recommend"))
+                                 progress=tell))
     return stages
 
 
@@ -322,7 +321,7 @@ def advise_only(cfg: RecommendConfig, checked: Checked, desc: dict, t0: float) -
     return rec
 
 
-def write_outputs(cfg: RecommendConfig, rec: Recommendation, pool, whole: int, stage, checked: Checked,
+def write_outputs(cfg: RecommendConfig, rec: Recommendation, pool, whole: int, stage, checked: Checked, recipe,
                   t0: float) -> Recommendation:
     """The recommended set minus the probe's held-out slice (train.jsonl), that slice (eval.jsonl),
     the manifest, config.json and the figure; returns the Recommendation with what was written."""
@@ -355,7 +354,7 @@ def write_outputs(cfg: RecommendConfig, rec: Recommendation, pool, whole: int, s
                   checker=stage.split.data.checker, notes=notes, seconds=round(time.time() - t0, 1),
                   pool={**pool.summary(), "source": Path(str(pool.source)).name,
                         **({"sampled": cfg.sample} if cfg.sample else {})})
-    write_manifest(rec, out, cfg.model, cfg.teacher, cfg.seed, sets)
+    write_manifest(rec, out, recipe, cfg.model, cfg.teacher, cfg.seed, sets)
     write_config(cfg, checked.key, rec.settings)
     write_figure(rec, checked.predictor, out / "report.png")
     return rec
@@ -370,7 +369,7 @@ def sample_note(cfg: RecommendConfig, rec: Recommendation, train_rows: int, whol
     """What --sample did to train.jsonl, and how to train on the whole pool instead (scored and
     ranked exactly as the advice was)."""
     pool = cfg.pool or f"{cfg.out}/pool.jsonl"
-    scoring = f" --max-length {rec.value('max_length')}"
+    scoring = f" --score-length {rec.value('score_length')}"
     if cfg.skip_tokens:
         scoring += f" --skip-tokens {cfg.skip_tokens}"
     if cfg.score == "local":

@@ -153,13 +153,18 @@ def recommendation(advice, curve: dict, predictor, desc: dict, settings: dict, b
         answered_by=advice.answered_by, policy=advice.policy, options=tuple(predictor.options), **measured)
 
 
-def write_manifest(rec: Recommendation, out: Path, spec: str, teacher: str | None, seed: int,
+def write_manifest(rec: Recommendation, out: Path, recipe, spec: str, teacher: str | None, seed: int,
                    sets: dict | None = None) -> None:
-    """OUT/recommendation.json: the training manifest of the recommended set (`advisor train`);
+    """OUT/recommendation.json: the training manifest of the recommended set (`advisor train`) under
+    the probe's `recipe` (`probes.recipe.full_run_manifest`: as calibration's full runs are built);
     `sets` names the data files of D_high / D_low besides it (`advisor train --race`)."""
-    from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
+    from capacity_advisor.probes.recipe import full_run_manifest
 
-    manifest = Manifest(
+    manifest = full_run_manifest(
+        recipe, epochs=float(rec.budget), learning_rate=rec.value("learning_rate"), seed=seed,
+        eval={"path": "eval.jsonl" if rec.eval_rows else None, "checker": rec.checker if rec.eval_rows else "none",
+              "teacher": teacher},
+        training={"switch_epoch": rec.schedule.switch_epoch},
         model={**{k: x for k, x in rec.model.items() if k != "path"}, "spec": spec},
         dataset="train.jsonl",
         strategy=rec.schedule.strategy,
@@ -168,11 +173,6 @@ def write_manifest(rec: Recommendation, out: Path, spec: str, teacher: str | Non
         crossover_epoch=rec.crossover_epoch,
         confidence=rec.confidence,
         reasons=rec.reasons + rec.confidence_reasons,
-        eval=EvalSpec(path="eval.jsonl" if rec.eval_rows else None, checker=rec.checker if rec.eval_rows else "none",
-                      max_new_tokens=rec.value("max_new_tokens"), teacher=teacher),
-        training=TrainingSpec(epochs=float(rec.budget), learning_rate=rec.value("learning_rate"),
-                              batch_size=rec.value("train_batch"), max_length=rec.value("max_length"), seed=seed,
-                              switch_epoch=rec.schedule.switch_epoch),
         features=finite(rec.inputs),  # strict JSON: a measurement that does not apply is null
         pool=finite(rec.pool),
         sets=dict(sets or {}),

@@ -38,7 +38,7 @@ class ScoreConfig:
     device: str = "auto"  # --device auto|cpu|cuda
     dtype: str = "auto"  # --dtype auto|float32|bfloat16|float16 (auto: bf16 on GPU, fp32 on CPU)
     backend: str = "hf"  # --backend
-    max_length: int = 4096  # --max-length: prompt + response tokens; longer responses are cut and flagged
+    max_length: int = 4096  # --score-length: prompt + response tokens; longer responses are cut and flagged
     token_budget: int | None = None  # --token-budget: padded tokens per forward batch (None: the backend's default, models.backends)
     shard_size: int = 512  # --shard-size: candidates per cached shard (the unit of resume)
     seed: int = 0  # --seed (scoring is deterministic; recorded for provenance)
@@ -54,15 +54,15 @@ class ScoreConfig:
         if self.backend not in BACKENDS:
             problems.append(f"--backend {self.backend!r} is not available: use one of {', '.join(BACKENDS)}")
         if self.max_length < 2:
-            problems.append(f"--max-length {self.max_length} is too small: it must leave room for prompt and response")
+            problems.append(f"--score-length {self.max_length} is too small: it must leave room for prompt and response")
         if self.token_budget is not None and self.token_budget < self.max_length:
-            problems.append(f"--token-budget {self.token_budget} is below --max-length {self.max_length}: one sequence must fit a batch")
+            problems.append(f"--token-budget {self.token_budget} is below --score-length {self.max_length}: one sequence must fit a batch")
         if self.shard_size < 1:
             problems.append(f"--shard-size {self.shard_size} must be at least 1")
         if self.skip_tokens < 0:
             problems.append(f"--skip-tokens {self.skip_tokens} must be at least 0")
         elif self.skip_tokens >= self.max_length - 1:  # the prompt takes a token at least
-            problems.append(f"--skip-tokens {self.skip_tokens} leaves nothing to score within --max-length "
+            problems.append(f"--skip-tokens {self.skip_tokens} leaves nothing to score within --score-length "
                             f"{self.max_length}: lower --skip-tokens")
         if self.local_window < 0:
             problems.append(f"--local-window {self.local_window} must be at least 0 (0: no step-local score)")
@@ -245,5 +245,5 @@ def check_skip_tokens(skip_tokens: int, items, encoded) -> None:
     if short:
         (pid, k, _, _), n = short[0]
         raise InputError(f"--skip-tokens {skip_tokens} leaves nothing to score in {len(short)} of {len(items)} responses "
-                         f"of this shard (first: problem {pid!r} candidate {k}, {n} response tokens after --max-length): "
+                         f"of this shard (first: problem {pid!r} candidate {k}, {n} response tokens after --score-length): "
                          "lower --skip-tokens")

@@ -31,6 +31,39 @@ LENGTHS = ("max_new_tokens", "max_length")  # bounds that follow the kind of stu
 MAX_SETTING = 1_000_000  # no recipe setting is larger; a file that says otherwise is refused
 
 
+# Each recipe setting: its flag, the same in every verb that probes (`advisor probe`, `advisor
+# recommend`), and its help. The CLI builds the verbs' options from this table, and every message
+# about a setting names its flag; reports and config.json name the setting after it.
+RECIPE_FLAGS = {
+    "steps": ("--probe-steps", "Optimizer steps per probed set."),
+    "batch_size": ("--probe-batch", "Sequences per probe step."),
+    "eval_every": ("--probe-eval-every", "Probe steps between evaluation points."),
+    "eval_problems": ("--probe-eval-problems", "Held-out problems the probe generates on and checks (never trained on)."),
+    "warmup_steps": ("--probe-warmup-steps", "Linear warm-up steps of the probe, then a constant rate."),
+    "max_new_tokens": ("--max-new-tokens", "New tokens per evaluation generation: the probe's, and the full run's "
+                                           "(recommend's manifest)."),
+    "max_length": ("--train-length", "Training: prompt + response tokens, the probe's and the full run's "
+                                     "(recommend's manifest)."),
+    "score_length": ("--score-length", "Scoring: prompt + response tokens of each candidate (longer ones are cut "
+                                       "and flagged)."),
+}
+# The names each verb took before they were one, still accepted: {verb: {setting: flag}}.
+OLD_FLAGS = {
+    "probe": {"steps": "--steps", "batch_size": "--batch-size", "eval_every": "--eval-every",
+              "eval_problems": "--eval-problems", "warmup_steps": "--warmup-steps", "max_length": "--max-length"},
+    "recommend": {"max_length": "--probe-max-length", "score_length": "--max-length"},
+}
+
+def flag(setting: str) -> str:
+    return RECIPE_FLAGS[setting][0]
+
+
+def setting_name(setting: str) -> str:
+    """How reports and config.json name a recipe setting: after its flag."""
+    return flag(setting)[2:].replace("-", "_")
+
+
+
 @dataclass(frozen=True)
 class ProbeRecipe:
     kind: str  # "lab" or "real"
@@ -59,6 +92,12 @@ class ProbeRecipe:
             return build["lr"] * 0.5, "lab recipe (half the pretraining peak its build.json states)"
         return size_learning_rate(n_params), "size default"
 
+    @property
+    def train_length(self) -> int:
+        """Prompt + response tokens of training: the probe's and every full run's (recommend's manifest,
+        calibration's runs; `full_run_manifest`). Files name it `max_length`."""
+        return self.max_length
+
     def as_dict(self) -> dict:
         """What a predictor stores as `meta.recipe`: the kind and every measuring setting."""
         return {k: v for k, v in asdict(self).items() if k in ("kind", *MEASURING)}
@@ -73,6 +112,22 @@ class ProbeRecipe:
             return self
         return replace(self, max_length=min(self.max_length, context), score_length=min(self.score_length, context),
                        max_new_tokens=min(self.max_new_tokens, max(8, context * 3 // 4)))
+
+
+def full_run_manifest(recipe: ProbeRecipe, *, epochs: float, learning_rate: float, seed: int, eval: dict,
+                      training: dict | None = None, **fields):
+    """The training manifest of a full run under `recipe`, the one builder of recommend's manifest
+    and of calibration's runs (the lab's and the user's own): the recipe's training length, full-run
+    batch, new tokens and evaluation token budget; `eval` and `training` add the EvalSpec and
+    TrainingSpec fields that are the caller's (held-out file, checker, evaluations per epoch, ...);
+    `fields` are the Manifest's own (model, dataset, strategy, mix, features, pool, ...)."""
+    from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
+
+    return Manifest(
+        eval=EvalSpec(**{"max_new_tokens": recipe.max_new_tokens, "token_budget": recipe.token_budget, **eval}),
+        training=TrainingSpec(**{"batch_size": recipe.train_batch, **(training or {}), "epochs": epochs,
+                                 "learning_rate": learning_rate, "max_length": recipe.train_length, "seed": seed}),
+        **fields)
 
 
 LAB = ProbeRecipe("lab", max_new_tokens=72, max_length=96, token_budget=16384, score_length=96, train_batch=32)

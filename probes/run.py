@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, versions, write_json, write_jsonl
-from capacity_advisor.probes.recipe import REAL, ProbeRecipe, recipe_for
+from capacity_advisor.probes.recipe import REAL, ProbeRecipe, flag, recipe_for
 from capacity_advisor.training.manifest import SETS, schedule_of
 
 METRICS = ("train_loss", "teacher_nll", "teacher_nll_high", "teacher_nll_low", "answer_logprob", "accuracy",
@@ -44,14 +44,14 @@ class ProbeConfig:
     """Settings of a probe run; each field is the CLI flag of the same name. The measuring settings
     default to the recipe for real students; `ProbeConfig.from_recipe()` builds one for any recipe."""
 
-    steps: int = REAL.steps  # --steps: optimizer steps per strategy
-    batch_size: int = REAL.batch_size  # --batch-size: sequences per step (over all processes)
+    steps: int = REAL.steps  # --probe-steps: optimizer steps per strategy
+    batch_size: int = REAL.batch_size  # --probe-batch: sequences per step (over all processes)
     learning_rate: float | None = None  # --learning-rate; None: the recipe's rule (probes.recipe)
-    warmup_steps: int = REAL.warmup_steps  # --warmup-steps: linear warm-up, then constant
-    eval_every: int = REAL.eval_every  # --eval-every: steps between evaluation points
-    eval_problems: int = REAL.eval_problems  # --eval-problems: held-out problems for generations and teacher NLL
+    warmup_steps: int = REAL.warmup_steps  # --probe-warmup-steps: linear warm-up, then constant
+    eval_every: int = REAL.eval_every  # --probe-eval-every: steps between evaluation points
+    eval_problems: int = REAL.eval_problems  # --probe-eval-problems: held-out problems for generations and teacher NLL
     max_new_tokens: int = REAL.max_new_tokens  # --max-new-tokens: generation bound at each evaluation
-    max_length: int = REAL.max_length  # --max-length: prompt + response tokens in training
+    max_length: int = REAL.max_length  # --train-length: prompt + response tokens in training
     strategies: tuple[str, ...] = ("high", "low")  # --strategies: add "mixed" to probe D_mixed too
     lora_r: int = 0  # --lora-r: 0 = full fine-tuning; > 0 = LoRA of that rank (peft)
     seed: int = 0  # --seed: data order
@@ -72,21 +72,21 @@ class ProbeConfig:
     def validate(self) -> None:
         bad = []
         if self.steps < 1:
-            bad.append(f"--steps {self.steps} must be at least 1")
+            bad.append(f"{flag('steps')} {self.steps} must be at least 1")
         if self.batch_size < 1:
-            bad.append(f"--batch-size {self.batch_size} must be at least 1")
+            bad.append(f"{flag('batch_size')} {self.batch_size} must be at least 1")
         if self.eval_every < 1 or self.eval_every > self.steps:
-            bad.append(f"--eval-every {self.eval_every} must be between 1 and --steps ({self.steps})")
+            bad.append(f"{flag('eval_every')} {self.eval_every} must be between 1 and {flag('steps')} ({self.steps})")
         if self.warmup_steps < 0:
-            bad.append(f"--warmup-steps {self.warmup_steps} must be at least 0")
+            bad.append(f"{flag('warmup_steps')} {self.warmup_steps} must be at least 0")
         if self.learning_rate is not None and not self.learning_rate > 0:
             bad.append(f"--learning-rate {self.learning_rate} must be positive")
         if self.eval_problems < 1:
-            bad.append(f"--eval-problems {self.eval_problems} must be at least 1")
+            bad.append(f"{flag('eval_problems')} {self.eval_problems} must be at least 1")
         if self.max_new_tokens < 1:
             bad.append(f"--max-new-tokens {self.max_new_tokens} must be at least 1")
         if self.max_length < 8:
-            bad.append(f"--max-length {self.max_length} must be at least 8")
+            bad.append(f"{flag('max_length')} {self.max_length} must be at least 8")
         unknown = [s for s in self.strategies if s not in SETS]
         if unknown or not self.strategies:
             bad.append(f"--strategies {','.join(self.strategies)}: use high, low and/or mixed")

@@ -144,7 +144,7 @@ BAD_INPUT = [
     (["score", "-m", "EMPTY", "-p", "MISSING", "-o", "OUT"], "does not exist"),
     (["score", "-m", "EMPTY", "-p", "BAD", "-o", "OUT"], "line 1: not valid JSON"),
     (["score", "-m", "EMPTY", "-p", "FILE", "-o", "OUT"], "unknown file type"),
-    (SCORE + ["-m", "EMPTY", "--token-budget", "10"], "--token-budget 10 is below --max-length"),
+    (SCORE + ["-m", "EMPTY", "--token-budget", "10"], "--token-budget 10 is below --score-length"),
     (SCORE + ["-m", "EMPTY", "--dp-rank", "2", "--dp-size", "2"], "--dp-rank 2 / --dp-size 2"),
     (SCORE + ["-m", "EMPTY", "--shard-size", "0"], "--shard-size 0 must be at least 1"),
     (SCORE + ["-m", "EMPTY", "--tensor-parallel-size", "2"], "applies to --backend vllm only"),
@@ -184,7 +184,7 @@ BAD_INPUT = [
     (["recommend", "-m", "lab:xs", "-b", "2", "-o", "OUT", "--probe-steps", "4", "--probe-eval-every", "8"],
      "--probe-eval-every 8 must not exceed the probe's steps (4, --probe-steps)"),
     (["probe", "-m", "lab:xs", "-p", "POOL", "-o", "OUT"], "the pool has 1 rankable problems"),
-    (["probe", "-m", "lab:xs", "-p", "POOL", "-o", "OUT", "--eval-every", "0"], "--eval-every 0 must be at least 1"),
+    (["probe", "-m", "lab:xs", "-p", "POOL", "-o", "OUT", "--probe-eval-every", "0"], "--probe-eval-every 0 must be at least 1"),
 ]
 
 

@@ -150,11 +150,12 @@ def test_probe_cli_bad_settings(tiny_llama, tmp_path):
     _pool(tmp_path)
     pool = tmp_path / "pool.jsonl"
     r = CliRunner().invoke(cli, ["probe", "--model", tiny_llama, "--pool", str(pool), "--out", str(tmp_path / "o"),
-                                 "--steps", "0"])
-    assert r.exit_code == 2 and "--steps 0 must be at least 1" in r.stderr and not (tmp_path / "o").exists()
+                                 "--probe-steps", "0"])
+    assert r.exit_code == 2 and "--probe-steps 0 must be at least 1" in r.stderr and not (tmp_path / "o").exists()
+    # the name `advisor probe` took before the verbs shared one is still read, and messages name the shared one
     r = CliRunner().invoke(cli, ["probe", "--model", tiny_llama, "--pool", str(pool), "--out", str(tmp_path / "o"),
                                  "--eval-problems", "30", "--device", "cpu"])
-    assert r.exit_code == 2 and "a probe needs --eval-problems (30) held out" in r.stderr
+    assert r.exit_code == 2 and "a probe needs --probe-eval-problems (30) held out" in r.stderr
 
 
 def test_probe_with_scores_of_another_pool_says_what_to_do(tiny_llama, tmp_path):
@@ -181,14 +182,14 @@ def test_probe_caps_new_tokens_and_length_at_the_models_context(tmp_path):
     from capacity_advisor.advisor.probe import plan_probe
     from capacity_advisor.probes.recipe import LAB, REAL, Fitted
 
-    plan = plan_probe(str(tmp_path), "probe").within(512)
+    plan = plan_probe(str(tmp_path)).within(512)
     assert plan.recipe.max_new_tokens == 384 and plan.recipe.max_length == 512 and plan.recipe.score_length == 512
     assert plan.settings()["max_new_tokens"]["source"] == "default for real students, capped at the model's context (512 positions)"
-    assert plan.within(None).recipe == plan.recipe and plan_probe(str(tmp_path), "probe").recipe == REAL
+    assert plan.within(None).recipe == plan.recipe and plan_probe(str(tmp_path)).recipe == REAL
     # a lab-fitted predictor: a real student takes its steps and held-out problems, and its own kind's lengths
-    fitted = plan_probe("x/y", "recommend", Fitted(LAB.with_(steps=6), ("steps", "max_new_tokens")))
+    fitted = plan_probe("x/y", Fitted(LAB.with_(steps=6), ("steps", "max_new_tokens")))
     assert fitted.recipe.steps == 6 and fitted.recipe.max_new_tokens == REAL.max_new_tokens
     notes, departs = fitted.notes()
     assert not departs and "measured on lab students" in notes[0] and "max_new_tokens 2,048" in notes[0]
-    assert plan_probe("x/y", "probe", given={"max_new_tokens": 100}).within(64).settings()["max_new_tokens"] == {
+    assert plan_probe("x/y", given={"max_new_tokens": 100}).within(64).settings()["max_new_tokens"] == {
         "value": 48, "source": "--max-new-tokens, capped at the model's context (64 positions)"}

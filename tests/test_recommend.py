@@ -140,7 +140,7 @@ def test_recommend_end_to_end_on_the_smallest_lab_student(lab_pool_file, tmp_pat
     assert rep["confidence"] in ("high", "medium", "low") and rep["confidence_reasons"]
     assert set(rep["interval"]) == {"high", "low", "mixed"} and rep["range"] and rep["neighbours"]
     assert rep["settings"]["probe_steps"] == {"value": 8, "source": "--probe-steps"}
-    assert rep["settings"]["max_length"]["source"] == "lab default"
+    assert rep["settings"]["score_length"]["source"] == "lab default"
     for name in ("recommendation.json", "train.jsonl", "eval.jsonl", "report.png", "probe/probe.json"):
         assert (out / name).exists(), name
     m = load_manifest(out / "recommendation.json")  # what `advisor train` reads, unchanged
@@ -254,12 +254,13 @@ def test_recommend_on_a_real_model_folder_reports_where_each_setting_came_from(t
     assert r.exit_code == 0, r.stderr
     rep = json.loads(r.stdout)
     s = rep["settings"]
-    assert s["max_length"] == {"value": 4096, "source": "default for real students"}
-    assert s["probe_max_length"]["value"] == 2048 and s["max_new_tokens"]["source"] == "--max-new-tokens"
+    assert s["score_length"] == {"value": 4096, "source": "default for real students"}
+    assert s["train_length"]["value"] == 2048 and s["max_new_tokens"]["source"] == "--max-new-tokens"
     assert s["learning_rate"]["source"] == "size default" and rep["pool"]["sampled"] == 30
     assert rep["train_rows"] == 30 - 4 and rep["paper_prior"] is None  # 10^8 parameters and up only
     m = load_manifest(tmp_path / "rec" / "recommendation.json")
-    assert m.eval.checker == "math" and m.training.max_length == 4096
+    # the full run trains at the recipe's training length, as calibration's full runs do
+    assert m.eval.checker == "math" and m.training.max_length == 2048
 
 
 @pytest.mark.slow
@@ -355,7 +356,7 @@ def test_probe_and_recommend_measure_a_lab_student_with_the_predictors_recipe(sm
     assert rep["settings"]["probe_steps"] == {"value": 4, "source": "the predictor (its inputs were measured so)"}
     assert rep["settings"]["max_new_tokens"]["value"] == LAB.max_new_tokens
     assert not any("measured otherwise" in x for x in rep["confidence_reasons"])
-    assert json.loads(p.stdout)["chosen"]["steps"]["source"] == "the predictor (its inputs were measured so)"
+    assert json.loads(p.stdout)["chosen"]["probe_steps"]["source"] == "the predictor (its inputs were measured so)"
 
 
 @pytest.mark.slow
@@ -443,8 +444,8 @@ def test_a_short_context_caps_the_probe_and_the_report_says_so(short_context_mod
     chosen = json.loads((tmp_path / "rec" / "config.json").read_text())["chosen"]
     capped = "default for real students, capped at the model's context (48 positions)"
     assert chosen["max_new_tokens"] == {"value": 36, "source": capped}
-    assert chosen["probe_max_length"] == {"value": 48, "source": capped}
-    assert chosen["max_length"] == {"value": 48, "source": capped}
+    assert chosen["train_length"] == {"value": 48, "source": capped}
+    assert chosen["score_length"] == {"value": 48, "source": capped}
     probe = strict_json(tmp_path / "rec" / "probe" / "probe.json")  # no NaN literals, though some metrics do not apply
     assert probe["settings"]["max_new_tokens"] == 36 and probe["settings"]["max_length"] == 48
     manifest = strict_json(tmp_path / "rec" / "recommendation.json")

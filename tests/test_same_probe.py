@@ -63,7 +63,7 @@ def test_recommend_on_a_lab_folder_reproduces_calibrations_probe_inputs(lab_home
     assert r.exit_code == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["settings"]["learning_rate"]["value"] == calibrated["settings"]["learning_rate"]
-    assert rep["settings"]["max_length"]["value"] == LAB.score_length
+    assert rep["settings"]["score_length"]["value"] == LAB.score_length
     probed = json.loads((tmp_path / "rec" / "probe" / "probe.json").read_text())
     assert probed["context"]["eval_problems"] == calibrated["context"]["eval_problems"]
     mine, theirs = probed["features"], calibrated["features"]

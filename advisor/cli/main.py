@@ -108,7 +108,8 @@ from capacity_advisor.training.manifest import STRATEGIES  # noqa: E402
 @device_options
 @field_option(ScoreConfig, "backend", type=click.Choice(tuple(BACKENDS)),
               help="hf: transformers, any device. vllm: GPUs, in its own environment (docs/vllm.md).")
-@field_option(ScoreConfig, "max_length", help="Max prompt+response tokens; longer responses are cut and flagged.")
+@field_option(ScoreConfig, "max_length", "--score-length", "--max-length",
+              help="Scoring: prompt + response tokens of each candidate; longer ones are cut and flagged.")
 @field_option(ScoreConfig, "token_budget",
               help="Padded tokens per forward batch (default: 1,024 on CPU, 8,192 on GPU; vllm: max_num_batched_tokens).")
 @field_option(ScoreConfig, "shard_size", help="Candidates per cached shard (the unit of resume).")
@@ -207,7 +208,7 @@ def probe(out, strategies, as_json, **kw):
     from capacity_advisor.models.files import check_writable_dir
 
     quiet_libraries()
-    job = take(ProbeJob, kw, out=out, strategies=names(strategies, "--strategies"), recipe=recipe_given(kw, "probe"),
+    job = take(ProbeJob, kw, out=out, strategies=names(strategies, "--strategies"), recipe=recipe_given(kw),
                pool_options=vars(pool_settings(kw)))
     check_writable_dir(out, "--out")
     with work("steps") as w:
@@ -330,7 +331,7 @@ def recommend(as_json, **kw):
     from capacity_advisor.advisor.recommend import recommend as run
 
     quiet_libraries()
-    cfg = take(RecommendConfig, kw, recipe=recipe_given(kw, "recommend"), pool_options=vars(pool_settings(kw)))
+    cfg = take(RecommendConfig, kw, recipe=recipe_given(kw), pool_options=vars(pool_settings(kw)))
     with work("steps") as w:
         result = run(cfg, status=w.status, progress=lambda s, step, total: w.steps(f"probe D_{s}", step, total))
     if as_json:

@@ -73,24 +73,22 @@ FINITE = Finite()
 
 
 def recipe_options(verb: str) -> Callable:
-    """The probe-recipe flags of `verb` (advisor.probe.RECIPE_FLAGS), each stored under its recipe
-    setting's name; unset, each comes from the predictor's recipe or the student's kind."""
-    from capacity_advisor.advisor.probe import RECIPE_FLAGS, VERBS
+    """The probe-recipe flags (probes.recipe.RECIPE_FLAGS, the same in every verb that probes), each
+    stored under its recipe setting's name, with the names `verb` took before (`OLD_FLAGS`) still
+    accepted; unset, each comes from the predictor's recipe or the student's kind."""
+    from capacity_advisor.probes.recipe import OLD_FLAGS, RECIPE_FLAGS
 
-    opts = []
-    for setting, row in RECIPE_FLAGS.items():
-        flag, help_text = row[VERBS.index(verb)], row[-1]
-        if flag:
-            opts.append(click.option(flag, setting, default=None, type=int,
-                                     help=f"{help_text} Default: the recipe (the predictor's, else by kind of student)."))
-    return _stack(*opts)
+    old = OLD_FLAGS.get(verb, {})
+    return _stack(*(click.option(flag, *((old[setting],) if setting in old else ()), setting, default=None, type=int,
+                                 help=f"{help_text} Default: the recipe (the predictor's, else by kind of student).")
+                    for setting, (flag, help_text) in RECIPE_FLAGS.items()))
 
 
-def recipe_given(kw: dict, verb: str) -> dict:
+def recipe_given(kw: dict) -> dict:
     """The recipe settings the user gave (removed from `kw`): {setting: value}."""
-    from capacity_advisor.advisor.probe import RECIPE_FLAGS, flag
+    from capacity_advisor.probes.recipe import RECIPE_FLAGS
 
-    given = {k: kw.pop(k) for k in RECIPE_FLAGS if flag(k, verb)}
+    given = {k: kw.pop(k) for k in RECIPE_FLAGS}
     return {k: v for k, v in given.items() if v is not None}
 
 

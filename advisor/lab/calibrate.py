@@ -51,7 +51,7 @@ class CalibrateConfig:
     n_eval: int = 200  # --n-eval: held-out problems for the full runs' evaluations
     candidates: int = 8  # --candidates: teacher samples per problem
     evals_per_epoch: int = 4
-    batch: int = 32
+    batch: int = LAB.train_batch  # sequences per optimizer step of the full runs
     probe_steps: int = 2 * LAB.steps  # --probe-steps: the longest probe (shorter ones, the recipe's among them, are its prefixes)
     probe_batch: int = LAB.batch_size
     probe_eval_every: int = LAB.eval_every
@@ -280,7 +280,7 @@ def train_option(cfg: CalibrateConfig, unit: Unit, option: str, lm, pool, pool_p
     import shutil
 
     from capacity_advisor.advisor.select import SelectConfig, export, select
-    from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
+    from capacity_advisor.probes.recipe import full_run_manifest
     from capacity_advisor.training.sft import run_sft
 
     name = name or option
@@ -296,14 +296,15 @@ def train_option(cfg: CalibrateConfig, unit: Unit, option: str, lm, pool, pool_p
                     ({"id": p.id, "prompt": p.prompt, "responses": [c.text for c in p.candidates]}
                      for p in pool.problems if p.id in ids))
         rerank = {**rerank, "candidates": f"data/{name}.candidates.jsonl", "score": score or unit.score}
-    m = Manifest(
+    m = full_run_manifest(
+        LAB.with_(max_new_tokens=cfg.max_new_tokens), epochs=epochs or cfg.epochs,
+        learning_rate=lab_learning_rate(unit.size), seed=unit.seed,
+        eval={"path": os.path.relpath(eval_path, folder), "checker": "lab", "limit": None,
+              "teacher": cfg.teacher_model, "base_drift": True, "view_limit": 64},
+        training={"batch_size": cfg.batch, "evals_per_epoch": cfg.evals_per_epoch, "save_total_limit": 1,
+                  "switch_epoch": switch, "rerank": rerank},
         model={**lm.description, "spec": f"lab:{unit.size}"}, dataset=f"data/{name}.jsonl", strategy=strategy,
         mix=mix if strategy == "mixed" else 0.0,
-        eval=EvalSpec(path=os.path.relpath(eval_path, folder), checker="lab", max_new_tokens=cfg.max_new_tokens,
-                      limit=None, teacher=cfg.teacher_model, base_drift=True, view_limit=64, token_budget=16384),
-        training=TrainingSpec(epochs=epochs or cfg.epochs, learning_rate=lab_learning_rate(unit.size), batch_size=cfg.batch,
-                              max_length=LAB.max_length, evals_per_epoch=cfg.evals_per_epoch, seed=unit.seed, save_total_limit=1,
-                              switch_epoch=switch, rerank=rerank),
         features=features,
         pool={"task": unit.task, "source": pool_path.name, "score": score or unit.score,
               "fingerprint": pool.fingerprint(), "teacher": cfg.teacher, "temperature": cfg.temperature},

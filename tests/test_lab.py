@@ -462,3 +462,23 @@ def test_a_student_kept_in_the_repository_is_said_to_be_copied_not_pretrained():
     said.clear()
     describe_student("lab:m", said.append)  # built now: nothing to say
     assert said == []
+
+
+@pytest.mark.parametrize("task", ["modchain", "addition", "listmax"])
+def test_every_lab_task_ships_a_teacher_pool_of_todays_problems(task, tmp_path):
+    """`recommend --model lab:NAME --lab-task T` reads a shipped pool for every task family, and
+    its problems are the ones today's recipe draws (what an on-demand pool would ask the teacher):
+    the same ids, prompts and answers, each with the teacher's 8 checked samples."""
+    from capacity_advisor.advisor.lab.pool import TEACHER_SAMPLING, lab_pool
+    from capacity_advisor.models.lab import FAMILIES
+    from capacity_advisor.models.lab.pool import pool_rows
+    from capacity_advisor.models.lab.tasks import check
+
+    assert task in FAMILIES
+    path = lab_pool(task, 1000, tmp_path)  # no teacher is built: the shipped file answers
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    drawn = pool_rows(task, 1000, seed=TEACHER_SAMPLING["seed"])
+    assert [(r["id"], r["problem"], r["answer"]) for r in rows] == [(d["id"], d["problem"], d["answer"]) for d in drawn]
+    assert all(len(r["generations"]) == TEACHER_SAMPLING["n"] for r in rows)
+    assert all(r["correctness"] == [check(g, r["answer"]) for g in r["generations"]] for r in rows[:100])
+    assert sum(map(sum, (r["correctness"] for r in rows))) > 0.4 * 8 * len(rows)

@@ -14,6 +14,7 @@ from capacity_advisor.advisor.cli.options import (
     checker_option, device_options, field_option, floats, ints, json_option, names, pool_options, pool_settings, take,
 )
 from capacity_advisor.advisor.calibrate_pool import PoolCalibrateConfig
+from capacity_advisor.training.launch import LAUNCHERS
 from capacity_advisor.advisor.lab.calibrate import CalibrateConfig
 from capacity_advisor.models.errors import InputError
 
@@ -53,7 +54,8 @@ from capacity_advisor.models.errors import InputError
               help="With --dry-run: the share of that peak generation reaches, far below training's (an assumption).")
 @click.option("--nproc", default=1, show_default=True, type=click.IntRange(1, 1024),
               help="With --students: processes per full run (torchrun; accelerate with --launcher), as `advisor train`.")
-@click.option("--launcher", default="torchrun", show_default=True, type=click.Choice(("torchrun", "accelerate")))
+@field_option(PoolCalibrateConfig, "launcher", type=click.Choice(LAUNCHERS),
+              help="With --students and --nproc > 1: the launcher of each full run.")
 @click.option("--predictor", default=None, help="With --students: the predictor whose probe recipe the probes follow (default: the shipped one).")
 @click.option("--probe-batch", "own_probe_batch", default=None, type=int, help="With --students: sequences per probe step.")
 @click.option("--probe-eval-problems", "own_probe_eval", default=None, type=int,

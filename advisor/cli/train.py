@@ -19,76 +19,81 @@ from pathlib import Path
 import click
 
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.advisor.cli.options import json_option
+from capacity_advisor.advisor.cli.options import field_option, json_option, take
+from capacity_advisor.training.launch import LAUNCHERS
+from capacity_advisor.training.race import RaceRule
+from capacity_advisor.training.run_manifest import RunRequest, run_manifest
 from capacity_advisor.training.sft_cli import run_options
 
 
 @click.command()
 @click.argument("manifest", type=click.Path(dir_okay=False))
-@click.option("--out", "-o", default=None, type=click.Path(file_okay=False),
+@field_option(RunRequest, "out", "--out", "-o", type=click.Path(file_okay=False),
               help="Run folder: checkpoints, eval.jsonl, curve.png, record.json. A rerun resumes.")
-@click.option("--nproc", default=1, show_default=True, help="Processes (GPUs, or CPU processes with torchrun); > 1 launches data-parallel.")
-@click.option("--launcher", default="torchrun", show_default=True, type=click.Choice(["torchrun", "accelerate"]),
-              help="Multi-process launcher for --nproc > 1.")
-@click.option("--accelerate-config", default=None, type=click.Path(dir_okay=False, exists=True),
+@field_option(RunRequest, "nproc",
+              help="Processes (GPUs, or CPU processes with torchrun); > 1 launches data-parallel.")
+@field_option(RunRequest, "launcher", type=click.Choice(LAUNCHERS), help="Multi-process launcher for --nproc > 1.")
+@field_option(RunRequest, "accelerate_config", type=click.Path(dir_okay=False, exists=True),
               help="accelerate config file, e.g. configs/accelerate_fsdp.yaml (with --launcher accelerate).")
 @run_options
 @click.option("--dry-run", is_flag=True, help="Validate the manifest and print the launch command without running it.")
 @click.option("--export", "export_dir", default=None, type=click.Path(file_okay=False),
               help="Write the dataset and TRL / LLaMA-Factory / axolotl config snippets here instead of training.")
 @click.option("--format", "formats", default="all", show_default=True, help="Export formats: trl,llamafactory,axolotl or all.")
-@click.option("--race", "race", default=None, type=float, metavar="F",
+@field_option(RaceRule, "fraction", "--race", type=float, metavar="F",
               help="Race D_high against D_low (OUT/race/high, OUT/race/low), stop when one leads or at F of the "
                    "budget (0 < F <= 1), and continue the leader to the end; OUT/race.json says what happened.")
-@click.option("--race-k", default=2, show_default=True, help="--race: evaluations in a row one set must lead (provisional).")
-@click.option("--race-margin", default=0.05, show_default=True,
+@field_option(RaceRule, "k", "--race-k", help="--race: evaluations in a row one set must lead (provisional).")
+@field_option(RaceRule, "margin", "--race-margin",
               help="--race: least mean paired accuracy difference that counts as a lead (0.05 = 5 points; provisional).")
 @json_option
 @click.pass_context
-def train(ctx, manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, epochs, max_steps,
-          dry_run, export_dir, formats, race, race_k, race_margin, as_json):
+def train(ctx, manifest, dry_run, export_dir, formats, fraction, k, margin, as_json, **kw):
     """Full SFT on the recommended data: the paper's protocol, checkpoints, resume, a RunRecord."""
     try:
-        if race is not None:
-            _race(manifest, out, records, nproc, export_dir, device, dtype, threads, epochs, max_steps, dry_run,
-                  race, race_k, race_margin, as_json)
-            return
-        _train(manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, epochs, max_steps,
-               dry_run, export_dir, formats, as_json)
+        req = take(RunRequest, kw, manifest=manifest)
+        if fraction is not None:
+            _race(req, RaceRule(fraction=fraction, k=k, margin=margin), export_dir, dry_run, as_json)
+        elif export_dir:
+            _export(req, export_dir, formats, as_json)
+        else:
+            _train(req, dry_run, as_json)
     except InputError as e:  # also when called outside the advisor group (tests, other CLIs)
         click.echo(f"error: {e}", err=True)
         ctx.exit(2)
 
 
-def _train(manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, epochs, max_steps,
-           dry_run, export_dir, formats, as_json):
+def _export(req: RunRequest, export_dir: str, formats: str, as_json: bool) -> None:
+    """`--export DIR`: the data and the launchers' configs with the manifest's settings, no training."""
+    from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, quiet_libraries
+    from capacity_advisor.training.export import FORMATS, export
+    from capacity_advisor.training.manifest import load_manifest
+    from capacity_advisor.training.run_check import with_overrides
+
+    quiet_libraries()
+    chosen = FORMATS if formats == "all" else tuple(f.strip() for f in formats.split(",") if f.strip())
+    written = export(with_overrides(load_manifest(req.manifest), epochs=req.epochs, max_steps=req.max_steps),
+                     export_dir, chosen, manifest_path=req.manifest)
+    if as_json:
+        emit_json({"written": [str(p) for p in written]})
+    else:
+        console.print(kv_table("Export", {p.name: str(p) for p in written}))
+
+
+def _train(req: RunRequest, dry_run: bool, as_json: bool) -> None:
+    """One run of the manifest (`training.run_manifest`: in process, or launched over --nproc)."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, quiet_libraries
     from capacity_advisor.training.manifest import load_manifest
     from capacity_advisor.training.run_check import with_overrides
 
     quiet_libraries()
-    m = load_manifest(manifest)
-    if export_dir:
-        from capacity_advisor.training.export import FORMATS, export
-
-        chosen = FORMATS if formats == "all" else tuple(f.strip() for f in formats.split(",") if f.strip())
-        written = export(with_overrides(m, epochs=epochs, max_steps=max_steps), export_dir, chosen,
-                         manifest_path=manifest)
-        if as_json:
-            emit_json({"written": [str(p) for p in written]})
-        else:
-            console.print(kv_table("Export", {p.name: str(p) for p in written}))
-        return
-    if not out:
+    if not req.out:
         raise InputError("--out is required (the run folder), unless --export is given")
-    from capacity_advisor.training.run_manifest import RunRequest, run_manifest
-
-    req = RunRequest(manifest, out, records, nproc, launcher, accelerate_config, device, dtype, threads, epochs, max_steps)
+    m = with_overrides(load_manifest(req.manifest), epochs=req.epochs, max_steps=req.max_steps)
     record = run_manifest(req, dry_run, say=lambda line: click.echo(line, err=True))
     if record is None:
         return
-    m = with_overrides(m, epochs=epochs, max_steps=max_steps)
-    summary = {"record": str(Path(out) / "record.json"), "curve": str(Path(out) / "curve.png"),
+    summary = {"record": str(Path(req.out) / "record.json"), "curve": str(Path(req.out) / "curve.png"),
                "best_accuracy": record.get("best_accuracy"), "final_accuracy": record.get("final_accuracy"),
                "evaluations": len(record.get("evals", [])), "seconds": record["provenance"]["seconds"],
                "final_checkpoint": record["provenance"]["final_checkpoint"]}
@@ -98,29 +103,27 @@ def _train(manifest, out, records, nproc, launcher, accelerate_config, device, d
         console.print(kv_table(f"Run: {m.model_spec} on {m.strategy} data, {m.training.epochs:g} epochs", summary))
 
 
-def _race(manifest, out, records, nproc, export_dir, device, dtype, threads, epochs, max_steps, dry_run,
-          fraction, k, margin, as_json):
+def _race(req: RunRequest, rule: RaceRule, export_dir: str | None, dry_run: bool, as_json: bool) -> None:
     """`--race F`: training.race, every input checked first (the same checks with --dry-run)."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, quiet_libraries
     from capacity_advisor.models.files import check_writable_dir
-    from capacity_advisor.training.race import RaceRule, check_race, run_race
+    from capacity_advisor.training.race import check_race, run_race
 
     quiet_libraries()
     if export_dir:
         raise InputError("--race trains; it does not combine with --export")
-    if nproc != 1:
-        raise InputError(f"--race runs its two trainings in one process; --nproc {nproc} is not supported with it")
-    if not out:
+    if req.nproc != 1:
+        raise InputError(f"--race runs its two trainings in one process; --nproc {req.nproc} is not supported with it")
+    if not req.out:
         raise InputError("--out is required (the race folder: race.json, race/high, race/low)")
-    rule = RaceRule(fraction=fraction, k=k, margin=margin)
-    check_writable_dir(out, "--out")
-    check_race(manifest, out, rule, device, dtype, epochs, max_steps)
+    check_writable_dir(req.out, "--out")
+    check_race(req.manifest, req.out, rule, req.device, req.dtype, req.epochs, req.max_steps)
     if dry_run:
-        click.echo(f"race of D_high against D_low in {out}: stop at {fraction:g} of the budget, or when one set "
-                   f"leads by more than {margin:g} (and its noise) at {k} evaluations in a row", err=True)
+        click.echo(f"race of D_high against D_low in {req.out}: stop at {rule.fraction:g} of the budget, or when one "
+                   f"set leads by more than {rule.margin:g} (and its noise) at {rule.k} evaluations in a row", err=True)
         return
-    summary = run_race(manifest, out, rule, records=records, device=device, dtype=dtype, threads=threads,
-                       epochs=epochs, max_steps=max_steps)
+    summary = run_race(req.manifest, req.out, rule, records=req.records, device=req.device, dtype=req.dtype,
+                       threads=req.threads, epochs=req.epochs, max_steps=req.max_steps)
     shown = {"winner": summary["winner"], "stopped": summary["stopped"]["reason"],
              "stopped_at_step": summary["stopped"]["step"], "share_of_budget": summary["stopped"]["share"],
              "record": summary["record"], "race": summary["race_file"],

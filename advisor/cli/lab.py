@@ -16,7 +16,9 @@ from pathlib import Path
 
 import click
 
+from capacity_advisor.advisor.cli.options import json_option, seed_option
 from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.lab.tasks import FAMILIES
 
 
 class PlainProgress:
@@ -60,7 +62,7 @@ def lab():
 
 
 @lab.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print the ladder as JSON on stdout.")
+@json_option
 def list_cmd(as_json):
     """Ladder students: name, parameters, built or not."""
     from capacity_advisor.advisor.cli.ui import console, emit_json
@@ -85,7 +87,7 @@ def list_cmd(as_json):
 @lab.command()
 @click.option("--sizes", default=None, help="Comma-separated ladder names (default: all).")
 @click.option("--threads", default=None, type=click.IntRange(1, 4096), help="Torch threads (default: torch's own choice).")
-@click.option("--json", "as_json", is_flag=True, help="Print the built students as JSON on stdout.")
+@json_option
 def build(sizes, threads, as_json):
     """Pretrain the ladder students that are not built yet (cached; a rebuild is a no-op)."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, progress, quiet_libraries
@@ -121,7 +123,7 @@ def build(sizes, threads, as_json):
 
 @lab.command()
 @click.option("--sizes", default="teacher,teacher-xl", show_default=True, help="Comma-separated lab model names.")
-@click.option("--json", "as_json", is_flag=True, help="Print what was kept as JSON on stdout.")
+@json_option
 def stash(sizes, as_json):
     """Keep lab builds in the repository (models/lab/weights): each finished build, else its latest
     pretraining checkpoint, so a fresh clone uses it or resumes it instead of pretraining from scratch."""
@@ -141,13 +143,13 @@ def stash(sizes, as_json):
 
 
 @lab.command()
-@click.option("--task", "-t", default="modchain", show_default=True, help="modchain | addition | listmax.")
+@click.option("--task", "-t", default="modchain", show_default=True, help=f"The task family: {' | '.join(FAMILIES)}.")
 @click.option("--n", "n", default=200, show_default=True, help="Number of problems.")
 @click.option("--difficulty", default=None, type=int, help="Task difficulty (operands, digits or list length; default: the task's own).")
 @click.option("--candidates", default=6, show_default=True, help="Teacher responses per problem (4-8).")
-@click.option("--seed", default=0, show_default=True)
+@seed_option("Problems and the scripted teacher's responses.")
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Pool JSONL to write.")
-@click.option("--json", "as_json", is_flag=True, help="Print a summary as JSON on stdout.")
+@json_option
 def pool(task, n, difficulty, candidates, seed, out, as_json):
     """Write a grouped pool: problem, teacher candidates (all correct), reference answer."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table
@@ -169,7 +171,7 @@ def pool(task, n, difficulty, candidates, seed, out, as_json):
 @click.argument("calibration", type=click.Path(file_okay=False))
 @click.option("--out", "-o", default=None, type=click.Path(file_okay=False),
               help="Folder for results.json, results.md and curves-TASK-RANKING.png (default: CALIBRATION/report).")
-@click.option("--json", "as_json", is_flag=True, help="Print the per-student summary as JSON on stdout.")
+@json_option
 def report(calibration, out, as_json):
     """What a calibration sweep shows, per student: D_high vs D_low by epoch, teacher view, repetition."""
     from capacity_advisor.advisor.lab.report import write_report

@@ -99,6 +99,13 @@ class Recommendation:
         return predictor_row(self.measurements, self.budget, self.score)
 
     @property
+    def calibrated_budget(self) -> str:
+        """The calibration budget nearest this run's, as the neighbours' outcomes are keyed ("3")."""
+        from capacity_advisor.advisor.predictor.labels import BUDGETS
+
+        return f"{min(BUDGETS, key=lambda b: abs(b - self.budget)):g}"
+
+    @property
     def crossover_epoch(self) -> float | None:
         return crossover(self.curve)
 

@@ -73,12 +73,10 @@ def _probe(ax, probe: dict) -> None:
 
 
 def _neighbourhood(ax, rec: Recommendation, predictor) -> None:
-    from capacity_advisor.advisor.predictor import BUDGETS
-
     measured = [k for k in predictor.features if k not in NOT_MEASURED]
     feature = next((r.split(" = ")[0] for r in rec.reasons if r.split(" = ")[0] in measured), None) \
         or ("gap_answer_logprob_area_gain" if "gap_answer_logprob_area_gain" in measured else None)
-    budget = f"{min(BUDGETS, key=lambda b: abs(b - rec.budget)):g}"
+    budget = rec.calibrated_budget
     shown = set()
     for u in predictor.units if feature and feature in predictor.range else []:
         if u.get("n_params") is None:

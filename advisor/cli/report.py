@@ -11,7 +11,6 @@ from rich.panel import Panel
 from rich.table import Table
 
 from capacity_advisor.advisor.cli.ui import console, fmt, kv_table
-from capacity_advisor.advisor.predictor import BUDGETS
 from capacity_advisor.advisor.predictor import SIZE_RULE
 
 
@@ -283,7 +282,7 @@ def recommendation(rec, out: str) -> None:
         t = Table(title="Nearest calibrated students (what they measured at this budget)", title_justify="left")
         for col in ("student", "pool source", "ranking", "distance", "best", "high", "low", "mixed"):
             t.add_column(col)
-        b = f"{min(BUDGETS, key=lambda x: abs(x - rec.budget)):g}"
+        b = rec.calibrated_budget
         for n in rec.neighbours:
             o = n.get("outcomes", {}).get(b, {})
             t.add_row(n["student"], str(n.get("source") or n["task"]), str(n["score"]), f"{n['distance']:.2f}", o.get("label", "—"),

@@ -89,6 +89,7 @@ from capacity_advisor.advisor.cli.options import (  # noqa: E402
 )
 from capacity_advisor.advisor.compute import PROBLEM_FILTERS  # noqa: E402
 from capacity_advisor.advisor.generate import GenerateConfig  # noqa: E402
+from capacity_advisor.advisor.probe import ProbeJob  # noqa: E402
 from capacity_advisor.advisor.fit import MAX_MEMBERS, MEMBERS  # noqa: E402
 from capacity_advisor.advisor.predictor import FEATURE_SETS, FITTABLE, SPLITS, TIE_MARGIN  # noqa: E402
 from capacity_advisor.advisor.predictor.policy import CHOOSE_BY  # noqa: E402
@@ -185,45 +186,48 @@ def select(pool_path, scores_path, fmt, out, problem_class, compute_path, candid
 
 @cli.command()
 @model_option
-@click.option("--pool", "-p", required=True, help="Pool file or datasets folder.")
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Output folder (probe.json, probe.png).")
-@click.option("--scores", default=None, help="scores.jsonl of this pool under this model (else scored now, cached).")
-@click.option("--predictor", default=None,
+@field_option(ProbeJob, "pool", "--pool", "-p", required=True, help="Pool file or datasets folder.")
+@field_option(ProbeJob, "out", "--out", "-o", required=True, type=click.Path(file_okay=False),
+              help="Output folder (probe.json, probe.png).")
+@field_option(ProbeJob, "scores", help="scores.jsonl of this pool under this model (else scored now, cached).")
+@field_option(ProbeJob, "predictor",
               help="Measure the way this predictor's inputs were measured (a folder from `advisor fit`; default: the shipped one).")
 @recipe_options("probe")
-@click.option("--learning-rate", type=Finite(low=0), default=None, help="Default: the recipe's rule (the lab's, else by model size).")
-@click.option("--strategies", default="high,low", show_default=True, help="Comma list of high, low, mixed.")
-@click.option("--lora-r", default=0, show_default=True, help="0 = full fine-tuning; > 0 = LoRA rank (needs peft).")
-@click.option("--teacher", default=None, help="Teacher model, for the teacher's view of the student's generations.")
+@field_option(ProbeJob, "learning_rate", type=Finite(low=0), help="Default: the recipe's rule (the lab's, else by model size).")
+@field_option(ProbeJob, "strategies", help="Comma list of high, low, mixed.")
+@field_option(ProbeJob, "lora_r", help="0 = full fine-tuning; > 0 = LoRA rank (needs peft).")
+@field_option(ProbeJob, "teacher", help="Teacher model, for the teacher's view of the student's generations.")
 @checker_option
 @score_option
 @pool_options
 @device_options
 @seed_option("Held-out slice and data order.")
 @json_option
-def probe(out, strategies, as_json, **kw):
+def probe(strategies, as_json, **kw):
     """Short SFT runs on D_high and D_low from the same base: how does this student take to each?"""
     from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries, work
-    from capacity_advisor.advisor.probe import ProbeJob, probe_job
+    from capacity_advisor.advisor.probe import probe_job
     from capacity_advisor.models.files import check_writable_dir
 
     quiet_libraries()
-    job = take(ProbeJob, kw, out=out, strategies=names(strategies, "--strategies"), recipe=recipe_given(kw),
+    job = take(ProbeJob, kw, strategies=names(strategies, "--strategies"), recipe=recipe_given(kw),
                pool_options=vars(pool_settings(kw)))
-    check_writable_dir(out, "--out")
+    check_writable_dir(job.out, "--out")
     with work("steps") as w:
         result = probe_job(job, say=w.status, progress=lambda s, step, total: w.steps(f"D_{s}", step, total))
     if as_json:
         emit_json({"features": result["features"], "cost": result["cost"], "chosen": result["chosen"],
-                   "notes": result["notes"], "probe": str(Path(out) / "probe.json")})
+                   "notes": result["notes"], "probe": str(Path(job.out) / "probe.json")})
     else:
-        report.probe(result, out)
+        report.probe(result, job.out)
 
 
 @cli.command()
-@click.option("--teacher", "-t", required=True, help="Teacher: a local HF folder, a hub id, or lab:NAME.")
-@click.option("--problems", "-p", required=True, help="Problems file (JSONL, JSON, Parquet) or datasets folder.")
-@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Pool to write: .jsonl or .parquet.")
+@field_option(GenerateConfig, "teacher", "--teacher", "-t", required=True, help="Teacher: a local HF folder, a hub id, or lab:NAME.")
+@field_option(GenerateConfig, "problems", "--problems", "-p", required=True,
+              help="Problems file (JSONL, JSON, Parquet) or datasets folder.")
+@field_option(GenerateConfig, "out", "--out", "-o", required=True, type=click.Path(dir_okay=False),
+              help="Pool to write: .jsonl or .parquet.")
 @field_option(GenerateConfig, "n", "--n", "-n", help="Candidates per problem.")
 @field_option(GenerateConfig, "temperature", help="Sampling temperature (0 = greedy, with --n 1).")
 @field_option(GenerateConfig, "top_p")

@@ -4,8 +4,9 @@ user calibrated with their own proxies.
 The draws (OUT/probe, OUT/probe-2, ...) are averaged into the inputs the advice reads
 (`mean_features`), their cost summed (`combined_cost`), and each draw's own advice set beside it
 (`draw_advice`, `draws_line`); `calibrated_line` is the report's line for a pool the predictor's
-own sources include (`predictor.calibrated_source`); `race_note` what a race of the two sets on
-the student would cost instead.
+own sources include (`predictor.calibrated_source`), and `by_proxy_rule` turns the advice to D_low
+where those proxies' own runs put D_low ahead (`predictor.proxy_rule`); `race_note` what a race of
+the two sets on the student would cost instead.
 """
 
 from __future__ import annotations
@@ -50,11 +51,54 @@ def calibrated_line(predictor, own: dict) -> str:
             + (f"; up to {own['epochs']:g} epochs" if own.get("epochs") else "") + f"), source {own['source']}; the "
             "policy's thresholds for this case were chosen on the proxy split")
     proxy = (((predictor.meta or {}).get("cv") or {}).get("proxy") or {}).get("methods", {})
-    mine, high = (proxy.get(m, {}).get("regret") for m in ("policy", "always high"))
+    way = "policy or proxy rule" if (predictor.meta or {}).get("proxy_rule") and "policy or proxy rule" in proxy else "policy"
+    mine, high = (proxy.get(m, {}).get("regret") for m in (way, "always high"))
     if isinstance(mine, (int, float)) and isinstance(high, (int, float)):
         line += (f"; on the calibration records a large student advised so lost {mine:.2f} points of accuracy on "
                  f"average (always-high {high:.2f})")
     return line
+
+
+def proxy_rule_answer(predictor, own: dict, budget: float, score: str) -> tuple[str, str] | None:
+    """What the proxy rule (`predictor.proxy_rule`) answers from the user's own proxies on this
+    pool, and the report's line on it: the lead of D_low over D_high that the largest proxies
+    measured at the calibrated budget nearest this run's. None where the predictor holds no rule or
+    the proxies ran no such budget."""
+    from capacity_advisor.advisor.predictor.proxy_rule import ProxyRule
+
+    rule = ProxyRule.from_dict((predictor.meta or {}).get("proxy_rule"))
+    leads = [x for x in own.get("proxy_leads") or [] if x[2] == float(score == "sum")]
+    if rule is None or not leads:
+        return None
+    ran = sorted({x[1] for x in leads})
+    at = min(ran, key=lambda b: (abs(b - budget), -b))
+    sizes = sorted({x[0] for x in leads if x[1] == at})
+    keep = sizes if rule.top is None else sizes[-rule.top:]
+    gap = sum(x[3] for x in leads if x[1] == at and x[0] in keep) / len(keep)
+    choice = rule.choose(gap)
+    names = ", ".join(s for s, n in zip(own["students"], own["n_params"]) if n in keep) or f"{len(keep)} proxies"
+    line = (f"your proxies ({names}) trained on D_low led D_high by {100 * gap:+.1f} points of held-out accuracy at "
+            f"{at:g} epochs; the proxy rule (D_low from a lead of {100 * rule.margin:g} points, chosen on the lab's "
+            f"sources) says D_{choice}")
+    return choice, line
+
+
+def by_proxy_rule(cfg, predictor, calibrated: dict, advice, notes: list):
+    """On a pool the user calibrated (`cfg`: recommend's settings): D_low where the proxy rule reads
+    a lead of D_low in the proxies' own runs, the policy's `advice` otherwise; the rule's line joins
+    `notes`."""
+    from dataclasses import replace
+
+    answer = proxy_rule_answer(predictor, calibrated, cfg.budget, cfg.score)
+    if answer is None:
+        return advice
+    choice, line = answer
+    notes.append(line)
+    if choice == "low" and advice.strategy != "low":
+        return replace(advice, strategy="low", answered_by="the proxy rule", confidence="medium",
+                       confidence_reasons=(f"the proxy rule: D_low, where the policy said D_{advice.strategy}",)
+                       + advice.confidence_reasons)
+    return advice
 
 
 def draw_advice(cfg, predictor, policy, desc: dict, context: dict, reports: list[dict]) -> list[dict]:

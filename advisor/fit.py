@@ -27,6 +27,7 @@ from capacity_advisor.advisor.predictor import (
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix
 from capacity_advisor.advisor.predictor.policy import CHOOSE_BY
 from capacity_advisor.advisor.predictor.priors import fit_lab_prior
+from capacity_advisor.advisor.predictor.proxy_rule import choose_rule
 from capacity_advisor.advisor.predictor.races import race_summary
 from capacity_advisor.models.errors import InputError
 
@@ -114,6 +115,25 @@ def own_sources(records: Sequence[dict], files: Sequence[dict] | None) -> dict:
                 "fingerprints": sorted(o["fingerprints"]), "epochs": o["epochs"]} for s, o in sorted(out.items())}
 
 
+def with_proxy_leads(own: dict, rows: Sequence[dict]) -> dict:
+    """`own` with each source's `proxy_leads`: [n_params, budget, ranking_sum, lead] per proxy,
+    budget and ranking, the lead being D_low's best held-out accuracy within the budget minus
+    D_high's, averaged over the proxy's seeds (what `advisor recommend`'s proxy rule reads)."""
+    from collections import defaultdict
+    from statistics import mean
+
+    from capacity_advisor.advisor.predictor.proxy_rule import lead
+
+    out = {}
+    for source, o in own.items():
+        by = defaultdict(list)
+        for r in rows:
+            if r["source"] == source:
+                by[(int(r["n_params"] or 0), float(r["features"]["budget"]), float(r["features"]["ranking_sum"]))].append(lead(r))
+        out[source] = {**o, "proxy_leads": [[*k, mean(v)] for k, v in sorted(by.items())]}
+    return out
+
+
 MEMBERS, MAX_MEMBERS = 24, 256  # ensemble members: the default and the most a fit takes
 
 
@@ -198,6 +218,7 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = T
     if own and folds(rows, PROXY):
         say("choosing the policy's thresholds for your own pool sources by leave-one-proxy-target-out regret")
         _, policy_own, _ = select_policy(rows, PROXY, chosen, feats, cv_members, seed, jobs)
+        own = with_proxy_leads(own, rows)
     say(f"fitting {n_members} {chosen} members on {len(rows)} rows")
     pred = fit_predictor(rows, chosen, feats, n_members, seed, jobs)
     recipe = probe_of(records)
@@ -217,6 +238,9 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = T
         **({"record_files": list(files)} if files else {}),
         **({"own_sources": own} if own else {}),
         **({"policy_own": {**policy_own.to_dict(), "chosen_by": "leave-one-proxy-target-out regret"}}
+           if policy_own else {}),
+        **({"proxy_rule": {**choose_rule(rows).to_dict(), "chosen_by": "regret of every source's large students, "
+                                                                         "each advised from its own source's proxies"}}
            if policy_own else {}),
         "races": race_summary(records),
     }

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from capacity_advisor.advisor.draws import (
-    calibrated_line, combined_cost, draw_advice, draws_line, mean_features, probe_folder, race_note,
+    by_proxy_rule, calibrated_line, combined_cost, draw_advice, draws_line, mean_features, probe_folder, race_note,
 )
 from capacity_advisor.advisor.lab.pool import describe_student, lab_identity
 from capacity_advisor.advisor.predictor.advice import Advice
@@ -252,7 +252,8 @@ def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stages: 
     """The predictor's answer on the probe's measurements (averaged over the draws when there are
     several; each draw's own answer beside it); the priors' without a probe. On a pool the user
     calibrated with proxies (its content hash among the predictor's own sources), the policy
-    chosen for that case answers, and the report says so."""
+    chosen for that case answers, or the proxy rule where the proxies' own runs put D_low ahead
+    (`by_proxy_rule`), and the report says so."""
     from capacity_advisor.advisor.predictor import calibrated_source
 
     stage = stages[0]
@@ -296,6 +297,7 @@ def measured_advice(cfg: RecommendConfig, predictor, desc: dict, plan: ProbePlan
         notes.append(line)
         low = low or not agree
     if calibrated is not None:
+        advice = by_proxy_rule(cfg, predictor, calibrated, advice, notes)
         notes.insert(0, calibrated_line(predictor, calibrated))
     advice = replace(advice, confidence="low" if low else advice.confidence,
                      confidence_reasons=tuple(notes) + advice.confidence_reasons,

@@ -70,6 +70,15 @@ def test_fit_on_two_record_files_marks_the_users_own_source(tmp_path):
     own = meta["own_sources"][MINE]
     assert own["students"] and all(n < PROXY_CUT for n in own["n_params"]) and own["epochs"] == 5.0
     assert meta["policy_own"]["chosen_by"] == "leave-one-proxy-target-out regret"
+    # what the proxy rule reads: each proxy's lead of D_low over D_high by budget and ranking
+    from statistics import mean
+
+    mine = [r for r in label_rows(read_records(b)) if r["source"] == MINE]
+    for n, budget, ranking, lead in own["proxy_leads"]:
+        at = [r for r in mine if r["n_params"] == n and r["features"]["budget"] == budget
+              and r["features"]["ranking_sum"] == ranking]
+        assert at and lead == pytest.approx(mean(r["accuracy"]["low"] - r["accuracy"]["high"] for r in at))
+    assert {"top", "margin"} <= set(meta["proxy_rule"])
 
 
 def test_record_files_named_twice_or_measured_otherwise_are_one_error_line(tmp_path):
@@ -119,6 +128,8 @@ def test_recommend_on_a_calibrated_pool_says_so_and_uses_its_policy(lab_home, tm
     {"own_sources": {"x": {"students": "a", "n_params": [1], "fingerprints": []}}},
     {"own_sources": {"x": {"students": ["a"], "n_params": [1], "fingerprints": [], "epochs": "5"}}},
     {"policy_own": {"max_distance": "far", "margin": 0.0, "use_range": False}},
+    {"proxy_rule": {"top": 0, "margin": 0.1}},
+    {"own_sources": {"x": {"students": ["a"], "n_params": [1], "fingerprints": [], "proxy_leads": [[1, 3.0, 1.0, 5.0]]}}},
     {"record_files": [{"file": 3, "sources": []}]},
     {"races": [{"method": "race", "fraction": 2.0, "regret": 1.0, "decision_accuracy": 0.5, "overhead": 0.5}]},
     {"races": [{"method": "race", "fraction": None, "regret": "low", "decision_accuracy": 0.5, "overhead": 0.5}]},
@@ -204,3 +215,64 @@ def test_the_proxy_split_breaks_its_regret_down_by_pool_source():
     whole = summarize(pairs)
     assert sum(r["rows"] for r in per.values()) == whole["rows"]
     assert sum(r["rows"] * r["regret"] for r in per.values()) / whole["rows"] == pytest.approx(whole["regret"])
+
+
+def test_the_proxy_rule_reads_the_largest_proxies_and_is_chosen_on_other_sources():
+    """proxy_gap averages D_low's lead over D_high for the largest `top` proxies (seeds first);
+    held out by source on the committed records, the rule chosen on the other sources never loses
+    to always-high on a source, and on a source where the proxies saw D_low win it gains."""
+    from statistics import mean
+
+    from capacity_advisor.advisor.predictor.evaluate import regret
+    from capacity_advisor.advisor.predictor.proxy_rule import ProxyRule, choose_rule, lead, proxy_gap, rule_picks
+
+    rows = label_rows(read_records(RECORDS))
+    source = "lab1:modchain/program"
+    proxies = [r for r in rows if r["source"] == source and r["n_params"] < PROXY_CUT]
+    at = [r for r in proxies if r["features"]["budget"] == 5 and r["features"]["ranking_sum"] == 1.0]
+    biggest = max(r["n_params"] for r in at)
+    want = mean(lead(r) for r in at if r["n_params"] == biggest)
+    assert proxy_gap(proxies, 5, 1.0, top=1) == pytest.approx(want)
+    assert want == pytest.approx(mean(r["accuracy"]["low"] - r["accuracy"]["high"] for r in at if r["n_params"] == biggest))
+    assert proxy_gap(proxies, 5, 1.0, top=None) == pytest.approx(mean(
+        mean(lead(r) for r in at if r["n_params"] == n) for n in {r["n_params"] for r in at}))
+    assert proxy_gap(proxies, 7, 1.0, top=1) is None and ProxyRule(1, 0.05).choose(None) == "high"
+    per_source = {}
+    for name, train, test in proxy_folds(rows):
+        rule = choose_rule(train)
+        for r, c in rule_picks(train, test, rule):
+            per_source.setdefault(r["source"], []).append((regret(r, c), regret(r, "high")))
+    ours = [o for v in per_source.values() for o, _ in v]
+    high = [h for v in per_source.values() for _, h in v]
+    assert mean(ours) < mean(high)
+    assert mean(o for o, _ in per_source[source]) < mean(h for _, h in per_source[source]) - 0.05
+    for s, v in per_source.items():  # no source where the rule loses to always-high
+        assert mean(o for o, _ in v) <= mean(h for _, h in v) + 1e-9, s
+    assert ProxyRule.from_dict({"top": 0, "margin": 0.1}) is None and ProxyRule.from_dict({"top": None, "margin": 0.0})
+
+
+def test_recommend_on_a_calibrated_pool_turns_to_d_low_where_the_proxies_saw_it_win(lab_home, tmp_path):
+    from capacity_advisor.advisor.pool import read_pool
+
+    pool = tmp_path / "pool.jsonl"
+    assert run("lab", "pool", "--n", 24, "--out", pool).exit_code == 0
+    pred = Predictor.load(SHIPPED)
+    own = {"students": ["lab:xs", "lab:s"], "n_params": [3856, 27744], "fingerprints": [read_pool(pool).fingerprint()],
+           "epochs": 5.0}
+    small = ["--probe-steps", 4, "--probe-eval-every", 2, "--probe-eval-problems", 4, "--probe-batch", 4]
+    for gap, want in ((0.30, "low"), (-0.10, "high")):
+        leads = [[3856, b, 1.0, 0.0] for b in (1.0, 3.0, 5.0)] + [[27744, b, 1.0, gap] for b in (1.0, 3.0, 5.0)]
+        pred.meta = {**pred.meta, "policy_own": {"max_distance": None, "margin": 2.0, "use_range": False},
+                     "own_sources": {"mine/lab:teacher@T1": {**own, "proxy_leads": leads}},
+                     "proxy_rule": {"top": 1, "margin": 0.05, "chosen_by": "a test"}}
+        pred.save(tmp_path / f"pred{want}")
+        r = run("recommend", "--model", "lab:xs", "--budget", 3, "--predictor", tmp_path / f"pred{want}", "--device",
+                "cpu", "--json", *small, "--pool", pool, "--out", tmp_path / f"rec{want}")
+        assert r.exit_code == 0, r.stderr
+        rep = json.loads(r.stdout)
+        assert rep["strategy"] == want
+        line = next(x for x in rep["confidence_reasons"] if x.startswith("your proxies (lab:s)"))
+        assert f"led D_high by {100 * gap:+.1f} points of held-out accuracy at 3 epochs" in line
+        assert rep["answered_by"] == ("the proxy rule" if want == "low" else "the policy: always D_high")
+        manifest = json.loads((tmp_path / f"rec{want}" / "recommendation.json").read_text())
+        assert manifest["strategy"] == want

@@ -138,6 +138,13 @@ def policy_thresholds(raw) -> tuple:
     return d, m, r
 
 
+def proxy_leads_ok(leads) -> bool:
+    """An own source's `proxy_leads` (absent, or [[n_params, budget, ranking_sum, lead], ...])."""
+    return leads is None or (isinstance(leads, list) and len(leads) <= 100_000 and all(
+        isinstance(x, list) and len(x) == 4 and whole(x[0]) and all(number(v) for v in x[1:])
+        and 0 < x[1] <= 1e6 and x[2] in (0.0, 1.0) and -1 <= x[3] <= 1 for x in leads))
+
+
 def calibration_fields(meta: dict) -> str | None:
     """Which of the fields `advisor fit` writes about the records' origin (the user's own
     sources, the replayed races, the record files) is malformed, or None."""
@@ -148,8 +155,15 @@ def calibration_fields(meta: dict) -> str | None:
             and all(isinstance(x, str) for x in v["students"] + v["fingerprints"])
             and all(whole(x) for x in v["n_params"])
             and len(v["students"]) == len(v["n_params"])
-            and (v.get("epochs") is None or (number(v["epochs"]) and 0 <= v["epochs"] <= 1e6)) for k, v in own.items())):
+            and (v.get("epochs") is None or (number(v["epochs"]) and 0 <= v["epochs"] <= 1e6))
+            and proxy_leads_ok(v.get("proxy_leads")) for k, v in own.items())):
         return "own_sources"
+    rule = meta.get("proxy_rule")
+    if rule is not None:
+        from capacity_advisor.advisor.predictor.proxy_rule import ProxyRule
+
+        if ProxyRule.from_dict(rule) is None:
+            return "proxy_rule"
     races = meta.get("races")
     if races is not None and not (isinstance(races, list) and len(races) <= 100 and all(
             isinstance(r, dict) and isinstance(r.get("method"), str)

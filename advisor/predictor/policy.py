@@ -37,11 +37,15 @@ from capacity_advisor.advisor.predictor.evaluate import (
 )
 from capacity_advisor.advisor.predictor.labels import inputs
 from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice
+from capacity_advisor.advisor.predictor.proxy_rule import choose_rule, either, rule_picks
 from capacity_advisor.models.errors import InputError
 
 DISTANCES = (0.5, 0.75, 1.0, 1.5, 2.0, math.inf)
 WITHOUT_PROXIES = "without own proxies"  # proxy split: the large student fitted without its source's small students
 LARGEST_PROXY = "largest proxy only"  # ... with only the largest of them
+PROXY_RULE = "proxy rule"  # ... advised from its source's proxies' own outcomes, no probe read (proxy_rule)
+EITHER = "policy or proxy rule"  # D_low where the proxy rule says so, else the policy's choice
+EITHER_PREDICTOR = "predictor or proxy rule"  # ... else the predictor's most probable set
 CHOOSE_BY = ("source",)  # the splits whose held-out regret chooses the policy when none is given (several: the worse)
 MARGINS = (0.0, 0.1, 0.2, 0.3, 0.5, 2.0)  # 2.0: the predictor never overrides D_high
 FALLBACK_WORDS = "the fallback (D_high below 10^8 parameters, the paper's findings from 10^8)"
@@ -130,12 +134,12 @@ class Policy:
 
 
 def calibrated_source(predictor: Predictor, fingerprint: str | None) -> dict | None:
-    """{"source", "students", "n_params", "epochs"} of the user's own calibrated pool source whose pools
-    include this one (the same content hash), or None."""
+    """{"source", "students", "n_params", "epochs", "proxy_leads"} of the user's own calibrated pool
+    source whose pools include this one (the same content hash), or None."""
     for source, o in ((predictor.meta or {}).get("own_sources") or {}).items():
         if fingerprint and fingerprint in o.get("fingerprints", ()):
             return {"source": source, "students": list(o["students"]), "n_params": list(o["n_params"]),
-                    "epochs": o.get("epochs")}
+                    "epochs": o.get("epochs"), "proxy_leads": [list(x) for x in o.get("proxy_leads") or []]}
     return None
 
 
@@ -273,6 +277,14 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
             p_low.append((m["row"], m["probs"].get("low", float("nan"))))
         for method, pairs in baseline_picks(train, test).items():
             picks.setdefault(method, []).extend(pairs)
+        if split == PROXY:  # the source's own proxies read directly, the rule chosen on the other sources
+            rule = choose_rule(train)
+            chosen[name]["proxy_rule"] = rule.to_dict()
+            by_rule = rule_picks(train, test, rule)
+            picks.setdefault(PROXY_RULE, []).extend(by_rule)
+            for method, base in ((EITHER, "policy"), (EITHER_PREDICTOR, "predictor")):
+                picks.setdefault(method, []).extend(
+                    (r, either(c, rc)) for (r, c), (_, rc) in zip(picks[base][-len(test):], by_rule))
     if split == PROXY:  # the same large students advised with fewer of their source's proxies
         for method, own, inner in ((WITHOUT_PROXIES, 0, policy_split or CHOOSE_BY), (LARGEST_PROXY, 1, PROXY)):
             for _, train, test in proxy_folds(rows, own):

@@ -81,7 +81,9 @@ def main() -> int:
         result["proxy"] = {"policy, own proxies": {**cv["policy"], "overhead": over["all proxies"]},
                            "predictor alone, own proxies": {**cv["predictor"], "overhead": over["all proxies"]},
                            "policy, largest proxy only": {**cv["largest proxy only"], "overhead": over["largest proxy only"]},
-                           "policy without own proxies": {**cv["without own proxies"], "overhead": 0.0}}
+                           "policy without own proxies": {**cv["without own proxies"], "overhead": 0.0},
+                           **{f"{m}, own proxies": {**cv[m], "overhead": over["all proxies"]}
+                              for m in ("proxy rule", "policy or proxy rule", "predictor or proxy rule") if m in cv}}
     srcs = result["sources"]
     print(f"{result['rows']} (unit, budget) rows over {len(srcs)} pool sources\n")
     print("| method | mean overhead | regret (points) | decision accuracy | " + " | ".join(f"regret on {s}" for s in srcs) + " |")

@@ -25,14 +25,14 @@ from capacity_advisor.advisor.predictor import (
     folds, label_rows, options_in, select_policy,
 )
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix
-from capacity_advisor.advisor.predictor.policy import CHOOSE_BY
+from capacity_advisor.advisor.predictor.policy import CHOOSE_BY, EITHER, EITHER_PREDICTOR, PROXY_RULE
 from capacity_advisor.advisor.predictor.priors import fit_lab_prior
 from capacity_advisor.advisor.predictor.proxy_rule import choose_rule
 from capacity_advisor.advisor.predictor.races import race_summary
 from capacity_advisor.models.errors import InputError
 
-CV_METHODS = ("policy", "predictor", WITHOUT_PROXIES, LARGEST_PROXY, "always high", "always low", "always mixed",
-              "size rule", "noise floor")
+CV_METHODS = ("policy", "predictor", WITHOUT_PROXIES, LARGEST_PROXY, PROXY_RULE, EITHER, EITHER_PREDICTOR,
+              "always high", "always low", "always mixed", "size rule", "noise floor")
 
 
 def probe_of(records: Sequence[dict]) -> dict | None:

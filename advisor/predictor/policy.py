@@ -198,7 +198,17 @@ def held_out(train: Sequence[dict], test: Sequence[dict], kind: str, features: S
 
 
 def _policy_regret(measured: Sequence[dict], policy: Policy) -> float:
-    return mean(regret(m["row"], policy.choose(m["probs"], m["outside"], m["ratio"]) or "high") for m in measured)
+    """Held-out regret of the policy's choices; where a measurement carries the proxy rule's
+    choice (the proxy split), of the policy and the rule together (`either`), as recommend answers."""
+    return mean(regret(m["row"], either(policy.choose(m["probs"], m["outside"], m["ratio"]) or "high",
+                                        m.get("rule", "high"))) for m in measured)
+
+
+def with_rule(train: Sequence[dict], test: Sequence[dict], measured: list[dict]) -> list[dict]:
+    """`measured` (held_out's, in `test`'s order), each with the proxy rule's choice for its row,
+    the rule chosen on `train` and reading `train`'s proxies of the row's source."""
+    picks = rule_picks(train, test, choose_rule(train))
+    return [{**m, "rule": c} for m, (_, c) in zip(measured, picks)]
 
 
 GRID = tuple(Policy(d, m, r) for d, m, r in product(DISTANCES, MARGINS, (False, True)))
@@ -221,7 +231,8 @@ def fold_measurements(rows: Sequence[dict], split: str, kind: str, features: Seq
                       seed: int, jobs: int = 1) -> list[dict]:
     out = []
     for _, train, test in folds(rows, split):
-        out += held_out(train, test, kind, features, n_members, seed, jobs)
+        measured = held_out(train, test, kind, features, n_members, seed, jobs)
+        out += with_rule(train, test, measured) if split == PROXY else measured
     return out
 
 

@@ -64,7 +64,7 @@ def proxy_rule_answer(predictor, own: dict, budget: float, score: str) -> tuple[
     pool, and the report's line on it: the lead of D_low over D_high that the largest proxies
     measured at the calibrated budget nearest this run's. None where the predictor holds no rule or
     the proxies ran no such budget."""
-    from capacity_advisor.advisor.predictor.proxy_rule import ProxyRule
+    from capacity_advisor.advisor.predictor.proxy_rule import ProxyRule, largest_mean
 
     rule = ProxyRule.from_dict((predictor.meta or {}).get("proxy_rule"))
     leads = [x for x in own.get("proxy_leads") or [] if x[2] == float(score == "sum")]
@@ -72,9 +72,7 @@ def proxy_rule_answer(predictor, own: dict, budget: float, score: str) -> tuple[
         return None
     ran = sorted({x[1] for x in leads})
     at = min(ran, key=lambda b: (abs(b - budget), -b))
-    sizes = sorted({x[0] for x in leads if x[1] == at})
-    keep = sizes if rule.top is None else sizes[-rule.top:]
-    gap = sum(x[3] for x in leads if x[1] == at and x[0] in keep) / len(keep)
+    keep, gap = largest_mean({x[0]: x[3] for x in leads if x[1] == at}, rule.top)
     choice = rule.choose(gap)
     names = ", ".join(s for s, n in zip(own["students"], own["n_params"]) if n in keep) or f"{len(keep)} proxies"
     line = (f"your proxies ({names}) trained on D_low led D_high by {100 * gap:+.1f} points of held-out accuracy at "

@@ -61,10 +61,15 @@ def proxy_gap(proxies: Sequence[dict], budget: float, ranking_sum: float, top: i
     """The mean lead of D_low over D_high of the largest `top` proxies at this budget and ranking
     (each proxy's seeds averaged first), or None where no proxy was run there."""
     here = [r for r in proxies if r["features"]["budget"] == budget and r["features"]["ranking_sum"] == ranking_sum]
-    sizes = sorted({r["n_params"] for r in here})
-    keep = set(sizes if top is None else sizes[-top:])
-    per = [mean(lead(r) for r in here if r["n_params"] == n) for n in sorted(keep)]
-    return mean(per) if per else None
+    per_size = {n: mean(lead(r) for r in here if r["n_params"] == n) for n in {r["n_params"] for r in here}}
+    return largest_mean(per_size, top)[1]
+
+
+def largest_mean(per_size: dict, top: int | None) -> tuple[list, float | None]:
+    """(the largest `top` sizes of {n_params: lead}, their mean lead; None without any)."""
+    sizes = sorted(per_size)
+    keep = sizes if top is None else sizes[-top:]
+    return keep, (mean(per_size[n] for n in keep) if keep else None)
 
 
 def gaps_by_source(rows: Sequence[dict], cut: float = PROXY_CUT) -> dict:

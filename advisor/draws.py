@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 
-from capacity_advisor.advisor.recommendation import predictor_row
 
 
 def probe_folder(draw: int) -> str:
@@ -107,8 +106,8 @@ def draw_advice(cfg, predictor, policy, desc: dict, context: dict, reports: list
     for r, report in enumerate(reports):
         measured = {"likelihood_gap_per_token": context["likelihood_gap_per_token"],
                     "length_ratio_low_high": context["length_ratio_low_high"], **report["features"]}
-        row = predictor_row({k: float("nan") if v is None else v for k, v in measured.items()}, cfg.budget, cfg.score)
-        d = policy.decide(predictor, row, desc["n_params"], cfg.budget, student=cfg.model)
+        measured = {k: float("nan") if v is None else v for k, v in measured.items()}
+        d = policy.decide(predictor, measured, desc["n_params"], cfg.budget, cfg.score, student=cfg.model)
         out.append({"seed": cfg.seed + r, "strategy": d.strategy, "answered_by": d.answered_by,
                     "probabilities": d.advice.probabilities, "probe": probe_folder(r)})
     return out

@@ -24,7 +24,7 @@ from capacity_advisor.advisor.predictor import (
     fit_predictor,
     folds, label_rows, options_in, select_policy,
 )
-from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix
+from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix, ranking_sum
 from capacity_advisor.advisor.predictor.policy import CHOOSE_BY, EITHER, EITHER_PREDICTOR, PROXY_RULE
 from capacity_advisor.advisor.predictor.priors import fit_lab_prior
 from capacity_advisor.advisor.predictor.proxy_rule import choose_rule
@@ -129,7 +129,7 @@ def with_proxy_leads(own: dict, rows: Sequence[dict]) -> dict:
         by = defaultdict(list)
         for r in rows:
             if r["source"] == source:
-                by[(int(r["n_params"] or 0), float(r["features"]["budget"]), float(r["features"]["ranking_sum"]))].append(lead(r))
+                by[(int(r["n_params"] or 0), float(r["budget"]), ranking_sum(r["score"]))].append(lead(r))
         out[source] = {**o, "proxy_leads": [[*k, mean(v)] for k, v in sorted(by.items())]}
     return out
 

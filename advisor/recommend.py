@@ -32,7 +32,7 @@ from capacity_advisor.advisor.lab.pool import describe_student, lab_identity
 from capacity_advisor.advisor.predictor.advice import Advice
 from capacity_advisor.advisor.probe import ProbePlan, check_given, load_predictor, predictor_plan  # noqa: F401
 from capacity_advisor.advisor.recommendation import (
-    BUDGET_GRID, Recommendation, predictor_row, recommendation, write_advice, write_manifest,
+    BUDGET_GRID, Recommendation, recommendation, write_advice, write_manifest,
 )
 from capacity_advisor.advisor.select import RANKINGS
 from capacity_advisor.models.backends import BACKENDS
@@ -283,11 +283,10 @@ def measured_advice(cfg: RecommendConfig, predictor, desc: dict, plan: ProbePlan
     from capacity_advisor.advisor.predictor import Policy
     from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice
 
-    row = predictor_row(measured, cfg.budget, cfg.score)
     policy = Policy.of(predictor, own_source=calibrated is not None)
-    decision = policy.decide(predictor, row, desc["n_params"], cfg.budget, student=cfg.model)
-    advice = decision.advice_given(policy.describe(), predictor.reasons(row))
-    probs = predictor.predict_proba([predictor_row(measured, b, cfg.score) for b in BUDGET_GRID])
+    decision = policy.decide(predictor, measured, desc["n_params"], cfg.budget, cfg.score, student=cfg.model)
+    advice = decision.advice_given(policy.describe(), predictor.reasons(measured, cfg.budget, cfg.score))
+    probs = predictor.over_budgets(measured, BUDGET_GRID, cfg.score)
     curve = {o: probs[:, j].tolist() for j, o in enumerate(predictor.options)}
     notes, low = plan.notes()
     draws = None

@@ -4,8 +4,7 @@
 `recommendation.json` that `advisor train` consumes unchanged), the advice-only writer and the
 figure (`advisor.report_figure`); `as_dict()` is the `--json` output. It is frozen: `recommend`
 builds it from the advice (`advisor.predictor.advice.Advice`) and adds what it wrote with
-`dataclasses.replace`. `predictor_row` forms the predictor's input row from a probe's measurements,
-the run's budget and ranking.
+`dataclasses.replace`.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from capacity_advisor.advisor.predictor.labels import model_inputs
 from capacity_advisor.advisor.schedule import Schedule
 from capacity_advisor.models.files import finite, write_json
 from capacity_advisor.training.manifest import SETS
@@ -21,18 +21,12 @@ from capacity_advisor.training.manifest import SETS
 BUDGET_GRID = tuple(x / 4 for x in range(2, 41))  # 0.5 .. 10 epochs, for the crossover
 
 
-def predictor_row(measurements: dict, budget: float, score: str) -> dict:
-    """The predictor's input row: a probe's measurements, the run's epoch budget, and whether the
-    candidates were ranked by summed log-probability (the calibration's `ranking_sum`)."""
-    return {"budget": float(budget), "ranking_sum": float(score == "sum"), **measurements}
-
-
 def crossover(curve: dict) -> float | None:
     """The first budget of BUDGET_GRID at which D_low is more likely the best than D_high."""
     return next((b for b, lo, hi in zip(BUDGET_GRID, curve["low"], curve["high"]) if lo > hi + 1e-9), None)
 
 
-def baselines(predictor, n_params: float, budget: float, score: str) -> tuple[dict, str | None]:
+def baselines(predictor, n_params: float, budget: float) -> tuple[dict, str | None]:
     """What the calibration's baselines choose for this student and budget ({name: choice}, named
     as `advisor fit` names them), and the rule of thumb's thresholds in words."""
     from capacity_advisor.advisor.predictor import CONSTANTS, SIZE_RULE, Rule
@@ -41,7 +35,7 @@ def baselines(predictor, n_params: float, budget: float, score: str) -> tuple[di
     rule = Rule.from_meta((predictor.meta or {}).get("rule_of_thumb"))
     if rule is None:
         return out, None
-    out[SIZE_RULE] = rule.choose({"n_params": max(1.0, n_params), "features": predictor_row({}, budget, score)})
+    out[SIZE_RULE] = rule.decide(max(1.0, n_params), budget)
     words = (f"low from 10^{rule.t_params:.2f} parameters and {rule.t_budget:g} epochs"
              if math.isfinite(rule.t_params) and math.isfinite(rule.t_budget) else "always high")
     return out, words
@@ -95,8 +89,8 @@ class Recommendation:
 
     @property
     def inputs(self) -> dict:
-        """The row the predictor read (or would read) at this budget."""
-        return predictor_row(self.measurements, self.budget, self.score)
+        """The columns the predictor read (or would read) at this budget and ranking."""
+        return model_inputs(self.measurements, self.budget, self.score)
 
     @property
     def calibrated_budget(self) -> str:
@@ -147,7 +141,7 @@ def recommendation(advice, curve: dict, predictor, desc: dict, settings: dict, b
     """The Recommendation of an `Advice` at this budget and ranking, before the outputs are written
     (`measured`: the probe's measurements, draws, calibrated source and report, where a probe ran)."""
     schedule, why = Schedule.parse(advice.strategy).within(budget)
-    rules, rule_words = baselines(predictor, desc["n_params"], budget, score)
+    rules, rule_words = baselines(predictor, desc["n_params"], budget)
     return Recommendation(
         schedule=schedule, answer=advice.answer or schedule.option,
         probabilities=advice.probabilities, confidence=advice.confidence,

@@ -28,7 +28,7 @@ def compare(folders: list[Path], tie_margin: float = 0.01) -> dict:
         full += read_records(folder / "records.jsonl")
         for rec in read_records(folder / "budget-records.jsonl"):
             short[float(rec["settings"]["training"]["epochs"])].append(rec)
-    by_full = {(r["unit"], r["features"]["budget"]): r for r in label_rows(full, tie_margin=tie_margin)}
+    by_full = {(r["unit"], r["budget"]): r for r in label_rows(full, tie_margin=tie_margin)}
     pairs = []
     for budget, recs in sorted(short.items()):
         for r in label_rows(recs, budgets=(budget,), tie_margin=tie_margin):

@@ -171,10 +171,10 @@ def averaged_draws(records_path: Path, kind: str, feats, members: int) -> dict:
     rows = label_rows(read_records(records_path))
     groups = defaultdict(list)
     for r in rows:
-        groups[(r["source"], r["score"], r["student"], r["features"]["budget"])].append(r)
+        groups[(r["source"], r["score"], r["student"], r["budget"])].append(r)
     averaged = []
     for r in rows:
-        peers = groups[(r["source"], r["score"], r["student"], r["features"]["budget"])]
+        peers = groups[(r["source"], r["score"], r["student"], r["budget"])]
         f = {}
         for k, v in r["features"].items():
             vals = [float(x) for p in peers if isinstance(x := p["features"].get(k), (int, float)) and math.isfinite(x)]

@@ -42,7 +42,7 @@ def _cv(rows):
 
 def test_flips_counts_the_cells_whose_seeds_disagree():
     def row(student, seed, budget=1.0):
-        return {"source": "a", "score": "sum", "student": student, "seed": seed, "features": {"budget": budget}}
+        return {"source": "a", "score": "sum", "student": student, "seed": seed, "budget": budget, "features": {}}
 
     pairs = [(row("x", 0), "high"), (row("x", 1), "high"),                      # agree
              (row("y", 0), "high"), (row("y", 1), "low"),                       # flip
@@ -86,11 +86,11 @@ def test_the_shipped_policy_reports_the_advice_of_both_seeds_of_a_committed_unit
     unit = [r for r in rows if r["student"] == "lab:m" and r["source"] == "lab2:modchain/program"]
     assert {r["seed"] for r in unit} == {0, 1}
     got = seed_advice(shipped, policy, unit)
-    assert got["flip_cells"] == len(got["cells"]) == len({r["features"]["budget"] for r in unit})
+    assert got["flip_cells"] == len(got["cells"]) == len({r["budget"] for r in unit})
     for cell in got["cells"]:
         assert set(cell["advice"]) == {0, 1}
-        for r in (r for r in unit if r["features"]["budget"] == cell["cell"][-1]):
-            d = policy.decide(shipped, r["features"], r["n_params"], r["features"]["budget"], student=r["student"])
+        for r in (r for r in unit if r["budget"] == cell["cell"][-1]):
+            d = policy.decide(shipped, r["features"], r["n_params"], r["budget"], r["score"], student=r["student"])
             assert cell["advice"][r["seed"]] == d.strategy
             assert cell["p_low"][r["seed"]] == pytest.approx(d.advice.probabilities["low"])
         assert cell["agree"] == (cell["advice"][0] == cell["advice"][1])

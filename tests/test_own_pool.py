@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from capacity_advisor.advisor.cli.main import cli
 from capacity_advisor.advisor.predictor import PROXY_CUT, Predictor, label_rows, proxy_folds, read_records, unit_of
+from capacity_advisor.advisor.predictor.labels import ranking_sum
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "calibration" / "records.jsonl"
@@ -75,8 +76,8 @@ def test_fit_on_two_record_files_marks_the_users_own_source(tmp_path):
 
     mine = [r for r in label_rows(read_records(b)) if r["source"] == MINE]
     for n, budget, ranking, lead in own["proxy_leads"]:
-        at = [r for r in mine if r["n_params"] == n and r["features"]["budget"] == budget
-              and r["features"]["ranking_sum"] == ranking]
+        at = [r for r in mine if r["n_params"] == n and r["budget"] == budget
+              and ranking_sum(r["score"]) == ranking]
         assert at and lead == pytest.approx(mean(r["accuracy"]["low"] - r["accuracy"]["high"] for r in at))
     assert {"top", "margin"} <= set(meta["proxy_rule"])
 
@@ -229,7 +230,7 @@ def test_the_proxy_rule_reads_the_largest_proxies_and_is_chosen_on_other_sources
     rows = label_rows(read_records(RECORDS))
     source = "lab1:modchain/program"
     proxies = [r for r in rows if r["source"] == source and r["n_params"] < PROXY_CUT]
-    at = [r for r in proxies if r["features"]["budget"] == 5 and r["features"]["ranking_sum"] == 1.0]
+    at = [r for r in proxies if r["budget"] == 5 and r["score"] == "sum"]
     biggest = max(r["n_params"] for r in at)
     want = mean(lead(r) for r in at if r["n_params"] == biggest)
     assert proxy_gap(proxies, 5, 1.0, top=1) == pytest.approx(want)

@@ -21,6 +21,7 @@ from capacity_advisor.advisor.predictor import (
     read_records,
     regret,
 )
+from capacity_advisor.advisor.predictor.labels import model_inputs
 from capacity_advisor.models.errors import InputError
 
 # capacity in "lab units": students below 6 cannot use low-likelihood data; at 6 and above they can
@@ -76,11 +77,13 @@ def truth(lp, budget):
 
 def test_labels_follow_the_best_checkpoint_up_to_the_budget():
     rows = label_rows(make_records())
-    assert {r["features"]["budget"] for r in rows} == {0.5, 1, 2, 3, 4, 5}
+    assert {r["budget"] for r in rows} == {0.5, 1, 2, 3, 4, 5}
     for r in rows:
-        assert r["label"] == truth(math.log10(r["n_params"]), r["features"]["budget"]), r
+        assert r["label"] == truth(math.log10(r["n_params"]), r["budget"]), r
         assert regret(r, r["label"]) <= 0.011
-    assert "log10_params" not in rows[0]["features"] and rows[0]["features"]["ranking_sum"] == 1.0
+    # the measured inputs only: the budget and the ranking are the row's settings, joined in one place
+    assert not {"log10_params", "budget", "ranking_sum"} & set(rows[0]["features"]) and rows[0]["score"] == "sum"
+    assert model_inputs(rows[0]["features"], 3, "sum") == {**rows[0]["features"], "budget": 3.0, "ranking_sum": 1.0}
 
 
 @pytest.mark.parametrize("kind", ["logistic", "lightgbm", "ridge", "curve"])
@@ -121,22 +124,23 @@ def test_predictions_move_with_budget_and_probe_features():
     rng = random.Random(1)
     big = probe_features(7.2, rng)
     low = model.options.index("low")
-    p_low = [model.predict_proba([{**big, "budget": b}])[0][low] for b in (0.5, 1, 2, 3, 4, 5)]
+    p_low = model.over_budgets(big, (0.5, 1, 2, 3, 4, 5), "sum")[:, low]
     assert p_low[-1] > 0.5 > p_low[0]  # more epochs -> low becomes the choice
+    assert np.allclose(p_low, [model.predict_proba([{**big, "budget": b}])[0][low] for b in (0.5, 1, 2, 3, 4, 5)])
     small = probe_features(4.3, rng)
-    assert model.predict([{**small, "budget": 5}]) == ["high"]
-    assert model.reasons({**big, "budget": 5}), "a prediction names the inputs behind it"
+    assert model.advise(small, 5, "sum").strategy == "high"
+    assert model.reasons(big, 5, "sum"), "a prediction names the inputs behind it"
 
 
 def test_interval_widens_and_confidence_drops_off_the_data():
     model = fit_predictor(label_rows(make_records(seeds=(0, 1, 2))), "logistic", FEATS, n_members=24)
     rng = random.Random(2)
-    inside = {**probe_features(7.0, rng), "budget": 5}
+    inside = probe_features(7.0, rng)
     # off the data along an input the records never pinned down: the members disagree there
     far = {**inside, "likelihood_gap_per_token": 5.0}
-    width = lambda f: max(hi - lo for lo, hi in model.interval(f).values())  # noqa: E731
+    width = lambda f: max(hi - lo for lo, hi in model.interval(f, 5, "sum").values())  # noqa: E731
     assert width(far) > 0.5 > width(inside)
-    a, b = model.advise(inside), model.advise(far)
+    a, b = model.advise(inside, 5, "sum"), model.advise(far, 5, "sum")
     assert a.confidence in ("high", "medium") and all(c["inside"] for c in a.range if c["inside"] is not None)
     assert b.confidence == "low" and "outside the calibrated range" in b.confidence_reasons[0] and b.outside
     assert {c["feature"] for c in b.range if c["inside"] is False} == {"likelihood_gap_per_token"}
@@ -244,15 +248,15 @@ def test_shipped_predictor_loads_and_answers():
 
     shipped = load_predictor(None)
     assert shipped.meta["records"] >= 2 and "always high" in shipped.meta["cv"]["student"]["methods"]
-    feats = {k: shipped.range[k]["mean"] for k in shipped.features if k in shipped.range}
-    p = shipped.predict_proba([feats])[0]
-    assert abs(p.sum() - 1) < 1e-6 and shipped.advise(feats).confidence in ("high", "medium", "low")
+    feats = {k: shipped.range[k]["mean"] for k in shipped.measured() if k in shipped.range}
+    p = shipped.over_budgets(feats, (3,), "sum")[0]
+    assert abs(p.sum() - 1) < 1e-6 and shipped.advise(feats, 3, "sum").confidence in ("high", "medium", "low")
     # what it predicts on the committed records it was fitted on: it has learnt them (in-sample, so
     # this says the file holds the fit of these records, not how well it transfers; cv_table does that)
     records = read_records(Path(__file__).resolve().parents[1] / "calibration" / "records.jsonl")
     assert shipped.meta["records"] == len(records)
     rows = label_rows(records)
-    probs = shipped.predict_proba([r["features"] for r in rows])
+    probs = shipped.predict_proba(rows)
     picks = [shipped.options[int(np.argmax(q))] for q in probs]
     right = np.mean([pick == r["label"] for pick, r in zip(picks, rows)])
     majority = Counter(r["label"] for r in rows).most_common(1)[0][1] / len(rows)
@@ -326,7 +330,7 @@ def test_noise_floor_chooses_what_won_on_the_other_seeds():
     picks = noise_floor(rows)
     assert len(picks) == len(rows)
     for r, choice in picks:
-        others = [o["label"] for o in rows if (o["student"], o["features"]["budget"]) == (r["student"], r["features"]["budget"])
+        others = [o["label"] for o in rows if (o["student"], o["budget"]) == (r["student"], r["budget"])
                   and o["seed"] != r["seed"]]
         assert choice in others
 
@@ -338,19 +342,19 @@ def test_policy_falls_back_off_the_data_and_not_on_it():
     policy = Policy(max_distance=1.0, margin=0.0)
     rng = random.Random(3)
     inside = probe_features(7.0, rng)
-    on = policy.decide(model, inside, n_params=10**7, budget=5)
+    on = policy.decide(model, inside, n_params=10**7, budget=5, score="sum")
     assert on.answered_by == "predictor" and on.strategy == "low"
     far = {**inside, "gap_answer_logprob_area_gain": 40.0, "low_repetition_area": 9.0}
-    off = policy.decide(model, far, n_params=10**7, budget=5)
+    off = policy.decide(model, far, n_params=10**7, budget=5, score="sum")
     assert off.answered_by == "fallback: always D_high" and off.strategy == "high" and off.distance_ratio > 1
-    big = policy.decide(model, far, n_params=7.6e9, budget=5)  # the paper's 7-8B students: D_low after 2-5 epochs
+    big = policy.decide(model, far, n_params=7.6e9, budget=5, score="sum")  # the paper's 7-8B students: D_low after 2-5 epochs
     assert big.answered_by == "fallback: the paper's findings" and big.strategy == "low"
-    cautious = Policy(max_distance=math.inf, margin=2.0).decide(model, inside, n_params=10**7, budget=5)
+    cautious = Policy(max_distance=math.inf, margin=2.0).decide(model, inside, n_params=10**7, budget=5, score="sum")
     assert cautious.answered_by == "the policy: always D_high" and cautious.strategy == "high"
-    held = Policy(max_distance=math.inf, margin=0.9).decide(model, inside, n_params=10**7, budget=5)
+    held = Policy(max_distance=math.inf, margin=0.9).decide(model, inside, n_params=10**7, budget=5, score="sum")
     assert held.answered_by == "predictor" and held.strategy == "high" and "held to D_high" in held.why
     # a calibrated student's own units are not its neighbours: the distance is to the others
-    own = policy.decide(model, inside, n_params=10**7, budget=5, student="lab:s5")
+    own = policy.decide(model, inside, n_params=10**7, budget=5, score="sum", student="lab:s5")
     assert all(n["student"] != "lab:s5" for n in own.advice.neighbours)
     assert Policy.from_dict(policy.to_dict()) == policy
     with pytest.raises(InputError, match="meta.policy"):
@@ -393,8 +397,8 @@ def test_a_policy_chosen_by_two_splits_minimises_the_worse_of_them():
 
 def test_reasons_name_what_pushes_toward_the_answer_first():
     model = fit_predictor(label_rows(make_records()), "logistic", FEATS, n_members=8)
-    big = {**probe_features(7.2, random.Random(1)), "budget": 5}
-    reasons = model.reasons(big, k=len(FEATS))
+    big = probe_features(7.2, random.Random(1))
+    reasons = model.reasons(big, 5, "sum", k=len(FEATS))
     weights = [r["weight"] for r in reasons]
     assert weights and weights[0] > 0
     assert weights == sorted(weights, key=lambda w: (w <= 0, -abs(w)))
@@ -476,12 +480,12 @@ def test_a_crafted_predictor_with_a_matching_checksum_is_one_input_error(tmp_pat
 def test_a_budget_beyond_the_calibrated_ones_is_not_an_input_outside_the_data():
     model = fit_predictor(label_rows(make_records()), "logistic", FEATS, n_members=4)
     inside = probe_features(7.0, random.Random(4))
-    checks = model.range_check({**inside, "budget": 8})
+    checks = model.advise(inside, 8, "sum").range
     assert {c["feature"] for c in checks} == set(FEATS) - {"budget"}
     assert all(c["inside"] for c in checks)
 
 
 def test_the_size_rule_breaks_ties_toward_high():
-    rows = [r for r in label_rows(make_records()) if r["features"]["budget"] <= 1]  # D_high wins or ties everywhere
+    rows = [r for r in label_rows(make_records()) if r["budget"] <= 1]  # D_high wins or ties everywhere
     rule = Rule.fit(rows)
     assert all(rule.choose(r) == "high" for r in rows) and rule.t_params == math.inf

@@ -487,11 +487,11 @@ def test_the_baselines_are_the_calibrations_own(synthetic_predictor):
     pred = Predictor.load(synthetic_predictor)
     rule = Rule.from_meta(pred.meta["rule_of_thumb"])
     for n, budget in ((1e4, 1), (1e7, 5)):
-        rules, words = baselines(pred, n, budget, "sum")
+        rules, words = baselines(pred, n, budget)
         assert {k: v for k, v in rules.items() if k != RULE_OF_THUMB} == CONSTANTS
-        assert rules[RULE_OF_THUMB] == rule.choose({"n_params": n, "features": {"budget": budget}})
+        assert rules[RULE_OF_THUMB] == rule.choose({"n_params": n, "budget": budget})
     pred.meta = {**pred.meta, "rule_of_thumb": ["not", "a", "rule"]}  # a crafted file: no rule, no crash
-    assert RULE_OF_THUMB not in baselines(pred, 1e4, 1, "sum")[0]
+    assert RULE_OF_THUMB not in baselines(pred, 1e4, 1)[0]
 
 
 def test_the_figure_is_readable_and_every_panel_has_a_legend(synthetic_predictor):

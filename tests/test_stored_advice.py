@@ -25,8 +25,8 @@ def fixed_inputs() -> list[dict]:
     rows = label_rows(read_records(ROOT / "calibration" / "records.jsonl"))
     chosen, seen = [], set()
     for r in rows:
-        key = (r["source"], r["features"]["budget"])
-        if r["seed"] == 0 and r["features"]["ranking_sum"] == 1.0 and r["features"]["budget"] in BUDGETS \
+        key = (r["source"], r["budget"])
+        if r["seed"] == 0 and r["score"] == "sum" and r["budget"] in BUDGETS \
                 and key not in seen:
             seen.add(key)
             chosen.append(r)
@@ -41,8 +41,8 @@ def test_the_shipped_predictors_advice_on_stored_inputs_is_unchanged():
         read_records(ROOT / "calibration" / "records.jsonl"))}) and len(rows) == 2 * len({r["source"] for r in rows})
     got = {}
     for r in rows:
-        d = policy.decide(shipped, r["features"], r["n_params"], r["features"]["budget"], student=r["student"])
-        got[f"{r['source']} {r['student']} budget {r['features']['budget']:g}"] = {
+        d = policy.decide(shipped, r["features"], r["n_params"], r["budget"], r["score"], student=r["student"])
+        got[f"{r['source']} {r['student']} budget {r['budget']:g}"] = {
             "probabilities": d.advice.probabilities, "predictor": d.advice.strategy, "policy": d.strategy,
             "answered_by": d.answered_by, "confidence": d.advice.confidence}
     want = stored_numbers(STORE, "advice", got)

@@ -4,7 +4,7 @@ policy that ships it.
     rows = label_rows(read_records("calibration/records.jsonl"))      # labels.py
     table = cross_validate(rows, split="source", kind="lightgbm")      # policy.py, evaluate.py
     predictor = fit_predictor(rows, kind="lightgbm")                   # ensemble.py, members.py
-    predictor.save("predictor/"); Predictor.load("predictor/").advise(features)
+    predictor.save("predictor/"); Predictor.load("predictor/").advise(measured, 3, "sum")
 
 Modules: `labels` (records -> labelled rows, the input sets), `members` (the table of model kinds),
 `forest` (LightGBM trees as checked numpy arrays), `checks` (the strict parse and the file's

@@ -1,9 +1,9 @@
 """What the predictor, the two priors and the policy answer, as typed values.
 
-    advice = predictor.advise(features)            # Advice: the predictor on a probe's inputs
+    advice = pred.advise(measured, budget, score)  # Advice: the predictor on a probe's measurements
     advice = prior_advice(n_params, budget, pred)  # Advice: the lab or the paper prior, no probe
-    decision = policy.decide(pred, features, n_params, budget)   # Decision: who answered, and why
-    final = decision.advice_given(policy.describe(), pred.reasons(row))   # the Advice recommend reports
+    decision = policy.decide(pred, measured, n_params, budget, score)   # Decision: who answered, and why
+    final = decision.advice_given(policy.describe(), pred.reasons(measured, budget, score))   # what recommend reports
 
 `Advice` is one answer with its evidence: the set, the probabilities (and the ensemble's interval),
 the confidence with its reasons, the range check and the nearest calibrated students where a probe

@@ -2,7 +2,7 @@
 data, and its file.
 
     predictor = fit_predictor(rows, kind="lightgbm")   # bagged members, calibrated range, unit table
-    predictor.save("predictor/"); Predictor.load("predictor/").advise(features)
+    predictor.save("predictor/"); Predictor.load("predictor/").advise(measured, budget=3, score="sum")
 
 The ensemble's members are fitted on bootstrap resamples of the calibration units; their spread
 gives an interval on each probability. For every input it stores the calibrated range, and the
@@ -30,7 +30,7 @@ import numpy as np
 from capacity_advisor.models.numbers import number
 from capacity_advisor.advisor.predictor.advice import Advice
 from capacity_advisor.advisor.predictor.checks import unit_ok, check_meta, strict_loads
-from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, PROBE_FEATURES, matrix, options_in
+from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, PROBE_FEATURES, matrix, model_inputs, options_in
 from capacity_advisor.advisor.predictor.members import MAX_MEMBERS, check_member, fit_members, member_proba
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import atomic_path, finite
@@ -70,19 +70,24 @@ class Predictor:
     typical_distance: float = float("nan")  # 95th percentile of a unit's distance to its nearest other student
     meta: dict = field(default_factory=dict)
 
-    def member_probas(self, rows_or_features: Sequence[dict]) -> np.ndarray:
-        X = matrix(rows_or_features, self.features)
-        return np.stack([member_proba(m, X, self.options) for m in self.members])  # (members, rows, options)
+    def member_probas(self, rows_or_inputs: Sequence[dict]) -> np.ndarray:
+        """Each member's probabilities for label rows or `model_inputs` dicts: (members, rows, options)."""
+        X = matrix(rows_or_inputs, self.features)
+        return np.stack([member_proba(m, X, self.options) for m in self.members])
 
-    def predict_proba(self, rows_or_features: Sequence[dict]) -> np.ndarray:
-        return self.member_probas(rows_or_features).mean(axis=0)
+    def predict_proba(self, rows_or_inputs: Sequence[dict]) -> np.ndarray:
+        return self.member_probas(rows_or_inputs).mean(axis=0)
 
-    def predict(self, rows_or_features: Sequence[dict]) -> list[str]:
-        return [self.options[i] for i in self.predict_proba(rows_or_features).argmax(axis=1)]
+    def predict(self, rows_or_inputs: Sequence[dict]) -> list[str]:
+        return [self.options[i] for i in self.predict_proba(rows_or_inputs).argmax(axis=1)]
 
-    def interval(self, features: dict, lo: float = 10, hi: float = 90) -> dict:
+    def over_budgets(self, measured: dict, budgets: Sequence[float], score: str) -> np.ndarray:
+        """P(each option is best) for one student's measurements at each of `budgets`: (budgets, options)."""
+        return self.predict_proba([model_inputs(measured, b, score) for b in budgets])
+
+    def interval(self, measured: dict, budget: float, score: str, lo: float = 10, hi: float = 90) -> dict:
         """Per option, the members' lo-th and hi-th percentile of its probability."""
-        p = self.member_probas([features])[:, 0, :]
+        p = self.member_probas([model_inputs(measured, budget, score)])[:, 0, :]
         return {s: (float(np.percentile(p[:, j], lo)), float(np.percentile(p[:, j], hi))) for j, s in enumerate(self.options)}
 
     # ---- where the student sits among the calibrated ones --------------------------------------
@@ -125,17 +130,17 @@ class Predictor:
         order = [i for i in np.argsort(d, kind="stable") if students[i] != student][:k]
         return [{**{kk: v for kk, v in self.units[i].items() if kk != "z"}, "distance": float(d[i])} for i in order]
 
-    def advise(self, features: dict, student: str | None = None) -> Advice:
-        """Probabilities, interval, range check, neighbours (other than `student`'s own units),
-        and a confidence with its reasons."""
-        per_member = self.member_probas([features])[:, 0, :]
+    def advise(self, measured: dict, budget: float, score: str, student: str | None = None) -> Advice:
+        """At the epoch `budget`, with the sets ranked by `score`: probabilities, interval, range
+        check, neighbours (other than `student`'s own units), and a confidence with its reasons."""
+        per_member = self.member_probas([model_inputs(measured, budget, score)])[:, 0, :]
         probs = {s: float(v) for s, v in zip(self.options, per_member.mean(axis=0))}
         choice = max(probs, key=probs.get)
         interval = {s: (float(np.percentile(per_member[:, j], 10)), float(np.percentile(per_member[:, j], 90)))
                     for j, s in enumerate(self.options)}
-        checks = self.range_check(features)
+        checks = self.range_check(measured)
         outside = [c for c in checks if c["inside"] is False]
-        near = self.neighbours(features, student=student)
+        near = self.neighbours(measured, student=student)
         far = bool(near) and math.isfinite(self.typical_distance) and near[0]["distance"] > self.typical_distance
         others_hi = max((interval[s][1] for s in self.options if s != choice), default=0.0)
         words = []
@@ -158,10 +163,12 @@ class Predictor:
         return Advice(strategy=choice, probabilities=probs, interval=interval, confidence=confidence,
                       confidence_reasons=tuple(words), range=checks, neighbours=near, outside=len(outside) > 0)
 
-    def reasons(self, features: dict, k: int = 3) -> list[dict]:
-        """The inputs that moved the chosen option's probability most, by replacing each with its
-        calibrated mean (an occlusion measure that works for every member kind): those that push
-        toward the choice first, then those against it. One batched evaluation."""
+    def reasons(self, measured: dict, budget: float, score: str, k: int = 3) -> list[dict]:
+        """The inputs (the budget among them) that moved the chosen option's probability most at
+        `budget`, by replacing each with its calibrated mean (an occlusion measure that works for
+        every member kind): those that push toward the choice first, then those against it. One
+        batched evaluation."""
+        features = model_inputs(measured, budget, score)
         keys = [key for key in self.features if key in self.range]
         rows = [features] + [{**features, key: self.range[key]["mean"]} for key in keys]
         p = self.predict_proba(rows)
@@ -288,7 +295,7 @@ def fit_predictor(rows: Sequence[dict], kind: str = "logistic", features: Sequen
                            "source": str(r0.get("source")), "teacher": str(r0.get("teacher")), "score": str(r0["score"]),
                            "seed": r0["seed"], "n_params": r0.get("n_params"),
                            "z": [_json_num(v) for v in pred._z(r0["features"])],
-                           "outcomes": {f"{r['features']['budget']:g}": {"label": r["label"],
+                           "outcomes": {f"{r['budget']:g}": {"label": r["label"],
                                                                           **{s: round(a, 4) for s, a in r["accuracy"].items()}}
                                         for r in rs}})
     Z, students = pred.unit_matrix()

@@ -63,7 +63,7 @@ class Rule:
         """Thresholds tried from the most cautious (never low) down; a rule replaces the best only
         when strictly better, so ties go to the rule that says low less often."""
         P = [math.inf] + sorted({math.log10(r["n_params"]) for r in rows}, reverse=True)
-        E = [math.inf] + sorted({r["features"]["budget"] for r in rows}, reverse=True)
+        E = [math.inf] + sorted({r["budget"] for r in rows}, reverse=True)
         best = None
         for tp in P:
             for te in E:
@@ -87,7 +87,7 @@ class Rule:
         return "low" if (math.log10(max(1.0, n_params)) >= self.t_params and budget >= self.t_budget) else "high"
 
     def choose(self, row: dict) -> str:
-        return self.decide(row["n_params"], row["features"]["budget"])
+        return self.decide(row["n_params"], row["budget"])
 
     def describe(self) -> str:
         if not (math.isfinite(self.t_params) and math.isfinite(self.t_budget)):
@@ -141,7 +141,7 @@ def folds(rows: Sequence[dict], split: str) -> list[tuple[str, list[dict], list[
 
 def cell_of(row: dict) -> tuple:
     """The (pool source, ranking, student, budget) a row measures; its other seeds share it."""
-    return (row["source"], row["score"], row["student"], row["features"]["budget"])
+    return (row["source"], row["score"], row["student"], row["budget"])
 
 
 def _by_cell(pairs: Sequence[tuple[dict, object]]) -> list[list]:

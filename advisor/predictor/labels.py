@@ -56,7 +56,7 @@ FEATURE_SETS = {
     "contrast": CONTRAST_FEATURES,
     "contrast+teacher": CONTRAST_FEATURES + ("gap_teacher_view_drop_rel",),
 }
-NOT_MEASURED = ("budget", "ranking_sum")  # inputs of a row that no probe measures
+NOT_MEASURED = ("budget", "ranking_sum")  # the run's settings: columns of the fit that no probe measures
 TIE_MARGIN = 0.01  # accuracy within which two options count as tied (1 point)
 
 
@@ -93,8 +93,23 @@ def inputs(f: dict) -> dict:
     return {**contrasts(f), **f}
 
 
-def matrix(rows_or_features: Sequence[dict], features: Sequence[str]) -> np.ndarray:
-    feats = [inputs(r["features"] if "features" in r else r) for r in rows_or_features]
+def ranking_sum(score: str) -> float:
+    """The `ranking_sum` column: whether the candidates were ranked by summed log-probability."""
+    return float(score == "sum")
+
+
+def model_inputs(measured: dict, budget: float, score: str) -> dict:
+    """The one place the run's settings join what was measured: the columns a fitted model reads,
+    from a probe's measurements (and the selection's gap and length ratio), the epoch budget and
+    the ranking. Everything else passes the budget and the ranking as arguments."""
+    return {**measured, "budget": float(budget), "ranking_sum": ranking_sum(score)}
+
+
+def matrix(rows_or_inputs: Sequence[dict], features: Sequence[str]) -> np.ndarray:
+    """The columns `features` of label rows (measured `features`, `budget`, `score`) or of dicts
+    already joined by `model_inputs`."""
+    feats = [inputs(model_inputs(r["features"], r["budget"], r["score"]) if "features" in r else r)
+             for r in rows_or_inputs]
     return np.array([[_num(f.get(k)) for k in features] for f in feats], dtype=float).reshape(len(feats), len(features))
 
 
@@ -197,7 +212,8 @@ def shape_of(model: dict) -> str:
 
 
 def label_rows(records: Iterable[dict], budgets: Sequence[float] = BUDGETS, tie_margin: float = 0.01) -> list[dict]:
-    """One row per (unit, budget) that has both a high and a low run.
+    """One row per (unit, budget) that has both a high and a low run: the unit's measured
+    `features`, its `budget` and ranking (`score`) beside them, the accuracies and the label.
 
     The label is the best option at the budget; near-ties (within `tie_margin`) go to the cheaper,
     steadier option (`training.manifest.option_order`: high, mixes, curricula, low)."""
@@ -228,11 +244,10 @@ def label_rows(records: Iterable[dict], budgets: Sequence[float] = BUDGETS, tie_
             rows.append({
                 "group": name, "unit": name,
                 "student": u["student"], "source": u["source"], "task": u["task"], "teacher": u["teacher"],
-                "score": u["score"], "seed": u["seed"],
+                "score": u["score"], "seed": u["seed"], "budget": float(budget),
                 "n_params": model.get("n_params"),
                 "shape": shape_of(model),
-                "features": {**(first.get("features") or {}), "budget": float(budget),
-                             "ranking_sum": float(u["score"] == "sum")},
+                "features": {k: v for k, v in (first.get("features") or {}).items() if k not in NOT_MEASURED},
                 "accuracy": accs,
                 "label": near[0],
                 "tie": len(near) > 1,

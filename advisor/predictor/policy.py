@@ -2,7 +2,7 @@
 student's measurements lie off the calibrated data.
 
     policy = Policy(max_distance=1.0, margin=0.1)
-    decision = policy.decide(predictor, features, n_params=1.5e9, budget=3)   # who answered, and what
+    decision = policy.decide(predictor, measured, n_params=1.5e9, budget=3, score="sum")   # who answered, and what
 
 The predictor answers when the student is on the data: every measured input inside its calibrated
 range (with 10 % slack) when `use_range`, and the nearest calibrated student of another name no
@@ -35,7 +35,7 @@ from capacity_advisor.advisor.predictor.evaluate import (
     PROXY, PROXY_CUT, TIE_MARGIN, baseline_picks, by_value, cell_of, flips, folds, noise_floor, proxy_folds, regret, seed_spread,
     summarize,
 )
-from capacity_advisor.advisor.predictor.labels import inputs
+from capacity_advisor.advisor.predictor.labels import model_inputs
 from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice
 from capacity_advisor.advisor.predictor.proxy_rule import choose_rule, either, rule_picks
 from capacity_advisor.models.errors import InputError
@@ -74,11 +74,12 @@ class Policy:
             return "high"
         return choice
 
-    def decide(self, predictor: Predictor, features: dict, n_params: float, budget: float,
+    def decide(self, predictor: Predictor, measured: dict, n_params: float, budget: float, score: str,
                student: str | None = None) -> Decision:
-        """What the policy answers for one student at one budget, and who answered. Distances
-        leave out the calibration units of `student` itself, as when the thresholds were chosen."""
-        advice = predictor.advise({**features, "budget": float(budget)}, student=student)
+        """What the policy answers for one student at one budget (sets ranked by `score`), and who
+        answered. Distances leave out the calibration units of `student` itself, as when the
+        thresholds were chosen."""
+        advice = predictor.advise(measured, budget, score, student=student)
         ratio = distance_ratio(predictor, advice)
         pick = self.choose(advice.probabilities, advice.outside, ratio)
         base = {"advice": advice, "distance_ratio": ratio, "outside": advice.outside}
@@ -166,7 +167,7 @@ def seed_advice(predictor: Predictor, policy: Policy, rows: Sequence[dict]) -> d
     own student, as `decide` does."""
     pairs, p_low = [], []
     for r in rows:
-        d = policy.decide(predictor, r["features"], r["n_params"], r["features"]["budget"], student=r["student"])
+        d = policy.decide(predictor, r["features"], r["n_params"], r["budget"], r["score"], student=r["student"])
         pairs.append((r, d.strategy))
         p_low.append((r, float(d.advice.probabilities.get("low", float("nan")))))
     cells: dict[tuple, dict] = {}
@@ -327,7 +328,7 @@ def permutation_importance(rows: Sequence[dict], kind: str, features: Sequence[s
         for _ in range(repeats):
             total = []
             for m, test in models:
-                full = [inputs(r["features"]) for r in test]
+                full = [model_inputs(r["features"], r["budget"], r["score"]) for r in test]
                 vals = [f.get(key) for f in full]
                 perm = rng.permutation(len(vals))
                 shuffled = [{**f, key: vals[perm[i]]} for i, f in enumerate(full)]

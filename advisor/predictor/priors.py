@@ -41,7 +41,7 @@ def fit_lab_prior(rows: Sequence[dict]) -> dict:
     """A logistic model of size and budget on the calibration rows, with its parameter range."""
     from capacity_advisor.advisor.predictor.members import fit_member
 
-    prior_rows = [{**r, "features": _prior_features(r["n_params"], r["features"]["budget"])} for r in rows]
+    prior_rows = [{**r, "features": _prior_features(r["n_params"], r["budget"])} for r in rows]
     return {"features": list(LAB_PRIOR_FEATURES), "member": fit_member(prior_rows, "logistic", LAB_PRIOR_FEATURES),
             "params_range": [min(r["n_params"] for r in rows), max(r["n_params"] for r in rows)]}
 

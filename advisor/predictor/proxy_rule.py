@@ -22,6 +22,7 @@ from statistics import mean
 from typing import Sequence
 
 from capacity_advisor.advisor.predictor.evaluate import PROXY_CUT, regret
+from capacity_advisor.advisor.predictor.labels import ranking_sum as ranking_sum_of
 
 TOPS = (1, 2, 3, None)  # the largest 1, 2, 3 proxies, or all of them
 MARGINS = (0.0, 0.02, 0.05, 0.1)  # D_low's least mean lead over D_high (accuracy, 0..1)
@@ -60,7 +61,7 @@ def lead(row: dict) -> float:
 def proxy_gap(proxies: Sequence[dict], budget: float, ranking_sum: float, top: int | None) -> float | None:
     """The mean lead of D_low over D_high of the largest `top` proxies at this budget and ranking
     (each proxy's seeds averaged first), or None where no proxy was run there."""
-    here = [r for r in proxies if r["features"]["budget"] == budget and r["features"]["ranking_sum"] == ranking_sum]
+    here = [r for r in proxies if r["budget"] == budget and ranking_sum_of(r["score"]) == ranking_sum]
     per_size = {n: mean(lead(r) for r in here if r["n_params"] == n) for n in {r["n_params"] for r in here}}
     return largest_mean(per_size, top)[1]
 
@@ -84,8 +85,8 @@ def gaps_by_source(rows: Sequence[dict], cut: float = PROXY_CUT) -> dict:
 def rule_picks(rows: Sequence[dict], test: Sequence[dict], rule: ProxyRule, cut: float = PROXY_CUT) -> list[tuple[dict, str]]:
     """(row, the rule's choice) for every `test` row, from the proxies of its source in `rows`."""
     proxies = gaps_by_source(rows, cut)
-    return [(r, rule.choose(proxy_gap(proxies.get(r["source"], ()), r["features"]["budget"],
-                                      r["features"]["ranking_sum"], rule.top))) for r in test]
+    return [(r, rule.choose(proxy_gap(proxies.get(r["source"], ()), r["budget"],
+                                      ranking_sum_of(r["score"]), rule.top))) for r in test]
 
 
 def choose_rule(rows: Sequence[dict], cut: float = PROXY_CUT) -> ProxyRule:

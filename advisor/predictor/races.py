@@ -75,7 +75,7 @@ def race_table(records, n_eval: int = 200) -> dict:
     methods: dict[str, list] = defaultdict(list)
     for r in rows:
         c = curves[(r["source"], r["score"], r["student"], r["seed"])]
-        b = r["features"]["budget"]
+        b = r["budget"]
         for name, choice in (("always high", "high"), ("always low", "low"), ("always mixed", "mixed")):
             methods[name].append((r, choice, 0.0))
         for f in FIXED:
@@ -123,7 +123,7 @@ def race_picks(records, n_eval: int = 200) -> tuple[list[dict], dict[str, list]]
         out = []
         for r in rows:
             c = curves[(r["source"], r["score"], r["student"], r["seed"])]
-            kept, share = race(c["high"], c["low"], r["features"]["budget"], cfg["fraction"], k=cfg.get("k"),
+            kept, share = race(c["high"], c["low"], r["budget"], cfg["fraction"], k=cfg.get("k"),
                                margin=cfg.get("margin", 0.05), n_eval=n_eval)
             out.append((r, kept, share if "k" in cfg else cfg["fraction"]))
         picks[name] = out

@@ -1,6 +1,6 @@
 """`advisor fit`: from RunRecords to the predictor folder `advisor recommend` reads.
 
-    fit_and_save(read_records("calibration/records.jsonl"), "advisor/predictor_data")
+    fit_and_save(read_records("calibration/records.jsonl"), "advisor/predictor_data", FitSettings(kinds=("lightgbm",)))
 
 Measures the policy on every split of `cv` beside the constant rules, the size rule and the noise
 floor — nested: inside each outer fold the model kind (among `kinds`) and the thresholds are
@@ -12,7 +12,7 @@ with the lab prior for `--no-probe`, the probe recipe its inputs were measured w
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -30,6 +30,7 @@ from capacity_advisor.advisor.predictor.priors import fit_lab_prior
 from capacity_advisor.advisor.predictor.proxy_rule import choose_rule
 from capacity_advisor.advisor.predictor.races import race_summary
 from capacity_advisor.models.errors import InputError
+from capacity_advisor.training.manifest_checks import MAX_SEED
 
 CV_METHODS = ("policy", "predictor", WITHOUT_PROXIES, LARGEST_PROXY, PROXY_RULE, EITHER, EITHER_PREDICTOR,
               "always high", "always low", "always mixed", "size rule", "noise floor")
@@ -134,60 +135,65 @@ def with_proxy_leads(own: dict, rows: Sequence[dict]) -> dict:
     return out
 
 
-MEMBERS, MAX_MEMBERS = 24, 256  # ensemble members: the default and the most a fit takes
+MEMBERS, MAX_MEMBERS, MAX_JOBS = 24, 256, 256  # ensemble members: the default and the most a fit takes
 
 
-def check_fit_settings(kinds: Sequence[str], **fit) -> None:
-    """`check_settings` on `fit`, fit_and_save's own defaults standing for what it leaves out
-    (the one place they are stated), before any record is read."""
-    import inspect
+@dataclass(frozen=True)
+class FitSettings:
+    """`advisor fit`'s settings: each default, bound and flag help stated here once (the verb's
+    flags are these fields, `cli.options.field_option`); `check` runs before any record is read."""
 
-    s = {k: p.default for k, p in inspect.signature(fit_and_save).parameters.items() if p.default is not p.empty}
-    s.update(fit)
-    check_settings(s["tie_margin"], s["n_members"], s["seed"], s["jobs"], kinds, s["cv"], s["choose_by"])
+    tie_margin: float = field(default=TIE_MARGIN, metadata={"help": "Accuracy gap under which strategies count as tied."})
+    features: str = field(default="contrast", metadata={"help": (
+        "contrast: D_low against D_high only, relative to the base (the inputs that held best leaving a pool source "
+        "out); probe: every input a probe measures; +teacher: also the teacher view (needs --teacher at recommend).")})
+    kinds: tuple[str, ...] = field(default=FITTABLE, metadata={"help": (
+        "Model kinds to cross-validate; the one whose policy does best leaving --choose-by out is kept.")})
+    cv: tuple[str, ...] = field(default=SPLITS, metadata={"help": (
+        "Held-out tables to measure: comma-separated splits; add proxy for a large student advised with its own pool "
+        "source's small students in the fit (the costliest table, so not by default).")})
+    choose_by: tuple[str, ...] = field(default=CHOOSE_BY, metadata={"help": (
+        "The splits whose held-out regret chooses the kind and the policy's thresholds (comma-separated; several: "
+        "the worse of them counts).")})
+    n_members: int = field(default=MEMBERS, metadata={"help": "Ensemble members (bootstrap resamples of the calibration units)."})
+    jobs: int = field(default=1, metadata={"help": "Processes fitting members in parallel."})
+    seed: int = field(default=0, metadata={"help": "Bootstrap draws and LightGBM's seed."})
+    note: str | None = field(default=None, metadata={"help": "A line stored with the predictor (what the records were)."})
+    cv_members: int = 8  # members of each held-out fit (no flag: the tables' cost, not the shipped ensemble's)
+
+    def check(self) -> None:
+        """Every setting's value, all wrong ones in one InputError."""
+        bad = []
+        if not (number(self.tie_margin) and 0 <= self.tie_margin < 1):
+            bad.append(f"--tie-margin {self.tie_margin} must be a number from 0 to 1")
+        if self.features not in FEATURE_SETS:
+            bad.append(f"--features {self.features!r} is unknown: use {', '.join(FEATURE_SETS)}")
+        for flag, v, lo, hi in (("--members", self.n_members, 1, MAX_MEMBERS), ("--jobs", self.jobs, 1, MAX_JOBS),
+                                ("--seed", self.seed, 0, MAX_SEED), ("cv_members", self.cv_members, 1, MAX_MEMBERS)):
+            if not whole(v, lo, hi):
+                bad.append(f"{flag} {v!r} must be a whole number from {lo} to {hi}")
+        unknown = [k for k in self.kinds if k not in FITTABLE]
+        if unknown or not self.kinds:
+            bad.append(f"--kinds {','.join(self.kinds) or '(none)'}: use {', '.join(FITTABLE)}")
+        unknown = [s for s in self.cv if s not in CV_SPLITS]
+        if unknown:
+            bad.append(f"--cv {','.join(unknown)}: use {', '.join(CV_SPLITS)}")
+        if not self.choose_by or any(s not in SPLITS for s in self.choose_by):
+            bad.append(f"--choose-by {','.join(self.choose_by) or '(none)'}: one or more of {', '.join(SPLITS)}")
+        if bad:
+            raise InputError("; ".join(bad))
 
 
-def check_settings(tie_margin: float, n_members: int, seed: int, jobs: int, kinds: Sequence[str],
-                   cv: Sequence[str], choose_by: str | Sequence[str]) -> None:
-    bad = []
-    if not (isinstance(tie_margin, (int, float)) and math.isfinite(tie_margin) and 0 <= tie_margin < 1):
-        bad.append(f"--tie-margin {tie_margin} must be a number from 0 to 1")
-    if not 1 <= n_members <= MAX_MEMBERS:
-        bad.append(f"--members {n_members} must be from 1 to {MAX_MEMBERS}")
-    if seed < 0:
-        bad.append(f"--seed {seed} must be at least 0")
-    if jobs < 1:
-        bad.append(f"--jobs {jobs} must be at least 1")
-    unknown = [k for k in kinds if k not in FITTABLE]
-    if unknown or not kinds:
-        bad.append(f"--kinds {','.join(kinds) or '(none)'}: use {', '.join(FITTABLE)}")
-    unknown = [s for s in cv if s not in CV_SPLITS]
-    if unknown:
-        bad.append(f"--cv {','.join(unknown)}: use {', '.join(CV_SPLITS)}")
-    chooses = splits_of(choose_by)
-    if not chooses or any(s not in SPLITS for s in chooses):
-        bad.append(f"--choose-by {','.join(chooses) or '(none)'}: one or more of {', '.join(SPLITS)}")
-    if bad:
-        raise InputError("; ".join(bad))
-
-
-def splits_of(choose_by: str | Sequence[str]) -> tuple[str, ...]:
-    """`--choose-by` as a tuple of split names ("source,teacher" or a sequence)."""
-    names = choose_by.split(",") if isinstance(choose_by, str) else choose_by
-    return tuple(n.strip() for n in names if n.strip())
-
-
-def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = TIE_MARGIN, features: str = "contrast",
-                 kinds: Sequence[str] = FITTABLE, n_members: int = MEMBERS, seed: int = 0, jobs: int = 1,
-                 note: str | None = None, cv: Sequence[str] = SPLITS, choose_by: str | Sequence[str] = CHOOSE_BY,
-                 cv_members: int = 8, log=None, files: Sequence[dict] | None = None) -> dict:
-    """Choose the kind, measure it on every split of `cv`, choose the policy, fit and save.
+def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings = FitSettings(), log=None,
+                 files: Sequence[dict] | None = None) -> dict:
+    """Choose the kind, measure it on every split of `settings.cv`, choose the policy, fit and save.
     `files` (from `record_files`) names the record files; pool sources only later files hold are
     the user's own, and a second policy is chosen for a student advised on one of them (on the
     proxy split: a large student fitted with its own source's small students)."""
-    if features not in FEATURE_SETS:
-        raise InputError(f"--features {features!r} is unknown: use {', '.join(FEATURE_SETS)}")
-    check_settings(tie_margin, n_members, seed, jobs, kinds, cv, choose_by)
+    settings.check()
+    tie_margin, features, kinds, n_members, seed, jobs, cv_members = (
+        settings.tie_margin, settings.features, settings.kinds, settings.n_members, settings.seed, settings.jobs,
+        settings.cv_members)
     say = log or (lambda msg: None)
     feats = FEATURE_SETS[features]
     rows = label_rows(records, tie_margin=tie_margin)
@@ -201,10 +207,10 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = T
         raise InputError(f"the records measure none of the --features {features} inputs ({', '.join(measured[:4])}"
                          f"{', …' if len(measured) > 4 else ''}): choose another --features set")
     # the splits that choose the policy: those these records can hold one value out of (else students)
-    split = tuple(s for s in splits_of(choose_by) if folds(rows, s)) or ("student",)
+    split = tuple(s for s in settings.choose_by if folds(rows, s)) or ("student",)
     by = " and ".join(f"leave-one-{s}-out" for s in split) + (" (the worse)" if len(split) > 1 else "")
     cv_tables = {}
-    for s in cv:
+    for s in settings.cv:
         if not folds(rows, s):
             continue
         say(f"cross-validating {', '.join(kinds)}, one {s} held out at a time (kind and thresholds chosen inside "
@@ -234,7 +240,7 @@ def fit_and_save(records: Sequence[dict], out: str | Path, tie_margin: float = T
         "params_range": [min(r["n_params"] for r in rows), max(r["n_params"] for r in rows)],
         **({"probe": {"steps": recipe["steps"], "eval_problems": recipe["eval_problems"]}} if recipe else {}),
         **({"recipe": recipe} if recipe and "kind" in recipe else {}),
-        **({"note": note} if note else {}),
+        **({"note": settings.note} if settings.note else {}),
         **({"record_files": list(files)} if files else {}),
         **({"own_sources": own} if own else {}),
         **({"policy_own": {**policy_own.to_dict(), "chosen_by": "leave-one-proxy-target-out regret"}}

@@ -10,9 +10,12 @@ pool is scored (the work has succeeded).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from capacity_advisor.advisor.compute import PROBLEM_FILTERS, ComputeConfig
+from capacity_advisor.advisor.select import FORMATS
 from capacity_advisor.models.errors import InputError
 
 
@@ -20,22 +23,41 @@ def _quiet(*args, **kw) -> None:
     return None
 
 
-def score_file(pool_path: str, pool_options, cfg, out: str, compute=None, checker: str = "auto", say: Callable = _quiet,
-               start: Callable = _quiet, advance: Callable = _quiet, on_pool: Callable = _quiet) -> dict:
+@dataclass(frozen=True)
+class ScoreJob:
+    """`advisor score`'s files and its compute measurement, each flag's default and help stated
+    here once (the scoring settings are `scoring.ScoreConfig`'s)."""
+
+    pool: str = field(metadata={"help": "Pool file or datasets folder."})
+    out: str = field(metadata={"help": "Output folder (scores.jsonl, config.json)."})
+    compute_budgets: str | None = field(default=None, metadata={"help": (
+        "SHORT,LONG new tokens: also measure which problems the student solves only with the long budget "
+        "(OUT/compute.jsonl, for select --problems).")})
+    compute_samples: int = field(default=ComputeConfig.samples, metadata={"help": "Attempts per budget (1: greedy)."})
+    checker: str = "auto"  # the answer checker of the compute measurement (cli.options.checker_option)
+
+    def compute(self, seed: int) -> ComputeConfig | None:
+        """The compute measurement asked for (checked), or None."""
+        return ComputeConfig.parse(self.compute_budgets, self.compute_samples, seed) if self.compute_budgets else None
+
+
+def score_file(job: ScoreJob, pool_options, cfg, say: Callable = _quiet, start: Callable = _quiet,
+               advance: Callable = _quiet, on_pool: Callable = _quiet) -> dict:
     """Score every candidate of the pool under the student (`scoring.score_pool`, cached and
-    resumable) into OUT/scores.jsonl; with `compute` (a ComputeConfig), also measure which
-    problems the student solves only with the long budget (OUT/compute.jsonl). Returns the
-    scoring summary with the pool's and the compute measurement's."""
+    resumable) into OUT/scores.jsonl; with `job.compute_budgets`, also measure which problems the
+    student solves only with the long budget (OUT/compute.jsonl). Returns the scoring summary
+    with the pool's and the compute measurement's."""
     from capacity_advisor.advisor.pool import read_pool
     from capacity_advisor.advisor.scoring import load_for, score_pool
     from capacity_advisor.models.files import advisor_home, check_writable_dir, refuse_overwrite
 
     cfg.validate()
+    compute, checker, out = job.compute(cfg.seed), job.checker, job.out
     check_writable_dir(out, "--out")
-    refuse_overwrite([pool_path], [out, Path(out) / "scores.jsonl", Path(out) / "compute.jsonl",
-                                   Path(out) / "config.json"], "--out")
+    refuse_overwrite([job.pool], [out, Path(out) / "scores.jsonl", Path(out) / "compute.jsonl",
+                                  Path(out) / "config.json"], "--out")
     check_writable_dir(advisor_home(), "ADVISOR_HOME (the score cache)")
-    pool = read_pool(pool_path, pool_options)
+    pool = read_pool(job.pool, pool_options)
     if compute is not None:
         from capacity_advisor.advisor.compute import answered
         from capacity_advisor.advisor.probe import pick_checker
@@ -71,20 +93,38 @@ def measure_compute(pool, lm, cfg, compute, checker: str, out: Path, start: Call
             "short": compute.short, "long": compute.long, "written": str(out / "compute.jsonl")}
 
 
-def select_file(pool_path: str, pool_options, scores_path: str, cfg, out: str, fmt: str = "trl",
-                problems: str = "all", compute_path: str | None = None, candidates_path: str | None = None) -> dict:
+@dataclass(frozen=True)
+class SelectJob:
+    """`advisor select`'s files, format and problem filter, each flag's default and help stated
+    here once (the selection's settings are `select.SelectConfig`'s)."""
+
+    pool: str = field(metadata={"help": "The pool that was scored."})
+    scores: str = field(metadata={"help": "scores.jsonl written by `advisor score`."})
+    out: str = field(metadata={"help": "Dataset file to write."})
+    format: str = field(default=FORMATS[0], metadata={"help": (
+        "trl: prompt/completion JSONL; messages: chat JSONL; alpaca: one JSON array.")})
+    problems: str = field(default=PROBLEM_FILTERS[0], metadata={"help": (
+        "Keep one class of problems (needs `score --compute-budgets`): responsive = solved only with the long budget.")})
+    compute: str | None = field(default=None, metadata={"help": "compute.jsonl (default: beside --scores)."})
+    candidates: str | None = field(default=None, metadata={"help": (
+        "Also write every candidate of the selected problems here, for training.rerank.")})
+
+
+def select_file(job: SelectJob, pool_options, cfg) -> dict:
     """D_high / D_low / D_mixed / curriculum of a scored pool (`select.select`), exported to OUT in
-    `fmt`, with OUT's .config.json beside it; `problems` keeps one compute class (from
-    `compute_path`, default beside the scores); `candidates_path` also gets every candidate of
-    the selected problems (for training.rerank). Returns the selection's summary."""
+    `job.format`, with OUT's .config.json beside it; `job.problems` keeps one compute class (from
+    `job.compute`, default beside the scores); `job.candidates` also gets every candidate of the
+    selected problems (for training.rerank). Returns the selection's summary."""
     from capacity_advisor.advisor import select as sel_mod
-    from capacity_advisor.advisor.compute import PROBLEM_FILTERS, keep_problems
+    from capacity_advisor.advisor.compute import keep_problems
     from capacity_advisor.advisor.pool import read_pool
     from capacity_advisor.models.files import check_writable_file, refuse_overwrite, versions, write_json, write_jsonl
 
     cfg.validate()
-    if fmt not in sel_mod.FORMATS:
-        raise InputError(f"--format {fmt!r} is unknown: use one of {', '.join(sel_mod.FORMATS)}")
+    pool_path, scores_path, out, fmt, problems = job.pool, job.scores, job.out, job.format, job.problems
+    compute_path, candidates_path = job.compute, job.candidates
+    if fmt not in FORMATS:
+        raise InputError(f"--format {fmt!r} is unknown: use one of {', '.join(FORMATS)}")
     if problems not in PROBLEM_FILTERS:
         raise InputError(f"--problems {problems!r} is unknown: use one of {', '.join(PROBLEM_FILTERS)}")
     check_writable_file(out, "--out")
@@ -110,14 +150,14 @@ def select_file(pool_path: str, pool_options, scores_path: str, cfg, out: str, f
     return summary
 
 
-def fit_file(records_path, out: str, kinds: tuple[str, ...], **fit) -> dict:
-    """`advisor fit`: the records (one file, several, or the records store) read and checked, the
-    predictor fitted (`fit.fit_and_save`) and saved to OUT. `fit` holds fit_and_save's settings."""
-    from capacity_advisor.advisor.fit import check_fit_settings, fit_and_save, record_files
+def fit_file(records_path, out: str, settings, log=None) -> dict:
+    """`advisor fit`: the settings (`fit.FitSettings`) checked, the records (one file, several, or
+    the records store) read and checked, the predictor fitted (`fit.fit_and_save`) and saved to OUT."""
+    from capacity_advisor.advisor.fit import fit_and_save, record_files
     from capacity_advisor.models.files import advisor_home, check_writable_dir
 
-    check_fit_settings(kinds, **fit)
+    settings.check()
     check_writable_dir(out, "--out")
     paths = [records_path] if isinstance(records_path, str) else list(records_path or ())
     records, files = record_files(paths or [str(advisor_home() / "records.jsonl")])
-    return fit_and_save(records, out, kinds=kinds, files=files, **fit)
+    return fit_and_save(records, out, settings, log=log, files=files)

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from capacity_advisor.advisor.cli.main import cli
-from capacity_advisor.advisor.fit import fit_and_save
+from capacity_advisor.advisor.fit import FitSettings, fit_and_save
 from capacity_advisor.advisor.predictor import Predictor
 from capacity_advisor.training.manifest import load_manifest
 
@@ -25,7 +25,7 @@ PAPER = Path(__file__).resolve().parent.parent / "benchmarks" / "paper_students"
 @pytest.fixture(scope="module")
 def synthetic_predictor(tmp_path_factory):
     out = tmp_path_factory.mktemp("pred")
-    fit_and_save(make_records(), out, n_members=4, kinds=("logistic",), features="probe")  # what make_records measures
+    fit_and_save(make_records(), out, FitSettings(n_members=4, kinds=("logistic",), features="probe"))  # what make_records measures
     return out
 
 
@@ -289,14 +289,14 @@ def test_calibration_covers_extra_schedules_and_the_predictor_chooses_among_them
 
 def test_recommend_writes_the_schedule_the_predictor_chose(lab_pool_file, tmp_path):
     """A predictor fitted on records where a quarter-mix always wins recommends it, and the manifest carries it."""
-    from capacity_advisor.advisor.fit import fit_and_save
+    from capacity_advisor.advisor.fit import FitSettings, fit_and_save
 
     records = make_records()
     for rec in [r for r in records if r["strategy"] == "high"]:
         better = {**rec, "strategy": "mixed", "mix": 0.25,
                   "evals": [{**e, "accuracy": min(1.0, e["accuracy"] + 0.2) if e["step"] else e["accuracy"]} for e in rec["evals"]]}
         records.append(better)
-    fit_and_save(records, tmp_path / "pred", n_members=2, kinds=("logistic",), features="probe")
+    fit_and_save(records, tmp_path / "pred", FitSettings(n_members=2, kinds=("logistic",), features="probe"))
     pred = Predictor.load(tmp_path / "pred")  # the synthetic records lie far from a real probe: trust the predictor anyway
     pred.meta["policy"] = {"max_distance": None, "margin": 0.0, "use_range": False}
     pred.save(tmp_path / "pred")

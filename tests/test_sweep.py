@@ -43,7 +43,7 @@ def two_sources(tmp_path_factory, lab_cache):
 
 @pytest.mark.slow
 def test_a_quick_sweep_publishes_refits_and_reproduces_its_own_table(two_sources, tmp_path):
-    from capacity_advisor.advisor.fit import fit_and_save
+    from capacity_advisor.advisor.fit import FitSettings, fit_and_save
     from capacity_advisor.advisor.predictor import Predictor, read_records
 
     records = []
@@ -56,9 +56,9 @@ def test_a_quick_sweep_publishes_refits_and_reproduces_its_own_table(two_sources
         assert budget and all(r["settings"]["training"]["epochs"] == 0.5 for r in budget)
         assert {r["unit"]["seed"] for r in budget} == {0}
     assert {r["unit"]["task"] for r in records} == {"modchain", "listmax"}
-    kw = dict(n_members=2, kinds=("logistic",), cv=("student", "source"), cv_members=2)
-    first = fit_and_save(records, tmp_path / "a", **kw)
-    second = fit_and_save(records, tmp_path / "b", **kw)
+    settings = FitSettings(n_members=2, kinds=("logistic",), cv=("student", "source"), cv_members=2)
+    first = fit_and_save(records, tmp_path / "a", settings)
+    second = fit_and_save(records, tmp_path / "b", settings)
     assert first["cv"] == second["cv"]
     assert set(first["cv"]) == {"source"}  # with two students, holding one out would leave one to learn from
     assert {"policy", "always high", "always low", "always mixed", "size rule", "noise floor"} <= set(first["cv"]["source"])

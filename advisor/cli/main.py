@@ -83,19 +83,19 @@ def cli():
 
 from capacity_advisor.advisor.cli import report  # noqa: E402  (below the group it renders for)
 from capacity_advisor.advisor.cli.options import (  # noqa: E402
-    Finite, checker_option, dataset_options, device_options, dp_options, field_option, json_option,
+    SEEDS, Finite, checker_option, dataset_options, device_options, dp_options, field_option, json_option,
     model_option, names, pool_options, pool_settings, recipe_given, recipe_options, score_option, seed_option,
     skip_tokens_option, take, vllm_options,
 )
 from capacity_advisor.advisor.compute import PROBLEM_FILTERS  # noqa: E402
 from capacity_advisor.advisor.generate import GenerateConfig  # noqa: E402
 from capacity_advisor.advisor.probe import ProbeJob  # noqa: E402
-from capacity_advisor.advisor.fit import MAX_MEMBERS, MEMBERS  # noqa: E402
-from capacity_advisor.advisor.predictor import FEATURE_SETS, FITTABLE, SPLITS, TIE_MARGIN  # noqa: E402
-from capacity_advisor.advisor.predictor.policy import CHOOSE_BY  # noqa: E402
+from capacity_advisor.advisor.fit import MAX_JOBS, MAX_MEMBERS, FitSettings  # noqa: E402
+from capacity_advisor.advisor.predictor import FEATURE_SETS  # noqa: E402
 from capacity_advisor.advisor.recommend import RecommendConfig  # noqa: E402
 from capacity_advisor.advisor.scoring import ScoreConfig  # noqa: E402
 from capacity_advisor.advisor.select import FORMATS, SelectConfig  # noqa: E402
+from capacity_advisor.advisor.stages import ScoreJob, SelectJob  # noqa: E402
 from capacity_advisor.models.backends import BACKENDS  # noqa: E402
 from capacity_advisor.models.lab import FAMILIES  # noqa: E402
 from capacity_advisor.training.manifest import STRATEGIES  # noqa: E402
@@ -103,8 +103,8 @@ from capacity_advisor.training.manifest import STRATEGIES  # noqa: E402
 
 @cli.command()
 @model_option
-@click.option("--pool", "-p", "pool_path", required=True, help="Pool file or datasets folder.")
-@click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Output folder (scores.jsonl, config.json).")
+@field_option(ScoreJob, "pool", "--pool", "-p", required=True)
+@field_option(ScoreJob, "out", "--out", "-o", required=True, type=click.Path(file_okay=False))
 @pool_options
 @device_options
 @field_option(ScoreConfig, "backend", type=click.Choice(tuple(BACKENDS)),
@@ -117,34 +117,31 @@ from capacity_advisor.training.manifest import STRATEGIES  # noqa: E402
 @skip_tokens_option
 @field_option(ScoreConfig, "local_window",
               help="Also score each step with only this many tokens of context (for --score local; 0: off).")
-@click.option("--compute-budgets", default=None,
-              help="SHORT,LONG new tokens: also measure which problems the student solves only with the long budget "
-                   "(OUT/compute.jsonl, for select --problems).")
-@click.option("--compute-samples", default=1, show_default=True, help="Attempts per budget (1: greedy).")
+@field_option(ScoreJob, "compute_budgets")
+@field_option(ScoreJob, "compute_samples")
 @checker_option
 @vllm_options
 @dp_options
 @seed_option("Sampling of --compute-samples (scoring itself is deterministic).")
 @json_option
-def score(pool_path, out, compute_budgets, compute_samples, checker, as_json, **kw):
+def score(as_json, **kw):
     """Score every candidate response under the student (mean and summed log-prob per response)."""
     from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries, work
-    from capacity_advisor.advisor.compute import ComputeConfig
     from capacity_advisor.advisor.stages import score_file
 
     quiet_libraries()
     pool_opts = pool_settings(kw)
+    job = take(ScoreJob, kw)
     cfg = take(ScoreConfig, kw)
-    compute = ComputeConfig.parse(compute_budgets, compute_samples, cfg.seed) if compute_budgets else None
     with work() as w:
         task = []
-        summary = score_file(pool_path, pool_opts, cfg, out, compute, checker, say=w.status, on_pool=report.pool,
+        summary = score_file(job, pool_opts, cfg, say=w.status, on_pool=report.pool,
                              start=lambda d, total, done, unit: task.append(w.start(d, total, done, unit)),
                              advance=lambda n: w.advance(task[-1], n))
     if as_json:
         emit_json(summary)
     if "waiting_for" in summary:
-        report.waiting("scored", summary, cfg.dp_rank, cfg.dp_size, Path(out) / "scores.jsonl")
+        report.waiting("scored", summary, cfg.dp_rank, cfg.dp_size, Path(job.out) / "scores.jsonl")
     elif not as_json:
         report.scores(summary, cfg.backend)
     if summary.get("compute") and not as_json:
@@ -152,36 +149,34 @@ def score(pool_path, out, compute_budgets, compute_samples, checker, as_json, **
 
 
 @cli.command()
-@click.option("--pool", "-p", "pool_path", required=True, help="The pool that was scored.")
-@click.option("--scores", "-s", "scores_path", required=True, help="scores.jsonl written by `advisor score`.")
+@field_option(SelectJob, "pool", "--pool", "-p", required=True)
+@field_option(SelectJob, "scores", "--scores", "-s", required=True)
 @field_option(SelectConfig, "strategy", type=click.Choice(STRATEGIES))
 @field_option(SelectConfig, "mix", help="mixed: share of problems given their low response.")
 @score_option
 @field_option(SelectConfig, "switch_epoch", help="curriculum: epoch at which training moves to the low set.")
-@click.option("--format", "fmt", default=FORMATS[0], show_default=True, type=click.Choice(FORMATS),
-              help="trl: prompt/completion JSONL; messages: chat JSONL; alpaca: one JSON array.")
-@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Dataset file to write.")
-@click.option("--problems", "problem_class", default="all", show_default=True, type=click.Choice(PROBLEM_FILTERS),
-              help="Keep one class of problems (needs `score --compute-budgets`): responsive = solved only with the long budget.")
-@click.option("--compute", "compute_path", default=None, help="compute.jsonl (default: beside --scores).")
-@click.option("--candidates", "candidates_path", default=None, type=click.Path(dir_okay=False),
-              help="Also write every candidate of the selected problems here, for training.rerank.")
+@field_option(SelectJob, "format", type=click.Choice(FORMATS))
+@field_option(SelectJob, "out", "--out", "-o", required=True, type=click.Path(dir_okay=False))
+@field_option(SelectJob, "problems", type=click.Choice(PROBLEM_FILTERS))
+@field_option(SelectJob, "compute")
+@field_option(SelectJob, "candidates", type=click.Path(dir_okay=False))
 @pool_options
 @seed_option("Which problems take their low response in a mixed set.")
 @json_option
-def select(pool_path, scores_path, fmt, out, problem_class, compute_path, candidates_path, as_json, **kw):
+def select(as_json, **kw):
     """Build D_high / D_low / D_mixed / curriculum from a scored pool and export it for training."""
     from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries
     from capacity_advisor.advisor.stages import select_file
 
     quiet_libraries()
     pool_opts = pool_settings(kw)
+    job = take(SelectJob, kw)
     cfg = take(SelectConfig, kw)
-    summary = select_file(pool_path, pool_opts, scores_path, cfg, out, fmt, problem_class, compute_path, candidates_path)
+    summary = select_file(job, pool_opts, cfg)
     if as_json:
         emit_json(summary)
     else:
-        report.selection(summary, cfg.strategy, cfg.score, out, fmt)
+        report.selection(summary, cfg.strategy, cfg.score, job.out, job.format)
 
 
 @cli.command()
@@ -269,33 +264,25 @@ def generate(as_json, **kw):
               help="RunRecords JSONL (default: the records store); repeat it to fit on several files: the first is the "
                    "calibration, pool sources only later files hold are marked as your own.")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Predictor folder to write.")
-@click.option("--tie-margin", default=TIE_MARGIN, show_default=True, type=Finite(0, 1),
-              help="Accuracy gap under which strategies count as tied.")
-@click.option("--features", default="contrast", show_default=True, type=click.Choice(tuple(FEATURE_SETS)),
-              help="contrast: D_low against D_high only, relative to the base (the inputs that held best leaving "
-                   "a pool source out); probe: every input a probe measures; +teacher: also the teacher view "
-                   "(needs --teacher at recommend).")
-@click.option("--kinds", default=",".join(FITTABLE), show_default=True,
-              help="Model kinds to cross-validate; the one whose policy does best leaving --choose-by out is kept.")
-@click.option("--cv", "cv_splits", default=",".join(SPLITS), show_default=True,
-              help="Held-out tables to measure: comma-separated splits; add proxy for a large student advised with "
-                   "its own pool source's small students in the fit (the costliest table, so not by default).")
-@click.option("--choose-by", default=",".join(CHOOSE_BY), show_default=True,
-              help="The splits whose held-out regret chooses the kind and the policy's thresholds (comma-separated; "
-                   "several: the worse of them counts).")
-@click.option("--members", "n_members", default=MEMBERS, show_default=True, type=click.IntRange(1, MAX_MEMBERS),
-              help="Ensemble members (bootstrap resamples of the calibration units).")
-@click.option("--jobs", default=1, show_default=True, type=click.IntRange(1, 256), help="Processes fitting members in parallel.")
-@seed_option("Bootstrap draws and LightGBM's seed.")
-@click.option("--note", default=None, help="A line stored with the predictor (what the records were).")
+@field_option(FitSettings, "tie_margin", type=Finite(0, 1))
+@field_option(FitSettings, "features", type=click.Choice(tuple(FEATURE_SETS)))
+@field_option(FitSettings, "kinds")
+@field_option(FitSettings, "cv")
+@field_option(FitSettings, "choose_by")
+@field_option(FitSettings, "n_members", "--members", type=click.IntRange(1, MAX_MEMBERS))
+@field_option(FitSettings, "jobs", type=click.IntRange(1, MAX_JOBS))
+@field_option(FitSettings, "seed", type=SEEDS)
+@field_option(FitSettings, "note")
 @json_option
-def fit(records_path, out, kinds, cv_splits, as_json, **kw):
+def fit(records_path, out, kinds, cv, choose_by, as_json, **kw):
     """Fit the predictor on RunRecords; print its cross-validated tables against the baselines."""
     from capacity_advisor.advisor.cli.ui import console, emit_json
     from capacity_advisor.advisor.stages import fit_file
 
     log = None if as_json else (lambda m: console.print(m, highlight=False))
-    result = fit_file(records_path, out, names(kinds, "--kinds"), cv=names(cv_splits, "--cv"), log=log, **kw)
+    settings = take(FitSettings, kw, kinds=names(kinds, "--kinds"), cv=names(cv, "--cv"),
+                    choose_by=names(choose_by, "--choose-by"))
+    result = fit_file(records_path, out, settings, log=log)
     if as_json:
         emit_json(result)
     else:

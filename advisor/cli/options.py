@@ -17,8 +17,9 @@ import click
 from capacity_advisor.models.loading import DEVICES, DTYPES
 from capacity_advisor.models.backends import VLLM_DEFAULTS
 from capacity_advisor.models.ranking import RANKINGS
+from capacity_advisor.training.manifest_checks import MAX_SEED
 
-SEEDS = click.IntRange(0, 2**32 - 1)  # what every seeded library takes
+SEEDS = click.IntRange(0, MAX_SEED)  # what every seeded library takes
 
 
 def field_option(cls, name: str, *decls: str, **extra) -> Callable:
@@ -35,6 +36,8 @@ def field_option(cls, name: str, *decls: str, **extra) -> Callable:
         extra.setdefault("is_flag", True)
     elif kind in (int, float, str) and "type" not in extra:
         extra["type"] = FINITE if kind is float else kind
+    if f.metadata.get("help"):  # the help kept beside the field
+        extra.setdefault("help", f.metadata["help"])
     if default is not None:
         extra.setdefault("default", default)
         extra.setdefault("show_default", kind is not bool)

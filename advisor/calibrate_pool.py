@@ -35,6 +35,7 @@ from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, stable_hash, versions, write_json, write_jsonl
 from capacity_advisor.models.numbers import number
 from capacity_advisor.training.manifest import SETS, schedule_of
+from capacity_advisor.models.metrics import CHECKER_DEFAULT
 
 EVAL_SEED = 10_000  # the held-out problems: one draw, the same for every proxy, seed and run
 MAX_STUDENTS = 16
@@ -51,7 +52,7 @@ class PoolCalibrateConfig:
     evals_per_epoch: int = 4
     teacher: str = "unknown"  # --pool-teacher: what wrote the candidates (names the pool source in the records)
     task: str | None = None  # --task: the pool source's name in the records (default: the pool's content hash)
-    checker: str = "auto"
+    checker: str = CHECKER_DEFAULT
     device: str = "auto"
     dtype: str = "auto"
     nproc: int = 1  # --nproc: processes per full run (torchrun / accelerate, as `advisor train`)

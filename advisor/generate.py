@@ -35,6 +35,7 @@ from capacity_advisor.models.backends import BACKENDS, VLLM_DEFAULTS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import (FORMAT_VERSION, advisor_home, atomic_path, check_writable_dir, check_writable_file,
                                            refuse_overwrite, stable_hash, versions, write_json, write_jsonl)
+from capacity_advisor.models.metrics import CHECKER_DEFAULT
 
 OUT_SUFFIXES = (".jsonl", ".parquet")
 
@@ -51,7 +52,7 @@ class GenerateConfig:
     backend: str = "auto"  # --backend auto|hf|vllm (auto: vllm when it and a GPU are present)
     device: str = "auto"
     dtype: str = "auto"
-    checker: str = "auto"  # --checker auto|lab|math|none
+    checker: str = CHECKER_DEFAULT  # --checker auto|lab|math|none
     prompt_field: str | None = None
     answer_field: str | None = None
     id_field: str | None = None

@@ -32,6 +32,7 @@ from capacity_advisor.probes.recipe import (
 )
 from capacity_advisor.probes.run import ProbeConfig, ProbeData
 from capacity_advisor.training.manifest import DEFAULT_MIX
+from capacity_advisor.models.metrics import CHECKER_DEFAULT
 
 FROM_PREDICTOR = "the predictor (its inputs were measured so)"
 SHIPPED = "predictor_data"  # package folder of the default predictor
@@ -159,7 +160,7 @@ def predictor_plan(model: str, predictor, given: dict | None = None) -> ProbePla
 # ---- the held-out split and the sets --------------------------------------------------------
 
 
-def pick_checker(pool: Pool, checker: str = "auto") -> str:
+def pick_checker(pool: Pool, checker: str = CHECKER_DEFAULT) -> str:
     return metrics.choose_checker(checker, pool.has_answers, pool.tasks)
 
 
@@ -171,7 +172,7 @@ class Split:
     selection_summary: dict
 
 
-def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None, checker: str = "auto",
+def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None, checker: str = CHECKER_DEFAULT,
                      mix: float = DEFAULT_MIX, score: str = "sum") -> Split:
     if len(pool) < cfg.eval_problems + cfg.batch_size:
         raise InputError(
@@ -273,7 +274,7 @@ class ProbeStage:
 
 
 def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_dir, scores: dict | None = None,
-               checker: str = "auto", score: str = "sum", mix: float = DEFAULT_MIX, max_length: int = 4096,
+               checker: str = CHECKER_DEFAULT, score: str = "sum", mix: float = DEFAULT_MIX, max_length: int = 4096,
                backend: str = "hf", run: bool = True, say=None, progress=None, skip_tokens: int = 0) -> ProbeStage:
     """Score the pool under the student (cached; unless `scores` are given), split it, and probe.
 
@@ -317,7 +318,7 @@ class ProbeJob:
     strategies: tuple[str, ...] = ("high", "low")
     lora_r: int = 0
     teacher: str | None = None
-    checker: str = "auto"
+    checker: str = CHECKER_DEFAULT
     score: str = "sum"
     device: str = "auto"
     dtype: str = "auto"

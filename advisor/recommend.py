@@ -40,6 +40,7 @@ from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, stable_hash, versions, write_json, write_jsonl
 from capacity_advisor.probes.recipe import lab_size
 from capacity_advisor.training.manifest import SETS
+from capacity_advisor.models.metrics import CHECKER_DEFAULT
 
 MAX_REPEATS = 8  # --probe-repeats: each draw costs one more probe
 
@@ -61,7 +62,7 @@ class RecommendConfig:
     backend: str = "hf"  # --backend for scoring (the probe always trains with hf)
     score: str = "sum"  # --score: rank candidates by summed log-prob (the paper's), mean per token (GRAPE's), rsr or local
     skip_tokens: int = 0  # --skip-tokens: leave each response's first N tokens out of its score
-    checker: str = "auto"
+    checker: str = CHECKER_DEFAULT
     device: str = "auto"
     dtype: str = "auto"
     seed: int = 0

@@ -17,6 +17,7 @@ from typing import Callable
 from capacity_advisor.advisor.compute import PROBLEM_FILTERS, ComputeConfig
 from capacity_advisor.advisor.select import FORMATS
 from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.metrics import CHECKER_DEFAULT
 
 
 def _quiet(*args, **kw) -> None:
@@ -34,7 +35,7 @@ class ScoreJob:
         "SHORT,LONG new tokens: also measure which problems the student solves only with the long budget "
         "(OUT/compute.jsonl, for select --problems).")})
     compute_samples: int = field(default=ComputeConfig.samples, metadata={"help": "Attempts per budget (1: greedy)."})
-    checker: str = "auto"  # the answer checker of the compute measurement (cli.options.checker_option)
+    checker: str = CHECKER_DEFAULT  # the answer checker of the compute measurement (cli.options.checker_option)
 
     def compute(self, seed: int) -> ComputeConfig | None:
         """The compute measurement asked for (checked), or None."""

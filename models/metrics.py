@@ -16,7 +16,8 @@ from statistics import mean
 from typing import Sequence
 
 CHECKERS = ("lab", "math", "none")
-CHECKER_CHOICES = ("auto", *CHECKERS)  # auto: the lab's checker for lab tasks, math for others with answers
+CHECKER_DEFAULT = "auto"  # the lab's checker for lab tasks, math for other problems with answers, else none
+CHECKER_CHOICES = (CHECKER_DEFAULT, *CHECKERS)
 
 
 def longest_loop(text: str, max_period: int = 64) -> tuple[int, int]:
@@ -169,7 +170,7 @@ def choose_checker(checker: str, has_answers: bool, tasks: set[str]) -> str:
         from capacity_advisor.models.errors import InputError
 
         raise InputError(f"--checker {checker!r} is unknown: use one of {', '.join(CHECKER_CHOICES)}")
-    if checker != "auto":
+    if checker != CHECKER_DEFAULT:
         return checker
     if not has_answers:
         return "none"

@@ -125,9 +125,9 @@ skip_tokens_option = click.option("--skip-tokens", default=0, show_default=True,
 
 
 def checker_option(f):
-    from capacity_advisor.models.metrics import CHECKER_CHOICES
+    from capacity_advisor.models.metrics import CHECKER_CHOICES, CHECKER_DEFAULT
 
-    return click.option("--checker", default="auto", show_default=True, type=click.Choice(CHECKER_CHOICES),
+    return click.option("--checker", default=CHECKER_DEFAULT, show_default=True, type=click.Choice(CHECKER_CHOICES),
                         help="Answer checker: auto = the lab's for lab tasks, math for other problems with answers.")(f)
 
 

@@ -28,11 +28,12 @@ from capacity_advisor.advisor.select import SelectConfig, select
 from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.probes.recipe import (
-    LENGTHS, RECIPE_FLAGS, Fitted, ProbeRecipe, fitted_recipe, flag, recipe_for, setting_name,
+    LENGTHS, REAL, RECIPE_FLAGS, Fitted, ProbeRecipe, fitted_recipe, flag, recipe_for, setting_name,
 )
 from capacity_advisor.probes.run import ProbeConfig, ProbeData
 from capacity_advisor.training.manifest import DEFAULT_MIX
 from capacity_advisor.models.metrics import CHECKER_DEFAULT
+from capacity_advisor.models.ranking import DEFAULT_RANKING
 
 FROM_PREDICTOR = "the predictor (its inputs were measured so)"
 SHIPPED = "predictor_data"  # package folder of the default predictor
@@ -173,7 +174,7 @@ class Split:
 
 
 def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None, checker: str = CHECKER_DEFAULT,
-                     mix: float = DEFAULT_MIX, score: str = "sum") -> Split:
+                     mix: float = DEFAULT_MIX, score: str = DEFAULT_RANKING) -> Split:
     if len(pool) < cfg.eval_problems + cfg.batch_size:
         raise InputError(
             f"the pool has {len(pool)} rankable problems; a probe needs {flag('eval_problems')} "
@@ -228,7 +229,7 @@ def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None,
 LOCAL_WINDOW = 32  # tokens of context each step is scored with under --score local
 
 
-def given_scores(path: str, pool: Pool, score: str = "sum", skip_tokens: int | None = None) -> dict:
+def given_scores(path: str, pool: Pool, score: str = DEFAULT_RANKING, skip_tokens: int | None = None) -> dict:
     """Scores a user hands over (`--scores`), read and checked against the pool and the settings
     asked for (`skip_tokens`; None: any) before any work."""
     from capacity_advisor.advisor.select import load_scores
@@ -274,7 +275,8 @@ class ProbeStage:
 
 
 def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_dir, scores: dict | None = None,
-               checker: str = CHECKER_DEFAULT, score: str = "sum", mix: float = DEFAULT_MIX, max_length: int = 4096,
+               checker: str = CHECKER_DEFAULT, score: str = DEFAULT_RANKING, mix: float = DEFAULT_MIX,
+               max_length: int = REAL.score_length,
                backend: str = "hf", run: bool = True, say=None, progress=None, skip_tokens: int = 0) -> ProbeStage:
     """Score the pool under the student (cached; unless `scores` are given), split it, and probe.
 
@@ -319,7 +321,7 @@ class ProbeJob:
     lora_r: int = 0
     teacher: str | None = None
     checker: str = CHECKER_DEFAULT
-    score: str = "sum"
+    score: str = DEFAULT_RANKING
     device: str = "auto"
     dtype: str = "auto"
     seed: int = 0

@@ -41,6 +41,7 @@ from capacity_advisor.models.files import finite, stable_hash, versions, write_j
 from capacity_advisor.probes.recipe import lab_size
 from capacity_advisor.training.manifest import SETS
 from capacity_advisor.models.metrics import CHECKER_DEFAULT
+from capacity_advisor.models.ranking import DEFAULT_RANKING
 
 MAX_REPEATS = 8  # --probe-repeats: each draw costs one more probe
 
@@ -60,7 +61,7 @@ class RecommendConfig:
     sample: int | None = None  # --sample: rank and probe on N problems drawn with --seed
     recipe: dict = field(default_factory=dict)  # probe settings given by flags: {recipe setting: value} (probes.recipe.RECIPE_FLAGS)
     backend: str = "hf"  # --backend for scoring (the probe always trains with hf)
-    score: str = "sum"  # --score: rank candidates by summed log-prob (the paper's), mean per token (GRAPE's), rsr or local
+    score: str = DEFAULT_RANKING  # --score: rank candidates by summed log-prob (the paper's), mean per token (GRAPE's), rsr or local
     skip_tokens: int = 0  # --skip-tokens: leave each response's first N tokens out of its score
     checker: str = CHECKER_DEFAULT
     device: str = "auto"

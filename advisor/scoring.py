@@ -30,6 +30,7 @@ from capacity_advisor.advisor.shards import ShardPlan, cache_folder
 from capacity_advisor.models.backends import BACKENDS, VLLM_DEFAULTS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import FORMAT_VERSION, check_writable_dir, recorded_key, versions, write_json, write_jsonl
+from capacity_advisor.probes.recipe import REAL
 
 
 @dataclass
@@ -38,7 +39,7 @@ class ScoreConfig:
     device: str = "auto"  # --device auto|cpu|cuda
     dtype: str = "auto"  # --dtype auto|float32|bfloat16|float16 (auto: bf16 on GPU, fp32 on CPU)
     backend: str = "hf"  # --backend
-    max_length: int = 4096  # --score-length: prompt + response tokens; longer responses are cut and flagged
+    max_length: int = REAL.score_length  # --score-length: prompt + response tokens; longer responses are cut and flagged
     token_budget: int | None = None  # --token-budget: padded tokens per forward batch (None: the backend's default, models.backends)
     shard_size: int = 512  # --shard-size: candidates per cached shard (the unit of resume)
     seed: int = 0  # --seed (scoring is deterministic; recorded for provenance)

@@ -23,7 +23,9 @@ from capacity_advisor.models.numbers import number, whole
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import atomic_path, read_jsonl_input, refuse_overwrite, write_jsonl
-from capacity_advisor.models.ranking import RANKINGS, SCORE_FIELDS, extremes, low_share, score_value  # noqa: F401  (re-exported)
+from capacity_advisor.models.ranking import (  # noqa: F401  (re-exported)
+    DEFAULT_RANKING, RANKINGS, SCORE_FIELDS, extremes, low_share, score_value,
+)
 from capacity_advisor.training.manifest import DEFAULT_MIX, STRATEGIES
 
 FORMATS = ("trl", "messages", "alpaca")
@@ -34,7 +36,7 @@ REQUIRED_SCORE_FIELDS = ("id", "k", "n_tokens", "logprob_sum", "logprob_mean", "
 class SelectConfig:
     strategy: str = "high"  # --strategy: high | low | mixed | curriculum
     mix: float = DEFAULT_MIX  # --mix: share of problems that take their low response (mixed)
-    score: str = "sum"  # --score: sum (the paper's log-likelihood) | mean (per token, GRAPE's)
+    score: str = DEFAULT_RANKING  # --score: sum (the paper's log-likelihood) | mean (per token, GRAPE's)
     seed: int = 0  # --seed: which problems are "low" in a mixed set
     switch_epoch: int = 1  # --switch-epoch: curriculum epoch at which training moves to the low set
 

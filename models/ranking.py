@@ -12,6 +12,7 @@ from typing import Mapping, Sequence
 
 SCORE_FIELDS = {"mean": "logprob_mean", "sum": "logprob_sum", "rsr": "rank_mean", "local": "logprob_local"}
 RANKINGS = tuple(SCORE_FIELDS)
+DEFAULT_RANKING = "sum"  # the paper's: summed log-probability of the response
 
 
 def score_value(row: dict, score: str) -> float:

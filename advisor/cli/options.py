@@ -16,7 +16,7 @@ import click
 
 from capacity_advisor.models.loading import DEVICES, DTYPES
 from capacity_advisor.models.backends import VLLM_DEFAULTS
-from capacity_advisor.models.ranking import RANKINGS
+from capacity_advisor.models.ranking import DEFAULT_RANKING, RANKINGS
 from capacity_advisor.training.manifest_checks import MAX_SEED
 
 SEEDS = click.IntRange(0, MAX_SEED)  # what every seeded library takes
@@ -117,7 +117,7 @@ def seed_option(help_text: str = "Random seed.") -> Callable:
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON on stdout (tables go to stderr).")
 model_option = click.option("--model", "-m", required=True, help="Student: a local HF folder, a hub id, or lab:NAME.")
-score_option = click.option("--score", "score", default="sum", show_default=True, type=click.Choice(RANKINGS),
+score_option = click.option("--score", "score", default=DEFAULT_RANKING, show_default=True, type=click.Choice(RANKINGS),
                             help="Rank candidates by summed log-prob (the paper's), mean per token (GRAPE's), the "
                                  "rank-surprisal ratio (arXiv 2601.14249) or step-local log-prob (arXiv 2510.03988).")
 skip_tokens_option = click.option("--skip-tokens", default=0, show_default=True,

@@ -22,6 +22,7 @@ from statistics import mean
 from typing import Sequence
 
 from capacity_advisor.advisor.predictor.evaluate import PROXY_CUT, regret
+from capacity_advisor.models.numbers import number, whole
 from capacity_advisor.advisor.predictor.labels import ranking_sum as ranking_sum_of
 
 TOPS = (1, 2, 3, None)  # the largest 1, 2, 3 proxies, or all of them
@@ -45,9 +46,9 @@ class ProxyRule:
         if not isinstance(raw, dict):
             return None
         top, margin = raw.get("top"), raw.get("margin")
-        if top is not None and not (isinstance(top, int) and not isinstance(top, bool) and 1 <= top <= 64):
+        if top is not None and not whole(top, 1, 64):
             return None
-        if not (isinstance(margin, (int, float)) and not isinstance(margin, bool) and 0 <= margin < 1):
+        if not (number(margin) and 0 <= margin < 1):
             return None
         return cls(top, float(margin))
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 
-
 def probe_folder(draw: int) -> str:
     """OUT/probe for the first draw, OUT/probe-2, OUT/probe-3, ... for the repeats."""
     return "probe" if draw == 0 else f"probe-{draw + 1}"
@@ -104,9 +103,9 @@ def draw_advice(cfg, predictor, policy, desc: dict, context: dict, reports: list
     on that draw's inputs."""
     out = []
     for r, report in enumerate(reports):
-        measured = {"likelihood_gap_per_token": context["likelihood_gap_per_token"],
-                    "length_ratio_low_high": context["length_ratio_low_high"], **report["features"]}
-        measured = {k: float("nan") if v is None else v for k, v in measured.items()}
+        given = {"likelihood_gap_per_token": context["likelihood_gap_per_token"],
+                 "length_ratio_low_high": context["length_ratio_low_high"], **report["features"]}
+        measured = {k: float("nan") if v is None else v for k, v in given.items()}
         d = policy.decide(predictor, measured, desc["n_params"], cfg.budget, cfg.score, student=cfg.model)
         out.append({"seed": cfg.seed + r, "strategy": d.strategy, "answered_by": d.answered_by,
                     "probabilities": d.advice.probabilities, "probe": probe_folder(r)})

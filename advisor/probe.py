@@ -32,7 +32,6 @@ from capacity_advisor.probes.recipe import (
 )
 from capacity_advisor.probes.run import ProbeConfig, ProbeData
 from capacity_advisor.training.manifest import DEFAULT_MIX
-from capacity_advisor.models.metrics import CHECKER_DEFAULT
 from capacity_advisor.models.ranking import DEFAULT_RANKING
 
 FROM_PREDICTOR = "the predictor (its inputs were measured so)"
@@ -161,7 +160,7 @@ def predictor_plan(model: str, predictor, given: dict | None = None) -> ProbePla
 # ---- the held-out split and the sets --------------------------------------------------------
 
 
-def pick_checker(pool: Pool, checker: str = CHECKER_DEFAULT) -> str:
+def pick_checker(pool: Pool, checker: str = metrics.CHECKER_DEFAULT) -> str:
     return metrics.choose_checker(checker, pool.has_answers, pool.tasks)
 
 
@@ -173,7 +172,7 @@ class Split:
     selection_summary: dict
 
 
-def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None, checker: str = CHECKER_DEFAULT,
+def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None, checker: str = metrics.CHECKER_DEFAULT,
                      mix: float = DEFAULT_MIX, score: str = DEFAULT_RANKING) -> Split:
     if len(pool) < cfg.eval_problems + cfg.batch_size:
         raise InputError(
@@ -275,7 +274,7 @@ class ProbeStage:
 
 
 def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_dir, scores: dict | None = None,
-               checker: str = CHECKER_DEFAULT, score: str = DEFAULT_RANKING, mix: float = DEFAULT_MIX,
+               checker: str = metrics.CHECKER_DEFAULT, score: str = DEFAULT_RANKING, mix: float = DEFAULT_MIX,
                max_length: int = REAL.score_length,
                backend: str = "hf", run: bool = True, say=None, progress=None, skip_tokens: int = 0) -> ProbeStage:
     """Score the pool under the student (cached; unless `scores` are given), split it, and probe.
@@ -320,7 +319,7 @@ class ProbeJob:
     strategies: tuple[str, ...] = ("high", "low")
     lora_r: int = 0
     teacher: str | None = None
-    checker: str = CHECKER_DEFAULT
+    checker: str = metrics.CHECKER_DEFAULT
     score: str = DEFAULT_RANKING
     device: str = "auto"
     dtype: str = "auto"

@@ -44,11 +44,8 @@ LOCAL_WINDOW = 8
 def run_size(cal: Path, out: Path, task: str, size: str, seed: int, short: int, long: int, log) -> None:
     import torch
     from capacity_advisor.advisor.compute import ComputeConfig, keep_problems, measure
-    from capacity_advisor.advisor.lab.calibrate import (
-        CalibrateConfig,
-        Unit,
-        train_option,
-    )
+    from capacity_advisor.advisor.lab.calibrate import train_option
+    from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit
     from capacity_advisor.advisor.pool import read_pool
     from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
     from capacity_advisor.models.backends import make_backend

@@ -27,6 +27,7 @@ from pathlib import Path
 from statistics import mean
 
 
+from capacity_advisor.advisor.lab.units import Unit
 from capacity_advisor.advisor.predictor import PROBE_FEATURES, cross_validate, label_rows, read_records
 from capacity_advisor.models.files import finite, write_jsonl
 from capacity_advisor.probes.recipe import MEASURING
@@ -72,16 +73,17 @@ def probe_cost(probe: dict, steps: int, n_eval: int, epochs: float = 5.0) -> flo
 
 def load_calibration(folders) -> tuple[list[tuple[tuple, dict]], dict[tuple, dict]]:
     """([(unit key, record)], {unit key: its probe}) from calibration folders; the key is the
-    folder, task, ranking, student and seed."""
+    folder, task, ranking, student, seed and build."""
     records, probes = [], {}
     for folder in map(Path, folders):
         for rec in read_records(folder / "records.jsonl"):
             u = rec["unit"]
-            key = (str(folder), u["task"], u["score"], u["size"], u["seed"])
+            key = (str(folder), u["task"], u["score"], u["size"], u["seed"], u.get("build", 0))
             records.append((key, rec))
             if key in probes:
                 continue
-            path = folder / u["task"] / u["score"] / f"{u['size']}-s{u['seed']}" / "probe" / "probe.json"
+            unit = Unit(u["task"], u["score"], u["size"], u["seed"], u.get("build", 0))
+            path = unit.folder(folder) / "probe" / "probe.json"
             # a sweep folder holds probe.json; a published one (benchmarks/publish_calibration.py) its gzip
             probes[key] = json.loads(path.read_text() if path.exists() else gzip.decompress(
                 path.with_suffix(".json.gz").read_bytes()))

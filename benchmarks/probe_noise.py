@@ -66,8 +66,8 @@ def signal_to_noise(rows: list[dict], keys) -> list[dict]:
     and a few extreme values dominate a variance). Noisiest (lowest rank ratio) first; an input no
     record measures has none."""
     units: dict[tuple, dict] = {}
-    for r in rows:  # the inputs of a unit do not depend on the budget: one per seed
-        units.setdefault((r["source"], r["score"], r["student"], r["seed"]), inputs(r["features"]))
+    for r in rows:  # the inputs of a unit do not depend on the budget: one per repeat (seed, build)
+        units.setdefault((r["source"], r["score"], r["student"], r["repeat"]), inputs(r["features"]))
     out = []
     for k in keys:
         values = {u: v for u, f in units.items() if np.isfinite(v := _num(f.get(k)))}

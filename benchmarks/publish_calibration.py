@@ -23,7 +23,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, Unit, collect_records, portable
+from capacity_advisor.advisor.lab.calibrate import collect_records
+from capacity_advisor.advisor.lab.portable import portable
+from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import write_json, write_jsonl
 
@@ -34,10 +36,9 @@ def publish(sweep: Path, dest: Path) -> dict:
     for rec in sorted(sweep.glob("*/*/*/*/record.json")):
         run = rec.parent
         strategy, unit_name, score, task = run.name, run.parent.name, run.parent.parent.name, run.parent.parent.parent.name
-        size, _, seed = unit_name.rpartition("-s")
-        if not seed.isdigit() or not (run / "eval.jsonl").is_file():
+        unit = Unit.from_name(task, score, unit_name)
+        if unit is None or not (run / "eval.jsonl").is_file():
             continue
-        unit = Unit(task=task, score=score, size=size, seed=int(seed))
         target = dest / task / score / unit_name / strategy
         target.mkdir(parents=True, exist_ok=True)
         write_json(target / "record.json", portable(json.loads(rec.read_text()), unit, cfg.teacher, cfg.temperature))

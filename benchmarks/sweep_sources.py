@@ -21,6 +21,12 @@ has finished can travel in the repository:
 pools and every finished unit's records, evaluations and probe report, nothing else (no
 checkpoints, datasets or score caches). `--restore DIR` unpacks it into WORK/NAME before a source
 starts, when WORK/NAME does not exist yet, so its finished units are skipped.
+
+Two more entries (`...-builds`) are not new pool sources: they rerun the students `m`, `l`, `xl`
+and `xxl` pretrained from two other seeds (`lab:NAME+b1`, `+b2`) on the pools of a source already
+swept (the same pool draws: copied from WORK/<that source>/ when there, else sampled again, which
+gives the same pools), so that the spread of a student's pattern over its pretraining builds is
+measured beside the spread over seeds. Their students are pretrained `--jobs` at a time first.
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, run_calibration  # noqa: E402
+from capacity_advisor.advisor.lab.calibrate import run_calibration  # noqa: E402
+from capacity_advisor.advisor.lab.units import CalibrateConfig  # noqa: E402
 from capacity_advisor.models.errors import InputError  # noqa: E402
 
 COMMON = CalibrateConfig(seeds=(0, 1), mean_seeds=(), epochs=5, n_train=2000, n_eval=200, candidates=8)
@@ -52,18 +59,41 @@ SOURCES: dict[str, dict] = {
     "modchain-teacher-t1": dict(tasks=("modchain",), teacher="lab:teacher", temperature=1.0),
     "listmax-teacher-xl-t1": dict(tasks=("listmax",), teacher="lab:teacher-xl", temperature=1.0),
 }
+BUILD_SIZES = ("m", "l", "xl", "xxl")
+# Other pretraining builds of four balanced students, on the pools of a scripted and a neural source.
+SOURCES.update({
+    f"{name}-builds": {**{k: v for k, v in SOURCES[name].items() if k != "budget_runs"}, "sizes": BUILD_SIZES,
+                       "builds": (1, 2), "pools_from": name}
+    for name in ("modchain-program", "modchain-teacher-xl-t1")
+})
 
 
 def config(name: str, work: Path, jobs: int) -> CalibrateConfig:
-    return replace(COMMON, out=str(work / name), jobs=jobs, **SOURCES[name])
+    return replace(COMMON, out=str(work / name), jobs=jobs, **{k: v for k, v in SOURCES[name].items() if k != "pools_from"})
+
+
+def copy_pools(name: str, work: Path, log) -> None:
+    """Copy the pools of the source a `-builds` entry reruns, when that source's folder has them
+    and this one has none yet (sampling them again would give the same pools, only slower)."""
+    import shutil
+
+    src = SOURCES[name].get("pools_from")
+    if not src:
+        return
+    for task in SOURCES[name]["tasks"]:
+        have, want = work / src / task / "pools", work / name / task / "pools"
+        if have.is_dir() and not want.exists():
+            shutil.copytree(have, want)
+            log(f"{name}: copied the pools of {src}/{task}")
 
 
 def wait_for_build(model: str, log) -> None:
     """If another process is pretraining `model` (its temporary folder names a live process),
     wait for it instead of building it twice."""
-    from capacity_advisor.models.lab.ladder import student_dir
+    from capacity_advisor.models.lab.ladder import parse_name, student_dir
 
-    final = student_dir(model)
+    n = parse_name(model)
+    final = student_dir(n.name, n.build, n.steps)
     said = False
     while not (final / "build.json").exists():
         live = []
@@ -90,7 +120,7 @@ def stash(work: Path, name: str, dest: Path) -> dict:
 
     src = work / name
     cfg = config(name, work, 1)
-    from capacity_advisor.advisor.lab.calibrate import run_names, units
+    from capacity_advisor.advisor.lab.units import run_names, units
 
     files = [src / "config.json"] + sorted(p for t in cfg.tasks for p in (src / t / "pools").glob("*") if p.is_file())
     done = 0
@@ -157,7 +187,7 @@ def main() -> int:
     if args.list:
         for n in names:
             print(json.dumps({"name": n, **{k: v for k, v in asdict(config(n, args.work, args.jobs)).items()
-                                           if k in ("tasks", "teacher", "temperature", "seeds", "budget_runs")}}))
+                                           if k in ("tasks", "teacher", "temperature", "seeds", "budget_runs", "sizes", "builds")}}))
         return 0
     if args.stash:
         for n in names:
@@ -172,7 +202,8 @@ def main() -> int:
             if args.restore and restore(args.restore, args.work, name):
                 log(f"{name}: restored the finished units stashed in {args.restore}")
             cfg.validate()
-            for model in ([cfg.teacher_model[len("lab:"):]] if cfg.teacher_model else []) + list(cfg.ladder):
+            copy_pools(name, args.work, log)
+            for model in cfg.models:
                 wait_for_build(model, log)
             log(f"{name}: start")
             result = run_calibration(cfg, log=lambda m, n=name: log(f"{n}: {m}"))

@@ -93,9 +93,9 @@ def check_model_spec(spec: str) -> None:
     """What resolve_model_path refuses, refused without building a lab student or using the network:
     for verbs that must reject a bad --model before they print or start anything."""
     if spec.startswith("lab:"):
-        from capacity_advisor.models.lab.ladder import spec as lab_spec
+        from capacity_advisor.models.lab.ladder import parse_name, spec as lab_spec
 
-        lab_spec(spec[len("lab:"):])
+        lab_spec(parse_name(spec[len("lab:"):]).name)
     else:
         _local_or_hub(spec)
 
@@ -239,9 +239,9 @@ def describe(model, tokenizer, spec: str, path: str | None) -> dict:
     if spec.startswith("lab:"):
         from capacity_advisor.models.lab.ladder import parse_name, recipe_hash
 
-        name, steps = parse_name(spec[len("lab:"):])
+        name, steps, build = parse_name(spec[len("lab:"):])
         out["path"] = None
-        out["recipe_hash"] = recipe_hash(name, steps=steps)
+        out["recipe_hash"] = recipe_hash(name, build, steps)
     return out
 
 

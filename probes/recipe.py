@@ -139,10 +139,15 @@ RECIPES = {r.kind: r for r in (LAB, REAL)}
 
 
 def lab_size(model: str) -> str | None:
-    """The ladder name of `lab:NAME[@STEPS]`, or None for any other model."""
+    """The ladder name of `lab:NAME[+bBUILD][@STEPS]`, or None for any other model (or a malformed name)."""
     if not isinstance(model, str) or not model.startswith("lab:"):
         return None
-    return model[len("lab:"):].partition("@")[0]
+    from capacity_advisor.models.lab.ladder import parse_name
+
+    try:
+        return parse_name(model[len("lab:"):]).name
+    except InputError:
+        return model[len("lab:"):]
 
 
 def lab_build(model: str) -> dict | None:

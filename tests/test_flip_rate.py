@@ -55,6 +55,25 @@ def test_flips_counts_the_cells_whose_seeds_disagree():
     assert seed_spread(spread) == pytest.approx((0.3 + 0.8) / 2)
 
 
+def test_a_students_pretraining_builds_are_more_repeats_of_its_cell():
+    from capacity_advisor.advisor.predictor import noise_floor
+
+    recs = []
+    for build, seed, low in ((0, 0, 0.7), (0, 1, 0.7), (1, 0, 0.3), (2, 1, 0.3)):
+        for strategy, acc in (("high", 0.5), ("low", low)):
+            r = _record("m", 10_000, seed, strategy, 1.0, acc)
+            if build:
+                r["unit"]["build"] = build
+            recs.append(r)
+    rows = label_rows(recs, budgets=(1,))
+    assert {(r["student"], r["build"], r["repeat"], r["label"]) for r in rows} == {
+        ("lab:m", 0, 0, "low"), ("lab:m", 0, 1, "low"), ("lab:m", 1, "b1-s0", "high"), ("lab:m", 2, "b2-s1", "high")}
+    assert len({r["unit"] for r in rows}) == 4  # a build's seed 0 is not the ladder build's seed 0
+    assert flips([(r, r["label"]) for r in rows]) == {"flip_rate": 1.0, "flip_cells": 1}
+    # each row's floor is the majority of the other three: the two other builds outvote its own build's other seed
+    assert {r["repeat"]: c for r, c in noise_floor(rows)} == {0: "high", 1: "high", "b1-s0": "low", "b2-s1": "low"}
+
+
 def test_seeds_with_identical_inputs_never_flip():
     rows = synthetic(lambda i, seed: 1.0 if i % 2 else -1.0)
     got = _cv(rows)

@@ -220,6 +220,40 @@ def test_recipe_change_changes_the_folder():
     assert student_dir("xs", steps=10) != student_dir("xs")
 
 
+def test_a_build_is_named_by_its_pretraining_seed_and_builds_from_it(tmp_path, monkeypatch):
+    from capacity_advisor.models.lab.ladder import lab_model, parse_name
+
+    assert parse_name("m") == ("m", None, 0) and parse_name("l-deep+b2@50") == ("l-deep", 50, 2)
+    assert lab_model("m", 0) == "lab:m" and lab_model("m", 2) == "lab:m+b2"
+    for bad in ("m@0", "m+b", "M", "m+b1001", "m@" + "9" * 5000, "m+b1+b2"):
+        with pytest.raises(InputError, match="NAME, NAME\\+bBUILD or NAME@STEPS"):
+            parse_name(bad)
+    assert student_dir("m", 0) == student_dir(*parse_name("m+b0")[::2])
+    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home"))
+    built = student_path("xs+b3@10")  # pretrained from seed 3: the same weights as seed 3 asked for directly
+    assert built == student_dir("xs", seed=3, steps=10)
+    assert weights_hash(built) == weights_hash(build_student("xs", tmp_path / "direct", seed=3, steps=10))
+    assert json.loads((built / "build.json").read_text())["recipe"]["seed"] == 3
+
+
+def test_a_sweep_runs_every_build_of_every_student_as_its_own_unit():
+    from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit, units
+
+    cfg = CalibrateConfig(sizes=("m", "xs"), seeds=(0, 1), builds=(0, 2), mean_seeds=(), tasks=("modchain",))
+    got = units(cfg)
+    assert len(got) == 8 and {(u.size, u.seed, u.build) for u in got} == {
+        (s, seed, b) for s in ("m", "xs") for seed in (0, 1) for b in (0, 2)}
+    u = Unit("modchain", "sum", "m", 1, build=2)
+    assert (u.name, u.model) == ("m+b2-s1", "lab:m+b2")
+    assert Unit("modchain", "sum", "m", 1).name == "m-s1"  # the ladder's own build keeps its old folder name
+    assert Unit.from_name("modchain", "sum", u.name) == u and Unit.from_name("modchain", "sum", "m-s1").build == 0
+    assert Unit.from_name("modchain", "sum", "m@5-s1") is None and Unit.from_name("modchain", "sum", "m-sx") is None
+    assert cfg.models == ["teacher", "m", "m+b2", "xs", "xs+b2"]  # the teacher model samples the pools
+    for builds in ((), (-1,), (1001,)):
+        with pytest.raises(InputError, match="--builds"):
+            CalibrateConfig(builds=builds).validate()
+
+
 def test_lab_student_folder_and_reuse(shared_home):
     path = student_path("xs")
     for f in ("config.json", "model.safetensors", "tokenizer.json", "build.json"):
@@ -285,7 +319,8 @@ def test_cli_list_pool_and_errors(shared_home, tmp_path):
 
 @pytest.mark.slow  # a whole quick calibration sweep
 def test_quick_calibration_report(shared_home, tmp_path):
-    from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, run_calibration
+    from capacity_advisor.advisor.lab.calibrate import run_calibration
+    from capacity_advisor.advisor.lab.units import CalibrateConfig
     from capacity_advisor.advisor.lab.report import write_report
 
     run_calibration(CalibrateConfig.quick_settings(str(tmp_path / "cal")), log=lambda m: None)

@@ -269,7 +269,8 @@ def test_calibration_covers_extra_schedules_and_the_predictor_chooses_among_them
     and becomes one of the predictor's options."""
     from dataclasses import replace
 
-    from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, run_calibration
+    from capacity_advisor.advisor.lab.calibrate import run_calibration
+    from capacity_advisor.advisor.lab.units import CalibrateConfig
     from capacity_advisor.advisor.predictor import fit_predictor, label_rows
 
     cfg = replace(CalibrateConfig.quick_settings(str(tmp_path / "cal")), schedules=("mixed@0.25",))

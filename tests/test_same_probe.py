@@ -48,7 +48,8 @@ def test_the_shipped_predictor_states_the_recipe_its_records_share():
 
 @pytest.mark.slow
 def test_recommend_on_a_lab_folder_reproduces_calibrations_probe_inputs(lab_home, tmp_path):
-    from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, run_calibration
+    from capacity_advisor.advisor.lab.calibrate import run_calibration
+    from capacity_advisor.advisor.lab.units import CalibrateConfig
     from capacity_advisor.models.lab import student_path
 
     cfg = CalibrateConfig.quick_settings(str(tmp_path / "cal"))

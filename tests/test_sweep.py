@@ -25,7 +25,8 @@ def two_sources(tmp_path_factory, lab_cache):
     from publish_calibration import publish
 
     import capacity_advisor.models.lab.ladder as ladder
-    from capacity_advisor.advisor.lab.calibrate import CalibrateConfig, run_calibration
+    from capacity_advisor.advisor.lab.calibrate import run_calibration
+    from capacity_advisor.advisor.lab.units import CalibrateConfig
     from conftest import advisor_home
 
     home = tmp_path_factory.mktemp("sweep-home") / "home"
@@ -93,7 +94,7 @@ def test_a_source_in_progress_is_stashed_and_restored_without_checkpoints_or_mac
 
     from sweep_sources import config, restore, stash
 
-    from capacity_advisor.advisor.lab.calibrate import run_names, units
+    from capacity_advisor.advisor.lab.units import run_names, units
     from capacity_advisor.models.errors import InputError
 
     name, work = "addition-teacher-xl-t0.7", tmp_path / "work"

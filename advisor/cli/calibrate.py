@@ -15,7 +15,7 @@ from capacity_advisor.advisor.cli.options import (
 )
 from capacity_advisor.advisor.calibrate_pool import PoolCalibrateConfig
 from capacity_advisor.training.launch import LAUNCHERS
-from capacity_advisor.advisor.lab.calibrate import CalibrateConfig
+from capacity_advisor.advisor.lab.units import CalibrateConfig
 from capacity_advisor.models.errors import InputError
 
 
@@ -23,6 +23,8 @@ from capacity_advisor.models.errors import InputError
 @field_option(CalibrateConfig, "out", "--out", "-o", type=click.Path(file_okay=False))
 @field_option(CalibrateConfig, "sizes", help="Comma-separated ladder students (default: the whole ladder).")
 @field_option(CalibrateConfig, "seeds", help="Pool draws and data orders, ranked by summed log-prob.")
+@field_option(CalibrateConfig, "builds",
+              help="Each student's pretraining builds: 0 is the ladder's own, B pretrains lab:NAME+bB from seed B (e.g. 1,2).")
 @field_option(CalibrateConfig, "mean_seeds", help="Seeds that also run the mean-ranked (GRAPE) arm; empty for none.")
 @field_option(CalibrateConfig, "tasks")
 @field_option(CalibrateConfig, "epochs", help="The longest budget.")
@@ -87,7 +89,7 @@ def calibrate(ctx, as_json, **kw):
               "dtype"):
         kw.pop(k)
     pool_settings(kw)
-    for name, parse in (("sizes", names), ("seeds", ints), ("mean_seeds", ints), ("tasks", names),
+    for name, parse in (("sizes", names), ("seeds", ints), ("builds", ints), ("mean_seeds", ints), ("tasks", names),
                         ("budget_runs", floats), ("schedules", names)):
         kw[name] = parse(kw[name], f"--{name.replace('_', '-')}")
     cfg = CalibrateConfig.quick_settings(kw["out"]) if kw["quick"] else take(CalibrateConfig, kw)
@@ -105,7 +107,7 @@ def calibrate_own_pool(ctx, as_json: bool, kw: dict) -> None:
     from capacity_advisor.advisor.calibrate_pool import PoolCalibrateConfig, run_pool_calibration
     from capacity_advisor.advisor.cli.ui import console, emit_json
 
-    lab_only = [f"--{k.replace('_', '-')}" for k in ("sizes", "mean_seeds", "tasks", "n_train", "candidates", "jobs",
+    lab_only = [f"--{k.replace('_', '-')}" for k in ("sizes", "builds", "mean_seeds", "tasks", "n_train", "candidates", "jobs",
                                                      "teacher", "temperature", "budget_runs", "schedules", "quick")
                 if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
     if lab_only:

@@ -26,148 +26,19 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import read_jsonl, versions, write_json, write_jsonl
 from capacity_advisor.advisor.lab.portable import portable
+from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit, budget_run_name, run_names, units
 from capacity_advisor.probes.recipe import LAB
 from capacity_advisor.training.manifest import SETS, schedule_of
 
 EVAL_SEED = 10_000  # the held-out problems are the same for every pool seed
 
-
-@dataclass
-class CalibrateConfig:
-    out: str = "calibration"  # --out: folder (resumable); records go to OUT/records.jsonl
-    sizes: tuple[str, ...] = ()  # --sizes: ladder names (empty: the whole ladder)
-    seeds: tuple[int, ...] = (0, 1, 2)  # --seeds: pool draw, data order
-    mean_seeds: tuple[int, ...] = (0,)  # --mean-seeds: seeds that also run the mean-ranked arm
-    tasks: tuple[str, ...] = ("modchain", "addition")  # --tasks
-    epochs: int = 5  # --epochs: the longest budget
-    n_train: int = 3000  # --n-train: problems per pool
-    n_eval: int = 200  # --n-eval: held-out problems for the full runs' evaluations
-    candidates: int = 8  # --candidates: teacher samples per problem
-    evals_per_epoch: int = 4
-    batch: int = LAB.train_batch  # sequences per optimizer step of the full runs
-    probe_steps: int = 2 * LAB.steps  # --probe-steps: the longest probe (shorter ones, the recipe's among them, are its prefixes)
-    probe_batch: int = LAB.batch_size
-    probe_eval_every: int = LAB.eval_every
-    probe_eval_problems: int = LAB.eval_problems
-    max_new_tokens: int = LAB.max_new_tokens
-    jobs: int = 1  # --jobs: units in parallel (one torch thread each)
-    teacher: str = "lab:teacher"  # --teacher: the lab model that samples the pools, or "program" (the scripted teacher)
-    temperature: float = 1.0  # --temperature: the teacher's sampling temperature
-    budget_runs: tuple[float, ...] = ()  # --budget-runs: also train each set as a run of just these epochs (seed 0)
-    schedules: tuple[str, ...] = ()  # --schedules: options beyond D_high / D_low / D_mixed, e.g. mixed@0.25,curriculum@2
-    quick: bool = False  # --quick: tiny settings for tests
-
-    def validate(self) -> None:
-        from capacity_advisor.models.lab import FAMILIES, LADDER
-
-        bad = []
-        unknown = [s for s in self.sizes if s not in LADDER]
-        if unknown:
-            bad.append(f"--sizes {','.join(unknown)}: use names from {', '.join(LADDER)}")
-        unknown = [t for t in self.tasks if t not in FAMILIES]
-        if unknown or not self.tasks:
-            bad.append(f"--tasks {','.join(unknown) or '(none)'}: use names from {', '.join(FAMILIES)}")
-        if not self.seeds:
-            bad.append("--seeds must name at least one seed")
-        if self.probe_steps < 1:
-            bad.append(f"--probe-steps {self.probe_steps} must be at least 1")
-        if self.epochs < 1 or self.n_train < self.probe_eval_problems + self.probe_batch or self.n_eval < 1:
-            bad.append(f"--epochs {self.epochs}, --n-train {self.n_train}, --n-eval {self.n_eval}: need epochs >= 1, "
-                       f"n-eval >= 1 and n-train >= {self.probe_eval_problems + self.probe_batch}")
-        if not 2 <= self.candidates <= 16:
-            bad.append(f"--candidates {self.candidates} must be between 2 and 16")
-        if self.jobs < 1:
-            bad.append(f"--jobs {self.jobs} must be at least 1")
-        for option in self.schedules:
-            try:
-                strategy, _, switch = schedule_of(option)
-            except InputError as e:
-                bad.append(f"--schedules: {e}")
-                continue
-            if switch is not None and switch >= self.epochs:
-                bad.append(f"--schedules {option}: the switch must come before the last epoch ({self.epochs})")
-        if self.teacher != "program" and not self.teacher.startswith("lab:"):
-            bad.append(f"--teacher {self.teacher!r}: name a lab model (lab:teacher) or 'program' for the scripted teacher")
-        if not 0 < self.temperature <= 2:
-            bad.append(f"--temperature {self.temperature} must be in (0, 2]")
-        if any(not 0 < b < self.epochs for b in self.budget_runs):
-            bad.append(f"--budget-runs {','.join(map(str, self.budget_runs))}: each must lie between 0 and --epochs ({self.epochs})")
-        if bad:
-            raise InputError("; ".join(bad))
-
-    @property
-    def options(self) -> tuple[str, ...]:
-        """Every schedule a unit trains: the three sets, then the extra schedules."""
-        return tuple(dict.fromkeys((*SETS, *self.schedules)))
-
-    @property
-    def ladder(self) -> tuple[str, ...]:
-        from capacity_advisor.models.lab import LADDER
-
-        return self.sizes or tuple(LADDER)
-
-    @classmethod
-    def quick_settings(cls, out: str) -> "CalibrateConfig":
-        return cls(out=out, sizes=("xs",), seeds=(0,), mean_seeds=(), tasks=("modchain",), epochs=1, n_train=64,
-                   n_eval=8, candidates=4, evals_per_epoch=2, batch=16, probe_steps=4, probe_batch=4,
-                   probe_eval_every=2, probe_eval_problems=8, max_new_tokens=24, teacher="program", quick=True)
-
-    @classmethod
-    def from_folder(cls, out: str | Path) -> "CalibrateConfig":
-        """The settings a sweep folder was run with (its config.json), with `out` that folder."""
-        path = Path(out) / "config.json"
-        if not path.is_file():
-            raise InputError(f"{out} has no config.json: name a folder written by `advisor calibrate --out`")
-        settings = json.loads(path.read_text())["settings"]
-        kw = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items() if k in cls.__dataclass_fields__}
-        return cls(**{**kw, "out": str(out)})
-
-    @property
-    def source(self) -> str:
-        """The pool source this sweep samples from: the teacher, and its temperature for a model."""
-        return "program" if self.teacher == "program" else f"{self.teacher}@T{self.temperature:g}"
-
-    @property
-    def teacher_model(self) -> str | None:
-        """The teacher whose view the evaluations report (none for the scripted teacher)."""
-        return None if self.teacher == "program" else self.teacher
-
-
 Log = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One student on one pool under one ranking: a probe and a full run per strategy."""
-
-    task: str
-    score: str
-    size: str
-    seed: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.size}-s{self.seed}"
-
-    def folder(self, out: Path) -> Path:
-        return out / self.task / self.score / self.name
-
-
-def units(cfg: CalibrateConfig) -> list[Unit]:
-    """Every unit: the summed-ranking arm first, and in each arm the most expensive (largest
-    students) first, so that parallel jobs finish together."""
-    from capacity_advisor.models.lab import n_params
-
-    out = [Unit(t, "sum", s, seed) for t in cfg.tasks for s in cfg.ladder for seed in cfg.seeds]
-    out += [Unit(t, "mean", s, seed) for t in cfg.tasks for s in cfg.ladder for seed in cfg.mean_seeds]
-    return sorted(out, key=lambda u: (u.score != "sum", u.seed, -n_params(u.size), u.task))
 
 
 # ---- pools from the teacher --------------------------------------------------------------------
@@ -244,7 +115,7 @@ def run_unit(cfg: CalibrateConfig, unit: Unit, pool_path: Path, eval_path: Path)
     torch.set_num_threads(1)
     folder = unit.folder(Path(cfg.out))
     t0 = time.time()
-    lm = load_model(f"lab:{unit.size}", device="cpu", dtype="float32")
+    lm = load_model(unit.model, device="cpu", dtype="float32")
     pool = read_pool(pool_path)
     scores = _scores(lm, pool, folder / "scores.jsonl")
     lr = lab_learning_rate(unit.size)
@@ -252,7 +123,7 @@ def run_unit(cfg: CalibrateConfig, unit: Unit, pool_path: Path, eval_path: Path)
         probe_recipe(cfg), learning_rate=lr, seed=unit.seed, device="cpu", dtype="float32", teacher=cfg.teacher_model, per_problem=True)
     if not (folder / "probe" / "probe.json").exists():
         split = build_probe_data(pool, scores, pcfg, tokenizer=lm.tokenizer, checker="lab", score=unit.score)
-        run_probe(f"lab:{unit.size}", split.data, pcfg, folder / "probe", lm=lm)
+        run_probe(unit.model, split.data, pcfg, folder / "probe", lm=lm)
     probe = json.loads((folder / "probe" / "probe.json").read_text())
     for option in cfg.options:
         train_option(cfg, unit, option, lm, pool, pool_path, scores, eval_path, probe["features"], folder)
@@ -262,12 +133,6 @@ def run_unit(cfg: CalibrateConfig, unit: Unit, pool_path: Path, eval_path: Path)
                 train_option(cfg, unit, option, lm, pool, pool_path, scores, eval_path, probe["features"], folder,
                              name=budget_run_name(option, budget), epochs=budget)
     return f"{unit.task} {unit.score} {unit.name}: done [{time.time() - t0:.0f}s]"
-
-
-def budget_run_name(option: str, budget: float) -> str:
-    """The folder of a set's run of just `budget` epochs (its own schedule, as the manifest of
-    `advisor recommend --budget B` trains it)."""
-    return f"{option}-e{budget:g}"
 
 
 def train_option(cfg: CalibrateConfig, unit: Unit, option: str, lm, pool, pool_path: Path, scores: dict, eval_path: Path,
@@ -303,7 +168,7 @@ def train_option(cfg: CalibrateConfig, unit: Unit, option: str, lm, pool, pool_p
               "teacher": cfg.teacher_model, "base_drift": True, "view_limit": 64},
         training={"batch_size": cfg.batch, "evals_per_epoch": cfg.evals_per_epoch, "save_total_limit": 1,
                   "switch_epoch": switch, "rerank": rerank},
-        model={**lm.description, "spec": f"lab:{unit.size}"}, dataset=f"data/{name}.jsonl", strategy=strategy,
+        model={**lm.description, "spec": unit.model}, dataset=f"data/{name}.jsonl", strategy=strategy,
         mix=mix if strategy == "mixed" else 0.0,
         features=features,
         pool={"task": unit.task, "source": pool_path.name, "score": score or unit.score,
@@ -335,14 +200,11 @@ def run_calibration(cfg: CalibrateConfig, log: Log = print) -> dict:
     """Run or resume the sweep; rebuild OUT/records.jsonl from every finished run."""
     from joblib import Parallel, delayed
 
-    from capacity_advisor.models.lab import student_path
-
     cfg.validate()
     out = Path(cfg.out)
     write_json(out / "config.json", {"stage": "calibrate", "settings": asdict(cfg), "versions": versions()})
     t_all = time.time()
-    for name in ([cfg.teacher[len("lab:"):]] if cfg.teacher_model else []) + list(cfg.ladder):
-        student_path(name)
+    build_models(cfg.models, cfg.jobs, log)
     pools = {(t, s): teacher_pool(cfg, t, s, log) for t in cfg.tasks for s in sorted(set(cfg.seeds) | set(cfg.mean_seeds))}
     todo = [u for u in units(cfg) if not all((u.folder(out) / s / "record.json").exists() for s in run_names(cfg, u))]
     log(f"{len(todo)} of {len(units(cfg))} units to run, {cfg.jobs} at a time")
@@ -357,10 +219,27 @@ def run_calibration(cfg: CalibrateConfig, log: Log = print) -> dict:
     return {"records": len(records), "path": str(out / "records.jsonl"), "seconds": round(time.time() - t_all, 1)}
 
 
-def run_names(cfg: CalibrateConfig, unit: Unit) -> list[str]:
-    """The run folders a unit holds when finished: one per option, and its budget runs."""
-    extra = [budget_run_name(o, b) for b in cfg.budget_runs for o in SETS] if unit.seed == min(cfg.seeds) else []
-    return [*cfg.options, *extra]
+def build_models(names: list[str], jobs: int, log: Log) -> None:
+    """Pretrain the lab models `names` that are not built yet, `jobs` at a time, largest first."""
+    from joblib import Parallel, delayed
+
+    from capacity_advisor.models.lab.ladder import n_params, parse_name, student_dir, student_path
+
+    def built(name: str) -> bool:
+        n = parse_name(name)
+        return (student_dir(n.name, n.build, n.steps) / "build.json").exists()
+
+    todo = sorted((n for n in names if not built(n)), key=lambda n: -n_params(parse_name(n).name))
+    if not todo:
+        return
+    t0 = time.time()
+    log(f"pretraining {len(todo)} lab models ({', '.join(todo)}), {min(jobs, len(todo))} at a time")
+    if jobs > 1 and len(todo) > 1:
+        Parallel(n_jobs=min(jobs, len(todo)), backend="loky")(delayed(student_path)(n) for n in todo)
+    else:
+        for n in todo:
+            student_path(n)
+    log(f"pretrained {len(todo)} lab models [{time.time() - t0:.0f}s]")
 
 
 def collect_records(cfg: CalibrateConfig, budget_runs: bool = False) -> list[dict]:
@@ -368,7 +247,7 @@ def collect_records(cfg: CalibrateConfig, budget_runs: bool = False) -> list[dic
     `budget_runs`, those of the runs of shorter budgets instead (kept apart: they label nothing)."""
     out = Path(cfg.out)
     records = []
-    for u in sorted(units(cfg), key=lambda u: (u.task, u.score, cfg.ladder.index(u.size), u.seed)):
+    for u in sorted(units(cfg), key=lambda u: (u.task, u.score, cfg.ladder.index(u.size), u.build, u.seed)):
         names = [n for n in run_names(cfg, u) if (n in cfg.options) != budget_runs]
         for strategy in names:
             path = u.folder(out) / strategy / "record.json"

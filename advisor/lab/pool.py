@@ -51,8 +51,8 @@ def lab_identity(spec: str) -> dict:
     """A lab student's identity without building it: its name and its recipe's hash."""
     from capacity_advisor.models.lab.ladder import parse_name, recipe_hash
 
-    name, steps = parse_name(spec[len("lab:"):])
-    return {"spec": spec, "recipe_hash": recipe_hash(name, steps=steps)}
+    name, steps, build = parse_name(spec[len("lab:"):])
+    return {"spec": spec, "recipe_hash": recipe_hash(name, build, steps)}
 
 
 def describe_student(spec: str, say) -> dict:
@@ -62,8 +62,8 @@ def describe_student(spec: str, say) -> dict:
 
     from capacity_advisor.models.lab.committed import committed_folder
 
-    name, steps = parse_name(spec[len("lab:"):])
-    final = student_dir(name, steps=steps)
+    name, steps, build = parse_name(spec[len("lab:"):])
+    final = student_dir(name, build, steps)
     if not (final / "build.json").exists():
         say(f"copying {spec} from the builds kept in the repository (first use)" if committed_folder(final.name)
             else f"pretraining {spec} (first use; cached after)")

@@ -34,5 +34,5 @@ def portable(record: dict, unit, teacher: str = "lab:teacher", temperature: floa
     r["settings"] = settings
     r["provenance"] = {k: v for k, v in provenance.items() if k not in ("manifest", "final_checkpoint")}
     r["unit"] = {"task": unit.task, "score": unit.score, "size": unit.size, "seed": unit.seed, "teacher": teacher,
-                 "temperature": temperature, "lab": RECIPE_VERSION}
+                 "temperature": temperature, "lab": RECIPE_VERSION, **({"build": unit.build} if unit.build else {})}
     return finite(r)  # JSON has no NaN: null instead, so any JSON reader takes the records

@@ -32,7 +32,9 @@ METRICS = ("accuracy", "teacher_view", "repetition_rate", "teacher_nll", "answer
 
 
 def _runs(cal: Path) -> dict:
-    """{(task, score, size): {strategy: [eval rows per seed]}} from the finished runs, each checked (`_run_rows`)."""
+    """{(task, score, size): {strategy: [eval rows per repeat]}} from the finished runs, each checked
+    (`_run_rows`); a repeat is a seed of one pretraining build, and a student's builds are pooled."""
+    from capacity_advisor.advisor.lab.units import Unit
     from capacity_advisor.models.lab import LADDER
 
     out: dict = {}
@@ -41,11 +43,11 @@ def _runs(cal: Path) -> dict:
         strategy, unit, score, task = run.name, run.parent.name, run.parent.parent.name, run.parent.parent.parent.name
         if strategy not in SETS or "-s" not in unit:
             continue
-        size = unit.rsplit("-s", 1)[0]
-        if size not in LADDER:
-            raise InputError(f"{run}: {size!r} is not a lab student (the ladder: {', '.join(LADDER)}); "
-                             "a calibration folder holds runs of lab students only")
-        out.setdefault((task, score, size), {}).setdefault(strategy, []).append(_run_rows(run))
+        u = Unit.from_name(task, score, unit)
+        if u is None or u.size not in LADDER:
+            raise InputError(f"{run}: {unit!r} is not a unit of a lab student (SIZE-sSEED or SIZE+bBUILD-sSEED, SIZE from "
+                             f"the ladder: {', '.join(LADDER)}); a calibration folder holds runs of lab students only")
+        out.setdefault((task, score, u.size), {}).setdefault(strategy, []).append(_run_rows(run))
     return out
 
 

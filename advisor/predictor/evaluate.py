@@ -140,15 +140,20 @@ def folds(rows: Sequence[dict], split: str) -> list[tuple[str, list[dict], list[
 
 
 def cell_of(row: dict) -> tuple:
-    """The (pool source, ranking, student, budget) a row measures; its other seeds share it."""
+    """The (pool source, ranking, student, budget) a row measures; its other repeats share it."""
     return (row["source"], row["score"], row["student"], row["budget"])
+
+
+def repeat(row: dict) -> object:
+    """Which repeat of its cell a row is: its seed, and its pretraining build (`labels.repeat_of`)."""
+    return row.get("repeat", row["seed"])
 
 
 def _by_cell(pairs: Sequence[tuple[dict, object]]) -> list[list]:
     """The values of `pairs`, one list per cell holding two or more seeds."""
     by: dict[tuple, dict] = defaultdict(dict)
     for r, v in pairs:
-        by[cell_of(r)][r["seed"]] = v
+        by[cell_of(r)][repeat(r)] = v
     return [list(seeds.values()) for seeds in by.values() if len(seeds) >= 2]
 
 
@@ -168,15 +173,15 @@ def seed_spread(values: Sequence[tuple[dict, float]]) -> float | None:
 
 
 def noise_floor(rows: Sequence[dict]) -> list[tuple[dict, str]]:
-    """(row, the option that won most often on the other seeds of its student, source, ranking
-    and budget) for every row that has other seeds."""
+    """(row, the option that won most often on the other repeats — seeds and pretraining builds —
+    of its student, source, ranking and budget) for every row that has other repeats."""
     by = defaultdict(list)
     for r in rows:
         by[cell_of(r)].append(r)
     out = []
     for group in by.values():
         for r in group:
-            others = Counter(o["label"] for o in group if o is not r and o["seed"] != r["seed"])
+            others = Counter(o["label"] for o in group if o is not r and repeat(o) != repeat(r))
             if others:
                 top = max(others.values())
                 out.append((r, min((o for o, n in others.items() if n == top), key=option_order)))

@@ -164,20 +164,32 @@ def _record_problem(rec) -> str | None:
 
 
 def unit_of(rec: dict) -> dict:
-    """Where a record's run came from: source, task, teacher, ranking, student, seed."""
+    """Where a record's run came from: source, task, teacher, ranking, student, seed, build and
+    repeat (`repeat_of`). A lab student's builds are one student: `lab:m+b1` is `lab:m`, build 1."""
     u = rec.get("unit")
     if isinstance(u, dict):
         teacher = str(u.get("teacher", "lab:teacher"))
         temperature = _num(u.get("temperature", 1.0))
         family = str(u.get("task"))
         writer = "program" if teacher == "program" else f"{teacher}@T{temperature:g}"
-        return {"task": family, "teacher": teacher, "source": f"lab{u.get('lab', 1)}:{family}/{writer}",
-                "score": str(u.get("score")), "student": f"lab:{u.get('size')}", "seed": u.get("seed")}
-    m, pool = rec.get("model") or {}, rec.get("pool") or {}
-    task = str(pool.get("task") or pool.get("fingerprint") or pool.get("source"))
-    teacher = str(pool.get("teacher") or "unknown")
-    return {"task": task, "teacher": teacher, "source": f"{task}/{teacher}", "score": str(pool.get("score", "sum")),
-            "student": str(m.get("spec") or m.get("fingerprint")), "seed": (rec.get("settings") or {}).get("seed", 0)}
+        out = {"task": family, "teacher": teacher, "source": f"lab{u.get('lab', 1)}:{family}/{writer}",
+               "score": str(u.get("score")), "student": f"lab:{u.get('size')}", "seed": u.get("seed"),
+               "build": u.get("build", 0)}
+    else:
+        m, pool = rec.get("model") or {}, rec.get("pool") or {}
+        task = str(pool.get("task") or pool.get("fingerprint") or pool.get("source"))
+        teacher = str(pool.get("teacher") or "unknown")
+        out = {"task": task, "teacher": teacher, "source": f"{task}/{teacher}", "score": str(pool.get("score", "sum")),
+               "student": str(m.get("spec") or m.get("fingerprint")), "seed": (rec.get("settings") or {}).get("seed", 0),
+               "build": 0}
+    return {**out, "repeat": repeat_of(out["seed"], out["build"])}
+
+
+def repeat_of(seed, build) -> object:
+    """What tells apart the repeats of one student on one pool source: the seed (pool draw and
+    data order), and for a lab student pretrained from another seed its build too (`b1-s0`).
+    The ladder's own build is the seed alone, so records from before builds keep their names."""
+    return seed if not build else f"b{build}-s{seed}"
 
 
 def best_up_to(evals: Sequence[dict], budget: float) -> float:
@@ -223,7 +235,7 @@ def label_rows(records: Iterable[dict], budgets: Sequence[float] = BUDGETS, tie_
         option = record_option(rec)
         if option and isinstance(rec.get("evals"), list):
             u = unit_of(rec)
-            key = (u["source"], u["score"], u["student"], u["seed"])
+            key = (u["source"], u["score"], u["student"], u["repeat"])
             groups[key][option] = rec
             where[key] = u
     rows = []
@@ -244,7 +256,7 @@ def label_rows(records: Iterable[dict], budgets: Sequence[float] = BUDGETS, tie_
             rows.append({
                 "group": name, "unit": name,
                 "student": u["student"], "source": u["source"], "task": u["task"], "teacher": u["teacher"],
-                "score": u["score"], "seed": u["seed"], "budget": float(budget),
+                "score": u["score"], "seed": u["seed"], "build": u["build"], "repeat": u["repeat"], "budget": float(budget),
                 "n_params": model.get("n_params"),
                 "shape": shape_of(model),
                 "features": {k: v for k, v in (first.get("features") or {}).items() if k not in NOT_MEASURED},

@@ -32,8 +32,8 @@ from capacity_advisor.advisor.predictor.advice import Advice, Decision
 from capacity_advisor.advisor.predictor.checks import policy_thresholds
 from capacity_advisor.advisor.predictor.ensemble import Predictor, distances, fit_predictor
 from capacity_advisor.advisor.predictor.evaluate import (
-    PROXY, PROXY_CUT, TIE_MARGIN, baseline_picks, by_value, cell_of, flips, folds, noise_floor, proxy_folds, regret, seed_spread,
-    summarize,
+    PROXY, PROXY_CUT, TIE_MARGIN, baseline_picks, by_value, cell_of, flips, folds, noise_floor, proxy_folds, regret, repeat,
+    seed_spread, summarize,
 )
 from capacity_advisor.advisor.predictor.labels import model_inputs
 from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice
@@ -173,7 +173,7 @@ def seed_advice(predictor: Predictor, policy: Policy, rows: Sequence[dict]) -> d
     cells: dict[tuple, dict] = {}
     for (r, s), (_, p) in zip(pairs, p_low):
         c = cells.setdefault(cell_of(r), {"cell": cell_of(r), "advice": {}, "p_low": {}})
-        c["advice"][r["seed"]], c["p_low"][r["seed"]] = s, p
+        c["advice"][repeat(r)], c["p_low"][repeat(r)] = s, p
     out = [{**c, "agree": len(set(c["advice"].values())) == 1} for c in cells.values() if len(c["advice"]) >= 2]
     return {"cells": out, **flips(pairs), "p_low_spread": seed_spread(p_low)}
 

@@ -25,11 +25,11 @@ FIXED = (0.1, 0.2, 0.3, 0.5)
 
 
 def curves_of(records) -> dict:
-    """{(source, score, student, seed): {option: [(epoch, accuracy), ...] after step 0}}."""
+    """{(source, score, student, repeat): {option: [(epoch, accuracy), ...] after step 0}}."""
     out: dict = defaultdict(dict)
     for rec in records:
         u = unit_of(rec)
-        key = (u["source"], u["score"], u["student"], u["seed"])
+        key = (u["source"], u["score"], u["student"], u["repeat"])
         opt = record_option(rec)
         if opt is None:
             continue
@@ -74,7 +74,7 @@ def race_table(records, n_eval: int = 200) -> dict:
     curves = curves_of(records)
     methods: dict[str, list] = defaultdict(list)
     for r in rows:
-        c = curves[(r["source"], r["score"], r["student"], r["seed"])]
+        c = curves[(r["source"], r["score"], r["student"], r["repeat"])]
         b = r["budget"]
         for name, choice in (("always high", "high"), ("always low", "low"), ("always mixed", "mixed")):
             methods[name].append((r, choice, 0.0))
@@ -122,7 +122,7 @@ def race_picks(records, n_eval: int = 200) -> tuple[list[dict], dict[str, list]]
     for name, cfg in race_grid().items():
         out = []
         for r in rows:
-            c = curves[(r["source"], r["score"], r["student"], r["seed"])]
+            c = curves[(r["source"], r["score"], r["student"], r["repeat"])]
             kept, share = race(c["high"], c["low"], r["budget"], cfg["fraction"], k=cfg.get("k"),
                                margin=cfg.get("margin", 0.05), n_eval=n_eval)
             out.append((r, kept, share if "k" in cfg else cfg["fraction"]))

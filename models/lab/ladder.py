@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from capacity_advisor.models.numbers import number
 from capacity_advisor.models.errors import InputError
@@ -163,19 +164,42 @@ def is_built(name: str, seed: int = DEFAULT_SEED) -> bool:
     return (student_dir(name, seed) / "build.json").exists()
 
 
-def parse_name(text: str) -> tuple[str, int | None]:
-    """`NAME` or `NAME@STEPS` (a shorter or longer pretraining budget, e.g. a quick teacher in tests)."""
-    name, _, steps = text.partition("@")
-    if steps and not (steps.isdigit() and int(steps) > 0):
-        raise InputError(f"lab model {text!r}: write NAME or NAME@STEPS with a positive number of pretraining steps")
-    return name, int(steps) if steps else None
+class LabName(NamedTuple):
+    """A lab model named `NAME[+bBUILD][@STEPS]`: its ladder name, its pretraining build (the
+    seed of its init and corpus; 0 is the ladder's own) and a step budget other than the ladder's."""
+
+    name: str
+    steps: int | None
+    build: int
+
+
+NAME_FORM = re.compile(r"(?P<name>[a-z][a-z-]*)(?:\+b(?P<build>\d{1,4}))?(?:@(?P<steps>\d{1,9}))?")
+MAX_BUILD = 1000  # pretraining seeds of one student; a lab sweep uses a handful
+
+
+def parse_name(text: str) -> LabName:
+    """`NAME`, `NAME+bBUILD` (pretrained from seed BUILD), `NAME@STEPS` (a shorter or longer
+    pretraining budget, e.g. a quick teacher in tests) or `NAME+bBUILD@STEPS`."""
+    m = NAME_FORM.fullmatch(text)
+    steps = int(m["steps"]) if m and m["steps"] else None
+    build = int(m["build"]) if m and m["build"] else DEFAULT_SEED
+    if not m or steps == 0 or build > MAX_BUILD:
+        raise InputError(f"lab model {text[:60]!r}: write NAME, NAME+bBUILD or NAME@STEPS, with a positive number of "
+                         f"pretraining steps and a build from 0 to {MAX_BUILD}")
+    return LabName(m["name"], steps, build)
+
+
+def lab_model(name: str, build: int = DEFAULT_SEED) -> str:
+    """The `lab:` model spec of ladder student `name` pretrained as build `build`."""
+    return f"lab:{name}" + (f"+b{build}" if build != DEFAULT_SEED else "")
 
 
 def student_path(name: str, seed: int = DEFAULT_SEED, progress: Callable[[int, int, float], None] | None = None,
                  steps: int | None = None) -> Path:
-    """The folder of lab model `name` (`NAME` or `NAME@STEPS`), pretraining it on first use (cached, reused after)."""
-    name, at_steps = parse_name(name)
+    """The folder of lab model `name` (`parse_name`'s forms; a build there overrides `seed`), pretraining it on first use (cached, reused after)."""
+    name, at_steps, build = parse_name(name)
     steps = steps if steps is not None else at_steps
+    seed = build if build != DEFAULT_SEED else seed
     spec(name)  # validate first: an unknown name must not create folders
     final = student_dir(name, seed, steps)
     if (final / "build.json").exists() or committed.adopt(final):  # built here, or kept in the repository

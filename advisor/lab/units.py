@@ -1,0 +1,186 @@
+"""What a lab sweep runs: its settings (`CalibrateConfig`, the flags of `advisor calibrate`), its
+units (one student build, seed, task and ranking each) and the run folders a finished unit holds.
+`advisor.lab.calibrate` runs them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.probes.recipe import LAB
+from capacity_advisor.training.manifest import SETS, schedule_of
+
+
+@dataclass
+class CalibrateConfig:
+    out: str = "calibration"  # --out: folder (resumable); records go to OUT/records.jsonl
+    sizes: tuple[str, ...] = ()  # --sizes: ladder names (empty: the whole ladder)
+    seeds: tuple[int, ...] = (0, 1, 2)  # --seeds: pool draw, data order
+    builds: tuple[int, ...] = (0,)  # --builds: each student's pretraining builds (0: the ladder's own; b: `lab:NAME+bB`)
+    mean_seeds: tuple[int, ...] = (0,)  # --mean-seeds: seeds that also run the mean-ranked arm
+    tasks: tuple[str, ...] = ("modchain", "addition")  # --tasks
+    epochs: int = 5  # --epochs: the longest budget
+    n_train: int = 3000  # --n-train: problems per pool
+    n_eval: int = 200  # --n-eval: held-out problems for the full runs' evaluations
+    candidates: int = 8  # --candidates: teacher samples per problem
+    evals_per_epoch: int = 4
+    batch: int = LAB.train_batch  # sequences per optimizer step of the full runs
+    probe_steps: int = 2 * LAB.steps  # --probe-steps: the longest probe (shorter ones, the recipe's among them, are its prefixes)
+    probe_batch: int = LAB.batch_size
+    probe_eval_every: int = LAB.eval_every
+    probe_eval_problems: int = LAB.eval_problems
+    max_new_tokens: int = LAB.max_new_tokens
+    jobs: int = 1  # --jobs: units in parallel (one torch thread each)
+    teacher: str = "lab:teacher"  # --teacher: the lab model that samples the pools, or "program" (the scripted teacher)
+    temperature: float = 1.0  # --temperature: the teacher's sampling temperature
+    budget_runs: tuple[float, ...] = ()  # --budget-runs: also train each set as a run of just these epochs (seed 0)
+    schedules: tuple[str, ...] = ()  # --schedules: options beyond D_high / D_low / D_mixed, e.g. mixed@0.25,curriculum@2
+    quick: bool = False  # --quick: tiny settings for tests
+
+    def validate(self) -> None:
+        from capacity_advisor.models.lab import FAMILIES, LADDER
+
+        bad = []
+        unknown = [s for s in self.sizes if s not in LADDER]
+        if unknown:
+            bad.append(f"--sizes {','.join(unknown)}: use names from {', '.join(LADDER)}")
+        unknown = [t for t in self.tasks if t not in FAMILIES]
+        if unknown or not self.tasks:
+            bad.append(f"--tasks {','.join(unknown) or '(none)'}: use names from {', '.join(FAMILIES)}")
+        if not self.seeds:
+            bad.append("--seeds must name at least one seed")
+        from capacity_advisor.models.lab.ladder import MAX_BUILD
+
+        if not self.builds or any(not 0 <= b <= MAX_BUILD for b in self.builds):
+            bad.append(f"--builds {','.join(map(str, self.builds)) or '(none)'}: name one or more builds from 0 to {MAX_BUILD}")
+        if self.probe_steps < 1:
+            bad.append(f"--probe-steps {self.probe_steps} must be at least 1")
+        if self.epochs < 1 or self.n_train < self.probe_eval_problems + self.probe_batch or self.n_eval < 1:
+            bad.append(f"--epochs {self.epochs}, --n-train {self.n_train}, --n-eval {self.n_eval}: need epochs >= 1, "
+                       f"n-eval >= 1 and n-train >= {self.probe_eval_problems + self.probe_batch}")
+        if not 2 <= self.candidates <= 16:
+            bad.append(f"--candidates {self.candidates} must be between 2 and 16")
+        if self.jobs < 1:
+            bad.append(f"--jobs {self.jobs} must be at least 1")
+        for option in self.schedules:
+            try:
+                strategy, _, switch = schedule_of(option)
+            except InputError as e:
+                bad.append(f"--schedules: {e}")
+                continue
+            if switch is not None and switch >= self.epochs:
+                bad.append(f"--schedules {option}: the switch must come before the last epoch ({self.epochs})")
+        if self.teacher != "program" and not self.teacher.startswith("lab:"):
+            bad.append(f"--teacher {self.teacher!r}: name a lab model (lab:teacher) or 'program' for the scripted teacher")
+        if not 0 < self.temperature <= 2:
+            bad.append(f"--temperature {self.temperature} must be in (0, 2]")
+        if any(not 0 < b < self.epochs for b in self.budget_runs):
+            bad.append(f"--budget-runs {','.join(map(str, self.budget_runs))}: each must lie between 0 and --epochs ({self.epochs})")
+        if bad:
+            raise InputError("; ".join(bad))
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """Every schedule a unit trains: the three sets, then the extra schedules."""
+        return tuple(dict.fromkeys((*SETS, *self.schedules)))
+
+    @property
+    def models(self) -> list[str]:
+        """Every lab model the sweep needs: its teacher model, then each student's builds (`NAME+bB`)."""
+        return ([self.teacher[len("lab:"):]] if self.teacher_model else []) + [
+            f"{s}+b{b}" if b else s for s in self.ladder for b in self.builds]
+
+    @property
+    def ladder(self) -> tuple[str, ...]:
+        from capacity_advisor.models.lab import LADDER
+
+        return self.sizes or tuple(LADDER)
+
+    @classmethod
+    def quick_settings(cls, out: str) -> "CalibrateConfig":
+        return cls(out=out, sizes=("xs",), seeds=(0,), mean_seeds=(), tasks=("modchain",), epochs=1, n_train=64,
+                   n_eval=8, candidates=4, evals_per_epoch=2, batch=16, probe_steps=4, probe_batch=4,
+                   probe_eval_every=2, probe_eval_problems=8, max_new_tokens=24, teacher="program", quick=True)
+
+    @classmethod
+    def from_folder(cls, out: str | Path) -> "CalibrateConfig":
+        """The settings a sweep folder was run with (its config.json), with `out` that folder."""
+        path = Path(out) / "config.json"
+        if not path.is_file():
+            raise InputError(f"{out} has no config.json: name a folder written by `advisor calibrate --out`")
+        settings = json.loads(path.read_text())["settings"]
+        kw = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items() if k in cls.__dataclass_fields__}
+        return cls(**{**kw, "out": str(out)})
+
+    @property
+    def source(self) -> str:
+        """The pool source this sweep samples from: the teacher, and its temperature for a model."""
+        return "program" if self.teacher == "program" else f"{self.teacher}@T{self.temperature:g}"
+
+    @property
+    def teacher_model(self) -> str | None:
+        """The teacher whose view the evaluations report (none for the scripted teacher)."""
+        return None if self.teacher == "program" else self.teacher
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One student on one pool under one ranking: a probe and a full run per strategy."""
+
+    task: str
+    score: str
+    size: str
+    seed: int
+    build: int = 0  # the student's pretraining build (0: the ladder's own)
+
+    @property
+    def name(self) -> str:
+        return f"{self.size}{f'+b{self.build}' if self.build else ''}-s{self.seed}"
+
+    @property
+    def model(self) -> str:
+        """The student's model spec: `lab:SIZE`, or `lab:SIZE+bB` for another build."""
+        from capacity_advisor.models.lab.ladder import lab_model
+
+        return lab_model(self.size, self.build)
+
+    def folder(self, out: Path) -> Path:
+        return out / self.task / self.score / self.name
+
+    @classmethod
+    def from_name(cls, task: str, score: str, name: str) -> "Unit | None":
+        """The unit a folder named `name` (`SIZE-sSEED` or `SIZE+bB-sSEED`) holds; None for any other name."""
+        from capacity_advisor.models.lab.ladder import parse_name
+
+        head, _, seed = name.rpartition("-s")
+        try:
+            size, steps, build = parse_name(head)
+        except InputError:
+            return None
+        if not seed.isdigit() or steps is not None:
+            return None
+        return cls(task=task, score=score, size=size, seed=int(seed), build=build)
+
+
+def units(cfg: CalibrateConfig) -> list[Unit]:
+    """Every unit: the summed-ranking arm first, and in each arm the most expensive (largest
+    students) first, so that parallel jobs finish together."""
+    from capacity_advisor.models.lab import n_params
+
+    out = [Unit(t, "sum", s, seed, b) for t in cfg.tasks for s in cfg.ladder for seed in cfg.seeds for b in cfg.builds]
+    out += [Unit(t, "mean", s, seed, b) for t in cfg.tasks for s in cfg.ladder for seed in cfg.mean_seeds for b in cfg.builds]
+    return sorted(out, key=lambda u: (u.score != "sum", u.seed, u.build, -n_params(u.size), u.task))
+
+
+def budget_run_name(option: str, budget: float) -> str:
+    """The folder of a set's run of just `budget` epochs (its own schedule, as the manifest of
+    `advisor recommend --budget B` trains it)."""
+    return f"{option}-e{budget:g}"
+
+
+def run_names(cfg: CalibrateConfig, unit: Unit) -> list[str]:
+    """The run folders a unit holds when finished: one per option, and its budget runs."""
+    extra = [budget_run_name(o, b) for b in cfg.budget_runs for o in SETS] if unit.seed == min(cfg.seeds) else []
+    return [*cfg.options, *extra]

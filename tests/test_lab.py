@@ -236,6 +236,25 @@ def test_a_build_is_named_by_its_pretraining_seed_and_builds_from_it(tmp_path, m
     assert json.loads((built / "build.json").read_text())["recipe"]["seed"] == 3
 
 
+def test_lab_verbs_name_a_build_and_refuse_a_malformed_one(tmp_path, monkeypatch):
+    import capacity_advisor.models.lab.committed as committed
+    from click.testing import CliRunner
+
+    from capacity_advisor.advisor.cli import cli
+
+    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(committed, "WEIGHTS", tmp_path / "kept")
+    got = CliRunner().invoke(cli, ["lab", "stash", "--sizes", "xs+b5,xs", "--json"])
+    assert got.exit_code == 0, got.output
+    rows = json.loads(got.stdout[got.stdout.index("["):])
+    assert [(r["name"], r["folder"], r["kept"]) for r in rows] == [
+        ("xs+b5", student_dir("xs", 5).name, None), ("xs", student_dir("xs").name, None)]
+    for bad in ("m+b9@3", "huge+b1", "m+bx"):
+        got = CliRunner().invoke(cli, ["lab", "build", "--sizes", bad])
+        assert got.exit_code == 2 and got.stderr.count("\n") == 1 and "NAME+bBUILD" in got.stderr, got.stderr
+    assert not (tmp_path / "home" / "lab").exists()
+
+
 def test_a_sweep_runs_every_build_of_every_student_as_its_own_unit():
     from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit, units
 

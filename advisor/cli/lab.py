@@ -44,16 +44,36 @@ class PlainProgress:
 
 
 def _sizes(text: str | None, teacher: bool = False) -> list[str]:
+    """The lab models `--sizes` names: ladder names (and the teachers'), each optionally `NAME+bB`
+    (pretrained from seed B); all of them when empty."""
     from capacity_advisor.models.lab import LADDER, TEACHERS
+    from capacity_advisor.models.lab.ladder import parse_name
 
     known = [*LADDER, *(TEACHERS if teacher else [])]
     if not text:
         return known
     names = [s.strip() for s in text.split(",") if s.strip()]
-    bad = [s for s in names if s not in known]
+
+    def fits(name: str) -> bool:
+        try:
+            n = parse_name(name)
+        except InputError:
+            return False
+        return n.name in known and n.steps is None
+
+    bad = [s for s in names if not fits(s)]
     if bad or not names:
-        raise InputError(f"--sizes {text!r}: unknown {', '.join(bad) or '(none)'}; use names from {', '.join(known)}")
+        raise InputError(f"--sizes {text[:200]!r}: unknown {', '.join(bad)[:200] or '(none)'}; use names from "
+                         f"{', '.join(known)}, each optionally NAME+bBUILD (another pretraining seed)")
     return names
+
+
+def _folder(name: str):
+    """The cache folder of lab model `name` (`NAME` or `NAME+bB`)."""
+    from capacity_advisor.models.lab.ladder import parse_name, student_dir
+
+    n = parse_name(name)
+    return student_dir(n.name, n.build)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -85,13 +105,13 @@ def list_cmd(as_json):
 
 
 @lab.command()
-@click.option("--sizes", default=None, help="Comma-separated ladder names (default: all).")
+@click.option("--sizes", default=None, help="Comma-separated ladder names, each optionally NAME+bB (pretrained from seed B; default: the ladder's own builds, all).")
 @click.option("--threads", default=None, type=click.IntRange(1, 4096), help="Torch threads (default: torch's own choice).")
 @json_option
 def build(sizes, threads, as_json):
     """Pretrain the ladder students that are not built yet (cached; a rebuild is a no-op)."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, progress, quiet_libraries
-    from capacity_advisor.models.lab import is_built, list_students, student_path
+    from capacity_advisor.models.lab import list_students, student_path
     from capacity_advisor.models.lab.train import set_threads
 
     from capacity_advisor.models.files import advisor_home, check_writable_dir
@@ -101,7 +121,7 @@ def build(sizes, threads, as_json):
     set_threads(threads)
     names = _sizes(sizes, teacher=True)
     for name in names:
-        if is_built(name):
+        if (_folder(name) / "build.json").exists():
             console.print(f"{name}: already built")
             continue
         t0 = time.time()
@@ -116,24 +136,26 @@ def build(sizes, threads, as_json):
 
                 student_path(name, progress=cb)
         console.print(f"{name}: built in {time.time() - t0:.0f}s")
-    rows = [r for r in list_students() if r["name"] in names]
+    from capacity_advisor.models.lab.ladder import parse_name
+
+    rows = [{**r, "name": name} for name in names for r in list_students(parse_name(name).build)
+            if r["name"] == parse_name(name).name]
     if as_json:
         emit_json(rows)
 
 
 @lab.command()
-@click.option("--sizes", default="teacher,teacher-xl", show_default=True, help="Comma-separated lab model names.")
+@click.option("--sizes", default="teacher,teacher-xl", show_default=True, help="Comma-separated lab model names, each optionally NAME+bB.")
 @json_option
 def stash(sizes, as_json):
     """Keep lab builds in the repository (models/lab/weights): each finished build, else its latest
     pretraining checkpoint, so a fresh clone uses it or resumes it instead of pretraining from scratch."""
     from capacity_advisor.advisor.cli.ui import console, emit_json
     from capacity_advisor.models.lab import committed
-    from capacity_advisor.models.lab.ladder import student_dir
 
     rows = []
     for name in _sizes(sizes, teacher=True):
-        final = student_dir(name)
+        final = _folder(name)
         kept = committed.stash(final)
         rows.append({"name": name, "folder": final.name, "kept": kept})
         console.print(f"{name}: " + (f"kept the {kept} as {committed.WEIGHTS.name}/{final.name}" if kept

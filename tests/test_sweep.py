@@ -75,6 +75,32 @@ def test_a_quick_sweep_publishes_refits_and_reproduces_its_own_table(two_sources
 
 
 @pytest.mark.slow
+def test_a_lab_runs_evaluations_are_the_stored_ones(two_sources):
+    """The runs of one unit of the quick sweep (xs on modchain, seed 0) evaluate as the stored numbers say:
+    the accuracy, answer and repetition rates at every evaluation exactly, the base drift and teacher
+    NLL to 1e-5. A change to how a run trains or evaluates (the evaluator's cache of the fixed
+    models' scores among them) that would move a label shows here.
+
+    To store new numbers after a deliberate change: ADVISOR_STORE_NUMBERS=1 pytest tests/test_sweep.py"""
+    from conftest import stored_numbers
+
+    unit = two_sources / "modchain" / "modchain" / "sum" / "xs-s0"
+    exact, close = ("accuracy", "answer_rate", "repetition_rate"), ("base_drift", "teacher_nll")
+    got = {}
+    for option in ("high", "low", "mixed"):
+        for line in (unit / option / "eval.jsonl").read_text().splitlines():
+            r = json.loads(line)
+            got[f"{option}@{r['step']}"] = {k: r[k] for k in (*exact, *close)}
+    want = stored_numbers(ROOT / "tests" / "data" / "lab_run.json", "xs-modchain-sum-s0", got)
+    assert sorted(got) == sorted(want) and len(want) >= 9
+    assert len({row["accuracy"] for row in want.values()}) >= 2  # the runs move: a frozen evaluation would not pass
+    for at, row in want.items():
+        assert all(row[k] is not None for k in (*exact, *close)), (at, row)
+        assert {k: got[at][k] for k in exact} == {k: row[k] for k in exact}, at
+        assert {k: got[at][k] for k in close} == pytest.approx({k: row[k] for k in close}, abs=1e-5), at
+
+
+@pytest.mark.slow
 def test_budget_runs_compare_with_the_truncated_labels(two_sources):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from budget_labels import compare

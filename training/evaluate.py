@@ -21,6 +21,11 @@ completion per prompt (greedy unless a temperature is set), and this module repo
 - teacher_view: the teacher model's NLL per token of the generations (the paper's "teacher
   view", its Figure 2), when a teacher model is given.
 
+The base student and the teacher do not change during a run, so their NLL of a generation is
+kept per (prompt, generation) for the run's later evaluations: once a student's greedy
+generations settle, most of them repeat from one evaluation to the next and are not scored again
+(`benchmarks/run_profile.py` measures the share).
+
 It also counts the forward tokens it spent (`eval_tokens`), for cost reports. With
 `per_problem`, the row also keeps each problem's correctness, answer log-likelihood and loop
 flag, so a cheaper evaluation (fewer problems) can be replayed from a richer one.
@@ -32,6 +37,7 @@ from statistics import mean
 from typing import Sequence
 
 from capacity_advisor.models import metrics
+from capacity_advisor.training.manifest import TrainingSpec
 
 ANSWER_MARKERS = {"lab": ";A", "math": "\\boxed{"}
 ANSWER_CLOSERS = {"lab": "", "math": "}"}
@@ -68,7 +74,7 @@ class Evaluator:
     """Generation and scoring at one evaluation point (see the module doc)."""
 
     def __init__(self, rows: Sequence[dict], checker: str, max_new_tokens: int, temperature: float = 0.0,
-                 max_length: int = 2048, base=None, teacher=None, token_budget: int | None = None,
+                 max_length: int = TrainingSpec.max_length, base=None, teacher=None, token_budget: int | None = None,
                  per_problem: bool = False, view_limit: int | None = None):
         self.rows = list(rows)
         self.checker = checker
@@ -80,6 +86,8 @@ class Evaluator:
         self.token_budget = token_budget
         self.per_problem = per_problem
         self.view_limit = view_limit
+        self.cache_views = True  # keep the fixed models' NLL of each (prompt, generation) for later evaluations
+        self._views: dict[str, dict[tuple[str, str], tuple[float, int]]] = {"base_drift": {}, "teacher_view": {}}
 
     def _backend(self, lm):
         from capacity_advisor.models.backends import make_backend
@@ -157,8 +165,18 @@ class Evaluator:
             if other is None or not pairs:
                 row[name] = None
                 continue
-            scored = self._backend(other).score(pairs, max_length=self.max_length)
-            row[name] = float(mean(-s["logprob_mean"] for s in scored if s["n_tokens"]))
-            spent += sum(s["n_tokens"] for s in scored)
+            scored, new_tokens = self._view(name, other, pairs)
+            row[name] = float(mean(-lp for lp, n in scored if n))
+            spent += new_tokens
         row["eval_tokens"] = spent
         return row
+
+    def _view(self, name: str, other, pairs: list[tuple[str, str]]) -> tuple[list[tuple[float, int]], int]:
+        """(mean log-prob, tokens) of each pair under the fixed model `other`, and the tokens scored
+        now: pairs seen at an earlier evaluation of this run are read from the run's cache."""
+        cache = self._views[name] if self.cache_views else {}
+        todo = [p for p in dict.fromkeys(pairs) if p not in cache]
+        scored = self._backend(other).score(todo, max_length=self.max_length) if todo else []
+        fresh = {p: (s["logprob_mean"], s["n_tokens"]) for p, s in zip(todo, scored)}
+        cache.update(fresh)
+        return [fresh.get(p) or cache[p] for p in pairs], sum(n for _, n in fresh.values())

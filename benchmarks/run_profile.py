@@ -1,0 +1,179 @@
+"""Where one calibration run's time goes: training steps, evaluation generation, evaluation
+scoring, checkpoints — measured side by side in one process.
+
+    .venv/bin/python benchmarks/run_profile.py UNIT_FOLDER [--option high] [--epochs 1] [--json]
+
+UNIT_FOLDER is a unit of an `advisor calibrate --out` sweep folder (it holds OPTION.manifest.json,
+data/OPTION.jsonl and the pools the manifest names), e.g.
+runs/sources/modchain-teacher-xl-t1/modchain/sum/xxl-s0. The run is trained again into a
+temporary folder from its manifest, exactly as calibration runs it (one torch thread, the
+student loaded once), for `--epochs` epochs (its evaluations at the same points per epoch),
+with timers around:
+
+- `generation`: `Evaluator.generate` (the student's greedy completions of the held-out prompts);
+- `scoring`: `Evaluator.measure` (answer log-likelihood, teacher NLL, and the base student's and
+  the teacher's NLL of the generations), split by the model that scores: `scoring_student`
+  (answer log-likelihood and the NLL of the held-out teacher responses), `scoring_base` (base
+  drift) and `scoring_teacher` (teacher view);
+- `checkpoints`: the trainer's checkpoint saves (one per evaluation);
+- `training`: the rest of the run (optimizer steps, data loading, logging).
+
+Each part is printed as seconds and as its share of the run's wall time; the shares are what
+matter (the machine is shared), and they are measured in one run. `--compare` trains the run
+twice in one process, first without the evaluator's cache of the fixed models' scores (every
+generation scored again by the base student and the teacher at every evaluation), then with it,
+and prints the ratio of the two wall times and of the scoring parts, and whether every
+evaluation's accuracy agrees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def timed(owner, name: str, spent: dict, label: str):
+    """Time every call of owner.name into spent[label] (calls nested in another timed call count once)."""
+    original = getattr(owner, name)
+    depth = {"n": 0}
+
+    def wrapper(*a, **k):
+        depth["n"] += 1
+        t0 = time.perf_counter()
+        try:
+            return original(*a, **k)
+        finally:
+            depth["n"] -= 1
+            if depth["n"] == 0:
+                spent[label] += time.perf_counter() - t0
+                spent[f"{label}_calls"] += 1
+
+    setattr(owner, name, wrapper)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+@contextmanager
+def scorers(spent: dict):
+    """Time the HF backend's scoring calls into spent["scoring_<whose>"]: the student's, the base
+    student's or the teacher's, told apart by the evaluator that is measuring."""
+    from capacity_advisor.models.hf import HFBackend
+    from capacity_advisor.training.evaluate import Evaluator
+
+    now: dict = {}
+    measure, score_encoded = Evaluator.measure, HFBackend.score_encoded
+
+    def measuring(self, *a, **k):
+        now["ev"] = self
+        return measure(self, *a, **k)
+
+    def scoring(self, *a, **k):
+        ev = now.get("ev")
+        whose = "base" if ev is not None and self.lm is ev.base else "teacher" if ev is not None and self.lm is ev.teacher \
+            else "student"
+        t0 = time.perf_counter()
+        try:
+            return score_encoded(self, *a, **k)
+        finally:
+            spent[f"scoring_{whose}"] += time.perf_counter() - t0
+
+    Evaluator.measure, HFBackend.score_encoded = measuring, scoring
+    try:
+        yield
+    finally:
+        Evaluator.measure, HFBackend.score_encoded = measure, score_encoded
+
+
+def profile(unit: Path, option: str, epochs: float, cache: bool = True) -> dict:
+    import torch
+    from transformers import Trainer
+
+    from capacity_advisor.models.loading import load_model
+    from capacity_advisor.training.evaluate import Evaluator
+    from capacity_advisor.training.manifest import load_manifest
+    from capacity_advisor.training.sft import run_sft
+
+    torch.set_num_threads(1)
+    manifest = load_manifest(unit / f"{option}.manifest.json")
+    lm = load_model(manifest.model["spec"], device="cpu", dtype="float32")
+    spent: dict = defaultdict(float)
+    init = Evaluator.__init__
+
+    def evaluator(self, *a, **k):
+        init(self, *a, **k)
+        self.cache_views = cache
+
+    Evaluator.__init__ = evaluator
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / option
+        with scorers(spent), timed(Evaluator, "generate", spent, "generation"), \
+                timed(Evaluator, "measure", spent, "scoring"), timed(Trainer, "_save_checkpoint", spent, "checkpoints"):
+            t0 = time.perf_counter()
+            record = run_sft(manifest, out, device="cpu", dtype="float32", lm=lm, store=False, stream=io.StringIO(),
+                             epochs=epochs)
+            wall = time.perf_counter() - t0
+        evals = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+        shutil.rmtree(out, ignore_errors=True)
+    Evaluator.__init__ = init
+    parts = {k: spent[k] for k in ("generation", "scoring", "checkpoints")}
+    parts["training"] = wall - sum(parts.values())
+    parts.update({f"scoring_{w}": spent[f"scoring_{w}"] for w in ("student", "base", "teacher")})
+    return {"unit": unit.name, "option": option, "model": manifest.model["spec"], "epochs": epochs, "cache": cache,
+            "accuracies": [e.get("accuracy") for e in evals], "eval_tokens": sum(e.get("eval_tokens") or 0 for e in evals),
+            "steps": record["settings"]["max_steps"], "evals": len(record["evals"]), "wall_s": round(wall, 1),
+            "parts_s": {k: round(v, 1) for k, v in parts.items()},
+            "shares": {k: round(v / wall, 3) for k, v in parts.items()},
+            "calls": {k: int(spent[f"{k}_calls"]) for k in ("generation", "scoring", "checkpoints")}}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("unit", type=Path)
+    ap.add_argument("--option", default="high")
+    ap.add_argument("--epochs", type=float, default=1.0)
+    ap.add_argument("--compare", action="store_true", help="the run without, then with, the cache of the fixed models' scores")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    if not (args.unit / f"{args.option}.manifest.json").is_file():
+        print(f"error: {args.unit} has no {args.option}.manifest.json: name a unit folder of an `advisor calibrate` sweep",
+              file=sys.stderr)
+        return 2
+    runs = [profile(args.unit, args.option, args.epochs, cache=False)] if args.compare else []
+    runs.append(profile(args.unit, args.option, args.epochs))
+    out = {"runs": runs}
+    if args.compare:
+        before, after = runs
+        out["ratios"] = {"wall": round(before["wall_s"] / after["wall_s"], 3),
+                         "scoring": round(before["parts_s"]["scoring"] / max(after["parts_s"]["scoring"], 1e-9), 3),
+                         "eval_tokens": round(before["eval_tokens"] / max(after["eval_tokens"], 1), 3)}
+        out["same_accuracies"] = before["accuracies"] == after["accuracies"]
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    for res in runs:
+        print(f"{res['model']} {res['option']}, {res['epochs']:g} epoch(s), cache of the fixed models' scores "
+              f"{'on' if res['cache'] else 'off'}: {res['steps']} steps, {res['evals']} evaluations, {res['wall_s']} s")
+        for k, v in res["parts_s"].items():
+            name = "  " + k[len("scoring_"):] if k.startswith("scoring_") else k
+            print(f"  {name:<12} {v:8.1f} s  {100 * res['shares'][k]:5.1f} %")
+    if args.compare:
+        r = out["ratios"]
+        print(f"without / with the cache: wall {r['wall']:.2f}x, scoring {r['scoring']:.2f}x, forward tokens of the "
+              f"evaluations {r['eval_tokens']:.2f}x; accuracies at every evaluation "
+              f"{'the same' if out['same_accuracies'] else 'DIFFERENT'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

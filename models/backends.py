@@ -20,6 +20,10 @@ from capacity_advisor.models.errors import InputError
 
 BACKENDS = {"hf": "capacity_advisor.models.hf:HFBackend", "vllm": "capacity_advisor.models.vllm:VLLMBackend"}
 Progress = Callable[[int], None]  # called with the number of items just finished
+# Prompt + response tokens a backend scores when its caller names no length (longer pairs are cut
+# and flagged); the real probe recipe's scoring length (`probes.recipe.REAL.score_length`) is this.
+SCORE_LENGTH = 4096
+NEW_TOKENS = 256  # new tokens per completion when a caller names no bound (generation, a manifest's evaluations)
 
 
 @dataclass(frozen=True)
@@ -57,11 +61,11 @@ class Backend(Protocol):
 
     name: str
 
-    def score(self, pairs: Sequence[tuple[str, str]], max_length: int = 4096,
+    def score(self, pairs: Sequence[tuple[str, str]], max_length: int = SCORE_LENGTH,
               progress: Progress | None = None) -> list[dict]:
         """Per (prompt, response): n_tokens, logprob_sum, logprob_mean, truncated (the response's tokens only)."""
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int = 256, temperature: float = 0.0, n: int = 1,
+    def generate(self, prompts: Sequence[str], max_new_tokens: int = NEW_TOKENS, temperature: float = 0.0, n: int = 1,
                  seed: int = 0, progress: Progress | None = None, top_p: float = 1.0,
                  details: bool = False) -> list[list]:
         """`n` completions per prompt; with `details`, dicts of text, n_tokens and finished."""

@@ -13,13 +13,13 @@ Pairs are sorted by length and packed into batches of at most `token_budget` pad
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
+from capacity_advisor.models.backends import NEW_TOKENS, SCORE_LENGTH, Progress
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.loading import LoadedModel
 from capacity_advisor.models.template import Encoded, encode_pair, prompt_ids
 
-Progress = Callable[[int], None]  # called with the number of items just finished
 
 
 # The default padded tokens per batch. On CPUs large batches lose: activations fall out of cache
@@ -50,7 +50,7 @@ class HFBackend:
     def encode(self, pairs: Sequence[tuple[str, str]], max_length: int) -> list[Encoded]:
         return [encode_pair(self.lm.tokenizer, p, r, max_length) for p, r in pairs]
 
-    def score(self, pairs: Sequence[tuple[str, str]], max_length: int = 4096, progress: Progress | None = None) -> list[dict]:
+    def score(self, pairs: Sequence[tuple[str, str]], max_length: int = SCORE_LENGTH, progress: Progress | None = None) -> list[dict]:
         """Per pair: `score_row` (log-probs and ranks of the response's tokens)."""
         return self.score_encoded(self.encode(pairs, max_length), progress)
 
@@ -102,7 +102,7 @@ class HFBackend:
     def generate(
         self,
         prompts: Sequence[str],
-        max_new_tokens: int = 256,
+        max_new_tokens: int = NEW_TOKENS,
         temperature: float = 0.0,
         n: int = 1,
         seed: int = 0,

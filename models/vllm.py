@@ -38,9 +38,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from capacity_advisor.models.backends import VLLM_DEFAULTS
+from capacity_advisor.models.backends import NEW_TOKENS, SCORE_LENGTH, VLLM_DEFAULTS, Progress
 from capacity_advisor.models.errors import InputError, one_line
 from capacity_advisor.models.loading import LoadedModel
 from capacity_advisor.models.hf import score_row
@@ -50,7 +50,6 @@ from capacity_advisor.models.vllm_engine import (
     log_size, log_to, model_config, on_cpu_build, own_logging, read_log, root_cause, set_kv_space, shape, users_kv_space,
 )
 
-Progress = Callable[[int], None]
 
 INSTALL_HINT = "install it in its own environment (`make vllm-env`, see docs/vllm.md), or use --backend hf"
 
@@ -222,7 +221,7 @@ class VLLMBackend:
     def encode(self, pairs: Sequence[tuple[str, str]], max_length: int) -> list[Encoded]:
         return [encode_pair(self.lm.tokenizer, p, r, max_length) for p, r in pairs]
 
-    def score(self, pairs: Sequence[tuple[str, str]], max_length: int = 4096, progress: Progress | None = None) -> list[dict]:
+    def score(self, pairs: Sequence[tuple[str, str]], max_length: int = SCORE_LENGTH, progress: Progress | None = None) -> list[dict]:
         """Per pair: n_tokens, logprob_sum, logprob_mean (per response token), truncated."""
         return self.score_encoded(self.encode(pairs, max_length), progress)
 
@@ -245,7 +244,7 @@ class VLLMBackend:
     def generate(
         self,
         prompts: Sequence[str],
-        max_new_tokens: int = 256,
+        max_new_tokens: int = NEW_TOKENS,
         temperature: float = 0.0,
         n: int = 1,
         seed: int = 0,

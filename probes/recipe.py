@@ -19,8 +19,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+from capacity_advisor.models.backends import SCORE_LENGTH
 from capacity_advisor.models.numbers import whole
 from capacity_advisor.models.errors import InputError
+from capacity_advisor.training.manifest import TrainingSpec
 
 DEFAULT_STEPS = 25
 DEFAULT_EVAL_PROBLEMS = 64
@@ -72,11 +74,11 @@ class ProbeRecipe:
     eval_every: int = 25  # steps between evaluation points
     eval_problems: int = DEFAULT_EVAL_PROBLEMS  # held-out problems generated on at each point
     max_new_tokens: int = 2048  # generation bound at each evaluation (the probe's and the full run's)
-    max_length: int = 2048  # prompt + response tokens in probe training
+    max_length: int = TrainingSpec.max_length  # prompt + response tokens in probe training (and the full run's)
     warmup_steps: int = 10  # linear warm-up, then a constant rate (a shorter probe is a prefix of a longer one)
     token_budget: int | None = None  # padded tokens per evaluation batch (None: the backend's default)
-    score_length: int = 4096  # scoring: prompt + response tokens of each candidate (longer ones are cut and flagged)
-    train_batch: int = 16  # sequences per optimizer step of the full run the manifest describes
+    score_length: int = SCORE_LENGTH  # scoring: prompt + response tokens of each candidate (longer ones are cut and flagged)
+    train_batch: int = TrainingSpec.batch_size  # sequences per optimizer step of the full run the manifest describes
 
     def learning_rate(self, model: str, n_params: int) -> tuple[float, str]:
         """(rate, where it comes from) of a probe and the full run it advises on: half a ladder
@@ -121,7 +123,7 @@ def full_run_manifest(recipe: ProbeRecipe, *, epochs: float, learning_rate: floa
     batch, new tokens and evaluation token budget; `eval` and `training` add the EvalSpec and
     TrainingSpec fields that are the caller's (held-out file, checker, evaluations per epoch, ...);
     `fields` are the Manifest's own (model, dataset, strategy, mix, features, pool, ...)."""
-    from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
+    from capacity_advisor.training.manifest import EvalSpec, Manifest
 
     return Manifest(
         eval=EvalSpec(**{"max_new_tokens": recipe.max_new_tokens, "token_budget": recipe.token_budget, **eval}),

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from capacity_advisor.models.backends import NEW_TOKENS
 from capacity_advisor.models.metrics import CHECKERS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import write_json
@@ -74,7 +75,7 @@ class EvalSpec:
 
     path: str | None = None  # JSONL of {"prompt", "answer", "task"?}; None: no generation eval
     checker: str = "none"  # lab (the lab's exact checker) | math (math-verify, else boxed/last-number match) | none
-    max_new_tokens: int = 256  # generation bound (a loop that hits it counts as repetition)
+    max_new_tokens: int = NEW_TOKENS  # generation bound (a loop that hits it counts as repetition)
     temperature: float = 0.0  # 0 = greedy pass@1; > 0 samples one completion per prompt
     limit: int | None = 200  # first `limit` rows of the eval file; None = all
     teacher: str | None = None  # a teacher model (folder, hub id, lab:NAME): its NLL of the generations is teacher_view

@@ -49,11 +49,14 @@ RECIPE_FLAGS = {
     "score_length": ("--score-length", "Scoring: prompt + response tokens of each candidate (longer ones are cut "
                                        "and flagged)."),
 }
-# The names each verb took before they were one, still accepted: {verb: {setting: flag}}.
+# The names each verb took before they were one: refused, with the flag to use instead
+# ({verb: {setting: old flag}}; `--max-length` meant the training length in one verb and the
+# scoring length in another).
 OLD_FLAGS = {
     "probe": {"steps": "--steps", "batch_size": "--batch-size", "eval_every": "--eval-every",
               "eval_problems": "--eval-problems", "warmup_steps": "--warmup-steps", "max_length": "--max-length"},
     "recommend": {"max_length": "--probe-max-length", "score_length": "--max-length"},
+    "score": {"score_length": "--max-length"},
 }
 
 def flag(setting: str) -> str:

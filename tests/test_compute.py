@@ -48,7 +48,7 @@ def test_the_responsive_split_is_exactly_the_problems_that_flip(pool, tmp_path):
 def test_score_measures_and_select_composes_with_the_strategy(lab_home, tmp_path):
     pool = tmp_path / "lab.jsonl"
     assert CliRunner().invoke(cli, ["lab", "pool", "--n", 30, "--out", str(pool)]).exit_code == 0
-    r = CliRunner().invoke(cli, ["score", "-m", "lab:xs", "-p", str(pool), "-o", str(tmp_path / "s"), "--max-length", 96,
+    r = CliRunner().invoke(cli, ["score", "-m", "lab:xs", "-p", str(pool), "-o", str(tmp_path / "s"), "--score-length", 96,
                                  "--compute-budgets", "2,48", "--device", "cpu"])
     assert r.exit_code == 0, r.stderr
     rows = [json.loads(x) for x in (tmp_path / "s" / "compute.jsonl").read_text().splitlines()]

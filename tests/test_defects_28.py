@@ -387,7 +387,7 @@ def test_recommend_skip_tokens_beyond_the_scoring_length_is_refused_before_loadi
     monkeypatch.setattr("capacity_advisor.models.loading.load_model", lambda *a, **k: pytest.fail("loaded the model"))
     out = tmp_path / "rec"
     line = one_error_line(run(["recommend", "-m", tiny_llama, "-b", 2, "--pool", plain_pool(tmp_path / "pool.jsonl"),
-                               "-o", out, "--max-length", 64, "--skip-tokens", 63, "--device", "cpu"]),
+                               "-o", out, "--score-length", 64, "--skip-tokens", 63, "--device", "cpu"]),
                           "--skip-tokens 63 leaves nothing to score within --score-length 64", out)
     assert "lower --skip-tokens" in line
 

@@ -152,10 +152,13 @@ def test_probe_cli_bad_settings(tiny_llama, tmp_path):
     r = CliRunner().invoke(cli, ["probe", "--model", tiny_llama, "--pool", str(pool), "--out", str(tmp_path / "o"),
                                  "--probe-steps", "0"])
     assert r.exit_code == 2 and "--probe-steps 0 must be at least 1" in r.stderr and not (tmp_path / "o").exists()
-    # the name `advisor probe` took before the verbs shared one is still read, and messages name the shared one
+    # messages name the flag every verb shares; the name `advisor probe` took before is refused with it
+    r = CliRunner().invoke(cli, ["probe", "--model", tiny_llama, "--pool", str(pool), "--out", str(tmp_path / "o"),
+                                 "--probe-eval-problems", "30", "--device", "cpu"])
+    assert r.exit_code == 2 and "a probe needs --probe-eval-problems (30) held out" in r.stderr
     r = CliRunner().invoke(cli, ["probe", "--model", tiny_llama, "--pool", str(pool), "--out", str(tmp_path / "o"),
                                  "--eval-problems", "30", "--device", "cpu"])
-    assert r.exit_code == 2 and "a probe needs --probe-eval-problems (30) held out" in r.stderr
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "use --probe-eval-problems" in r.stderr
 
 
 def test_probe_with_scores_of_another_pool_says_what_to_do(tiny_llama, tmp_path):
@@ -171,7 +174,7 @@ def test_probe_with_scores_of_another_pool_says_what_to_do(tiny_llama, tmp_path)
                                  "--device", "cpu"])
     assert r.exit_code == 0, r.stderr
     r = CliRunner().invoke(cli, ["probe", "--model", tiny_llama, "--pool", str(other), "--scores",
-                                 str(tmp_path / "s" / "scores.jsonl"), "--eval-problems", "4", "--out", str(tmp_path / "o"),
+                                 str(tmp_path / "s" / "scores.jsonl"), "--probe-eval-problems", "4", "--out", str(tmp_path / "o"),
                                  "--device", "cpu"])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error: --scores "), r.stderr
     assert "does not cover 24 of the pool's 24 problems" in r.stderr and "then select" not in r.stderr

@@ -220,7 +220,7 @@ def test_recommend_takes_precomputed_scores(lab_home, tmp_path, synthetic_predic
     """Scores made elsewhere (say `advisor score --backend vllm` in its own environment) feed recommend unchanged."""
     pool = tmp_path / "pool.jsonl"
     assert run("lab", "pool", "--n", 200, "--out", pool).exit_code == 0
-    r = run("score", "--model", "lab:xs", "--pool", pool, "--out", tmp_path / "s", "--max-length", 96, "--device", "cpu")
+    r = run("score", "--model", "lab:xs", "--pool", pool, "--out", tmp_path / "s", "--score-length", 96, "--device", "cpu")
     assert r.exit_code == 0, r.stderr
     common = ["--model", "lab:xs", "--budget", 2, "--pool", pool, "--predictor", synthetic_predictor, "--no-probe",
               "--device", "cpu", "--json"]

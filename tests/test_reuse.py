@@ -46,11 +46,11 @@ def test_a_score_cache_filled_by_another_run_is_refused(tiny_llama, tiny_qwen, t
     # Every run lands in the same cache folder, as a hand-copied folder or a key collision would.
     monkeypatch.setattr("capacity_advisor.advisor.shards.stable_hash", lambda *a, **k: "one-folder")
     pool = write_pool(tmp_path / "pool.jsonl")
-    base = {"--model": tiny_llama, "--pool": pool, "--max-length": 512}
+    base = {"--model": tiny_llama, "--pool": pool, "--score-length": 512}
     first = run("score", *[x for kv in base.items() for x in kv], "--device", "cpu", "--out", tmp_path / "a")
     assert first.exit_code == 0, first.stderr
     other = dict(base)
-    other[f"--{change.replace('_', '-')}"] = {"model": tiny_qwen, "pool": write_pool(tmp_path / "pool2.jsonl", n=4),
+    other[{"model": "--model", "pool": "--pool", "max_length": "--score-length"}[change]] = {"model": tiny_qwen, "pool": write_pool(tmp_path / "pool2.jsonl", n=4),
                                                "max_length": 256}[change]
     r = run("score", *[x for kv in other.items() for x in kv], "--device", "cpu", "--out", tmp_path / "b")
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error: cache folder ")

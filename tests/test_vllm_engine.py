@@ -198,7 +198,7 @@ def advisor(*args, home: Path, env: dict | None = None):
 
 
 def score_args(model, pool, out, *extra):
-    return ["score", "-m", model, "-p", pool, "-o", out, "--backend", "vllm", "--max-length", 1024,
+    return ["score", "-m", model, "-p", pool, "-o", out, "--backend", "vllm", "--score-length", 1024,
             "--shard-size", SHARD, "--json", *extra]
 
 

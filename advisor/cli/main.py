@@ -85,7 +85,7 @@ from capacity_advisor.advisor.cli import report  # noqa: E402  (below the group 
 from capacity_advisor.advisor.cli.options import (  # noqa: E402
     SEEDS, Finite, checker_option, dataset_options, device_options, dp_options, field_option, json_option,
     model_option, names, pool_options, pool_settings, recipe_given, recipe_options, score_option, seed_option,
-    skip_tokens_option, take, vllm_options,
+    retired_flags, skip_tokens_option, take, vllm_options,
 )
 from capacity_advisor.advisor.compute import PROBLEM_FILTERS  # noqa: E402
 from capacity_advisor.advisor.generate import GenerateConfig  # noqa: E402
@@ -109,8 +109,9 @@ from capacity_advisor.training.manifest import STRATEGIES  # noqa: E402
 @device_options
 @field_option(ScoreConfig, "backend", type=click.Choice(tuple(BACKENDS)),
               help="hf: transformers, any device. vllm: GPUs, in its own environment (docs/vllm.md).")
-@field_option(ScoreConfig, "max_length", "--score-length", "--max-length",
+@field_option(ScoreConfig, "max_length", "--score-length",
               help="Scoring: prompt + response tokens of each candidate; longer ones are cut and flagged.")
+@retired_flags("score")
 @field_option(ScoreConfig, "token_budget",
               help="Padded tokens per forward batch (default: 1,024 on CPU, 8,192 on GPU; vllm: max_num_batched_tokens).")
 @field_option(ScoreConfig, "shard_size", help="Candidates per cached shard (the unit of resume).")

@@ -77,14 +77,31 @@ FINITE = Finite()
 
 def recipe_options(verb: str) -> Callable:
     """The probe-recipe flags (probes.recipe.RECIPE_FLAGS, the same in every verb that probes), each
-    stored under its recipe setting's name, with the names `verb` took before (`OLD_FLAGS`) still
-    accepted; unset, each comes from the predictor's recipe or the student's kind."""
-    from capacity_advisor.probes.recipe import OLD_FLAGS, RECIPE_FLAGS
+    stored under its recipe setting's name; unset, each comes from the predictor's recipe or the
+    student's kind. The names `verb` took before (`OLD_FLAGS`) are refused with the one to use."""
+    from capacity_advisor.probes.recipe import RECIPE_FLAGS
 
-    old = OLD_FLAGS.get(verb, {})
-    return _stack(*(click.option(flag, *((old[setting],) if setting in old else ()), setting, default=None, type=int,
+    return _stack(*(click.option(flag, setting, default=None, type=int,
                                  help=f"{help_text} Default: the recipe (the predictor's, else by kind of student).")
-                    for setting, (flag, help_text) in RECIPE_FLAGS.items()))
+                    for setting, (flag, help_text) in RECIPE_FLAGS.items()), retired_flags(verb))
+
+
+def retired_flags(verb: str) -> Callable:
+    """Hidden options for the flags `verb` took before its settings had one name each: given, each
+    is one usage error naming the flag that replaced it."""
+    from capacity_advisor.probes.recipe import OLD_FLAGS, flag
+
+    def refuse(setting: str):
+        def callback(ctx, param, value):
+            if value is not None:
+                raise click.UsageError(f"{param.opts[0]} is no longer a flag of `advisor {verb}`: use {flag(setting)}")
+            return value
+
+        return callback
+
+    return _stack(*(click.option(old, f"retired_{setting}", default=None, hidden=True, expose_value=False,
+                                 callback=refuse(setting))
+                    for setting, old in OLD_FLAGS.get(verb, {}).items()))
 
 
 def recipe_given(kw: dict) -> dict:

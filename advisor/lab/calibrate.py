@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 from capacity_advisor.models.files import read_jsonl, versions, write_json, write_jsonl
+from capacity_advisor.advisor.lab.pool import ON_CPU
 from capacity_advisor.advisor.lab.portable import portable
 from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit, budget_run_name, run_names, units
 from capacity_advisor.probes.recipe import LAB
@@ -74,8 +75,7 @@ def teacher_pool(cfg: CalibrateConfig, task: str, seed: int, log: Log) -> tuple[
                                     for i, p in enumerate(probs)])
         summary = generate_pool(GenerateConfig(
             teacher=cfg.teacher, problems=str(problems_file), out=str(path), n=cfg.candidates, temperature=cfg.temperature,
-            top_p=1.0, max_new_tokens=LAB.max_new_tokens, device="cpu", dtype="float32", checker="lab", shard_size=500,
-            token_budget=32768, seed=s))
+            top_p=1.0, max_new_tokens=LAB.max_new_tokens, shard_size=500, seed=s, **ON_CPU))
         log(f"{task} pool s{s}: {summary['generations']} teacher samples, {summary['correct']} correct, "
             f"{summary['problems_with_two_correct']} problems rankable [{time.time() - t0:.0f}s]")
     if not eval_path.exists():

@@ -13,9 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from capacity_advisor.models.files import write_jsonl
+from capacity_advisor.models.lab.ladder import LAB_TEACHER
 from capacity_advisor.probes.recipe import LAB
 
 TEACHER_SAMPLING = dict(n=8, temperature=1.0, top_p=1.0, max_new_tokens=LAB.max_new_tokens, seed=0)  # as calibration samples pools
+# How the lab runs a teacher model's sampling, here and in calibration: float32 on the CPU, lab checker,
+# 32k padded tokens per batch.
+ON_CPU = dict(device="cpu", dtype="float32", checker="lab", token_budget=32768)
 
 
 def lab_pool(task: str, n: int, out: Path, say=lambda m: None) -> Path:
@@ -37,11 +41,10 @@ def lab_pool(task: str, n: int, out: Path, say=lambda m: None) -> Path:
         from capacity_advisor.advisor.generate import GenerateConfig, generate_pool
         from capacity_advisor.models.lab import write_pool
 
-        say(f"sampling a {n}-problem {task} pool from lab:teacher (built on first use)")
+        say(f"sampling a {n}-problem {task} pool from {LAB_TEACHER} (built on first use)")
         write_pool(out / "problems.jsonl", task=task, n=n, seed=TEACHER_SAMPLING["seed"])
-        generate_pool(GenerateConfig(teacher="lab:teacher", problems=str(out / "problems.jsonl"), out=str(out / "pool.jsonl"),
-                                     device="cpu", dtype="float32", checker="lab", token_budget=32768,
-                                     **TEACHER_SAMPLING))
+        generate_pool(GenerateConfig(teacher=LAB_TEACHER, problems=str(out / "problems.jsonl"), out=str(out / "pool.jsonl"),
+                                     **ON_CPU, **TEACHER_SAMPLING))
         return out / "pool.jsonl"
     write_jsonl(out / "pool.jsonl", rows)
     return out / "pool.jsonl"

@@ -9,10 +9,10 @@ committed records are the same wherever they were produced.
 from __future__ import annotations
 
 from capacity_advisor.models.files import finite
-from capacity_advisor.models.lab.ladder import RECIPE_VERSION
+from capacity_advisor.models.lab.ladder import LAB_TEACHER, RECIPE_VERSION
 
 
-def portable(record: dict, unit, teacher: str = "lab:teacher", temperature: float = 1.0) -> dict:
+def portable(record: dict, unit, teacher: str = LAB_TEACHER, temperature: float = 1.0) -> dict:
     """A record that says what ran without saying where: no absolute paths, run-relative names."""
     r = dict(record)
     r["model"] = {k: v for k, v in r["model"].items() if k != "path"}

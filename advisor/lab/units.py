@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.lab.ladder import LAB_TEACHER
 from capacity_advisor.probes.recipe import LAB
 from capacity_advisor.training.manifest import SETS, schedule_of
 
@@ -33,7 +34,7 @@ class CalibrateConfig:
     probe_eval_problems: int = LAB.eval_problems
     max_new_tokens: int = LAB.max_new_tokens
     jobs: int = 1  # --jobs: units in parallel (one torch thread each)
-    teacher: str = "lab:teacher"  # --teacher: the lab model that samples the pools, or "program" (the scripted teacher)
+    teacher: str = LAB_TEACHER  # --teacher: the lab model that samples the pools, or "program" (the scripted teacher)
     temperature: float = 1.0  # --temperature: the teacher's sampling temperature
     budget_runs: tuple[float, ...] = ()  # --budget-runs: also train each set as a run of just these epochs (seed 0)
     schedules: tuple[str, ...] = ()  # --schedules: options beyond D_high / D_low / D_mixed, e.g. mixed@0.25,curriculum@2

@@ -23,6 +23,7 @@ import numpy as np
 from capacity_advisor.models.numbers import number, whole
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import read_jsonl
+from capacity_advisor.models.lab.ladder import LAB_TEACHER
 from capacity_advisor.training.manifest import option_of, option_order, schedule_of
 
 BUDGETS = (0.5, 1, 2, 3, 4, 5)
@@ -168,7 +169,7 @@ def unit_of(rec: dict) -> dict:
     repeat (`repeat_of`). A lab student's builds are one student: `lab:m+b1` is `lab:m`, build 1."""
     u = rec.get("unit")
     if isinstance(u, dict):
-        teacher = str(u.get("teacher", "lab:teacher"))
+        teacher = str(u.get("teacher", LAB_TEACHER))  # records from before the unit named its teacher
         temperature = _num(u.get("temperature", 1.0))
         family = str(u.get("task"))
         writer = "program" if teacher == "program" else f"{teacher}@T{temperature:g}"

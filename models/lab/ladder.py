@@ -74,6 +74,7 @@ LADDER: dict[str, StudentSpec] = {
 TEACHER = StudentSpec("teacher", hidden=208, layers=4, heads=4, ffn=624, steps=3000, batch=64, lr=1e-3)
 TEACHER_XL = StudentSpec("teacher-xl", hidden=288, layers=5, heads=4, ffn=864, steps=2400, batch=64, lr=8e-4)
 TEACHERS: dict[str, StudentSpec] = {t.name: t for t in (TEACHER, TEACHER_XL)}
+LAB_TEACHER = f"lab:{TEACHER.name}"  # the model that samples the lab's pools unless another is named
 
 # Pretraining corpus: family weights, and per family how often each procedure appears.
 # Answer-only and terse styles are common, spelled-out procedures rare (a few percent), so the

@@ -116,3 +116,37 @@ def test_the_shipped_policy_reports_the_advice_of_both_seeds_of_a_committed_unit
     assert got["flip_rate"] == pytest.approx(sum(not c["agree"] for c in got["cells"]) / len(got["cells"]))
     assert got["p_low_spread"] == pytest.approx(sum(abs(c["p_low"][0] - c["p_low"][1]) for c in got["cells"])
                                                 / len(got["cells"]))
+
+
+def test_build_spread_sets_the_spread_over_builds_beside_the_spread_over_seeds(tmp_path):
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from build_spread import build_spread
+
+    def rec(build, seed, strategy, accs):
+        r = _record("m", 108_736, seed, strategy, 0.0, 0.0)
+        r["evals"] = [{"epoch": 0.0, "step": 0, "accuracy": 0.1}] + [
+            {"epoch": e, "step": int(10 * e), "accuracy": a} for e, a in zip((1.0, 3.0, 5.0), accs)]
+        if build:
+            r["unit"]["build"] = build
+        return r
+
+    # build 0 and 1: D_low ends ahead; build 2: D_high does. Seeds differ by 0.02 within a build.
+    low_end = {0: 0.9, 1: 0.8, 2: 0.3}
+    own, builds = tmp_path / "own", tmp_path / "builds"
+    for folder, which in ((own, (0,)), (builds, (1, 2))):
+        folder.mkdir()
+        rows = [rec(b, s, opt, [0.5, 0.5, 0.5] if opt == "high" else [0.2, 0.5, low_end[b] + 0.02 * s])
+                for b in which for s in (0, 1) for opt in ("high", "low")]
+        (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    got = build_spread([own, builds])
+    (source, by_size), = got.items()
+    end = by_size["m"]["5"]
+    assert end["repeats"] == 6 and sorted(end["builds"]) == [0, 1, 2]
+    assert end["builds"][1]["low"] == pytest.approx(0.81) and end["builds"][2]["high"] == pytest.approx(0.5)
+    assert (end["builds_low_ahead"], end["builds_high_ahead"]) == (2, 1)
+    assert end["build_spread"]["low"] == pytest.approx(0.6) and end["build_spread"]["high"] == pytest.approx(0.0)
+    assert end["seed_spread"]["low"] == pytest.approx(0.02) and end["seed_spread"]["high"] == pytest.approx(0.0)
+    assert by_size["m"]["1"]["builds_low_ahead"] == 0 and by_size["m"]["1"]["builds_high_ahead"] == 3

@@ -1,29 +1,29 @@
-"""Where one calibration run's time goes: training steps, evaluation generation, evaluation
+"""Where a calibration unit's run time goes: training steps, evaluation generation, evaluation
 scoring, checkpoints — measured side by side in one process.
 
-    .venv/bin/python benchmarks/run_profile.py UNIT_FOLDER [--option high] [--epochs 1] [--json]
+    .venv/bin/python benchmarks/run_profile.py UNIT_FOLDER [--options high,low,mixed] [--epochs 5] [--compare] [--json]
 
 UNIT_FOLDER is a unit of an `advisor calibrate --out` sweep folder (it holds OPTION.manifest.json,
 data/OPTION.jsonl and the pools the manifest names), e.g.
-runs/sources/modchain-teacher-xl-t1/modchain/sum/xxl-s0. The run is trained again into a
-temporary folder from its manifest, exactly as calibration runs it (one torch thread, the
-student loaded once), for `--epochs` epochs (its evaluations at the same points per epoch),
-with timers around:
+runs/sources/modchain-teacher-xl-t1/modchain/sum/xxl-s0. Its runs of `--options` are trained
+again into a temporary folder from their manifests, one after another in one process, exactly as
+calibration runs a unit (one torch thread, the student loaded once, the teacher kept in memory),
+for `--epochs` epochs each (their evaluations at the same points per epoch), with timers around:
 
 - `generation`: `Evaluator.generate` (the student's greedy completions of the held-out prompts);
 - `scoring`: `Evaluator.measure` (answer log-likelihood, teacher NLL, and the base student's and
-  the teacher's NLL of the generations), split by the model that scores: `scoring_student`
-  (answer log-likelihood and the NLL of the held-out teacher responses), `scoring_base` (base
-  drift) and `scoring_teacher` (teacher view);
+  the teacher's NLL of the generations), split by the model that scores: `student` (answer
+  log-likelihood and the NLL of the held-out teacher responses), `base` (base drift) and
+  `teacher` (teacher view);
 - `checkpoints`: the trainer's checkpoint saves (one per evaluation);
-- `training`: the rest of the run (optimizer steps, data loading, logging).
+- `training`: the rest (optimizer steps, data loading, logging).
 
-Each part is printed as seconds and as its share of the run's wall time; the shares are what
-matter (the machine is shared), and they are measured in one run. `--compare` trains the run
-twice in one process, first without the evaluator's cache of the fixed models' scores (every
-generation scored again by the base student and the teacher at every evaluation), then with it,
-and prints the ratio of the two wall times and of the scoring parts, and whether every
-evaluation's accuracy agrees.
+Each part is printed as seconds and as its share of the wall time; the shares are what matter
+(the machine is shared), and they are measured in one run. `--compare` trains the runs twice in
+one process, first without the evaluator's cache of the fixed models' scores (every generation
+scored again by the base student and the teacher at every evaluation), then with it, and prints
+the ratios of the wall times, of the scoring parts and of the evaluations' forward tokens, and
+whether every evaluation's accuracy agrees.
 """
 
 from __future__ import annotations
@@ -95,18 +95,22 @@ def scorers(spent: dict):
         Evaluator.measure, HFBackend.score_encoded = measure, score_encoded
 
 
-def profile(unit: Path, option: str, epochs: float, cache: bool = True) -> dict:
+def profile(unit: Path, options: list[str], epochs: float, cache: bool = True) -> dict:
+    """Train the unit's runs of `options` one after another in this process (the student loaded
+    once, as calibration does), timing the parts of the module doc over all of them."""
     import torch
     from transformers import Trainer
 
     from capacity_advisor.models.loading import load_model
+    from capacity_advisor.training import evaluate
     from capacity_advisor.training.evaluate import Evaluator
     from capacity_advisor.training.manifest import load_manifest
     from capacity_advisor.training.sft import run_sft
 
     torch.set_num_threads(1)
-    manifest = load_manifest(unit / f"{option}.manifest.json")
-    lm = load_model(manifest.model["spec"], device="cpu", dtype="float32")
+    manifests = {o: load_manifest(unit / f"{o}.manifest.json") for o in options}
+    spec = manifests[options[0]].model["spec"]
+    lm = load_model(spec, device="cpu", dtype="float32")
     spent: dict = defaultdict(float)
     init = Evaluator.__init__
 
@@ -114,24 +118,30 @@ def profile(unit: Path, option: str, epochs: float, cache: bool = True) -> dict:
         init(self, *a, **k)
         self.cache_views = cache
 
+    evaluate.FIXED_SCORES.clear()
     Evaluator.__init__ = evaluator
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / option
-        with scorers(spent), timed(Evaluator, "generate", spent, "generation"), \
+    accuracies, eval_tokens, steps, evals, wall = {}, 0, 0, 0, 0.0
+    try:
+        with tempfile.TemporaryDirectory() as tmp, scorers(spent), timed(Evaluator, "generate", spent, "generation"), \
                 timed(Evaluator, "measure", spent, "scoring"), timed(Trainer, "_save_checkpoint", spent, "checkpoints"):
-            t0 = time.perf_counter()
-            record = run_sft(manifest, out, device="cpu", dtype="float32", lm=lm, store=False, stream=io.StringIO(),
-                             epochs=epochs)
-            wall = time.perf_counter() - t0
-        evals = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
-        shutil.rmtree(out, ignore_errors=True)
-    Evaluator.__init__ = init
+            for option, manifest in manifests.items():
+                out = Path(tmp) / option
+                t0 = time.perf_counter()
+                record = run_sft(manifest, out, device="cpu", dtype="float32", lm=lm, store=False, stream=io.StringIO(),
+                                 epochs=epochs)
+                wall += time.perf_counter() - t0
+                rows = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+                accuracies[option] = [e.get("accuracy") for e in rows]
+                eval_tokens += sum(e.get("eval_tokens") or 0 for e in rows)
+                steps, evals = steps + record["settings"]["max_steps"], evals + len(record["evals"])
+                shutil.rmtree(out, ignore_errors=True)
+    finally:
+        Evaluator.__init__ = init
     parts = {k: spent[k] for k in ("generation", "scoring", "checkpoints")}
     parts["training"] = wall - sum(parts.values())
     parts.update({f"scoring_{w}": spent[f"scoring_{w}"] for w in ("student", "base", "teacher")})
-    return {"unit": unit.name, "option": option, "model": manifest.model["spec"], "epochs": epochs, "cache": cache,
-            "accuracies": [e.get("accuracy") for e in evals], "eval_tokens": sum(e.get("eval_tokens") or 0 for e in evals),
-            "steps": record["settings"]["max_steps"], "evals": len(record["evals"]), "wall_s": round(wall, 1),
+    return {"unit": unit.name, "options": options, "model": spec, "epochs": epochs, "cache": cache,
+            "accuracies": accuracies, "eval_tokens": eval_tokens, "steps": steps, "evals": evals, "wall_s": round(wall, 1),
             "parts_s": {k: round(v, 1) for k, v in parts.items()},
             "shares": {k: round(v / wall, 3) for k, v in parts.items()},
             "calls": {k: int(spent[f"{k}_calls"]) for k in ("generation", "scoring", "checkpoints")}}
@@ -140,17 +150,19 @@ def profile(unit: Path, option: str, epochs: float, cache: bool = True) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("unit", type=Path)
-    ap.add_argument("--option", default="high")
+    ap.add_argument("--options", default="high", help="comma-separated runs of the unit, trained in this order in one process")
     ap.add_argument("--epochs", type=float, default=1.0)
     ap.add_argument("--compare", action="store_true", help="the run without, then with, the cache of the fixed models' scores")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    if not (args.unit / f"{args.option}.manifest.json").is_file():
-        print(f"error: {args.unit} has no {args.option}.manifest.json: name a unit folder of an `advisor calibrate` sweep",
-              file=sys.stderr)
+    options = [o for o in args.options.split(",") if o]
+    missing = [o for o in options if not (args.unit / f"{o}.manifest.json").is_file()]
+    if missing or not options:
+        print(f"error: {args.unit} has no {', '.join(missing) or '(none)'}.manifest.json: name a unit folder of an "
+              "`advisor calibrate` sweep and runs it holds (high, low, mixed, ...)", file=sys.stderr)
         return 2
-    runs = [profile(args.unit, args.option, args.epochs, cache=False)] if args.compare else []
-    runs.append(profile(args.unit, args.option, args.epochs))
+    runs = [profile(args.unit, options, args.epochs, cache=False)] if args.compare else []
+    runs.append(profile(args.unit, options, args.epochs))
     out = {"runs": runs}
     if args.compare:
         before, after = runs
@@ -162,7 +174,7 @@ def main() -> int:
         print(json.dumps(out))
         return 0
     for res in runs:
-        print(f"{res['model']} {res['option']}, {res['epochs']:g} epoch(s), cache of the fixed models' scores "
+        print(f"{res['model']} {'+'.join(res['options'])}, {res['epochs']:g} epoch(s), cache of the fixed models' scores "
               f"{'on' if res['cache'] else 'off'}: {res['steps']} steps, {res['evals']} evaluations, {res['wall_s']} s")
         for k, v in res["parts_s"].items():
             name = "  " + k[len("scoring_"):] if k.startswith("scoring_") else k

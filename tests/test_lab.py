@@ -435,17 +435,26 @@ def test_teacher_view_is_the_teacher_models_own_nll(quick_teacher, monkeypatch):
             logp = teacher.model(ids).logits.float().log_softmax(-1)[0]
         direct.append(-logp[e.n_prompt - 1:-1].gather(1, ids[0, e.n_prompt:, None]).mean().item())
     assert row["teacher_view"] == pytest.approx(sum(direct) / len(direct), abs=1e-4)
-    # the teacher is fixed: the same generations at a later evaluation are read from the run's cache
-    again = ev.measure(student, gens)
-    assert again["teacher_view"] == pytest.approx(row["teacher_view"], abs=1e-6)
-    from capacity_advisor.models.backends import make_backend
+    # the teacher is fixed: the same generations at a later evaluation are read from the cache, not scored again
+    from capacity_advisor.models.hf import HFBackend
 
-    pairs = [(r["prompt"], g["text"]) for r, g in zip(rows, gens) if g["text"].strip()]
-    view_tokens = sum(s["n_tokens"] for s in make_backend("hf", teacher).score(pairs, max_length=96))
-    assert view_tokens > 0 and row["eval_tokens"] - again["eval_tokens"] == view_tokens  # nothing scored again
+    scored = []
+    score_encoded = HFBackend.score_encoded
+    monkeypatch.setattr(HFBackend, "score_encoded", lambda self, enc, *a, **k: (
+        scored.append((self.lm is teacher, len(enc))), score_encoded(self, enc, *a, **k))[1])
+    again = ev.measure(student, gens)
+    assert again == row and not any(is_teacher for is_teacher, _ in scored)  # the same row; the teacher idle
+    Evaluator(rows, checker="lab", max_new_tokens=24, max_length=96, teacher=teacher).measure(student, gens)
+    assert not any(is_teacher for is_teacher, _ in scored)  # another run's evaluator with this teacher reads it too
     fresh = Evaluator(rows, checker="lab", max_new_tokens=24, max_length=96, teacher=teacher)
     fresh.cache_views = False
-    assert fresh.measure(student, gens)["eval_tokens"] == fresh.measure(student, gens)["eval_tokens"] == row["eval_tokens"]
+    assert fresh.measure(student, gens) == row and sum(n for is_teacher, n in scored if is_teacher) == len(
+        [g for g in gens if g["text"].strip()])
+    with torch.no_grad():  # weights changed in place: scored again
+        next(teacher.model.parameters()).mul_(1.5)
+    scored.clear()
+    moved = ev.measure(student, gens)
+    assert any(is_teacher for is_teacher, _ in scored) and moved["teacher_view"] != pytest.approx(row["teacher_view"])
 
 
 def test_the_carry_marker_survives_the_tokenizer():

@@ -77,7 +77,7 @@ def test_a_quick_sweep_publishes_refits_and_reproduces_its_own_table(two_sources
 @pytest.mark.slow
 def test_a_lab_runs_evaluations_are_the_stored_ones(two_sources):
     """The runs of one unit of the quick sweep (xs on modchain, seed 0) evaluate as the stored numbers say:
-    the accuracy, answer and repetition rates at every evaluation exactly, the base drift and teacher
+    the accuracy, answer and repetition rates and forward tokens at every evaluation exactly, the base drift and teacher
     NLL to 1e-5. A change to how a run trains or evaluates (the evaluator's cache of the fixed
     models' scores among them) that would move a label shows here.
 
@@ -85,7 +85,7 @@ def test_a_lab_runs_evaluations_are_the_stored_ones(two_sources):
     from conftest import stored_numbers
 
     unit = two_sources / "modchain" / "modchain" / "sum" / "xs-s0"
-    exact, close = ("accuracy", "answer_rate", "repetition_rate"), ("base_drift", "teacher_nll")
+    exact, close = ("accuracy", "answer_rate", "repetition_rate", "eval_tokens"), ("base_drift", "teacher_nll")
     got = {}
     for option in ("high", "low", "mixed"):
         for line in (unit / option / "eval.jsonl").read_text().splitlines():

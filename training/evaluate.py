@@ -21,12 +21,16 @@ completion per prompt (greedy unless a temperature is set), and this module repo
 - teacher_view: the teacher model's NLL per token of the generations (the paper's "teacher
   view", its Figure 2), when a teacher model is given.
 
-The base student and the teacher do not change during a run, so their NLL of a generation is
-kept per (prompt, generation) for the run's later evaluations: once a student's greedy
-generations settle, most of them repeat from one evaluation to the next and are not scored again
-(`benchmarks/run_profile.py` measures the share).
+The base student and the teacher do not change, so their NLL of a generation is kept per
+(prompt, generation) for the process's later evaluations — of the same run, and of the other runs
+of the same base and teacher (calibration trains several sets of one student in one process).
+The cache belongs to the model object and to the state of its weights (each parameter's
+storage and in-place version counter, `_fixed_scores`), so a model changed in place, or another
+model, never reads scores it did not make. Once a student's greedy generations settle, most of them repeat from
+one evaluation to the next and are not scored again (`benchmarks/run_profile.py` measures it).
 
-It also counts the forward tokens it spent (`eval_tokens`), for cost reports. With
+It also counts the forward tokens an evaluation reads (`eval_tokens`, cached scores included, so
+the count is the protocol's, the same in any process), for cost reports. With
 `per_problem`, the row also keeps each problem's correctness, answer log-likelihood and loop
 flag, so a cheaper evaluation (fewer problems) can be replayed from a richer one.
 """
@@ -40,6 +44,25 @@ from capacity_advisor.models import metrics
 from capacity_advisor.training.manifest import TrainingSpec
 
 ANSWER_MARKERS = {"lab": ";A", "math": "\\boxed{"}
+# id(module) -> (a weak reference to it, the state of its weights, {(length, prompt, text): (mean log-prob, tokens)})
+FIXED_SCORES: dict[int, tuple] = {}
+FIXED_SCORES_MAX = 200_000  # pairs kept per model; past it its cache starts over
+
+
+def _fixed_scores(lm) -> dict:
+    """The scores cache of the fixed model `lm` as its weights are now: a new one when the module
+    is another object than the one the cache was made for, or any parameter was replaced or
+    changed in place since."""
+    import weakref
+
+    module = lm.model
+    state = tuple((p.data_ptr(), p._version) for p in module.parameters())
+    held = FIXED_SCORES.get(id(module))
+    if held is None or held[0]() is not module or held[1] != state or len(held[2]) > FIXED_SCORES_MAX:
+        for key in [k for k, (ref, _, _) in FIXED_SCORES.items() if ref() is None]:
+            del FIXED_SCORES[key]  # modules that no longer exist
+        held = FIXED_SCORES[id(module)] = (weakref.ref(module), state, {})
+    return held[2]
 ANSWER_CLOSERS = {"lab": "", "math": "}"}
 
 
@@ -87,7 +110,6 @@ class Evaluator:
         self.per_problem = per_problem
         self.view_limit = view_limit
         self.cache_views = True  # keep the fixed models' NLL of each (prompt, generation) for later evaluations
-        self._views: dict[str, dict[tuple[str, str], tuple[float, int]]] = {"base_drift": {}, "teacher_view": {}}
 
     def _backend(self, lm):
         from capacity_advisor.models.backends import make_backend
@@ -165,18 +187,19 @@ class Evaluator:
             if other is None or not pairs:
                 row[name] = None
                 continue
-            scored, new_tokens = self._view(name, other, pairs)
+            scored = self._view(other, pairs)
             row[name] = float(mean(-lp for lp, n in scored if n))
-            spent += new_tokens
+            spent += sum(n for _, n in scored)  # what the evaluation reads, scored now or read from the cache
         row["eval_tokens"] = spent
         return row
 
-    def _view(self, name: str, other, pairs: list[tuple[str, str]]) -> tuple[list[tuple[float, int]], int]:
-        """(mean log-prob, tokens) of each pair under the fixed model `other`, and the tokens scored
-        now: pairs seen at an earlier evaluation of this run are read from the run's cache."""
-        cache = self._views[name] if self.cache_views else {}
-        todo = [p for p in dict.fromkeys(pairs) if p not in cache]
-        scored = self._backend(other).score(todo, max_length=self.max_length) if todo else []
-        fresh = {p: (s["logprob_mean"], s["n_tokens"]) for p, s in zip(todo, scored)}
+    def _view(self, other, pairs: list[tuple[str, str]]) -> list[tuple[float, int]]:
+        """(mean log-prob, tokens) of each pair under the fixed model `other`; pairs an earlier
+        evaluation scored with these weights are read from `FIXED_SCORES`, not scored again."""
+        cache = _fixed_scores(other) if self.cache_views else {}
+        keys = [(self.max_length, *p) for p in pairs]
+        todo = list(dict.fromkeys(k for k in keys if k not in cache))
+        scored = self._backend(other).score([k[1:] for k in todo], max_length=self.max_length) if todo else []
+        fresh = {k: (s["logprob_mean"], s["n_tokens"]) for k, s in zip(todo, scored)}
         cache.update(fresh)
-        return [fresh.get(p) or cache[p] for p in pairs], sum(n for _, n in fresh.values())
+        return [fresh.get(k) or cache[k] for k in keys]

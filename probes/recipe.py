@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from capacity_advisor.models.backends import SCORE_LENGTH
+from capacity_advisor.models.lab.ladder import MAX_LENGTH as LAB_CONTEXT
 from capacity_advisor.models.numbers import whole
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.training.manifest import TrainingSpec
@@ -135,7 +136,9 @@ def full_run_manifest(recipe: ProbeRecipe, *, epochs: float, learning_rate: floa
         **fields)
 
 
-LAB = ProbeRecipe("lab", max_new_tokens=72, max_length=96, token_budget=16384, score_length=96, train_batch=32)
+# The lab's students train and score at their whole context (`ladder.MAX_LENGTH`, every task's longest pair).
+LAB = ProbeRecipe("lab", max_new_tokens=72, max_length=LAB_CONTEXT, token_budget=16384, score_length=LAB_CONTEXT,
+                  train_batch=32)
 # Reasoning traces run to thousands of tokens; 64 held-out generations of up to 2,048 tokens at
 # each of the 3 evaluation points (the base, then each set after its steps) is the probe's largest
 # cost on a GPU.

@@ -83,7 +83,7 @@ def train_loop(
     lr: float,
     *,
     completion_only: bool,
-    max_length: int = 96,
+    max_length: int,
     warmup: int | None = None,
     weight_decay: float = 0.01,
     on_step: Callable[[int, float], None] | None = None,

@@ -45,8 +45,8 @@ def _runs(cal: Path) -> dict:
             continue
         u = Unit.from_name(task, score, unit)
         if u is None or u.size not in LADDER:
-            raise InputError(f"{run}: {unit!r} is not a unit of a lab student (SIZE-sSEED or SIZE+bBUILD-sSEED, SIZE from "
-                             f"the ladder: {', '.join(LADDER)}); a calibration folder holds runs of lab students only")
+            raise InputError(f"{run}: {unit!r} is not a lab student (a unit folder is SIZE-sSEED or SIZE+bBUILD-sSEED, SIZE "
+                             f"from the ladder: {', '.join(LADDER)}); a calibration folder holds runs of lab students only")
         out.setdefault((task, score, u.size), {}).setdefault(strategy, []).append(_run_rows(run))
     return out
 

@@ -102,7 +102,12 @@ def test_the_shipped_policy_reports_the_advice_of_both_seeds_of_a_committed_unit
     shipped = load_predictor(None)
     policy = Policy.of(shipped)
     rows = label_rows(read_records(ROOT / "calibration" / "records.jsonl"))
-    unit = [r for r in rows if r["student"] == "lab:m" and r["source"] == "lab2:modchain/program"]
+    every = [r for r in rows if r["student"] == "lab:m" and r["source"] == "lab2:modchain/program"]
+    # the ladder's build on seeds 0 and 1, and builds 1 and 2 on the same seeds: six repeats of one cell
+    assert {r["repeat"] for r in every} == {0, 1, "b1-s0", "b1-s1", "b2-s0", "b2-s1"}
+    both = seed_advice(shipped, policy, every)
+    assert all(set(c["advice"]) == {r["repeat"] for r in every} for c in both["cells"])
+    unit = [r for r in every if r["build"] == 0]
     assert {r["seed"] for r in unit} == {0, 1}
     got = seed_advice(shipped, policy, unit)
     assert got["flip_cells"] == len(got["cells"]) == len({r["budget"] for r in unit})

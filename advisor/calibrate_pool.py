@@ -36,6 +36,7 @@ from capacity_advisor.models.files import finite, stable_hash, versions, write_j
 from capacity_advisor.models.numbers import number
 from capacity_advisor.training.manifest import SETS, schedule_of
 from capacity_advisor.models.metrics import CHECKER_DEFAULT
+from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 
 EVAL_SEED = 10_000  # the held-out problems: one draw, the same for every proxy, seed and run
 MAX_STUDENTS = 16
@@ -48,7 +49,7 @@ class PoolCalibrateConfig:
     out: str  # --out: folder (resumable); records go to OUT/records.jsonl
     epochs: float = 3.0  # --epochs: the longest budget the full runs train
     seeds: tuple[int, ...] = (0,)  # --seeds: held-out slice of the probe, mixed set and data order
-    n_eval: int = 200  # --n-eval: held-out problems of the full runs' evaluations (never trained on)
+    n_eval: int = FULL_RUN_EVAL_PROBLEMS  # --n-eval: held-out problems of the full runs' evaluations (never trained on)
     evals_per_epoch: int = 4
     teacher: str = "unknown"  # --pool-teacher: what wrote the candidates (names the pool source in the records)
     task: str | None = None  # --task: the pool source's name in the records (default: the pool's content hash)

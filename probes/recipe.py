@@ -27,6 +27,7 @@ from capacity_advisor.training.manifest import TrainingSpec
 
 DEFAULT_STEPS = 25
 DEFAULT_EVAL_PROBLEMS = 64
+FULL_RUN_EVAL_PROBLEMS = 200  # held-out problems at each evaluation of a calibration's full runs (lab and own pool)
 # The fields that shape a probe's measurements: a predictor fitted on one recipe reads features
 # measured with another only if these agree.
 MEASURING = ("steps", "batch_size", "eval_every", "eval_problems", "max_new_tokens", "max_length", "warmup_steps")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.lab.ladder import LAB_TEACHER
-from capacity_advisor.probes.recipe import LAB
+from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS, LAB
 from capacity_advisor.training.manifest import SETS, schedule_of
 
 
@@ -24,7 +24,7 @@ class CalibrateConfig:
     tasks: tuple[str, ...] = ("modchain", "addition")  # --tasks
     epochs: int = 5  # --epochs: the longest budget
     n_train: int = 3000  # --n-train: problems per pool
-    n_eval: int = 200  # --n-eval: held-out problems for the full runs' evaluations
+    n_eval: int = FULL_RUN_EVAL_PROBLEMS  # --n-eval: held-out problems for the full runs' evaluations
     candidates: int = 8  # --candidates: teacher samples per problem
     evals_per_epoch: int = 4
     batch: int = LAB.train_batch  # sequences per optimizer step of the full runs

@@ -19,6 +19,7 @@ import math
 from collections import defaultdict
 
 from capacity_advisor.advisor.predictor.evaluate import is_right, regret
+from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 from capacity_advisor.advisor.predictor.labels import label_rows, record_option, unit_of
 
 FIXED = (0.1, 0.2, 0.3, 0.5)
@@ -39,7 +40,7 @@ def curves_of(records) -> dict:
 
 
 def race(curve_h, curve_l, budget: float, fraction: float, k: int | None = None, margin: float = 0.05,
-         z: float = 1.96, n_eval: int = 200) -> tuple[str, float]:
+         z: float = 1.96, n_eval: int = FULL_RUN_EVAL_PROBLEMS) -> tuple[str, float]:
     """(kept set, share of the budget at which the race stopped) of one replayed race."""
     h = [(e, a) for e, a in curve_h if e <= budget + 1e-9]
     lo = [(e, a) for e, a in curve_l if e <= budget + 1e-9]
@@ -69,7 +70,7 @@ def summarize_races(pairs) -> dict:
             "overhead": sum(o for _, _, o in pairs) / len(pairs)}
 
 
-def race_table(records, n_eval: int = 200) -> dict:
+def race_table(records, n_eval: int = FULL_RUN_EVAL_PROBLEMS) -> dict:
     rows = label_rows(records)
     curves = curves_of(records)
     methods: dict[str, list] = defaultdict(list)
@@ -114,7 +115,7 @@ def race_grid() -> dict[str, dict]:
     return grid
 
 
-def race_picks(records, n_eval: int = 200) -> tuple[list[dict], dict[str, list]]:
+def race_picks(records, n_eval: int = FULL_RUN_EVAL_PROBLEMS) -> tuple[list[dict], dict[str, list]]:
     """The label rows and, per race of `race_grid`, its (row, kept set, overhead) on every row."""
     rows = label_rows(records)
     curves = curves_of(records)
@@ -130,7 +131,7 @@ def race_picks(records, n_eval: int = 200) -> tuple[list[dict], dict[str, list]]
     return rows, picks
 
 
-def races_left_out(records, max_overhead: float = 0.3, n_eval: int = 200) -> dict:
+def races_left_out(records, max_overhead: float = 0.3, n_eval: int = FULL_RUN_EVAL_PROBLEMS) -> dict:
     """The race chosen without seeing the pool source it is judged on: for each source, the race
     of `race_grid` with the lowest mean regret on the other sources among those whose mean
     overhead there is at most `max_overhead` (the lowest overhead if none is), judged on that

@@ -106,9 +106,7 @@ def build_spread(folders: list[Path], sizes: list[str] | None = None) -> dict:
     order = {name: i for i, name in enumerate(LADDER)}
     result: dict = defaultdict(dict)
     for (source, size), by in sorted(runs.items(), key=lambda kv: (kv[0][0], order.get(kv[0][1], 99))):
-        if sizes and size not in sizes:
-            continue
-        if len({b for b, _ in by}) >= 1:
+        if not sizes or size in sizes:
             result[source][size] = spread(by)
     return dict(result)
 

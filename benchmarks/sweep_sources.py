@@ -90,10 +90,9 @@ def copy_pools(name: str, work: Path, log) -> None:
 def wait_for_build(model: str, log) -> None:
     """If another process is pretraining `model` (its temporary folder names a live process),
     wait for it instead of building it twice."""
-    from capacity_advisor.models.lab.ladder import parse_name, student_dir
+    from capacity_advisor.models.lab.ladder import folder_of
 
-    n = parse_name(model)
-    final = student_dir(n.name, n.build, n.steps)
+    final = folder_of(model)
     said = False
     while not (final / "build.json").exists():
         live = []

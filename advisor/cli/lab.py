@@ -68,14 +68,6 @@ def _sizes(text: str | None, teacher: bool = False) -> list[str]:
     return names
 
 
-def _folder(name: str):
-    """The cache folder of lab model `name` (`NAME` or `NAME+bB`)."""
-    from capacity_advisor.models.lab.ladder import parse_name, student_dir
-
-    n = parse_name(name)
-    return student_dir(n.name, n.build)
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def lab():
     """The embedded lab: synthetic tasks, a programmatic teacher, a ladder of small students."""
@@ -112,6 +104,7 @@ def build(sizes, threads, as_json):
     """Pretrain the ladder students that are not built yet (cached; a rebuild is a no-op)."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, progress, quiet_libraries
     from capacity_advisor.models.lab import list_students, student_path
+    from capacity_advisor.models.lab.ladder import folder_of
     from capacity_advisor.models.lab.train import set_threads
 
     from capacity_advisor.models.files import advisor_home, check_writable_dir
@@ -121,7 +114,7 @@ def build(sizes, threads, as_json):
     set_threads(threads)
     names = _sizes(sizes, teacher=True)
     for name in names:
-        if (_folder(name) / "build.json").exists():
+        if (folder_of(name) / "build.json").exists():
             console.print(f"{name}: already built")
             continue
         t0 = time.time()
@@ -152,10 +145,11 @@ def stash(sizes, as_json):
     pretraining checkpoint, so a fresh clone uses it or resumes it instead of pretraining from scratch."""
     from capacity_advisor.advisor.cli.ui import console, emit_json
     from capacity_advisor.models.lab import committed
+    from capacity_advisor.models.lab.ladder import folder_of
 
     rows = []
     for name in _sizes(sizes, teacher=True):
-        final = _folder(name)
+        final = folder_of(name)
         kept = committed.stash(final)
         rows.append({"name": name, "folder": final.name, "kept": kept})
         console.print(f"{name}: " + (f"kept the {kept} as {committed.WEIGHTS.name}/{final.name}" if kept

@@ -223,13 +223,9 @@ def build_models(names: list[str], jobs: int, log: Log) -> None:
     """Pretrain the lab models `names` that are not built yet, `jobs` at a time, largest first."""
     from joblib import Parallel, delayed
 
-    from capacity_advisor.models.lab.ladder import n_params, parse_name, student_dir, student_path
+    from capacity_advisor.models.lab.ladder import folder_of, n_params, parse_name, student_path
 
-    def built(name: str) -> bool:
-        n = parse_name(name)
-        return (student_dir(n.name, n.build, n.steps) / "build.json").exists()
-
-    todo = sorted((n for n in names if not built(n)), key=lambda n: -n_params(parse_name(n).name))
+    todo = sorted((n for n in names if not (folder_of(n) / "build.json").exists()), key=lambda n: -n_params(parse_name(n).name))
     if not todo:
         return
     t0 = time.time()

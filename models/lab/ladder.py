@@ -190,6 +190,12 @@ def parse_name(text: str) -> LabName:
     return LabName(m["name"], steps, build)
 
 
+def folder_of(text: str) -> Path:
+    """The cache folder of the lab model named `text` (any of `parse_name`'s forms), built or not."""
+    n = parse_name(text)
+    return student_dir(n.name, n.build, n.steps)
+
+
 def lab_model(name: str, build: int = DEFAULT_SEED) -> str:
     """The `lab:` model spec of ladder student `name` pretrained as build `build`."""
     return f"lab:{name}" + (f"+b{build}" if build != DEFAULT_SEED else "")

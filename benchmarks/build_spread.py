@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/build_spread.py calibration/lab2/modchain-program calibration/lab2/modchain-program-builds
     .venv/bin/python benchmarks/build_spread.py FOLDER ... --json out.json
+    .venv/bin/python benchmarks/build_spread.py calibration/lab2/* --compact     # every source, every student
 
 Each FOLDER is a published sweep (its records.jsonl); folders of one pool source are read
 together, so a source's own sweep (build 0, the ladder's students) and its `-builds` sweep
@@ -12,6 +13,10 @@ every build and seed with its range, the per-build means, and how many of the bu
 ahead by more than 2 points. The spread over builds is the range of the per-build means; the
 spread over seeds, the mean range across one build's seeds — set side by side, they tell whether
 a student's pattern belongs to its size or to one build.
+
+`--compact` prints one table per source with a row per student (every student, built once or
+more): D_high / D_low at epochs 1, 3 and 5 and the two spreads at each, "—" where a student has one
+build (or one seed).
 """
 
 from __future__ import annotations
@@ -101,6 +106,39 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _pair(c: dict | None, key: str | None = None) -> str:
+    if c is None:
+        return "—"
+    if key is None:
+        return f"{c['high']:.2f} / {c['low']:.2f}"
+    if key == "build_spread" and len(c["builds"]) < 2:
+        return "—"
+    if key == "seed_spread" and all(p["seeds"] < 2 for p in c["builds"].values()):
+        return "—"
+    return f"{c[key]['high']:.2f} / {c[key]['low']:.2f}"
+
+
+def compact_table(result: dict) -> str:
+    """One table per source, a row per student: D_high / D_low at each epoch, then the spreads."""
+    lines = []
+    epochs = [f"{e:g}" for e in EPOCHS]
+    for source, sizes in result.items():
+        lines += [f"{source}:", "",
+                  "| student | builds × seeds | " + " | ".join(f"epoch {e}: high / low" for e in epochs)
+                  + " | spread over seeds (high / low), epochs " + ", ".join(epochs)
+                  + " | spread over builds (high / low), epochs " + ", ".join(epochs) + " |",
+                  "|---|---|" + "---|" * (len(epochs) + 2)]
+        for size, by_epoch in sizes.items():
+            last = by_epoch[max(by_epoch, key=float)] if by_epoch else None
+            shape = (f"{len(last['builds'])} × {max(p['seeds'] for p in last['builds'].values())}" if last else "—")
+            cells = [_pair(by_epoch.get(e)) for e in epochs]
+            seeds = "; ".join(_pair(by_epoch.get(e), "seed_spread") for e in epochs)
+            builds = "; ".join(_pair(by_epoch.get(e), "build_spread") for e in epochs)
+            lines.append(f"| {size} | {shape} | " + " | ".join(cells) + f" | {seeds} | {builds} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def build_spread(folders: list[Path], sizes: list[str] | None = None) -> dict:
     runs = collect(folders)
     order = {name: i for i, name in enumerate(LADDER)}
@@ -116,6 +154,7 @@ def main() -> int:
     ap.add_argument("folders", nargs="+", type=Path)
     ap.add_argument("--sizes", default="", help="comma-separated students (default: every size with more than one build)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--compact", action="store_true", help="every student, one row each, one table per source")
     args = ap.parse_args()
     missing = [str(f) for f in args.folders if not (f / "records.jsonl").is_file()]
     if missing:
@@ -128,13 +167,13 @@ def main() -> int:
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if not sizes:  # every size the folders hold in more than one build
+    if not sizes and not args.compact:  # every size the folders hold in more than one build
         result = {src: {size: c for size, c in by.items()
                         if any(len(e["builds"]) > 1 for e in c.values())} for src, by in result.items()}
         result = {src: by for src, by in result.items() if by}
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
-    print(table(result))
+    print(compact_table(result) if args.compact else table(result))
     return 0
 
 

@@ -155,3 +155,14 @@ def test_build_spread_sets_the_spread_over_builds_beside_the_spread_over_seeds(t
     assert end["build_spread"]["low"] == pytest.approx(0.6) and end["build_spread"]["high"] == pytest.approx(0.0)
     assert end["seed_spread"]["low"] == pytest.approx(0.02) and end["seed_spread"]["high"] == pytest.approx(0.0)
     assert by_size["m"]["1"]["builds_low_ahead"] == 0 and by_size["m"]["1"]["builds_high_ahead"] == 3
+    from build_spread import compact_table
+
+    # the compact table: one row per student, the three epochs' pairs, then the two spreads per epoch
+    row = next(line for line in compact_table(got).splitlines() if line.startswith("| m |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:5] == ["m", "3 × 2", "0.50 / 0.20", "0.50 / 0.50", "0.50 / 0.68"]
+    assert cells[5] == "0.00 / 0.00; 0.00 / 0.00; 0.00 / 0.02"
+    assert cells[6] == "0.00 / 0.00; 0.00 / 0.00; 0.00 / 0.60"
+    one = compact_table(build_spread([own]))  # the ladder's build alone: no spread over builds to state
+    row = next(line for line in one.splitlines() if line.startswith("| m |"))
+    assert row.rstrip().endswith("| —; —; — |") and "| 1 × 2 |" in row

@@ -2,6 +2,7 @@
 scoring, checkpoints — measured side by side in one process.
 
     .venv/bin/python benchmarks/run_profile.py UNIT_FOLDER [--options high,low,mixed] [--epochs 5] [--compare] [--json]
+    .venv/bin/python benchmarks/run_profile.py UNIT_FOLDER --options high,low,mixed --epochs 5 --measure-every 4
 
 UNIT_FOLDER is a unit of an `advisor calibrate --out` sweep folder (it holds OPTION.manifest.json,
 data/OPTION.jsonl and the pools the manifest names), e.g.
@@ -23,7 +24,10 @@ Each part is printed as seconds and as its share of the wall time; the shares ar
 one process, first without the evaluator's cache of the fixed models' scores (every generation
 scored again by the base student and the teacher at every evaluation), then with it, and prints
 the ratios of the wall times, of the scoring parts and of the evaluations' forward tokens, and
-whether every evaluation's accuracy agrees.
+whether every evaluation's accuracy agrees. `--measure-every N` trains the runs twice in one
+process, first as their manifests say (the scoring measures at every evaluation), then with
+`eval.measure_every` N (those measures at every Nth evaluation, step 0, whole epochs and the last
+one), and prints the same ratios.
 """
 
 from __future__ import annotations
@@ -95,7 +99,7 @@ def scorers(spent: dict):
         Evaluator.measure, HFBackend.score_encoded = measure, score_encoded
 
 
-def profile(unit: Path, options: list[str], epochs: float, cache: bool = True) -> dict:
+def profile(unit: Path, options: list[str], epochs: float, cache: bool = True, measure_every: int | None = None) -> dict:
     """Train the unit's runs of `options` one after another in this process (the student loaded
     once, as calibration does), timing the parts of the module doc over all of them."""
     import torch
@@ -109,6 +113,9 @@ def profile(unit: Path, options: list[str], epochs: float, cache: bool = True) -
 
     torch.set_num_threads(1)
     manifests = {o: load_manifest(unit / f"{o}.manifest.json") for o in options}
+    for m in manifests.values():
+        if measure_every is not None:
+            m.eval.measure_every = measure_every
     spec = manifests[options[0]].model["spec"]
     lm = load_model(spec, device="cpu", dtype="float32")
     spent: dict = defaultdict(float)
@@ -141,6 +148,7 @@ def profile(unit: Path, options: list[str], epochs: float, cache: bool = True) -
     parts["training"] = wall - sum(parts.values())
     parts.update({f"scoring_{w}": spent[f"scoring_{w}"] for w in ("student", "base", "teacher")})
     return {"unit": unit.name, "options": options, "model": spec, "epochs": epochs, "cache": cache,
+            "measure_every": next(iter(manifests.values())).eval.measure_every,
             "accuracies": accuracies, "eval_tokens": eval_tokens, "steps": steps, "evals": evals, "wall_s": round(wall, 1),
             "parts_s": {k: round(v, 1) for k, v in parts.items()},
             "shares": {k: round(v / wall, 3) for k, v in parts.items()},
@@ -153,6 +161,8 @@ def main() -> int:
     ap.add_argument("--options", default="high", help="comma-separated runs of the unit, trained in this order in one process")
     ap.add_argument("--epochs", type=float, default=1.0)
     ap.add_argument("--compare", action="store_true", help="the run without, then with, the cache of the fixed models' scores")
+    ap.add_argument("--measure-every", type=int, default=None,
+                    help="the runs as their manifests say, then with eval.measure_every N (the scoring measures thinned)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     options = [o for o in args.options.split(",") if o]
@@ -161,10 +171,16 @@ def main() -> int:
         print(f"error: {args.unit} has no {', '.join(missing) or '(none)'}.manifest.json: name a unit folder of an "
               "`advisor calibrate` sweep and runs it holds (high, low, mixed, ...)", file=sys.stderr)
         return 2
+    if args.measure_every is not None and (args.measure_every < 1 or args.compare):
+        print("error: --measure-every takes a whole number from 1, and not with --compare (one comparison per call)",
+              file=sys.stderr)
+        return 2
     runs = [profile(args.unit, options, args.epochs, cache=False)] if args.compare else []
     runs.append(profile(args.unit, options, args.epochs))
+    if args.measure_every is not None:
+        runs.append(profile(args.unit, options, args.epochs, measure_every=args.measure_every))
     out = {"runs": runs}
-    if args.compare:
+    if args.compare or args.measure_every is not None:
         before, after = runs
         out["ratios"] = {"wall": round(before["wall_s"] / after["wall_s"], 3),
                          "scoring": round(before["parts_s"]["scoring"] / max(after["parts_s"]["scoring"], 1e-9), 3),
@@ -175,13 +191,15 @@ def main() -> int:
         return 0
     for res in runs:
         print(f"{res['model']} {'+'.join(res['options'])}, {res['epochs']:g} epoch(s), cache of the fixed models' scores "
-              f"{'on' if res['cache'] else 'off'}: {res['steps']} steps, {res['evals']} evaluations, {res['wall_s']} s")
+              f"{'on' if res['cache'] else 'off'}, scoring measures every {res['measure_every']} evaluation(s): "
+              f"{res['steps']} steps, {res['evals']} evaluations, {res['wall_s']} s")
         for k, v in res["parts_s"].items():
             name = "  " + k[len("scoring_"):] if k.startswith("scoring_") else k
             print(f"  {name:<12} {v:8.1f} s  {100 * res['shares'][k]:5.1f} %")
-    if args.compare:
+    if args.compare or args.measure_every is not None:
         r = out["ratios"]
-        print(f"without / with the cache: wall {r['wall']:.2f}x, scoring {r['scoring']:.2f}x, forward tokens of the "
+        what = "without / with the cache" if args.compare else f"every evaluation / every {args.measure_every}"
+        print(f"{what}: wall {r['wall']:.2f}x, scoring {r['scoring']:.2f}x, forward tokens of the "
               f"evaluations {r['eval_tokens']:.2f}x; accuracies at every evaluation "
               f"{'the same' if out['same_accuracies'] else 'DIFFERENT'}")
     return 0

@@ -463,3 +463,44 @@ def test_rerank_rescores_with_the_checkpoint_and_swaps_the_rows(tmp_path, tiny_l
         assert row["k"] == min(range(3), key=lambda k: (direct[k]["logprob_sum"], k))
     assert [r["completion"] for r in seen[1]] == [c["responses"][row["k"]] for c, row in zip(cands, chosen)]
     assert [r["completion"] for r in seen[0]] != [r["completion"] for r in seen[1]]
+
+
+def test_measure_every_thins_the_scoring_measures_and_nothing_else(tmp_path, tiny_llama):
+    """eval.measure_every 4: the scoring measures at step 0, whole epochs and the last evaluation
+    only; accuracy, losses and the measures where they are taken are those of the full protocol."""
+    from capacity_advisor.training.run_check import run_key
+    from capacity_advisor.training.sft import run_sft
+
+    runs = {}
+    for every in (1, 4):
+        path = make_manifest(tmp_path / f"rec{every}", tiny_llama, epochs=2)
+        d = json.loads(path.read_text())
+        assert "measure_every" not in d["eval"]  # the default is not written: older manifests keep their run keys
+        d["eval"].update(base_drift=True, measure_every=every)
+        path.write_text(json.dumps(d))
+        m = load_manifest(path)
+        assert m.eval.measure_every == every and ("measure_every" in m.to_dict()["eval"]) == (every != 1)
+        runs[every] = (run_key(m), run_sft(path, tmp_path / f"run{every}", records=str(tmp_path / "r.jsonl"), threads=1))
+    (key1, _), (key4, _) = runs[1], runs[4]
+    assert key1 != key4
+    rows = {every: [json.loads(x) for x in (tmp_path / f"run{every}" / "eval.jsonl").read_text().splitlines()]
+            for every in (1, 4)}
+    full, thin = rows[1], rows[4]
+    assert [e["step"] for e in full] == [e["step"] for e in thin] == list(range(9))
+    measured = {0, 4, 8}  # step 0, the end of epoch 1 (4 steps per epoch), the last step
+    for a, b in zip(full, thin):
+        assert a["accuracy"] == b["accuracy"] and a["answer_rate"] == b["answer_rate"]
+        assert (a["train_loss"] is None and b["train_loss"] is None and a["step"] == 0) or \
+            a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-6)
+        for key in ("answer_logprob", "base_drift"):
+            assert isinstance(a[key], float)
+            if b["step"] in measured:
+                assert b[key] == pytest.approx(a[key], rel=1e-6)
+            else:
+                assert b[key] is None
+    assert sum(e["eval_tokens"] for e in thin) < sum(e["eval_tokens"] for e in full)
+    # a bad value is named, not crashed on
+    d["eval"]["measure_every"] = 0
+    path.write_text(json.dumps(d))
+    with pytest.raises(InputError, match="eval.measure_every"):
+        load_manifest(path)

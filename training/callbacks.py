@@ -108,7 +108,7 @@ class EvalCallback(TrainerCallback):
 
     def __init__(self, run_dir: Path, evaluator: Evaluator, evals_per_epoch: int, grad_accum: int, seed: int,
                  tokenizer, spec: str, eval_every: int | None = None, elapsed_before: float = 0.0, log=None,
-                 step0_row: dict | None = None):
+                 step0_row: dict | None = None, measure_every: int = 1):
         self.run_dir = Path(run_dir)
         self.eval_file = self.run_dir / "eval.jsonl"
         self.evaluator = evaluator
@@ -117,6 +117,7 @@ class EvalCallback(TrainerCallback):
         self.evals_per_epoch = evals_per_epoch
         self.eval_every = eval_every
         self.step0_row = step0_row
+        self.measure_every = measure_every
         self.grad_accum = grad_accum
         self.seed = seed
         self.tokenizer = tokenizer
@@ -173,6 +174,16 @@ class EvalCallback(TrainerCallback):
         barrier()
 
     # ---- the evaluation itself ------------------------------------------------------------
+    def scores_at(self, step: int) -> bool:
+        """Whether the evaluation at `step` runs the scoring measures (eval.measure_every): every
+        Nth evaluation of the schedule, step 0, whole epochs and the last evaluation."""
+        if self.measure_every <= 1 or step == 0 or not self.schedule or step == self.schedule[-1]:
+            return True
+        if step % self.steps_per_epoch == 0:
+            return True
+        k = self.schedule.index(step) + 1 if step in self.schedule else 0
+        return k % self.measure_every == 0
+
     def _evaluate(self, model, state, args) -> None:
         step = state.global_step
         t0 = time.perf_counter()
@@ -185,7 +196,7 @@ class EvalCallback(TrainerCallback):
                 # gathering FSDP's shards is a collective: every rank enters, rank 0 measures
                 with full_params(self.trainer):
                     if rank() == 0:
-                        row.update(self.evaluator.measure(self._lm(model, args), gens))
+                        row.update(self.evaluator.measure(self._lm(model, args), gens, scores=self.scores_at(step)))
             finally:
                 if was_training:
                     model.train()

@@ -44,6 +44,7 @@ from capacity_advisor.models import metrics
 from capacity_advisor.training.manifest import TrainingSpec
 
 ANSWER_MARKERS = {"lab": ";A", "math": "\\boxed{"}
+SCORED = ("answer_logprob", "teacher_nll", "base_drift", "teacher_view")  # the measures that score (eval.measure_every)
 # id(module) -> (a weak reference to it, the state of its weights, {(length, prompt, text): (mean log-prob, tokens)})
 FIXED_SCORES: dict[int, tuple] = {}
 FIXED_SCORES_MAX = 200_000  # pairs kept per model; past it its cache starts over
@@ -124,8 +125,10 @@ class Evaluator:
                                           temperature=self.temperature, seed=seed, details=True)
         return [o[0] for o in outs]
 
-    def measure(self, lm, gens: Sequence[dict]) -> dict:
-        """Every metric of the module doc for one set of generations (one per row, in order)."""
+    def measure(self, lm, gens: Sequence[dict], scores: bool = True) -> dict:
+        """Every metric of the module doc for one set of generations (one per row, in order).
+        Without `scores`, those read off the generations only: the scoring measures
+        (`SCORED`) are None and `eval_tokens` counts the generated tokens."""
         texts = [g["text"] for g in gens]
         prompts = [r["prompt"] for r in self.rows]
         answers = [r.get("answer") for r in self.rows]
@@ -146,6 +149,9 @@ class Evaluator:
                 if self.checker != "none" else None,
             }
         spent = sum(int(g["n_tokens"]) for g in gens)
+        if not scores:
+            row.update(dict.fromkeys(SCORED), eval_tokens=spent)
+            return row
         student = self._backend(lm)
 
         # answer log-likelihood, teacher-forced after the student's own reasoning

@@ -83,6 +83,9 @@ class EvalSpec:
     per_problem: bool = False  # keep each problem's correctness and answer log-likelihood in eval.jsonl
     view_limit: int | None = None  # teacher_view / base_drift on the first N generations only; None = all
     token_budget: int | None = None  # padded tokens per generation / scoring batch; None = the backend's default
+    # the scoring measures (answer_logprob, teacher_nll, base_drift, teacher_view) at every Nth evaluation
+    # and always at step 0, at whole epochs and at the last one; accuracy and the rates at every evaluation
+    measure_every: int = 1
 
 
 @dataclass
@@ -197,6 +200,7 @@ class Manifest:
             bad.append(f"eval.temperature: must be from 0 (greedy) to 100, got {show(e.temperature)}")
         for name in ("limit", "view_limit", "token_budget"):
             bad += whole_problems(f"eval.{name}", getattr(e, name), 1, MAX_COUNT, null=True)
+        bad += whole_problems("eval.measure_every", e.measure_every, 1, MAX_COUNT)
         for name in ("base_drift", "per_problem"):
             if not isinstance(getattr(e, name), bool):
                 bad.append(f"eval.{name}: must be true or false, got {show(getattr(e, name))}")
@@ -238,6 +242,8 @@ class Manifest:
         d.pop("base_dir")
         if not d["sets"]:  # written only when it names a set, so manifests without one read as before
             d.pop("sets")
+        if d["eval"].get("measure_every") == 1:  # written only when it thins the measures: run keys stay as they were
+            d["eval"].pop("measure_every")
         return {"version": d.pop("version"), **d}
 
     def to_json(self, path: str | os.PathLike, check_files: bool = True) -> Path:

@@ -222,7 +222,7 @@ def _trainer(m: Manifest, checked: Checked, args, lm, base, teacher, run_dir: Pa
                         view_limit=e.view_limit)
     evaluator = cbs.EvalCallback(run_dir, measure, t.evals_per_epoch, t.grad_accum, t.seed, tok, m.model_spec,
                                  eval_every=t.eval_every, elapsed_before=(marker or {}).get("elapsed", 0.0),
-                                 log=progress.note, step0_row=step0_row)
+                                 log=progress.note, step0_row=step0_row, measure_every=e.measure_every)
     extra = [cbs.PauseCallback(evaluator, pause_after_evals)] if pause_after_evals else []
     rerank = None
     if t.rerank:

@@ -33,6 +33,9 @@ from capacity_advisor.models.errors import InputError
 @field_option(CalibrateConfig, "candidates", help="Teacher samples per problem.")
 @field_option(CalibrateConfig, "probe_steps", help="The longest probe; shorter ones are replayed from its prefix.")
 @field_option(CalibrateConfig, "jobs", help="Units in parallel, one torch thread each.")
+@field_option(CalibrateConfig, "measure_every",
+              help="The full runs' scoring measures (answer log-likelihood, teacher NLL, base drift, teacher view) at every "
+                   "Nth evaluation and at whole epochs; accuracy at every one. 1: all of them at every evaluation.")
 @field_option(CalibrateConfig, "teacher",
               help="The lab model that samples the pools (lab:teacher, lab:teacher-xl), or 'program' for the scripted teacher's candidates.")
 @field_option(CalibrateConfig, "temperature", help="The teacher model's sampling temperature.")
@@ -108,7 +111,8 @@ def calibrate_own_pool(ctx, as_json: bool, kw: dict) -> None:
     from capacity_advisor.advisor.cli.ui import console, emit_json
 
     lab_only = [f"--{k.replace('_', '-')}" for k in ("sizes", "builds", "mean_seeds", "tasks", "n_train", "candidates", "jobs",
-                                                     "teacher", "temperature", "budget_runs", "schedules", "quick")
+                                                     "teacher", "temperature", "budget_runs", "schedules", "quick",
+                                                     "measure_every")
                 if ctx.get_parameter_source(k) == click.core.ParameterSource.COMMANDLINE]
     if lab_only:
         raise InputError(f"{', '.join(lab_only)} belong to the lab sweep; with --students name your proxies, --pool, "

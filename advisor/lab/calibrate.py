@@ -165,7 +165,7 @@ def train_option(cfg: CalibrateConfig, unit: Unit, option: str, lm, pool, pool_p
         LAB.with_(max_new_tokens=cfg.max_new_tokens), epochs=epochs or cfg.epochs,
         learning_rate=lab_learning_rate(unit.size), seed=unit.seed,
         eval={"path": os.path.relpath(eval_path, folder), "checker": "lab", "limit": None,
-              "teacher": cfg.teacher_model, "base_drift": True, "view_limit": 64},
+              "teacher": cfg.teacher_model, "base_drift": True, "view_limit": 64, "measure_every": cfg.measure_every},
         training={"batch_size": cfg.batch, "evals_per_epoch": cfg.evals_per_epoch, "save_total_limit": 1,
                   "switch_epoch": switch, "rerank": rerank},
         model={**lm.description, "spec": unit.model}, dataset=f"data/{name}.jsonl", strategy=strategy,

@@ -33,6 +33,7 @@ class CalibrateConfig:
     probe_eval_every: int = LAB.eval_every
     probe_eval_problems: int = LAB.eval_problems
     max_new_tokens: int = LAB.max_new_tokens
+    measure_every: int = 1  # --measure-every: the full runs' scoring measures at every Nth evaluation (eval.measure_every)
     jobs: int = 1  # --jobs: units in parallel (one torch thread each)
     teacher: str = LAB_TEACHER  # --teacher: the lab model that samples the pools, or "program" (the scripted teacher)
     temperature: float = 1.0  # --temperature: the teacher's sampling temperature
@@ -65,6 +66,8 @@ class CalibrateConfig:
             bad.append(f"--candidates {self.candidates} must be between 2 and 16")
         if self.jobs < 1:
             bad.append(f"--jobs {self.jobs} must be at least 1")
+        if self.measure_every < 1:
+            bad.append(f"--measure-every {self.measure_every} must be at least 1 (1: every evaluation)")
         for option in self.schedules:
             try:
                 strategy, _, switch = schedule_of(option)

@@ -1,102 +1,93 @@
-"""GPU check: the hf backend at the paper's student sizes, the cost of `advisor recommend`, and vllm beside hf.
+"""GPU check: the hf backend at the paper's student sizes, one real `advisor recommend`, their cost
+in GPU-hours, and vllm beside hf.
 
     python benchmarks/gpu_check.py --hf-only --out gpu-check.json   # one GPU, no vllm needed
     python benchmarks/gpu_check.py --out gpu-check.json             # also vllm against hf (its environment: docs/vllm.md)
     python benchmarks/gpu_check.py --quick --hf-only                # the whole path at tiny shapes on a CPU, in seconds
+    python benchmarks/gpu_check_bare.py OUT                         # a bare checkout on a GPU machine (docs/gpu-check.md)
 
-Needs CUDA (and vllm, unless --hf-only); without them it says which is missing in one `error:`
-line and exits 2. `--quick` shrinks every shape and length so that the path runs on a CPU: its
-figures check the code and describe no GPU. Nothing is downloaded: every model is built here with
-random weights. The JSON goes to --out, the Markdown table for docs/results.md section 3 beside it
-(the same name with the suffix .md); both are printed (--json: the JSON alone). The command is sized
-to finish within about 8 minutes on one H200-class GPU; it has not been timed on one yet.
+Needs one CUDA GPU (and vllm, unless --hf-only); without them it says which is missing in one
+`error:` line and exits 2. `--quick` shrinks every shape and length so that the path runs on a
+CPU: its figures check the code and describe no GPU. Nothing is downloaded: every model is built
+here with random weights. The JSON goes to --out, the Markdown for docs/results.md section 3 beside
+it (the same name with the suffix .md); both are rewritten as each measurement ends, so a run
+stopped early leaves what it finished. A part that would end past --budget-s (from PART_SECONDS,
+its expected seconds on one H200-class GPU) is skipped and the JSON says so.
 
 In one process, in this order:
 
-1. the students (--students; `none` skips them), each alone on the device: Qwen2.5-1.5B and
-   Qwen2.5-7B built from the numbers of their public config.json (hidden size, layers, attention
-   and KV heads, intermediate size, vocabulary 151,936 / 152,064, tied / untied embeddings) with
-   random weights, in the dtype the trainer picks (training.trainer_settings.precision: bf16 on a GPU):
+1. each student (--students; `none` skips them), alone on the device: Qwen2.5-1.5B and Qwen2.5-7B
+   built from the numbers of their public config.json with random weights, in the dtype the
+   trainer picks (training.trainer_settings.precision: bf16 on a GPU):
    - scoring: `HFBackend.score_encoded` at the device's default token budget, as `advisor score`
-     runs it, on --scoring-pairs pairs of the assumed pool's shape cut at recommend's scoring max_length
-     (probes.recipe.REAL.score_length): response tokens/s and peak memory;
-   - one probe step as `advisor probe` and `recommend` take it: the real-student recipe
-     (probes/recipe.py REAL: batch 8, its max_length, warm-up, constant rate, the size's learning
-     rate), its manifest (probes.run.manifest_for) and the Trainer settings of training/trainer_settings.py
-     (training_arguments: the Trainer's AdamW, bf16, no gradient checkpointing, as probe manifests
-     leave it), on a deep copy of the student while the base stays on the device for base_drift,
-     as run_sft does; full fine-tuning at 1.5B, LoRA of rank --lora-r (peft, training.trainer_settings.with_lora:
-     all linear layers) at 7B. Every sequence fills max_length (the assumed responses are longer).
-     Seconds per step, end to end (one warm-up step left out), and peak memory. If the step runs
-     out of memory it is measured again with gradient checkpointing, and the JSON says so;
-   - the evaluation's generation, as EvalCallback runs it: greedy, through the hf backend
-     (`HFBackend.generate`), on the trained copy with the base and the optimizer state still
-     held, on one batch of the size the backend's token budget gives prompts of the pool's length
-     plus the recipe's max_new_tokens. The random model has no EOS, so every row runs to the cap;
-   - the projection of `advisor recommend` on the assumed pool (`project`, from those figures
-     alone): every candidate scored; 2 sets x the recipe's steps; 1 + 2 x (steps / eval_every)
-     evaluations of eval_problems x max_new_tokens new tokens, plus what each evaluation scores
-     (each generation's answer and its base_drift, both held-out teacher responses per problem)
-     at the base's scoring rate. Its peak is the largest of the three measured peaks. Not
-     included: loading the model, reading the pool, the checkpoint written at each evaluation,
-     the predictor;
-2. agreement (a random-init Qwen2-shaped model of --hidden and --layers, or --model): per-response
-   mean log-prob from hf in fp32 (the reference), hf in bf16 and vllm in bf16 on the same token
-   ids. "Within bf16 tolerance" means vllm's error against the fp32 reference is no more than
-   twice hf-bf16's own (plus 1e-3), and the high/low picks over groups of 4 candidates flip no
-   more often than hf-bf16's do (plus 2 points);
-3. scoring throughput: response tokens per second, hf (bf16, batched, chunked LM head) vs vllm,
-   and vs a naive loop (one example at a time, full-vocabulary log-softmax) in the same dtype;
-4. generation throughput: new tokens per second sampling --gen-n completions of --gen-prompts
-   prompts, hf `generate` vs vllm;
-5. memory: hf's peak CUDA memory above the weights for one --long-tokens trace (vLLM reserves a
-   fixed share of the GPU up front, so only hf's figure is meaningful).
+     runs it, on --scoring-pairs pairs of the assumed pool's shape cut at recommend's scoring
+     length (probes.recipe.REAL.score_length): response tokens/s and peak memory; the first
+     NAIVE_PAIRS of them again through the naive loop (one pair at a time, the whole log-softmax);
+   - one probe step as `advisor probe` and `recommend` take it (probes/recipe.py REAL and
+     probes.run.manifest_for, the Trainer settings of training/trainer_settings.py), on a copy of
+     the student while the base stays on the device for base_drift, as run_sft does; full
+     fine-tuning at 1.5B, LoRA of rank --lora-r at 7B. Seconds per step (one warm-up step left
+     out) and peak memory. A step that runs out of memory is measured again with gradient
+     checkpointing, and the JSON says so;
+   - the evaluation's generation, as EvalCallback runs it: greedy, `HFBackend.generate` on the
+     trained copy, one batch of the size the token budget gives at the recipe's new-token cap,
+     --eval-gen-tokens new tokens timed (the random model has no EOS: every row runs to the bound);
+   - one full-run step: the full run recommend's manifest describes (probes.recipe.full_run_manifest:
+     its batch and training length), on a fresh student with no base beside it, as `advisor train`
+     runs it; full fine-tuning at 1.5B, LoRA at 7B;
+   - each rate as a share of the matmul roofline (gpu_check_roofline.py: the ceiling measured here,
+     and the peak the dry run assumes), the projection of `advisor recommend` on the assumed pool
+     (gpu_check_projection.py) and the GPU-hours of a probe, a full run, a race and a calibration
+     (gpu_check_hours.py);
+2. after the student --e2e names: one real `advisor recommend` on a generated pool with that
+   student saved as a model folder, each stage's seconds (gpu_check_e2e.py; sizes: EndToEnd);
+3. agreement (a random-init Qwen2-shaped model of --hidden and --layers, or --model): hf in fp32,
+   hf in bf16 and vllm in bf16 on the same token ids, scoring and generation throughput and the
+   long trace's memory (gpu_check_agreement.py).
 
 The pool is an ASSUMPTION, not a measurement (--pool-problems, --candidates, --prompt-tokens,
---response-tokens): 12,000 problems x 4 candidates, 128-token prompts and 4,000-token responses,
-as long reasoning traces run. Peak memory is CUDA's allocator peak (torch.cuda.max_memory_allocated)
-over each measurement, weights included; on a CPU (--quick) it is the process's resident set,
-sampled, which shows only that the path ran.
+--response-tokens): 12,000 problems x 4 candidates, 128-token prompts and 4,000-token responses.
+Peak memory is CUDA's allocator peak (torch.cuda.max_memory_allocated) over each measurement,
+weights included; on a CPU (--quick) the process's resident set, sampled, which shows only that
+the path ran.
 
 The JSON: `students.<name>` holds `shape`, `params`, `dtype`, `scoring`, `probe_step`,
-`generation` (the measured fields of each are listed in MEASURED) and `projection` (`seconds` per
-part, `total_seconds`, `peak_memory_mb`); `projection_inputs` holds the recipe, the scoring
-max_length, the assumed pool and the number of sets; the agreement part's figures sit at the top
-level (`agreement`, `scoring`, `generation`, `long_trace`), as before; `wall_seconds` is the run's.
+`generation`, `full_run_step` (the measured fields of each in MEASURED, each with its `roofline`),
+`projection` and `hours`; `recommend` the end-to-end run; `matmul_ceiling`; `parts` (seconds of each
+part) and `skipped`; the agreement part's figures at the top level (`agreement`, `scoring`,
+`generation`, `long_trace`); `wall_seconds` once the run ends.
 
-This file holds the command line and the student part's order of work (`student_part`,
-`measure_student`); the rest lies beside it in benchmarks/: gpu_check_shapes.py (the student
-shapes, the --quick sizes, the assumed pool), gpu_check_measure.py (a student built and its
-scoring, probe step and generation measured), gpu_check_projection.py (the projection),
-gpu_check_agreement.py (parts 2 to 5) and gpu_check_report.py (the summary, the table and the
-files written). Every name of those modules is importable from this one as well.
+This file holds the command line and the order of work; the rest lies beside it in benchmarks/,
+gpu_check_*.py. Every name of those modules that the tests use is importable from this one.
 """
 
 import argparse
+import copy
+import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# the names the parts define, all importable from here (the tests load this file alone)
-from gpu_check_agreement import agreement_part, build_model, flip_rates, naive_score, random_pairs  # noqa: E402, F401
-from gpu_check_measure import (PeakMemory, StepClock, _probe_trainer, _rss_mb, build_student,  # noqa: E402, F401
-                               build_tokenizer, filler, free, measure_generation, measure_scoring,
-                               memory_now_mb, prompt_text, timed)
+# the names the parts define, importable from here (the tests load this file alone)
+from gpu_check_args import check_args, check_environment, parse_args, problem  # noqa: E402, F401
+from gpu_check_agreement import agreement_part, build_model, flip_rates, random_pairs  # noqa: E402, F401
+from gpu_check_e2e import end_to_end, save_student  # noqa: E402
+from gpu_check_hours import EPOCHS, hours  # noqa: E402
+from gpu_check_measure import (PeakMemory, StepClock, build_student, build_tokenizer, filler, free,  # noqa: E402, F401
+                               full_run_spec, measure_generation, measure_scoring, naive_score, probe_spec,
+                               train_steps)
 from gpu_check_projection import n_evaluations, project, recipe_of  # noqa: E402, F401
-from gpu_check_report import _duration, _gib, _params, summary, table, versions, write_and_print  # noqa: E402, F401
-from gpu_check_shapes import (AGREEMENT, MAX_POSITIONS, MEASURED, QUICK_AGREEMENT, QUICK_LENGTHS,  # noqa: E402, F401
+from gpu_check_report import optional_packages, table, versions, write_and_print, write_files  # noqa: E402, F401
+from gpu_check_roofline import add_roofline, matmul_ceiling  # noqa: E402
+from gpu_check_shapes import (AGREEMENT, E2E_STUDENT, GEN_TIMED_TOKENS, MEASURED, NAIVE_PAIRS,  # noqa: E402, F401
+                              QUICK_GEN_TIMED_TOKENS, PART_SECONDS, QUICK_AGREEMENT, QUICK_E2E, QUICK_LENGTHS, QUICK_NAIVE_PAIRS,
                               QUICK_POOL, QUICK_SCORE_MAX_LENGTH, QUICK_SCORING_PAIRS, QUICK_SHAPE,
-                              QUICK_TIMED_STEPS, SCORING_PAIRS, STUDENTS, TIMED_STEPS, PoolAssumption,
-                              Student)
-
-
-def problem(msg: str) -> None:
-    print(f"gpu_check: error: {msg}", file=sys.stderr)
-    raise SystemExit(2)
+                              QUICK_TIMED_STEPS, SCORING_PAIRS, STUDENTS, TIMED_STEPS, EndToEnd,
+                              PoolAssumption, Student)
 
 
 _T0 = time.perf_counter()
@@ -106,148 +97,222 @@ def say(msg: str) -> None:
     print(f"gpu_check [{time.perf_counter() - _T0:5.0f}s] {msg}", file=sys.stderr, flush=True)
 
 
+@dataclass
+class Run:
+    """One run's settings, its results so far and its clock; `save` rewrites the files."""
+
+    args: argparse.Namespace
+    res: dict
+    recipe: object = None
+    score_max_length: int = 0
+    pool: PoolAssumption | None = None
+    strategies: int = 2
+    tokenizer: object = None
+    t0: float = 0.0
+
+    def save(self) -> None:
+        write_files(self.args, self.res)
+
+    def fits(self, *parts: str) -> bool:
+        """Whether `parts`, one after another from now, are expected to end within --budget-s."""
+        budget = self.args.budget_s
+        return budget is None or time.perf_counter() - self.t0 + sum(PART_SECONDS[p] for p in parts) <= budget
+
+    def skip(self, part: str, why: str) -> None:
+        self.res.setdefault("skipped", {})[part] = why
+        say(f"{part}: skipped ({why})")
+        self.save()
+
+    def starts(self, part: str) -> bool:
+        """Whether `part` may start: it is expected to end within --budget-s (else it is skipped)."""
+        if self.fits(part):
+            return True
+        self.skip(part, f"not started at {time.perf_counter() - self.t0:.0f} s: expected to take {PART_SECONDS[part]} s, "
+                        f"past --budget-s {self.args.budget_s:g}")
+        return False
+
+    def timed_part(self, part: str, fn) -> None:
+        """Run one part; a failure is recorded (`errors`) and the run goes on to the next part."""
+        import traceback
+
+        t = time.perf_counter()
+        try:
+            fn()
+        except Exception as e:  # one GPU run is all there is: keep the other parts' figures
+            traceback.print_exc()
+            self.res.setdefault("errors", {})[part] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            say(f"{part}: failed ({self.res['errors'][part]})")
+        finally:
+            self.res.setdefault("parts", {})[part] = time.perf_counter() - t
+            self.save()
+
+
 # ---- the students ------------------------------------------------------------------------------
 
 
-def measure_student(name: str, student: Student, shape: dict, recipe, score_max_length: int, pool: PoolAssumption,
-                    device: str, n_pairs: int, timed_steps: int, tokenizer) -> dict:
-    """Scoring, one probe step and the evaluation's generation of one student shape, alone on `device`."""
+def _fitting(device: str, label: str, attempt, checkpointing: bool):
+    """attempt(checkpointing) -> (trainer, step); once more with gradient checkpointing if it runs out of memory."""
     import torch
 
-    from capacity_advisor.training.trainer_settings import precision
-
-    dtype = precision("auto", cuda=device == "cuda")[0]
-    lm = build_student(name, shape, tokenizer, device, dtype)
-    d = lm.description
-    out: dict = {"label": student.label, "shape": shape, "params": d["n_params"], "dtype": d["dtype"]}
-    say(f"{name}: {d['n_params']:,} parameters built in {d['dtype']}; scoring")
-    out["scoring"] = measure_scoring(lm, pool, score_max_length, n_pairs, device)
-    workdir = Path(tempfile.mkdtemp(prefix=f"gpu-check-{name}-"))
-    say(f"{name}: probe step")
     oom = False
     try:
-        trainer, step = _probe_trainer(lm, student, recipe, device, 1 + timed_steps, False, pool, workdir)
+        trainer, step = attempt(checkpointing)
     except torch.cuda.OutOfMemoryError:
         oom = True
-    if oom:  # the probe as configured does not fit: what gradient checkpointing makes of it
-        free(device)
-        say(f"{name}: out of memory without gradient checkpointing; again with it")
-        trainer, step = _probe_trainer(lm, student, recipe, device, 1 + timed_steps, True, pool, workdir)
+    if oom:  # as configured it does not fit: what gradient checkpointing makes of it
+        free(device)  # outside the handler, whose traceback still held the failed attempt
+        say(f"{label}: out of memory without gradient checkpointing; again with it")
+        trainer, step = attempt(True)
     step["out_of_memory_as_configured"] = oom
-    out["probe_step"] = step
-    say(f"{name}: evaluation generation")
-    out["generation"] = measure_generation(trainer, lm, recipe, pool, device)
-    del trainer
-    del lm
+    return trainer, step
+
+
+def measure_student(run: Run, name: str, student: Student, shape: dict, m: dict, keep: Path | None) -> None:
+    """Scoring, one probe step, the evaluation's generation and one full-run step of one student,
+    alone on the device, each written to `m` (and the files) as it ends; with `keep`, the student
+    is saved there as a model folder for the end-to-end part."""
+    from capacity_advisor.training.trainer_settings import precision
+
+    a, device = run.args, run.args.device
+    dtype = precision("auto", cuda=device == "cuda")[0]
+    lm = build_student(name, shape, run.tokenizer, device, dtype)
+    m.update(params=lm.description["n_params"], dtype=lm.description["dtype"])
+    say(f"{name}: {m['params']:,} parameters built in {m['dtype']}; scoring")
+    n_pairs = a.scoring_pairs or (QUICK_SCORING_PAIRS if a.quick else SCORING_PAIRS)
+    m["scoring"] = measure_scoring(lm, run.pool, run.score_max_length, n_pairs, device,
+                                   QUICK_NAIVE_PAIRS if a.quick else NAIVE_PAIRS)
+    run.save()
+    steps = 1 + (QUICK_TIMED_STEPS if a.quick else TIMED_STEPS)
+    workdir = Path(tempfile.mkdtemp(prefix=f"gpu-check-{name}-"))  # the Trainers' output folder (nothing is saved)
+    try:
+        probe = replace(probe_spec(lm, student, run.recipe, device, workdir), max_steps=steps)
+        say(f"{name}: probe step")
+        trainer, m["probe_step"] = _fitting(device, f"{name} probe", lambda ckpt: train_steps(
+            copy.deepcopy(lm.model), lm.tokenizer, replace(probe, gradient_checkpointing=probe.gradient_checkpointing or ckpt),
+            device, run.pool, workdir), False)
+        run.save()
+        say(f"{name}: evaluation generation")
+        m["generation"] = measure_generation(trainer, lm, run.recipe, run.pool, device,
+                                             QUICK_GEN_TIMED_TOKENS if a.quick else a.eval_gen_tokens)
+        run.save()
+        del trainer
+        if keep is not None:
+            say(f"{name}: saved as a model folder for the end-to-end run")
+            m["saved_seconds"] = save_student(lm, keep)
+        full = replace(full_run_spec(lm, student, run.recipe, EPOCHS), max_steps=steps)
+        lm = None  # a full run holds no base beside the student (EvalSpec.base_drift is off)
+        free(device)
+        say(f"{name}: full-run step")
+        trainer, m["full_run_step"] = _fitting(device, f"{name} full run", lambda ckpt: train_steps(
+            build_student(name, shape, run.tokenizer, device, dtype).model, run.tokenizer,
+            replace(full, gradient_checkpointing=full.gradient_checkpointing or ckpt), device, run.pool, workdir), False)
+        del trainer
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
     free(device)
-    return out
 
 
-def student_part(args, device: str, res: dict) -> None:
+def _student(run: Run, name: str, keep: Path | None) -> None:
     import torch
 
-    from capacity_advisor.probes.recipe import REAL as REAL_RECIPE
+    a = run.args
+    student = STUDENTS[name]
+    shape = {**student.shape, **QUICK_SHAPE} if a.quick else dict(student.shape)
+    if a.lora_r is not None and student.lora_r:
+        student = replace(student, lora_r=a.lora_r)
+    m = run.res["students"][name] = {"label": student.label, "shape": shape}
+    try:
+        measure_student(run, name, student, shape, m, keep)
+    except torch.cuda.OutOfMemoryError as e:
+        m["error"] = f"out of memory: {str(e).splitlines()[0]}"
+    if "error" in m:
+        free(a.device)  # outside the handler, whose traceback still holds the student
+        say(f"{name}: {m['error']}")
+        return
+    ceiling = run.res["matmul_ceiling"]["tflops"]
+    add_roofline(m, shape, ceiling, run.res["assumed_peak_tflops"])
+    m["projection"] = project(m, run.recipe, run.pool, run.score_max_length, run.strategies)
+    m["hours"] = hours(m, run.recipe, run.pool, run.score_max_length, run.strategies)
+    h = m["hours"]["gpu_hours"]
+    say(f"{name}: projected recommend {h['probe']:.2f} GPU-h, one {m['hours']['epochs']:g}-epoch run "
+        f"{h['full_run']:.2f}, calibration proxy {h['calibration_proxy']:.2f}")
+
+
+def _recommend(run: Run, folder: Path, workdir: Path) -> None:
+    a = run.args
+    e = QUICK_E2E if a.quick else EndToEnd()
+    say(f"recommend: advisor recommend end to end at the {a.e2e} shape on {e.problems} x {e.candidates} candidates")
+    r = end_to_end(a.e2e, folder, run.res["students"][a.e2e].get("saved_seconds"), run.tokenizer, e, a.device, workdir)
+    run.res["recommend"] = r
+    say(f"recommend: {r['total_seconds']:.0f} s, chose D_{r['strategy']}")
+
+
+def student_part(run: Run) -> None:
+    """The students in turn, the end-to-end run after the one --e2e names; each part only if it fits."""
+    from capacity_advisor.advisor.calibrate_cost import PEAK_TFLOPS
     from capacity_advisor.probes.recipe import REAL
     from capacity_advisor.probes.run import ProbeConfig
+    from capacity_advisor.training.trainer_settings import precision
 
-    recipe = REAL.with_(**QUICK_LENGTHS) if args.quick else REAL
-    score_max_length = QUICK_SCORE_MAX_LENGTH if args.quick else REAL_RECIPE.score_length
-    base_pool = QUICK_POOL if args.quick else PoolAssumption()
-    pool = PoolAssumption(**{k: getattr(args, k) if getattr(args, k) is not None else v for k, v in asdict(base_pool).items()})
-    strategies = len(ProbeConfig().strategies)
-    res["projection_inputs"] = {"recipe": {**recipe.as_dict(), "token_budget": recipe.token_budget},
-                                "score_max_length": score_max_length, "pool_assumed": asdict(pool), "sets": strategies}
-    tokenizer = build_tokenizer()
+    a, res = run.args, run.res
+    run.recipe = REAL.with_(**QUICK_LENGTHS) if a.quick else REAL
+    run.score_max_length = QUICK_SCORE_MAX_LENGTH if a.quick else REAL.score_length
+    base_pool = QUICK_POOL if a.quick else PoolAssumption()
+    run.pool = PoolAssumption(**{k: getattr(a, k) if getattr(a, k) is not None else v for k, v in asdict(base_pool).items()})
+    run.strategies = len(ProbeConfig().strategies)
+    res["projection_inputs"] = {"recipe": {**run.recipe.as_dict(), "token_budget": run.recipe.token_budget,
+                                           "train_batch": run.recipe.train_batch},
+                                "score_max_length": run.score_max_length, "pool_assumed": asdict(run.pool),
+                                "sets": run.strategies}
+    res["matmul_ceiling"] = matmul_ceiling(a.device, precision("auto", cuda=a.device == "cuda")[0], a.quick)
+    res["assumed_peak_tflops"] = PEAK_TFLOPS
+    say(f"matmul ceiling {res['matmul_ceiling']['tflops']:.1f} TFLOP/s")
+    run.tokenizer = build_tokenizer()
     res["students"] = {}
-    for name in args.students:
-        student = STUDENTS[name]
-        shape = {**student.shape, **QUICK_SHAPE} if args.quick else dict(student.shape)
-        if args.lora_r is not None and student.lora_r:
-            student = replace(student, lora_r=args.lora_r)
-        try:
-            m = measure_student(name, student, shape, recipe, score_max_length, pool, device,
-                                args.scoring_pairs or (QUICK_SCORING_PAIRS if args.quick else SCORING_PAIRS),
-                                QUICK_TIMED_STEPS if args.quick else TIMED_STEPS, tokenizer)
-        except torch.cuda.OutOfMemoryError as e:
-            m = {"label": student.label, "shape": shape, "error": f"out of memory: {str(e).splitlines()[0]}"}
-        if "error" in m:
-            free(device)  # outside the handler, whose traceback still holds the student
-            res["students"][name] = m
-            say(f"{name}: {m['error']}")
+    run.save()
+    for name in a.students:
+        if not run.starts(name):
+            if a.e2e == name:
+                run.skip("recommend", f"its student, {name}, was skipped")
             continue
-        m["projection"] = project(m, recipe, pool, score_max_length, strategies)
-        res["students"][name] = m
-        p = m["projection"]
-        say(f"{name}: projected recommend {p['total_seconds'] / 3600:.2f} h, peak {p['peak_memory_mb'] / 1024:.1f} GiB")
+        e2e = a.e2e == name and run.fits(name, "recommend")  # the student is saved only for a run that fits
+        if a.e2e == name and not e2e:
+            run.skip("recommend", f"expected to take {PART_SECONDS['recommend']} s after {name}, past --budget-s")
+        workdir = Path(tempfile.mkdtemp(prefix="gpu-check-e2e-")) if e2e else None
+        try:
+            run.timed_part(name, lambda: _student(run, name, workdir / "student" if workdir else None))
+            if e2e and "error" not in res["students"][name] and name not in res.get("errors", {}) \
+                    and run.starts("recommend"):
+                run.timed_part("recommend", lambda: _recommend(run, workdir / "student", workdir))
+        finally:
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
 
 
 # ---- main --------------------------------------------------------------------------------------
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=None,
-                    help="model folder or hub id for the agreement part (default: build a random-init one)")
-    for k, v in AGREEMENT.items():
-        ap.add_argument("--" + k.replace("_", "-"), type=int, default=None, help=f"agreement part (default {v}; smaller with --quick)")
-    ap.add_argument("--gpu-memory-utilization", type=float, default=0.5)
-    ap.add_argument("--device", default=None,
-                    help="cuda (default), or cpu with --quick or with ADVISOR_VLLM_ALLOW_CPU=1 (the tests)")
-    ap.add_argument("--hf-only", action="store_true", help="skip vllm: the hf backend's figures alone")
-    ap.add_argument("--quick", action="store_true", help="tiny shapes and lengths: the whole path on a CPU in seconds")
-    ap.add_argument("--students", default=",".join(STUDENTS),
-                    help=f"comma-separated, from {', '.join(STUDENTS)}; 'none' skips the student part")
-    ap.add_argument("--scoring-pairs", type=int, default=None,
-                    help=f"pairs timed per student (default {SCORING_PAIRS}; {QUICK_SCORING_PAIRS} with --quick)")
-    ap.add_argument("--lora-r", type=int, default=None,
-                    help=f"LoRA rank of the LoRA-probed students (default {STUDENTS['qwen2.5-7b'].lora_r})")
-    for k, v in asdict(PoolAssumption()).items():
-        ap.add_argument("--" + k.replace("_", "-").replace("problems", "pool-problems"), dest=k, type=int, default=None,
-                        help=f"the assumed pool, timed at its shape and projected on (default {v:,})")
-    ap.add_argument("--json", action="store_true", help="print the JSON instead of the summary and the table")
-    ap.add_argument("--out", default=None, help="write the results JSON here, and the Markdown table beside it (.md)")
-    args = ap.parse_args(argv)
-    for k, v in (QUICK_AGREEMENT if args.quick else AGREEMENT).items():
-        if getattr(args, k) is None:
-            setattr(args, k, v)
-    args.device = args.device or ("cpu" if args.quick else "cuda")
-    args.students = [] if args.students.strip() == "none" else [s.strip() for s in args.students.split(",") if s.strip()]
-    if args.out and Path(args.out).suffix == ".md":
-        problem(f"--out {args.out}: give the JSON's path; the Markdown table is written beside it (.md)")
-    unknown = [s for s in args.students if s not in STUDENTS]
-    if unknown:
-        problem(f"--students {','.join(unknown)}: use {', '.join(STUDENTS)} or none")
-    for k in ("pool_problems", "candidates", "prompt_tokens", "response_tokens", "lora_r", "scoring_pairs"):
-        v = getattr(args, "problems" if k == "pool_problems" else k)
-        if v is not None and v < 1:
-            problem(f"--{k.replace('_', '-')} {v} must be at least 1")
-
-    try:
-        import torch
-    except ImportError:
-        problem("torch is not installed")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        problem("no CUDA GPU is visible: run this on a GPU machine, or pass --quick to check the path on a CPU "
-                "(the hf backend's CPU figures are in benchmarks/scoring.py)")
-    if not args.hf_only:
-        try:
-            import vllm  # noqa: F401
-        except ImportError:
-            problem("vllm is not importable: create its environment first (make vllm-env; docs/vllm.md), "
-                    "or pass --hf-only to measure the hf backend alone")
-
-    t_start = time.perf_counter()
-    tmp = tempfile.mkdtemp(prefix="gpu-check-")
+    args = parse_args(argv, __doc__.splitlines()[0])
+    check_args(args)
+    torch = check_environment(args)
     res: dict = {"device": torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu", "quick": args.quick,
-                 "versions": versions()}
+                 "versions": versions(), "optional_packages": optional_packages(), "budget_s": args.budget_s}
+    run = Run(args, res, t0=_T0)  # the budget counts from the start of the process, imports included
+    run.save()
     if args.students:  # first, so that each peak counts nothing but that student's own work
-        student_part(args, args.device, res)
-    say("agreement model")
-    agreement_part(args, tmp, res)
-    res["wall_seconds"] = time.perf_counter() - t_start
+        student_part(run)
+    if run.starts("agreement"):
+        say("agreement model")
+        tmp = tempfile.mkdtemp(prefix="gpu-check-")
+        try:
+            run.timed_part("agreement", lambda: agreement_part(args, tmp, res))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    res["wall_seconds"] = time.perf_counter() - run.t0
     write_and_print(args, res)
     return res
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(1 if main().get("errors") else 0)

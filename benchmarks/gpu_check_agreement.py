@@ -12,7 +12,7 @@ with --hf-only. Its figures go to the top level of the result: `model`, `params`
 import random
 from pathlib import Path
 
-from gpu_check_measure import build_tokenizer, timed
+from gpu_check_measure import build_tokenizer, naive_score, timed
 from gpu_check_shapes import MAX_POSITIONS
 
 
@@ -56,21 +56,6 @@ def flip_rates(a: list[float], b: list[float], group: int = 4) -> tuple[float, f
         lo += min(range(group), key=ga.__getitem__) != min(range(group), key=gb.__getitem__)
     n = max(1, len(groups))
     return hi / n, lo / n
-
-
-def naive_score(model, pairs) -> list[float]:
-    """One example at a time, the whole (sequence x vocabulary) log-softmax: what the hf backend replaces."""
-    import torch
-
-    dev = next(model.parameters()).device
-    out = []
-    with torch.inference_mode():
-        for e in pairs:
-            ids = torch.tensor([e.input_ids], device=dev)
-            logp = model(ids).logits.float().log_softmax(-1)[0]
-            tgt = ids[0, e.n_prompt:]
-            out.append(logp[e.n_prompt - 1:-1].gather(1, tgt[:, None]).sum().item())
-    return out
 
 
 def agreement_part(args, tmp: str, res: dict) -> None:

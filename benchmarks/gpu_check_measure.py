@@ -1,20 +1,19 @@
-"""gpu_check's measurements of one student, as `advisor score`, `probe` and `recommend` run them.
+"""gpu_check's measurements of one student, as `advisor score`, `probe`, `recommend` and `train` run them.
 
 The random-weight student and the small tokenizer it is built with (nothing is downloaded); the
 clocks (`timed`, StepClock) and the memory gauges (PeakMemory: CUDA's allocator peak on a GPU, the
-sampled resident set on a CPU); and the three measurements: `measure_scoring` (HFBackend's scoring
-of pairs of the assumed pool's shape), `_probe_trainer` (the probe's Trainer on a copy of the
-student, seconds per step and peak memory) and `measure_generation` (the probe evaluation's
-greedy generation on the trained copy). gpu_check.measure_student runs them in that order.
+sampled resident set on a CPU); and the measurements: `measure_scoring` (HFBackend's scoring of
+pairs of the assumed pool's shape, and the same pairs through `naive_score`, the loop it replaces),
+`train_steps` (a Trainer on the settings of `probe_spec` or `full_run_spec`: seconds per step and
+peak memory) and `measure_generation` (the probe evaluation's greedy generation on the trained
+copy). gpu_check.measure_student runs them in that order.
 """
 
-import copy
 import gc
 import os
 import random
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from gpu_check_shapes import MAX_POSITIONS, PoolAssumption, Student
@@ -158,8 +157,24 @@ def prompt_text(tokenizer, n_tokens: int, seed: int) -> str:
     return filler(tokenizer, max(1, n_tokens - len(prompt_ids(tokenizer, ""))), seed)
 
 
-def measure_scoring(lm, pool: PoolAssumption, score_max_length: int, n_pairs: int, device: str) -> dict:
-    """`advisor score`'s hf path on pairs of the pool's shape, cut as scoring cuts them."""
+def naive_score(model, pairs) -> list[float]:
+    """One example at a time, the whole (sequence x vocabulary) log-softmax: what the hf backend replaces."""
+    import torch
+
+    dev = next(model.parameters()).device
+    out = []
+    with torch.inference_mode():
+        for e in pairs:
+            ids = torch.tensor([e.input_ids], device=dev)
+            logp = model(ids).logits.float().log_softmax(-1)[0]
+            tgt = ids[0, e.n_prompt:]
+            out.append(logp[e.n_prompt - 1:-1].gather(1, tgt[:, None]).sum().item())
+    return out
+
+
+def measure_scoring(lm, pool: PoolAssumption, score_max_length: int, n_pairs: int, device: str, n_naive: int) -> dict:
+    """`advisor score`'s hf path on pairs of the pool's shape, cut as scoring cuts them; then the
+    first `n_naive` of them through the naive loop, in the same dtype."""
     from capacity_advisor.models.hf import HFBackend
     from capacity_advisor.models.template import Encoded
 
@@ -173,9 +188,15 @@ def measure_scoring(lm, pool: PoolAssumption, score_max_length: int, n_pairs: in
     hf.score_encoded(pairs[:2])  # warm-up
     with PeakMemory(device) as mem:
         _, s = timed(lambda: hf.score_encoded(pairs))
+    naive = pairs[:n_naive]
+    naive_score(lm.model, naive[:1])  # warm-up
+    _, naive_s = timed(lambda: naive_score(lm.model, naive))
+    rate = n_pairs * resp / s
     return {"pairs": n_pairs, "prompt_tokens": prompt, "response_tokens_per_pair": resp, "token_budget": hf.token_budget,
-            "seconds": s, "response_tokens_per_s": n_pairs * resp / s, "forward_tokens_per_s": n_pairs * (prompt + resp) / s,
-            "peak_memory_mb": mem.mb, "peak_reserved_mb": mem.reserved_mb}
+            "seconds": s, "response_tokens_per_s": rate, "forward_tokens_per_s": n_pairs * (prompt + resp) / s,
+            "peak_memory_mb": mem.mb, "peak_reserved_mb": mem.reserved_mb,
+            "naive": {"pairs": len(naive), "seconds": naive_s, "response_tokens_per_s": len(naive) * resp / naive_s},
+            "hf_over_naive": rate / (len(naive) * resp / naive_s)}
 
 
 class StepClock:
@@ -215,53 +236,70 @@ class StepClock:
         return [b - a for a, b in zip(self.marks, self.marks[1:])]
 
 
-def _probe_trainer(lm, student: Student, recipe, device: str, steps: int, checkpointing: bool,
-                   pool: PoolAssumption, workdir: Path):
-    """The probe's Trainer on a deep copy of `lm` (run_sft's settings), trained `steps` steps."""
+def probe_spec(lm, student: Student, recipe, device: str, workdir: Path):
+    """The TrainingSpec of a probe run (probes.run.manifest_for, the real-student recipe)."""
+    from capacity_advisor.probes.run import ProbeConfig, ProbeData, manifest_for
+
+    cfg = ProbeConfig.from_recipe(recipe, lora_r=student.lora_r, device=device, dtype="auto")
+    stub = ProbeData(train={}, eval_prompts=[], eval_answers=[], teacher_high=[], teacher_low=[], checker="math")
+    lr = recipe.learning_rate(lm.spec, lm.description["n_params"])[0]
+    return manifest_for("high", cfg, stub, {"spec": lm.spec}, lr, workdir).training
+
+
+def full_run_spec(lm, student: Student, recipe, epochs: float):
+    """The TrainingSpec of the full run recommend's manifest describes (probes.recipe.full_run_manifest:
+    the full-run batch, the training length), with LoRA where the student is probed with it."""
+    from capacity_advisor.probes.recipe import full_run_manifest
+
+    lr = recipe.learning_rate(lm.spec, lm.description["n_params"])[0]
+    m = full_run_manifest(recipe, epochs=epochs, learning_rate=lr, seed=0, eval={},
+                          training={"lora": {"r": student.lora_r}} if student.lora_r else None,
+                          model={"spec": lm.spec}, dataset="train.jsonl")
+    return m.training
+
+
+def train_steps(model, tokenizer, t, device: str, pool: PoolAssumption, workdir: Path):
+    """`model` trained t.max_steps steps by the Trainer on `t`'s settings (training_arguments, LoRA
+    through with_lora), every sequence of the pool's shape cut at t.max_length: (trainer, figures)."""
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from transformers.utils import logging as hf_logging
 
-    from capacity_advisor.probes.run import ProbeConfig, ProbeData, manifest_for
     from capacity_advisor.training import trainer_settings
     from capacity_advisor.training.data import CompletionCollator, SFTDataset
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    cfg = ProbeConfig.from_recipe(recipe, lora_r=student.lora_r, device=device, dtype="auto")
-    stub = ProbeData(train={}, eval_prompts=[], eval_answers=[], teacher_high=[], teacher_low=[], checker="math")
-    lr = recipe.learning_rate(lm.spec, lm.description["n_params"])[0]
-    t = manifest_for("high", cfg, stub, {"spec": lm.spec}, lr, workdir).training
-    t = replace(t, max_steps=steps, gradient_checkpointing=t.gradient_checkpointing or checkpointing)
-    _, bf16, fp16 = trainer_settings.precision(cfg.dtype, cuda=device == "cuda")
+    _, bf16, fp16 = trainer_settings.precision("auto", cuda=device == "cuda")
     args = trainer_settings.training_arguments(t, workdir / "run", t.batch_size // t.grad_accum, device == "cpu", bf16, fp16)
-    model = copy.deepcopy(lm.model)  # run_sft trains a copy; the base stays for base_drift
     model.train()
     if t.lora:
         model = trainer_settings.with_lora(model, t.lora, t.seed)
-    tok = lm.tokenizer
+    tok = tokenizer
     row = {"prompt": prompt_text(tok, pool.prompt_tokens, 1), "completion": filler(tok, pool.response_tokens, 2)}
     collator = CompletionCollator(tok, t.max_length)
     clock = StepClock(device)
-    trainer = Trainer(model=model, args=args, data_collator=collator, train_dataset=SFTDataset([row] * (t.batch_size * steps)),
+    trainer = Trainer(model=model, args=args, data_collator=collator, train_dataset=SFTDataset([row] * (t.batch_size * t.max_steps)),
                       processing_class=tok, callbacks=[clock.callback()])
     for noisy in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(noisy)
     with PeakMemory(device) as mem:
         trainer.train()
     times = clock.seconds()[1:]  # the first step allocates the optimizer state and warms the kernels
-    step = {"mode": f"LoRA r={t.lora['r']}" if t.lora else "full fine-tuning", "lora_r": student.lora_r,
+    step = {"mode": f"LoRA r={t.lora['r']}" if t.lora else "full fine-tuning", "lora_r": t.lora["r"] if t.lora else 0,
             "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
             "batch_size": t.batch_size, "max_length": t.max_length, "optimizer": getattr(args.optim, "value", str(args.optim)),
-            "learning_rate": lr, "bf16": bool(args.bf16), "gradient_checkpointing": bool(t.gradient_checkpointing),
-            "steps_timed": len(times), "seconds_per_step": sum(times) / len(times),
-            "tokens_per_step": collator.tokens / steps, "peak_memory_mb": mem.mb, "peak_reserved_mb": mem.reserved_mb,
-            "resident_memory_mb": clock.resident_mb}
+            "learning_rate": t.learning_rate, "lr_scheduler": t.lr_scheduler, "bf16": bool(args.bf16),
+            "gradient_checkpointing": bool(t.gradient_checkpointing), "steps_timed": len(times),
+            "seconds_per_step": sum(times) / len(times), "tokens_per_step": collator.tokens / t.max_steps,
+            "peak_memory_mb": mem.mb, "peak_reserved_mb": mem.reserved_mb, "resident_memory_mb": clock.resident_mb}
     return trainer, step
 
 
-def measure_generation(trainer, lm, recipe, pool: PoolAssumption, device: str) -> dict:
-    """The probe evaluation's generation (training.evaluate.Evaluator.generate, EvalCallback's model)."""
+def measure_generation(trainer, lm, recipe, pool: PoolAssumption, device: str, timed_tokens: int | None = None) -> dict:
+    """The probe evaluation's generation (training.evaluate.Evaluator.generate, EvalCallback's model):
+    one batch of the size the token budget gives at the recipe's cap, `timed_tokens` new tokens
+    (None: the cap) timed."""
     from capacity_advisor.models.backends import make_backend
     from capacity_advisor.models.hf import length_batches
     from capacity_advisor.models.loading import LoadedModel
@@ -277,11 +315,12 @@ def measure_generation(trainer, lm, recipe, pool: PoolAssumption, device: str) -
     picked = [prompts[i] for i in batch]
     backend.generate(picked, max_new_tokens=2, temperature=0.0, seed=0)  # warm-up
     held = memory_now_mb(device)
+    n_new = min(timed_tokens or recipe.max_new_tokens, recipe.max_new_tokens)
     with PeakMemory(device) as mem:
-        _, s = timed(lambda: backend.generate(picked, max_new_tokens=recipe.max_new_tokens, temperature=0.0, seed=0,
-                                              details=True))
-    new = len(picked) * recipe.max_new_tokens  # no EOS: every row runs to max_new_tokens
+        _, s = timed(lambda: backend.generate(picked, max_new_tokens=n_new, temperature=0.0, seed=0, details=True))
+    new = len(picked) * n_new  # no EOS: every row runs to the bound
     return {"batch_rows": len(picked), "prompt_tokens": sum(lengths[i] for i in batch) / len(batch),
-            "max_new_tokens": recipe.max_new_tokens, "token_budget": backend.token_budget, "decoding": "greedy",
+            "max_new_tokens": recipe.max_new_tokens, "timed_new_tokens": n_new, "token_budget": backend.token_budget,
+            "decoding": "greedy",
             "seconds": s, "new_tokens": new, "new_tokens_per_s": new / s, "memory_at_start_mb": held,
             "peak_memory_mb": mem.mb, "peak_reserved_mb": mem.reserved_mb}

@@ -1,4 +1,5 @@
-"""benchmarks/gpu_check.py's student part and projection, run end to end with --quick on a CPU."""
+"""benchmarks/gpu_check.py's student part, projection, roofline and GPU-hours, run with --quick on a CPU
+(the end-to-end `advisor recommend` part runs in tests/test_gpu_check_bare.py, from a bare checkout)."""
 
 import importlib.util
 import json
@@ -22,21 +23,22 @@ def load_script():
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
-    """One `--quick --hf-only` run shared by the checks. The LoRA student's first probe attempt is
-    made to run out of memory, so the gradient-checkpointing retry runs as well."""
+    """One `--quick --hf-only --e2e none` run shared by the checks. The LoRA student's first attempt
+    at each training step (probe and full run) is made to run out of memory, so the
+    gradient-checkpointing retry runs as well."""
     import torch
 
     gpu_check = load_script()
-    real = gpu_check._probe_trainer
+    real = gpu_check.train_steps
 
-    def first_lora_attempt_fails(lm, student, recipe, device, steps, checkpointing, *rest):
-        if student.lora_r and not checkpointing:
+    def first_lora_attempt_fails(model, tokenizer, t, *rest):
+        if t.lora and not t.gradient_checkpointing:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (raised by the test)")
-        return real(lm, student, recipe, device, steps, checkpointing, *rest)
+        return real(model, tokenizer, t, *rest)
 
-    gpu_check._probe_trainer = first_lora_attempt_fails
+    gpu_check.train_steps = first_lora_attempt_fails
     out = tmp_path_factory.mktemp("gpu-check") / "r.json"
-    res = gpu_check.main(["--quick", "--hf-only", "--out", str(out)])
+    res = gpu_check.main(["--quick", "--hf-only", "--e2e", "none", "--out", str(out)])
     return gpu_check, res, out
 
 
@@ -50,9 +52,17 @@ def test_quick_measures_every_field(quick):
                 assert isinstance(v, (int, float)) and math.isfinite(v) and v > 0, (name, section, field, v)
         for v in (*m["projection"]["seconds"].values(), m["projection"]["total_seconds"], m["projection"]["peak_memory_mb"]):
             assert math.isfinite(v) and v > 0
-        # the probe's real batch at the (shrunk) recipe length: every sequence fills max_length
-        step = m["probe_step"]
-        assert step["tokens_per_step"] == step["batch_size"] * step["max_length"]
+        # the real batches at the (shrunk) recipe length: every sequence fills max_length
+        for key in ("probe_step", "full_run_step"):
+            step = m[key]
+            assert step["tokens_per_step"] == step["batch_size"] * step["max_length"]
+        for key in ("scoring", "probe_step", "full_run_step", "generation"):
+            roof = m[key]["roofline"]
+            assert roof["tflops"] > 0 and roof["share_of_matmul_ceiling"] > 0 and roof["share_of_assumed_peak"] > 0
+        assert m["scoring"]["naive"]["response_tokens_per_s"] > 0 and m["scoring"]["hf_over_naive"] > 0
+    assert res["matmul_ceiling"]["tflops"] > 0 and not res.get("errors") and not res.get("skipped")
+    assert set(res["parts"]) == {*gpu_check.STUDENTS, "agreement"} and "recommend" not in res
+    assert res["optional_packages"].keys() == {"lightgbm", "datasets", "math_verify", "trl", "vllm", "matplotlib", "pyarrow"}
     written = json.loads(out.read_text())
     assert written["students"] == res["students"] and written["projection_inputs"] == res["projection_inputs"]
     md = out.with_suffix(".md").read_text()
@@ -72,6 +82,14 @@ def test_probe_modes_and_settings_follow_the_project(quick):
     # the LoRA student "ran out of memory" as configured and was measured with gradient checkpointing
     assert large["probe_step"]["out_of_memory_as_configured"] is True and large["probe_step"]["gradient_checkpointing"] is True
     assert small["probe_step"]["out_of_memory_as_configured"] is False and small["probe_step"]["gradient_checkpointing"] is False
+    # the full run recommend's manifest describes: its batch, a cosine schedule, full fine-tuning / LoRA as probed
+    for m in (small, large):
+        full, probe = m["full_run_step"], m["probe_step"]
+        assert full["batch_size"] == REAL.train_batch and full["max_length"] == probe["max_length"]
+        assert full["lr_scheduler"] == "cosine" and probe["lr_scheduler"] == "constant_with_warmup"
+        assert full["mode"] == probe["mode"] and full["learning_rate"] == probe["learning_rate"]
+    assert small["full_run_step"]["trainable_params"] == small["params"]
+    assert large["full_run_step"]["out_of_memory_as_configured"] is True and large["full_run_step"]["gradient_checkpointing"] is True
     recipe = res["projection_inputs"]["recipe"]
     for k in ("steps", "batch_size", "eval_every", "eval_problems", "warmup_steps"):
         assert recipe[k] == getattr(REAL, k)
@@ -128,3 +146,101 @@ def test_without_cuda_and_without_quick_one_error_line():
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.startswith("gpu_check: error: ") and r.stderr.count("\n") == 1
     assert "CUDA" in r.stderr and "--quick" in r.stderr
+
+
+def test_gpu_hours_follow_from_the_measurements(quick):
+    from capacity_advisor.advisor.calibrate_cost import PEAK_TFLOPS
+    from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
+
+    gpu_check, res, _ = quick
+    inputs = res["projection_inputs"]
+    recipe, pool = gpu_check.recipe_of(inputs), gpu_check.PoolAssumption(**inputs["pool_assumed"])
+    assert recipe.train_batch == inputs["recipe"]["train_batch"]
+    for m in res["students"].values():
+        h = m["hours"]
+        assert gpu_check.hours(m, recipe, pool, inputs["score_max_length"], inputs["sets"]) == h
+        g, run, cal = h["gpu_hours"], h["full_run"], h["calibration_run"]
+        assert g["probe"] == pytest.approx(m["projection"]["total_seconds"] / 3600)
+        # one 3-epoch run on the pool less the probe's held-out problems, in full-run batches
+        assert run["steps"] == math.ceil(math.ceil((pool.problems - recipe.eval_problems) / recipe.train_batch) * 3)
+        assert run["train_seconds"] == pytest.approx(run["steps"] * m["full_run_step"]["seconds_per_step"])
+        assert run["evaluations"] == 3 * 4 + 1
+        assert cal["steps"] == math.ceil(math.ceil((pool.problems - FULL_RUN_EVAL_PROBLEMS) / recipe.train_batch) * 3)
+        assert g["calibration_proxy"] == pytest.approx((m["projection"]["total_seconds"] + 3 * cal["seconds"]) / 3600)
+        # a race at half the budget: the loser stops at the 6th of 12 evaluations
+        loser = h["race_loser"]
+        assert loser["evaluations"] == 7 and loser["steps"] == math.ceil(run["steps"] / 2)
+        assert g["race_total"] == pytest.approx(g["full_run"] + g["race_extra"])
+        mfu = h["dry_run"]["measured_mfu"]
+        st = m["full_run_step"]
+        assert mfu["train"] == pytest.approx(6 * m["params"] * st["tokens_per_step"] / st["seconds_per_step"] / (PEAK_TFLOPS * 1e12))
+        slower = {**m, "full_run_step": {**st, "seconds_per_step": 2 * st["seconds_per_step"]}}
+        again = gpu_check.hours(slower, recipe, pool, inputs["score_max_length"], inputs["sets"])
+        assert again["full_run"]["train_seconds"] == pytest.approx(2 * run["train_seconds"])
+        assert again["gpu_hours"]["probe"] == g["probe"]
+
+
+def test_roofline_counts_the_shape():
+    roofline = load_script().add_roofline.__globals__
+    shape = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=1000)
+    per_layer = 64 * (64 + 2 * 32) + 64 * 64 + 3 * 64 * 160  # q, k, v (2 KV heads of 16), o, the MLP
+    f = roofline["forward_flops"](shape, 10, 4)
+    assert f == 2 * 2 * per_layer * 10 + 2 * 64 * 1000 * 4 + 2 * 2 * 64 * 10 * 11
+    assert roofline["train_step_flops"](shape, 3, 10, lora=False) == 3 * 3 * roofline["forward_flops"](shape, 10, 10)
+    assert roofline["train_step_flops"](shape, 3, 10, lora=True) == 2 * 3 * roofline["forward_flops"](shape, 10, 10)
+    assert roofline["decode_flops"](shape, 5) == 2 * 2 * per_layer + 2 * 64 * 1000 + 2 * 4 * 64 * 5
+    s = roofline["share"](5e13, 100.0, 1000.0)
+    assert s == {"tflops": 50.0, "share_of_matmul_ceiling": 0.5, "share_of_assumed_peak": 0.05}
+    ceiling = roofline["matmul_ceiling"]("cpu", "float32", quick=True)
+    assert ceiling["tflops"] > 0 and ceiling["n"] == 256
+
+
+def test_a_part_that_does_not_fit_the_budget_is_skipped(tmp_path):
+    gpu_check = load_script()
+    out = tmp_path / "r.json"
+    res = gpu_check.main(["--quick", "--hf-only", "--budget-s", "0.001", "--out", str(out)])
+    assert set(res["skipped"]) == {*gpu_check.STUDENTS, "recommend", "agreement"}
+    assert res["students"] == {} and "agreement" not in res
+    assert json.loads(out.read_text())["skipped"] == res["skipped"]
+    assert "Not measured: agreement: not started at" in out.with_suffix(".md").read_text()
+
+
+def test_a_failed_measurement_keeps_what_finished(tmp_path):
+    """A part that fails is recorded and the run goes on; the files hold every measurement that ended."""
+    gpu_check = load_script()
+
+    def fails(*a, **kw):
+        raise RuntimeError("generation broke (raised by the test)")
+
+    gpu_check.measure_generation = fails
+    out = tmp_path / "r.json"
+    res = gpu_check.main(["--quick", "--hf-only", "--students", "qwen2.5-1.5b", "--e2e", "none", "--out", str(out)])
+    written = json.loads(out.read_text())
+    m = written["students"]["qwen2.5-1.5b"]
+    assert written["errors"] == {"qwen2.5-1.5b": "RuntimeError: generation broke (raised by the test)"}
+    assert m["scoring"]["response_tokens_per_s"] > 0 and m["probe_step"]["seconds_per_step"] > 0
+    assert "generation" not in m and "projection" not in m and "agreement" in written
+    md = out.with_suffix(".md").read_text()
+    row = next(line for line in md.splitlines() if line.startswith("| Qwen2.5-1.5B"))
+    assert row.count("| — ") == 3  # generation, full-run step, projection
+    assert "Not measured: qwen2.5-1.5b: RuntimeError" in md and res["errors"] == written["errors"]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--students", "qwen2.5-7b", "--e2e", "qwen2.5-1.5b"], ["--e2e qwen2.5-1.5b", "measured students"]),
+    (["--budget-s", "0"], ["--budget-s 0", "positive"]),
+    (["--eval-gen-tokens", "0"], ["--eval-gen-tokens 0", "at least 1"]),
+])
+def test_bad_flags_are_one_error_line(argv, words):
+    r = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--hf-only", *argv], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("gpu_check: error: ") and all(w in r.stderr for w in words)
+
+
+def test_an_out_that_cannot_be_written_is_one_error_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    r = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--hf-only", "--out", str(blocker / "r.json")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.startswith("gpu_check: error: --out ") and r.stderr.count("\n") == 1

@@ -71,5 +71,11 @@ test-vllm: $(VLLM_CPU_VENV)/.installed
 gpu-check: vllm-env
 	$(VLLM_VENV)/bin/python benchmarks/gpu_check.py
 
+# The GPU check from a bare checkout on a GPU machine: the system python's torch, transformers,
+# accelerate and peft, no .venv, no lab weights, no network (docs/gpu-check.md). OUT= names the folder.
+.PHONY: gpu-check-bare
+gpu-check-bare:
+	$(PY) benchmarks/gpu_check_bare.py $(or $(OUT),runs/gpu-check)
+
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_CPU_VENV) demo-out

@@ -1,7 +1,8 @@
 """Small file helpers every room needs: atomic writes, JSONL, fingerprints, the cache home.
 
 Outputs are written to a temporary name beside the target and renamed into place, so a killed run
-never leaves a half-written file under the final name. A verb checks its outputs can be written
+never leaves a half-written file under the final name, and the next write of that file removes
+the temporaries killed writers left. A verb checks its outputs can be written
 before it starts any work, so a bad `--out` costs nothing:
 
     check_writable_dir(out, "--out")        # a folder to create or write into
@@ -11,17 +12,23 @@ before it starts any work, so a bad `--out` costs nothing:
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import math
 import os
 import re
+import socket
 import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from capacity_advisor.models.errors import InputError
+# JSONL reading has its own module; most modules import it from here, with the writers
+from capacity_advisor.models.jsonl import (  # noqa: F401
+    JSONLError, MAX_LINE_BYTES, iter_jsonl, read_jsonl, read_jsonl_input,
+)
 
 FORMAT_VERSION = 2  # 2: score rows carry n_scored, rank_mean and first_tokens
 
@@ -59,7 +66,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{_HOST}-{os.getpid()}-", suffix=".tmp", dir=target.parent)
     except OSError:
         check_writable_file(target, "output")  # says in one line which part of the path is in the way
         raise
@@ -69,9 +76,35 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp_path
         os.chmod(tmp_path, _mode_for(target))
         os.replace(tmp_path, target)
+        _clear_dead_writers(target)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+# Temporaries are named by machine and process, so a later write can tell which ones a killed
+# writer left (no `finally` runs on SIGKILL); another machine's, on a shared disk, it cannot judge.
+_HOST = hashlib.sha256(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:8]
+
+
+def _clear_dead_writers(target: Path) -> None:
+    """Remove the temporaries of `target` left by writers on this machine that are no longer alive."""
+    prefix = f".{target.name}.{_HOST}-"
+    for p in target.parent.glob(glob.escape(prefix) + "*.tmp"):
+        pid = p.name[len(prefix):].partition("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
@@ -242,62 +275,6 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
             f.write(json.dumps(finite(row), ensure_ascii=False, allow_nan=False) + "\n")
             n += 1
     return n
-
-
-class JSONLError(ValueError):
-    """A line of a JSONL file that is not one JSON object; the message names the file and line."""
-
-
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read a JSONL file; a bad line raises JSONLError naming the file and line."""
-    return list(iter_jsonl(path))
-
-
-MAX_LINE_BYTES = 256 << 20  # no line of any file the tool reads is longer
-
-
-def iter_jsonl(path: str | os.PathLike) -> Iterator[dict]:
-    """The rows of a JSONL file one at a time (a large file is never held whole); a bad line raises
-    JSONLError naming the file and line when the reader reaches it. Only regular files are read (a
-    FIFO or a device would block or never end), and no line longer than MAX_LINE_BYTES."""
-    try:
-        regular = stat.S_ISREG(os.stat(path).st_mode)
-    except OSError:
-        regular = True  # a missing file: open() below says so
-    if not regular:
-        raise JSONLError(f"{path} is not a regular file (a folder, FIFO or device): pass a JSONL file")
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
-            if len(raw) > MAX_LINE_BYTES:
-                raise JSONLError(f"{path} line {lineno}: longer than {MAX_LINE_BYTES >> 20} MiB")
-            try:
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError as e:
-                raise JSONLError(f"{path} line {lineno}: not valid UTF-8 (byte {e.start} of the line)") from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise JSONLError(f"{path} line {lineno}: not valid JSON ({e.msg})") from None
-            except RecursionError:
-                raise JSONLError(f"{path} line {lineno}: nested too deeply to read") from None
-            except ValueError as e:  # e.g. an integer of more digits than Python converts
-                raise JSONLError(f"{path} line {lineno}: not readable JSON ({e})") from None
-            if not isinstance(row, dict):
-                raise JSONLError(f"{path} line {lineno}: expected a JSON object, got {type(row).__name__}")
-            yield row
-
-
-def read_jsonl_input(path: str | os.PathLike, missing: str | None = None, damaged: str = "") -> list[dict]:
-    """`read_jsonl` for a file the user hands over: one InputError if it is absent (`missing`) or a
-    line is bad (the line's problem, then `damaged`: how to make the file again)."""
-    if missing is not None and not Path(path).exists():
-        raise InputError(missing)
-    try:
-        return read_jsonl(path)
-    except ValueError as e:
-        raise InputError(f"{e}{damaged}") from None
 
 
 def stable_hash(obj: Any, n: int = 16) -> str:

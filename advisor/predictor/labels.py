@@ -22,7 +22,7 @@ import numpy as np
 
 from capacity_advisor.models.numbers import number, whole
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import read_jsonl
+from capacity_advisor.models.jsonl import read_jsonl
 from capacity_advisor.models.lab.ladder import LAB_TEACHER
 from capacity_advisor.training.manifest import option_of, option_order, schedule_of
 
@@ -118,13 +118,18 @@ def matrix(rows_or_inputs: Sequence[dict], features: Sequence[str]) -> np.ndarra
 
 
 def read_records(path: str | Path) -> list[dict]:
+    """The records of one file, each checked (`_record_problem`). Every number must be finite: a
+    NaN feature or accuracy would reach the fit as a measurement (our writers store null)."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"records file {path} does not exist: run `advisor calibrate` or `advisor train` first")
     try:
-        records = read_jsonl(p)
+        records = read_jsonl(p, strict=True)
     except (ValueError, RecursionError) as e:
         raise InputError(f"{str(e)[:200]}: remove the damaged line from the records file") from None
+    if not records:
+        raise InputError(f"records file {path} holds no records (it is empty or blank): name a records file written "
+                         "by `advisor calibrate` or `advisor train`, or leave this one out")
     for n, rec in enumerate(records, 1):
         why = _record_problem(rec)
         if why:

@@ -28,7 +28,7 @@ from capacity_advisor.advisor.select import SelectConfig, select
 from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.probes.recipe import (
-    LENGTHS, REAL, RECIPE_FLAGS, Fitted, ProbeRecipe, fitted_recipe, flag, recipe_for, setting_name,
+    LENGTHS, REAL, RECIPE_FLAGS, Fitted, ProbeRecipe, fitted_recipe, flag, recipe_for, setting_name, unread_build,
 )
 from capacity_advisor.probes.run import ProbeConfig, ProbeData
 from capacity_advisor.training.manifest import DEFAULT_MIX
@@ -56,6 +56,7 @@ class ProbePlan:
     sources: dict  # recipe setting -> where its value came from
     fitted: Fitted | None = None
     departing: frozenset = frozenset()  # settings the user's flags (or a small pool) moved
+    build_note: str | None = None  # the model folder's build.json was not read (`recipe.unread_build`)
 
     def settings(self) -> dict:
         """{name: {"value", "source"}} for every recipe setting, named after its flag."""
@@ -88,10 +89,12 @@ class ProbePlan:
         return plan
 
     def notes(self) -> tuple[list[str], bool]:
-        """Lines saying where this probe measures otherwise than the predictor's inputs were
-        measured, and whether the user's flags (or pool) caused any of it."""
+        """Lines saying that the folder's build.json was not read, and where this probe measures
+        otherwise than the predictor's inputs were measured; and whether the user's flags (or pool)
+        caused any of the latter."""
+        lines = [self.build_note] if self.build_note else []
         if self.fitted is None:
-            return [], False
+            return lines, False
         moved, kept = [], []
         for k in self.fitted.stated:
             value, theirs = getattr(self.recipe, k), getattr(self.fitted.recipe, k)
@@ -100,7 +103,6 @@ class ProbePlan:
                 same_kind = self.recipe.kind == self.fitted.recipe.kind
                 (moved if k in self.departing or same_kind else kept).append(
                     f"{setting_name(k)} {value:,} ({self.sources[k]}) where they had {theirs:,}")
-        lines = []
         if moved:
             lines.append("the probe measured otherwise than the predictor's inputs were measured: " + "; ".join(moved)
                          + ". The predictor reads these features as if measured its way")
@@ -137,7 +139,7 @@ def plan_probe(model: str, fitted: Fitted | None = None, given: dict | None = No
         sources["eval_every"] = "capped at the probe steps"
         if "steps" in given:
             departing.add("eval_every")
-    return ProbePlan(recipe, sources, fitted, frozenset(departing))
+    return ProbePlan(recipe, sources, fitted, frozenset(departing), unread_build(model))
 
 
 def check_given(given: dict) -> None:

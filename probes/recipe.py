@@ -169,6 +169,19 @@ def lab_build(model: str) -> dict | None:
     return build_of(model)
 
 
+def unread_build(model: str) -> str | None:
+    """A note when the folder `model` holds a build.json that was not read, so that the folder is
+    probed as a real student although it may be a lab build; None otherwise."""
+    if not isinstance(model, str) or lab_size(model) is not None:
+        return None
+    from capacity_advisor.models.lab.ladder import read_build
+
+    why = read_build(model)[1]
+    return None if why is None else (
+        f"{model}/build.json was not read ({why}): the folder is probed with the real students' recipe and the "
+        "learning rate for its size, not as a lab build; rewrite or remove that file")
+
+
 def recipe_for(model: str) -> ProbeRecipe:
     """The lab recipe for the lab's students, named (`lab:NAME`) or as the folder of a lab build;
     the real one for everything else."""

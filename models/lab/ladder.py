@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from capacity_advisor.models.numbers import number
+from capacity_advisor.models.numbers import number, strict_loads
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import advisor_home, give_umask_modes, stable_hash, write_json
 from capacity_advisor.models.lab import committed, tasks
@@ -329,26 +329,44 @@ def build_student(
 
 
 BUILD_FILE_BYTES = 1 << 20  # a build.json is a few kilobytes; a larger one is not a lab build
+BUILD_RATES = (1e-6, 0.1)  # the pretraining peaks a build.json may state (the ladder's: 8e-4 to 3e-3)
 
 
 def build_of(folder) -> dict | None:
     """{"name", "lr"} of the lab build a model folder holds (`build.json` written by
-    `build_student`: the ladder name and its pretraining peak rate), or None when it holds none.
-    The folder may be anything a user hands over: a missing, large or malformed file is None."""
-    import json
+    `build_student`: the ladder name and its pretraining peak rate), or None when it holds none
+    or its build.json cannot be read (`read_build` says why)."""
+    return read_build(folder)[0]
 
+
+def read_build(folder) -> tuple[dict | None, str | None]:
+    """(`build_of`'s answer, why a build.json there was not read: None when it was, or when there
+    is none). The folder may be anything a user hands over, so a damaged, large, non-UTF-8 file,
+    a NaN or a file of another shape is not read; InputError for a rate no pretraining runs at,
+    which would set the probe's learning rate."""
+    path = Path(folder) / "build.json"
     try:
-        path = Path(folder) / "build.json"
+        if not path.exists():
+            return None, None
         if not path.is_file() or path.stat().st_size > BUILD_FILE_BYTES:
-            return None
-        info = json.loads(path.read_text(encoding="utf-8"))
-        student = info["recipe"]["student"]
+            return None, f"not a regular file of at most {BUILD_FILE_BYTES >> 20} MiB"
+        student = strict_loads(path.read_bytes().decode("utf-8"))["recipe"]["student"]
         name, lr = student["name"], student["lr"]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        return None
-    if not (isinstance(name, str) and number(lr) and 0 < lr < 1):
-        return None
-    return {"name": name, "lr": float(lr)}
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except (ValueError, RecursionError) as e:
+        return None, f"not readable JSON: {str(e)[:80]}"
+    except (KeyError, TypeError):
+        return None, "it names no recipe.student.name and recipe.student.lr"
+    except OSError as e:
+        return None, e.strerror or type(e).__name__
+    if not (isinstance(name, str) and number(lr)):
+        return None, "recipe.student.name is not text or recipe.student.lr not a number"
+    if not BUILD_RATES[0] <= lr <= BUILD_RATES[1]:
+        raise InputError(f"{path}: recipe.student.lr {lr:g} is no pretraining rate (a lab build's lies from "
+                         f"{BUILD_RATES[0]:g} to {BUILD_RATES[1]:g}) and would set the probe's: correct it, or remove "
+                         "build.json to probe the folder as a real student")
+    return {"name": name, "lr": float(lr)}, None
 
 
 def n_params(name: str) -> int:

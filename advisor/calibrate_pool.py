@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import subprocess
 import time
@@ -70,8 +71,13 @@ class PoolCalibrateConfig:
         bad = []
         if not self.students or len(self.students) > MAX_STUDENTS:
             bad.append(f"--students must name 1 to {MAX_STUDENTS} proxy models (comma-separated)")
-        if len(set(self.students)) != len(self.students):
-            bad.append("--students names a model twice")
+        seen: dict[str, str] = {}
+        for spec in self.students:
+            key = same_model(spec)
+            if key in seen:
+                bad.append(f"--students names a model twice ({seen[key]} and {spec} are one): name each proxy once")
+                break
+            seen[key] = spec
         if not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs) and 0 < self.epochs <= 100):
             bad.append(f"--epochs {self.epochs} must be a number of epochs above 0, at most 100")
         if not self.seeds or any(s < 0 for s in self.seeds):
@@ -90,6 +96,13 @@ class PoolCalibrateConfig:
                 bad.append(f"{flag} {v} must be a share of the peak, above 0 and at most 1")
         if bad:
             raise InputError("; ".join(bad))
+
+
+def same_model(spec: str) -> str:
+    """What tells proxies apart: a local folder by its real path (`A`, `A/` and a link to A are one
+    model, which would run every unit twice into one folder), anything else as written."""
+    expanded = os.path.expanduser(spec)
+    return os.path.realpath(expanded) if os.path.exists(expanded) else spec
 
 
 def student_name(spec: str) -> str:
@@ -114,11 +127,13 @@ class Plan:
     target: dict | None = None  # --target: its description and the plan its own full run would follow
 
 
-def make_plan(cfg: PoolCalibrateConfig) -> Plan:
+def make_plan(cfg: PoolCalibrateConfig, run: bool = True) -> Plan:
+    """The plan, every input checked; with `run` also what loading each proxy needs (a dry run plans
+    from configs alone)."""
     from capacity_advisor.advisor.pool import PoolOptions, read_pool
     from capacity_advisor.advisor.probe import load_predictor, pick_checker, predictor_plan
     from capacity_advisor.models.files import check_writable_dir, recorded_key
-    from capacity_advisor.models.loading import check_model_spec, describe_config
+    from capacity_advisor.models.loading import check_loadable, check_model_spec, describe_config
 
     cfg.validate()
     for s in cfg.students:
@@ -128,6 +143,9 @@ def make_plan(cfg: PoolCalibrateConfig) -> Plan:
     check_writable_dir(cfg.out, "--out")
     predictor = load_predictor(cfg.predictor)
     descriptions = {spec: describe_config(spec) for spec in cfg.students}  # a proxy that is not a model stops here
+    if run:
+        for spec in cfg.students:
+            check_loadable(spec, "--students")
     pool = read_pool(cfg.pool, PoolOptions(**cfg.pool_options))
     answered = [p.id for p in pool.problems if p.answer is not None]
     if not answered:
@@ -201,7 +219,10 @@ def cost(cfg: PoolCalibrateConfig, plan: Plan, measure: bool = False, log=None) 
 def run_pool_calibration(cfg: PoolCalibrateConfig, log=print, dry_run: bool = False) -> dict:
     """Check everything, then (unless `dry_run`) run or resume every proxy's probe and full runs;
     returns the plan's cost and, when run, the records' path."""
-    plan = make_plan(cfg)
+    plan = make_plan(cfg, run=not dry_run)
+    for p in [s["plan"] for s in plan.students] + ([plan.target["plan"]] if plan.target else []):
+        if p.build_note:
+            log(f"note: {p.build_note}")
     c = cost(cfg, plan, measure=dry_run, log=log)
     if dry_run:
         return {"dry_run": True, "cost": c}

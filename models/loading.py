@@ -100,6 +100,22 @@ def check_model_spec(spec: str) -> None:
         _local_or_hub(spec)
 
 
+def check_loadable(spec: str, flag: str = "--model") -> None:
+    """What loading a local model folder needs beyond its config (`describe_config` reads that
+    alone), refused before a run writes anything: weight files and a tokenizer that loads. A lab
+    student is built when first loaded; a hub id is fetched then."""
+    if spec.startswith("lab:"):
+        return
+    path = _local_or_hub(spec)
+    if not os.path.isdir(path):
+        return
+    if not any(p.suffix in _WEIGHT_SUFFIXES for p in Path(path).iterdir()):
+        suffixes = ", ".join("*" + s for s in _WEIGHT_SUFFIXES)
+        raise InputError(f"{flag} {spec}: the folder holds no weights (no {suffixes} file): point it at a whole model "
+                         "folder, with its weights and tokenizer")
+    load_tokenizer(path, {"trust_remote_code": False})
+
+
 def _local_or_hub(spec: str) -> str:
     expanded = os.path.expanduser(spec)
     if os.path.isdir(expanded):

@@ -7,6 +7,8 @@ calls one library function (`advisor.lab.calibrate.run_calibration`,
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+
 import click
 
 from capacity_advisor.advisor.cli import report
@@ -41,7 +43,9 @@ from capacity_advisor.models.errors import InputError
 @field_option(CalibrateConfig, "temperature", help="The teacher model's sampling temperature.")
 @field_option(CalibrateConfig, "budget_runs", help="Also train each set of the first seed as runs of just these epochs, e.g. 1,2.")
 @field_option(CalibrateConfig, "schedules", help="Options beyond D_high / D_low / D_mixed, e.g. mixed@0.25,mixed@0.75,curriculum@2.")
-@field_option(CalibrateConfig, "quick", help="Tiny settings (one small student, one seed, one epoch, the scripted teacher) for tests.")
+@field_option(CalibrateConfig, "quick",
+              help="Tiny settings (one small student, one seed, one epoch, the scripted teacher) for tests; the flags "
+                   "given beside it replace theirs.")
 @click.option("--students", default=None,
               help="Your own proxies (model folders or hub ids, comma-separated): calibrate on --pool instead of the lab.")
 @click.option("--pool", "-p", "own_pool", default=None, help="With --students: your pool (any layout `advisor score` reads).")
@@ -95,7 +99,11 @@ def calibrate(ctx, as_json, **kw):
     for name, parse in (("sizes", names), ("seeds", ints), ("builds", ints), ("mean_seeds", ints), ("tasks", names),
                         ("budget_runs", floats), ("schedules", names)):
         kw[name] = parse(kw[name], f"--{name.replace('_', '-')}")
-    cfg = CalibrateConfig.quick_settings(kw["out"]) if kw["quick"] else take(CalibrateConfig, kw)
+    cfg = take(CalibrateConfig, kw)
+    if cfg.quick:  # tiny settings in place of the defaults: a flag given beside --quick still counts, and is checked
+        given = {f.name: getattr(cfg, f.name) for f in fields(CalibrateConfig)
+                 if ctx.get_parameter_source(f.name) == click.core.ParameterSource.COMMANDLINE}
+        cfg = replace(CalibrateConfig.quick_settings(cfg.out), **given)
     cfg.validate()
     check_writable_dir(cfg.out, "--out")
     result = run_calibration(cfg, log=lambda m: console.print(m, highlight=False))
@@ -135,7 +143,9 @@ def calibrate_own_pool(ctx, as_json: bool, kw: dict) -> None:
         teacher=kw["pool_teacher"], task=kw["task_name"], checker=kw["checker"], device=kw["device"], dtype=kw["dtype"],
         nproc=kw["nproc"], launcher=kw["launcher"], target=kw["target"], predictor=kw["predictor"], recipe=recipe,
         pool_options=vars(pool_settings(kw)), gpu_tflops=kw["gpu_tflops"], mfu=kw["mfu"], decode_mfu=kw["decode_mfu"])
-    result = run_pool_calibration(cfg, log=lambda m: console.print(m, highlight=False), dry_run=kw["dry_run"])
+    # soft_wrap: a message stays one line however long (rich would break a note at the console's width)
+    result = run_pool_calibration(cfg, log=lambda m: console.print(m, highlight=False, soft_wrap=True),
+                                  dry_run=kw["dry_run"])
     if as_json:
         emit_json(result)
         return

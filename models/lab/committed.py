@@ -21,14 +21,19 @@ import os
 import shutil
 from pathlib import Path
 
+from capacity_advisor.models.errors import InputError
+
 WEIGHTS = Path(__file__).resolve().parent / "weights"
 FOLDER_FILES = ("build.json", "config.json", "generation_config.json", "model.safetensors",
                 "tokenizer.json", "tokenizer_config.json")
 
 
 def committed_folder(folder_name: str, root: Path | None = None) -> Path | None:
-    """The kept finished build named `folder_name`, or None (absent, or its build.json names another recipe)."""
+    """The kept finished build named `folder_name`, or None (absent, or its build.json names another
+    recipe); InputError when one of its files is a link (read before any of them is)."""
     d = (root or WEIGHTS) / folder_name
+    for name in FOLDER_FILES:
+        _own_file(d / name, _KEPT_FIX.format(d))
     try:
         info = json.loads((d / "build.json").read_text())
     except (OSError, ValueError):
@@ -49,9 +54,22 @@ def checkpoint_file(final: Path) -> Path:
     return final.parent / f".{final.name}.partial" / "checkpoint.pt"
 
 
-def _copy_build(src: Path, dest: Path, replace: bool) -> None:
+_KEPT_FIX = "put the file itself there, or delete {} to pretrain the model here"
+
+
+def _own_file(path: Path, fix: str) -> None:
+    """Refuse a file of a build that is a symbolic link or no regular file: copying it would copy
+    whatever it points at (any file of the machine) into the cache or the repository."""
+    if os.path.islink(path) or (os.path.lexists(path) and not path.is_file()):
+        raise InputError(f"{path} is a symbolic link or not a regular file; a lab build holds its own files: {fix}")
+
+
+def _copy_build(src: Path, dest: Path, replace: bool, fix: str) -> None:
     """The files of build folder `src` at `dest`, whole or not at all (a temporary folder, then a rename);
-    an existing `dest` is replaced when `replace`, else kept (another process placed it first)."""
+    an existing `dest` is replaced when `replace`, else kept (another process placed it first). A
+    file of `src` that is a link is refused first (`fix`: what to do then)."""
+    for name in FOLDER_FILES:
+        _own_file(src / name, fix)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.parent / f".{dest.name}.copy-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -76,7 +94,7 @@ def adopt(final: Path, root: Path | None = None) -> bool:
     src = committed_folder(final.name, root)
     if src is None:
         return False
-    _copy_build(src, final, replace=False)
+    _copy_build(src, final, replace=False, fix=_KEPT_FIX.format(src))
     return True
 
 
@@ -86,6 +104,7 @@ def seed_checkpoint(final: Path, root: Path | None = None) -> bool:
     src = committed_checkpoint(final.name, root)
     if src is None or checkpoint.is_file():
         return False
+    _own_file(src, "put the file itself there, or delete it to pretrain the model from the start")
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
     tmp = checkpoint.with_name(f".{checkpoint.name}.seed-{os.getpid()}")
     shutil.copyfile(src, tmp)
@@ -99,12 +118,14 @@ def stash(final: Path, root: Path | None = None) -> str | None:
     Returns what was kept ("build" or "checkpoint") or None when there is neither. A kept build
     replaces its kept checkpoint; a checkpoint replaces the previous one (one file per model)."""
     root = root or WEIGHTS
+    rebuild = f"delete {final} and build the model again with `advisor lab build`"
     if (final / "build.json").is_file():
-        _copy_build(final, root / final.name, replace=True)
+        _copy_build(final, root / final.name, replace=True, fix=rebuild)
         (root / f"{final.name}.checkpoint.pt").unlink(missing_ok=True)
         return "build"
     checkpoint = checkpoint_file(final)
     if checkpoint.is_file():
+        _own_file(checkpoint, rebuild)
         root.mkdir(parents=True, exist_ok=True)
         tmp = root / f".{final.name}.checkpoint.pt.stash-{os.getpid()}"
         shutil.copyfile(checkpoint, tmp)

@@ -20,7 +20,8 @@ has finished can travel in the repository:
 `--stash DIR` writes DIR/NAME.tar.gz (replaced each time; under a megabyte): the source's teacher
 pools and every finished unit's records, evaluations and probe report, nothing else (no
 checkpoints, datasets or score caches). `--restore DIR` unpacks it into WORK/NAME before a source
-starts, when WORK/NAME does not exist yet, so its finished units are skipped.
+starts, when WORK/NAME does not exist yet, so its finished units are skipped; an archive holding
+anything but plain files inside NAME/, a member over MEMBER_BYTES, or damage is refused whole.
 
 Two more entries (`...-builds`) are not new pool sources: they rerun the students `m`, `l`, `xl`
 and `xxl` pretrained from two other seeds (`lab:NAME+b1`, `+b2`) on the pools of a source already
@@ -149,22 +150,64 @@ def stash(work: Path, name: str, dest: Path) -> dict:
     return {"source": name, "units_done": done, "units": len(units(cfg)), "bytes": len(buf.getvalue())}
 
 
+# A stash is under a megabyte packed, its largest file (a pool) a megabyte or two unpacked; far
+# larger members are a damaged or hostile archive, refused before their bytes are read.
+MEMBER_BYTES = 64 << 20
+STASH_BYTES = 256 << 20
+
+
 def restore(stashed: Path, work: Path, name: str) -> bool:
-    """Unpack DIR/NAME.tar.gz into WORK when WORK/NAME does not exist; True if it did."""
+    """Unpack DIR/NAME.tar.gz into WORK when WORK/NAME does not exist; True if it did. Whole or not
+    at all: it is unpacked into a temporary folder renamed into place, so an archive refused or
+    damaged part way leaves nothing that a later run would take for a restored source."""
+    import gzip
+    import shutil
     import tarfile
+    import zlib
 
     archive = stashed / f"{name}.tar.gz"
     if (work / name).exists() or not archive.is_file():
         return False
-    with tarfile.open(archive, "r:gz") as tar:
-        members = tar.getmembers()
-        if not all(m.isfile() and m.name.split("/", 1)[0] == name for m in members):
-            raise InputError(f"{archive} holds more than the files of source {name}: delete it to start the source over")
-        tar.extractall(work, members=members, filter="data")  # plain files under WORK/NAME only
+    tmp = work / f".{name}.restore-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            members = stashed_members(tar, archive, name)
+            tar.extractall(tmp, members=members, filter="data")
+        os.rename(tmp / name, work / name)
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise InputError(f"{archive} cannot be unpacked ({type(e).__name__}: {str(e)[:120]}): it is damaged; stash the "
+                         "source again, or delete the archive to start the source over") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return True
 
 
-def main() -> int:
+def stashed_members(tar, archive: Path, name: str) -> list:
+    """The members of a stash of source `name`, each checked as its header is read: a plain file
+    whose normalised path lies inside NAME/, of at most MEMBER_BYTES (STASH_BYTES in all)."""
+    import posixpath
+
+    members, total = [], 0
+    for m in tar:
+        path = posixpath.normpath(m.name)
+        if not m.isfile() or path.split("/")[0] != name or path == name:
+            kind = ("a file" if m.isfile() else "a link" if m.issym() or m.islnk() else "a device" if m.isdev()
+                    else "a folder" if m.isdir() else "an entry")
+            raise InputError(f"{archive} holds {kind} {m.name[:120]!r}, not a file inside {name}/: a stash holds only "
+                             "the source's plain files; delete it to start the source over")
+        total += m.size
+        if m.size > MEMBER_BYTES or total > STASH_BYTES:
+            raise InputError(f"{archive}: member {m.name[:120]!r} of {m.size:,} bytes makes it larger than a stash is "
+                             f"({MEMBER_BYTES >> 20} MiB a file, {STASH_BYTES >> 20} MiB in all); delete it to start "
+                             "the source over")
+        members.append(m.replace(name=path, deep=False))
+    if not members:
+        raise InputError(f"{archive} holds no files of source {name}: delete it to start the source over")
+    return members
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=Path("runs/sources"))
     ap.add_argument("--publish", type=Path, default=None, help="publish each finished source into PUBLISH/NAME")
@@ -173,7 +216,7 @@ def main() -> int:
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--stash", type=Path, default=None, help="write DIR/NAME.tar.gz for each --only source and exit")
     ap.add_argument("--restore", type=Path, default=None, help="unpack DIR/NAME.tar.gz into WORK before a source starts")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)

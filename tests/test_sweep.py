@@ -167,5 +167,5 @@ def test_a_source_in_progress_is_stashed_and_restored_without_checkpoints_or_mac
         info = tarfile.TarInfo("elsewhere/x.json")
         info.size = 2
         tar.addfile(info, io.BytesIO(b"{}"))
-    with pytest.raises(InputError, match="more than the files"):
+    with pytest.raises(InputError, match="not a file inside"):
         restore(tmp_path / "bad", tmp_path / "fresh2", name)

@@ -138,3 +138,37 @@ def test_without_cuda_and_without_quick_one_error_line(tmp_path):
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
     assert r.stderr.startswith("gpu_check_bare: error: ") and "CUDA" in r.stderr and "--quick" in r.stderr
     assert not list((tmp_path / "out").iterdir())  # nothing installed, nothing written
+
+
+def load_bare():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check_bare", ROOT / "benchmarks" / "gpu_check_bare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_where_pip_cannot_build_the_folders_are_laid_out(tmp_path, monkeypatch, capsys):
+    """A machine whose setuptools is older than pyproject.toml asks for: the wheel's layout by hand."""
+    bare = load_bare()
+    real = subprocess.run
+
+    def pip_fails(cmd, *a, **kw):
+        if cmd[1:3] == ["-m", "pip"]:
+            return subprocess.CompletedProcess(cmd, 1, "", "ERROR: setuptools>=77 is required (raised by the test)\n")
+        return real(cmd, *a, **kw)
+
+    monkeypatch.setattr(bare.subprocess, "run", pip_fails)
+    how = bare.install(tmp_path)
+    assert how["method"].startswith("folders laid out") and "raised by the test" in how["pip_error"][-1]
+    site = tmp_path / "site"
+    assert sorted(p.name for p in (site / "capacity_advisor").iterdir()) == sorted(bare.PACKAGES)
+    assert (site / "capacity_advisor" / "advisor" / "predictor_data" / "predictor.json").is_file()
+    assert not (site / "capacity_advisor" / "models" / "lab" / "weights").exists()
+    bare.verify(site, {**os.environ, "PYTHONPATH": str(site)})  # imported from there: no error
+    # a folder without the project: the copy installed in this environment would be imported, and is refused
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit) as e:
+        bare.verify(tmp_path / "empty", {**os.environ, "PYTHONPATH": str(tmp_path / "empty")})
+    assert e.value.code == 2 and "another installed copy" in capsys.readouterr().err

@@ -30,8 +30,9 @@ def parse_args(argv, description: str) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true", help="tiny shapes and lengths: the whole path on a CPU in seconds")
     ap.add_argument("--students", default=",".join(STUDENTS),
                     help=f"comma-separated, from {', '.join(STUDENTS)}; 'none' skips the student part")
-    ap.add_argument("--e2e", default=E2E_STUDENT,
-                    help=f"the student whose shape runs `advisor recommend` end to end (default {E2E_STUDENT}); 'none' skips it")
+    ap.add_argument("--e2e", default=None,
+                    help=f"the student whose shape runs `advisor recommend` end to end (default {E2E_STUDENT} when it is "
+                         "measured); 'none' skips it")
     ap.add_argument("--scoring-pairs", type=int, default=None,
                     help=f"pairs timed per student (default {SCORING_PAIRS}; {QUICK_SCORING_PAIRS} with --quick)")
     ap.add_argument("--eval-gen-tokens", type=int, default=GEN_TIMED_TOKENS,
@@ -55,7 +56,12 @@ def check_args(args) -> None:
             setattr(args, k, v)
     args.device = args.device or ("cpu" if args.quick else "cuda")
     args.students = [] if args.students.strip() == "none" else [s.strip() for s in args.students.split(",") if s.strip()]
-    args.e2e = None if args.e2e.strip() == "none" else args.e2e.strip()
+    if args.e2e is None:  # the default follows the students measured
+        args.e2e = E2E_STUDENT if E2E_STUDENT in args.students else None
+    elif args.e2e.strip() == "none":
+        args.e2e = None
+    else:
+        args.e2e = args.e2e.strip()
     if args.out and Path(args.out).suffix == ".md":
         problem(f"--out {args.out}: give the JSON's path; the Markdown table is written beside it (.md)")
     unknown = [s for s in args.students if s not in STUDENTS]

@@ -244,3 +244,12 @@ def test_an_out_that_cannot_be_written_is_one_error_line(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--hf-only", "--out", str(blocker / "r.json")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.startswith("gpu_check: error: --out ") and r.stderr.count("\n") == 1
+
+
+def test_the_end_to_end_student_follows_the_students_measured():
+    gpu_check = load_script()
+    for argv, e2e in (([], "qwen2.5-1.5b"), (["--students", "none"], None), (["--students", "qwen2.5-7b"], None),
+                      (["--e2e", "none"], None), (["--e2e", "qwen2.5-7b"], "qwen2.5-7b")):
+        args = gpu_check.parse_args(["--quick", "--hf-only", *argv], "gpu_check")
+        gpu_check.check_args(args)
+        assert args.e2e == e2e, argv

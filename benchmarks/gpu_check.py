@@ -136,15 +136,19 @@ class Run:
         import traceback
 
         t = time.perf_counter()
+        failed = False
         try:
             fn()
         except Exception as e:  # one GPU run is all there is: keep the other parts' figures
             traceback.print_exc()
             self.res.setdefault("errors", {})[part] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             say(f"{part}: failed ({self.res['errors'][part]})")
+            failed = True
         finally:
             self.res.setdefault("parts", {})[part] = time.perf_counter() - t
             self.save()
+        if failed:  # outside the handler, whose traceback held the part's tensors
+            free(self.args.device)
 
 
 # ---- the students ------------------------------------------------------------------------------

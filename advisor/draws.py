@@ -138,3 +138,31 @@ def race_note(predictor, out) -> str | None:
             f"side by side for {RACE_FRACTION:.0%} of the budget and keeps the leader, {race['overhead']:.0%} more training "
             f"than one run; replayed on the {race['rows']} rows of this predictor's calibration records it lost "
             f"{race['regret']:.2f} points of accuracy on average, always-high {high['regret']:.2f}")
+
+
+def race_plan(predictor, race: dict | None) -> dict | None:
+    """The race the policy's gate opened ({"fraction", "wait", "why"}, `Decision.race`) with what the
+    gated race was measured to cost and lose leaving each pool source out (`expected`: regret in
+    points and mean overhead, from meta.cv.source.methods["gated race"]) and always-high's regret on
+    the same rows; None where the gate stayed shut."""
+    if race is None:
+        return None
+    methods = (((predictor.meta or {}).get("cv") or {}).get("source") or {}).get("methods") or {}
+    gated, high = methods.get("gated race") or {}, methods.get("always high") or {}
+    measured = all(isinstance(gated.get(k), (int, float)) for k in ("regret", "overhead"))
+    return {**race, "expected": {"regret": gated["regret"], "overhead": gated["overhead"]} if measured else None,
+            "always_high_regret": high.get("regret") if measured else None,
+            "measured_on": "the predictor's held-out table, one pool source left out at a time (meta.cv.source)"}
+
+
+def race_headline(plan: dict) -> str:
+    """The report's first line for a planned race."""
+    f, w = plan["fraction"], plan.get("wait")
+    line = (f"Race D_high against D_low for up to {f:.0%} of your budget"
+            + (f" ({w:.0%} while D_low is behind and gaining)" if w else "") + ", then keep the leader")
+    e = plan.get("expected")
+    if e:
+        line += (f": about {e['overhead']:.0%} more training on average, expected loss {e['regret']:.1f} points "
+                 f"({plan['always_high_regret']:.1f} without the race)")
+    return line
+

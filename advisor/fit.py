@@ -8,6 +8,9 @@ chosen on the fold's training rows only, by leaving one `choose_by` value out (a
 default; several splits: the worse of their regrets) —; then chooses the kind and
 the thresholds the same way on all the records, fits the ensemble on every row and saves one file
 with the lab prior for `--no-probe`, the probe recipe its inputs were measured with and the policy.
+The policy's gate (where the advice is a race of D_high against D_low, `predictor.gate`) is chosen
+on the same held-out measurements under the overhead cap `gate.CAP`, and measured the same nested
+way ("gated race" in every table).
 """
 
 from __future__ import annotations
@@ -25,14 +28,14 @@ from capacity_advisor.advisor.predictor import (
     folds, label_rows, options_in, select_policy,
 )
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix, ranking_sum
-from capacity_advisor.advisor.predictor.policy import CHOOSE_BY, EITHER, EITHER_PREDICTOR, PROXY_RULE
+from capacity_advisor.advisor.predictor.policy import CHOOSE_BY, EITHER, EITHER_PREDICTOR, PROXY_RULE, measured_policy, with_gate
 from capacity_advisor.advisor.predictor.priors import fit_lab_prior
 from capacity_advisor.advisor.predictor.proxy_rule import choose_rule
-from capacity_advisor.advisor.predictor.races import race_summary
+from capacity_advisor.advisor.predictor.races import race_summary, with_curves
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.training.manifest_checks import MAX_SEED
 
-CV_METHODS = ("policy", "predictor", WITHOUT_PROXIES, LARGEST_PROXY, PROXY_RULE, EITHER, EITHER_PREDICTOR,
+CV_METHODS = ("policy", "gated race", "predictor", WITHOUT_PROXIES, LARGEST_PROXY, PROXY_RULE, EITHER, EITHER_PREDICTOR,
               "always high", "always low", "always mixed", "size rule", "noise floor")
 
 
@@ -196,7 +199,7 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
         settings.cv_members)
     say = log or (lambda msg: None)
     feats = FEATURE_SETS[features]
-    rows = label_rows(records, tie_margin=tie_margin)
+    rows = with_curves(label_rows(records, tie_margin=tie_margin), records)
     if not rows:
         raise InputError("the records hold no (student, pool) with both a high and a low run: nothing to learn from")
     if len({r["student"] for r in rows}) < 2:
@@ -218,7 +221,8 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
         cv_tables[s] = cross_validate(rows, s, kinds, feats, cv_members, tie_margin, seed, jobs,
                                       policy_split=split)
     say(f"choosing the kind and the policy's thresholds by {by} regret")
-    chosen, policy, kind_regret = select_policy(rows, split, kinds, feats, cv_members, seed, jobs)
+    chosen, policy, kind_regret, measured_rows = measured_policy(rows, split, kinds, feats, cv_members, seed, jobs)
+    policy = with_gate(policy, measured_rows)
     own = own_sources(records, files)
     policy_own = None
     if own and folds(rows, PROXY):
@@ -260,12 +264,15 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
 CV_KEYS = ("regret", "decision_accuracy", "rows")
 # measured since tables stated the flip rate; a table stored before has none of them
 CV_SEED_KEYS = ("flip_rate", "flip_cells", "p_low_spread")
+# measured since the policy gained its gate: the race's cost, the stricter judgments, the sources
+CV_GATE_KEYS = ("overhead", "other_seed", "other_half", "cap", "caps")
 
 
 def compact(cv_tables: dict) -> dict:
     """{split: {method: {"regret": points, "decision_accuracy": share, "rows": n, "flip_rate": share
     of cells whose seeds got different advice, "flip_cells": n, "p_low_spread": P(D_low)'s mean
     range across seeds (policy and predictor), on the proxy split "by_source": the same per pool source}}}"""
-    return {split: {m: {k: t["methods"][m][k] for k in (*CV_KEYS, *CV_SEED_KEYS, "by_source") if k in t["methods"][m]}
+    return {split: {m: {k: t["methods"][m][k] for k in (*CV_KEYS, *CV_SEED_KEYS, *CV_GATE_KEYS, "by_source")
+                        if k in t["methods"][m]}
                     for m in CV_METHODS if m in t["methods"]}
             for split, t in cv_tables.items()}

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from capacity_advisor.advisor.draws import (
     by_proxy_rule, calibrated_line, combined_cost, draw_advice, draws_line, mean_features, probe_folder, race_note,
+    race_plan,
 )
 from capacity_advisor.advisor.lab.pool import describe_student, lab_identity
 from capacity_advisor.advisor.predictor.advice import Advice
@@ -262,26 +263,28 @@ def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stages: 
     context = stage.split.data.context
     measured = {"likelihood_gap_per_token": context["likelihood_gap_per_token"],
                 "length_ratio_low_high": context["length_ratio_low_high"]}
-    draws = None
+    draws = race = None
     calibrated = calibrated_source(predictor, pool_fingerprint)
     if stage.report is None:
         advice, curve = prior(cfg, desc["n_params"], predictor)
     else:
         reports = [st.report for st in stages]
         measured.update(mean_features(reports))
-        advice, curve, draws = measured_advice(cfg, predictor, desc, plan, measured, calibrated,
-                                               context if len(stages) > 1 else None, reports)
+        advice, curve, draws, race = measured_advice(cfg, predictor, desc, plan, measured, calibrated,
+                                                     context if len(stages) > 1 else None, reports)
     probe = stage.report if len(stages) == 1 or stage.report is None else \
         {**stage.report, "cost": combined_cost([st.report for st in stages])}
     return recommendation(advice, curve, predictor, desc, settings, cfg.budget, cfg.score, measurements=measured,
-                          draws=draws, calibrated_on=calibrated, probe=probe)
+                          draws=draws, calibrated_on=calibrated, probe=probe, race=race)
 
 
 def measured_advice(cfg: RecommendConfig, predictor, desc: dict, plan: ProbePlan, measured: dict,
-                    calibrated: dict | None, context: dict | None, reports: list) -> tuple[Advice, dict, list | None]:
-    """The policy's advice on the measured inputs, its curve over BUDGET_GRID, and each draw's own
-    advice (`context` given: several draws). The confidence is low where a fallback answered, where
-    the probe departed from the predictor's recipe, or where the draws disagree."""
+                    calibrated: dict | None, context: dict | None, reports: list
+                    ) -> tuple[Advice, dict, list | None, dict | None]:
+    """The policy's advice on the measured inputs, its curve over BUDGET_GRID, each draw's own
+    advice (`context` given: several draws) and the race its gate opened (`draws.race_plan`, or
+    None). The confidence is low where a fallback answered, where the probe departed from the
+    predictor's recipe, or where the draws disagree."""
     from capacity_advisor.advisor.predictor import Policy
     from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice
 
@@ -304,7 +307,7 @@ def measured_advice(cfg: RecommendConfig, predictor, desc: dict, plan: ProbePlan
                      confidence_reasons=tuple(notes) + advice.confidence_reasons,
                      # what the paper found for students of this size, beside the measurement
                      paper_prior=paper_prior_advice(desc["n_params"], cfg.budget) if desc["n_params"] >= PAPER_FROM else None)
-    return advice, curve, draws
+    return advice, curve, draws, race_plan(predictor, decision.race)
 
 
 def advise_only(cfg: RecommendConfig, checked: Checked, desc: dict, t0: float) -> Recommendation:
@@ -349,9 +352,13 @@ def write_outputs(cfg: RecommendConfig, rec: Recommendation, pool, whole: int, s
     if eval_rows:
         write_jsonl(out / "eval.jsonl", eval_rows)
     notes = list(rec.notes)
+    if rec.race is not None and not eval_rows:  # nothing to judge the two sets on
+        notes.append(f"the policy's gate opened a race ({rec.race['why']}), but the pool has no reference answers to "
+                     f"compare D_high and D_low on: train D_{s.option} alone, or give a pool with answers")
+        rec = replace(rec, race=None)
     if len(pool) < whole:
         notes.append(sample_note(cfg, rec, len(sel.rows), whole, len(held)))
-    if sets and (line := race_note(checked.predictor, cfg.out)):
+    if sets and rec.race is None and (line := race_note(checked.predictor, cfg.out)):
         notes.append(line)
     rec = replace(rec, selection=sel.summary, train_rows=len(sel.rows), eval_rows=len(eval_rows),
                   checker=stage.split.data.checker, notes=notes, seconds=round(time.time() - t0, 1),

@@ -81,6 +81,7 @@ class Recommendation:
     notes: list[str] = field(default_factory=list)  # what the user should know about the outputs
     draws: list | None = None  # --probe-repeats: each probe draw's own advice (seed, strategy, probabilities)
     calibrated_on: dict | None = None  # the user's own calibrated pool source this pool belongs to, and its proxies
+    race: dict | None = None  # the race the policy's gate opened (draws.race_plan): `advisor train` runs it
     seconds: float = 0.0
 
     @property
@@ -129,6 +130,7 @@ class Recommendation:
             "baselines": self.baselines, "model": self.model, "budget": self.budget, "features": self.inputs,
             "settings": self.settings, "selection": self.selection, "train_rows": self.train_rows,
             "eval_rows": self.eval_rows, "probe_cost": self.probe_cost, "seconds": self.seconds, "notes": self.notes,
+            "race": self.race,
             **({"pool": self.pool} if self.pool is not None else {}),
             **({"calibrated_on": self.calibrated_on} if self.calibrated_on else {}),
             **({"draws": self.draws, "draws_agree": len({d["strategy"] for d in self.draws}) == 1}
@@ -158,7 +160,8 @@ def write_manifest(rec: Recommendation, out: Path, recipe, spec: str, teacher: s
                    sets: dict | None = None) -> None:
     """OUT/recommendation.json: the training manifest of the recommended set (`advisor train`) under
     the probe's `recipe` (`probes.recipe.full_run_manifest`: as calibration's full runs are built);
-    `sets` names the data files of D_high / D_low besides it (`advisor train --race`)."""
+    `sets` names the data files of D_high / D_low besides it (`advisor train --race`), and `race` the
+    race the policy's gate opened, which `advisor train` then runs without a flag."""
     from capacity_advisor.probes.recipe import full_run_manifest
 
     manifest = full_run_manifest(
@@ -177,6 +180,7 @@ def write_manifest(rec: Recommendation, out: Path, recipe, spec: str, teacher: s
         features=finite(rec.inputs),  # strict JSON: a measurement that does not apply is null
         pool=finite(rec.pool),
         sets=dict(sets or {}),
+        race=None if rec.race is None else {k: rec.race.get(k) for k in ("fraction", "wait", "why", "expected")},
     )
     manifest.to_json(out / "recommendation.json")
 

@@ -131,7 +131,9 @@ def full_run_manifest(recipe: ProbeRecipe, *, epochs: float, learning_rate: floa
     from capacity_advisor.training.manifest import EvalSpec, Manifest
 
     return Manifest(
-        eval=EvalSpec(**{"max_new_tokens": recipe.max_new_tokens, "token_budget": recipe.token_budget, **eval}),
+        # per-problem correctness kept: a race decides on one half of the problems, judged on the other
+        eval=EvalSpec(**{"max_new_tokens": recipe.max_new_tokens, "token_budget": recipe.token_budget,
+                         "per_problem": True, **eval}),
         training=TrainingSpec(**{"batch_size": recipe.train_batch, **(training or {}), "epochs": epochs,
                                  "learning_rate": learning_rate, "max_length": recipe.train_length, "seed": seed}),
         **fields)

@@ -162,7 +162,8 @@ def test_races_replayed_on_the_records_and_priced_in_the_report(lab_home, tmp_pa
     assert race(high, low, 2.0, 1.0, k=2, n_eval=1000) == ("low", 0.75)  # the adaptive race: a lead twice in a row
     summary = {r["method"]: r for r in race_summary(read_records(RECORDS))}
     half, always = summary["race, fixed at 50% of the budget"], summary["always high"]
-    assert half["fraction"] == 0.5 and half["overhead"] == pytest.approx(0.5) and always["overhead"] == 0
+    # the overhead is the share at which each replayed race stopped: at or past half the budget
+    assert half["fraction"] == 0.5 and 0.5 <= half["overhead"] < 0.6 and always["overhead"] == 0
     assert half["rows"] == always["rows"] == len(label_rows(read_records(RECORDS)))
     assert half["regret"] < always["regret"]  # on the committed records the race beats always-high
     pred = Predictor.load(SHIPPED)
@@ -176,7 +177,7 @@ def test_races_replayed_on_the_records_and_priced_in_the_report(lab_home, tmp_pa
     assert r.exit_code == 0, r.stderr
     note = next(n for n in json.loads(r.stdout)["notes"] if n.startswith("a race instead"))
     assert f"lost {half['regret']:.2f} points" in note and f"always-high {always['regret']:.2f}" in note
-    assert "--race 0.5" in note and "50% more training" in note
+    assert "--race 0.5" in note and f"{half['overhead']:.0%} more training" in note
 
 
 def test_a_race_chosen_leaving_each_source_out_never_sees_that_source():

@@ -19,7 +19,7 @@ from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec,
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD_KEYS = {"version", "run_id", "model", "strategy", "mix", "n_train", "epochs", "features", "pool", "evals",
-               "best_accuracy", "final_accuracy", "settings", "provenance"}
+               "best_accuracy", "final_accuracy", "settings", "provenance", "best_checkpoint"}
 
 
 # ---- metrics on handmade strings ----------------------------------------------------------
@@ -144,6 +144,26 @@ def check_run(run: Path, record: dict, steps_per_epoch: int = 4, epochs: int = 2
     ckpts = sorted(p.name for p in run.glob("checkpoint-*"))
     assert len(ckpts) == limit and f"checkpoint-{steps_per_epoch * epochs}" in ckpts
     assert all((run / c / "advisor_state.json").exists() for c in ckpts)
+    check_best(run, record)
+
+
+def check_best(run: Path, record: dict) -> None:
+    """RUN/best/ holds the model of the best trained evaluation (the earliest on ties), its
+    checkpoint was kept from rotation, and the record says which it is."""
+    from safetensors.torch import load_file
+
+    top = max((e for e in record["evals"] if e["step"] > 0), key=lambda e: (e["accuracy"], -e["step"]))
+    assert record["best_checkpoint"] == {"step": top["step"], "epoch": top["epoch"], "accuracy": top["accuracy"],
+                                         "folder": "best"}
+    assert record["best_accuracy"] == top["accuracy"]
+    best = run / "best"
+    assert json.loads((best / "advisor_state.json").read_text())["step"] == top["step"]
+    assert (best / "model.safetensors").is_file() and (best / "config.json").is_file()
+    assert not any(best.glob("optimizer*")) and not (best / "trainer_state.json").exists()
+    kept = run / f"checkpoint-{top['step']}"
+    assert kept.is_dir()  # protected from rotation
+    a, b = load_file(str(best / "model.safetensors")), load_file(str(kept / "model.safetensors"))
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
 
 
 def test_single_process_run_writes_checkpoints_evals_and_record(tmp_path, tiny_qwen):
@@ -187,7 +207,11 @@ def test_killed_run_resumes_at_the_last_checkpoint(tmp_path, tiny_llama):
         run_sft(path, tmp_path / "run", records=str(store), threads=1, callbacks=[KillAfter()])
     run = tmp_path / "run"
     assert not (run / "record.json").exists() and not store.exists()
-    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+    # kept: the last checkpoint, and the best evaluation's (protected from rotation for best/)
+    rows = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]
+    top = max((r for r in rows if r["step"] > 0), key=lambda r: (r["accuracy"], -r["step"]))
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == sorted({f"checkpoint-{top['step']}", "checkpoint-3"}
+                                                                   | ({"checkpoint-2"} if top["step"] == 3 else set()))
     # a checkpoint half-written by the kill (no marker) must be ignored and removed
     (run / "checkpoint-4").mkdir()
     (run / "eval.jsonl").open("a").write(json.dumps({"step": 4, "epoch": 1.0}) + "\n")

@@ -9,6 +9,11 @@ of those steps, and a marker (`advisor_state.json`: the eval row and the time sp
 written into it last, so a checkpoint without its marker is known to be incomplete.
 
 `eval.jsonl` is keyed by step: a row recomputed after a resume replaces the old one.
+
+With `keep_best`, the checkpoint of the best trained evaluation so far (highest accuracy, the
+earliest on ties) is the Trainer's `best_model_checkpoint`, which its rotation never deletes, so
+the run can keep it as `best/` when it ends (`best_row`); the best is read again from eval.jsonl
+on a resume.
 """
 
 from __future__ import annotations
@@ -103,12 +108,19 @@ def truncate_eval_rows(path: Path, last_step: int) -> None:
         write_jsonl(path, keep)
 
 
+def best_row(rows: list[dict]) -> dict | None:
+    """The trained evaluation (step > 0) with the highest accuracy, the earliest on ties; None
+    where no trained evaluation measured accuracy."""
+    scored = [r for r in rows if r.get("step", 0) > 0 and isinstance(r.get("accuracy"), (int, float))]
+    return max(scored, key=lambda r: (r["accuracy"], -r["step"]), default=None)
+
+
 class EvalCallback(TrainerCallback):
     """Generation-based evaluation at the scheduled steps; see the module doc."""
 
     def __init__(self, run_dir: Path, evaluator: Evaluator, evals_per_epoch: int, grad_accum: int, seed: int,
                  tokenizer, spec: str, eval_every: int | None = None, elapsed_before: float = 0.0, log=None,
-                 step0_row: dict | None = None, measure_every: int = 1):
+                 step0_row: dict | None = None, measure_every: int = 1, keep_best: bool = False):
         self.run_dir = Path(run_dir)
         self.eval_file = self.run_dir / "eval.jsonl"
         self.evaluator = evaluator
@@ -131,6 +143,7 @@ class EvalCallback(TrainerCallback):
         self.last_lr = None
         self.t0 = time.perf_counter()
         self.last_row: dict | None = None
+        self.keep_best = keep_best
 
     # elapsed wall time of the whole run, over every attempt
     def elapsed(self) -> float:
@@ -139,6 +152,7 @@ class EvalCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kw):
         self.steps_per_epoch = steps_per_epoch_of(train_dataloader, self.grad_accum)
         self.schedule = eval_schedule(self.steps_per_epoch, state.max_steps, self.evals_per_epoch, self.eval_every)
+        self._protect_best(args, state)
         if state.global_step == 0:
             # rank 0's view decides for all ranks, since every rank must join the evaluation
             done = gather_to_main(0 in {r["step"] for r in read_curve(self.eval_file)} if rank() == 0 else None)[0]
@@ -164,6 +178,7 @@ class EvalCallback(TrainerCallback):
         # the loss of every step up to this one into the row.
         if state.global_step in self.schedule:
             self._evaluate(model, state, args)
+            self._protect_best(args, state)
         barrier()  # every rank's files (weights, optimizer, RNG state) are in place
         if rank() == 0:
             ckpt = self.run_dir / f"checkpoint-{state.global_step}"
@@ -172,6 +187,15 @@ class EvalCallback(TrainerCallback):
                 write_json(ckpt / MARKER, {"step": state.global_step, "epoch": state.global_step / self.steps_per_epoch,
                                            "elapsed": self.elapsed(), "eval": self.last_row})
         barrier()
+
+    def _protect_best(self, args, state) -> None:
+        """Name the best trained evaluation's checkpoint to the Trainer, whose rotation keeps it."""
+        if not self.keep_best:
+            return
+        best = best_row(read_curve(self.eval_file)) if rank() == 0 else None
+        best = gather_to_main(best)[0]
+        if best is not None:  # the path as the Trainer's rotation lists it
+            state.best_model_checkpoint = str(Path(args.output_dir) / f"checkpoint-{best['step']}")
 
     # ---- the evaluation itself ------------------------------------------------------------
     def scores_at(self, step: int) -> bool:

@@ -3,7 +3,8 @@ and axolotl, carrying the manifest's settings and the student's rendering of eac
 
     advisor train rec/recommendation.json --export out/ --format all
 
-Writes into the folder `train.jsonl` (prompt/completion strings) and, per format,
+Writes into the folder `train.jsonl` (prompt/completion strings; where the manifest plans a race,
+also `train-high.jsonl` and `train-low.jsonl`) and, per format,
 - trl:          `trl_sft.py` (SFTTrainer, completion-only loss, bf16 decided where it runs). A student
                 with a chat template gets `train_chat.jsonl`, prompt and completion as chat messages,
                 so TRL renders the chat template the candidates were scored under;
@@ -53,7 +54,8 @@ from capacity_advisor.training.manifest import Manifest
 FORMATS = ("trl", "llamafactory", "axolotl")
 # Everything an export may write, by name: checked against the inputs before anything is written.
 OUTPUTS = ("train.jsonl", "train_chat.jsonl", "trl_sft.py", "train_llamafactory.jsonl", "dataset_info.json",
-           "llamafactory_sft.yaml", "axolotl_sft.yaml", "train_messages.jsonl", "axolotl_train.sh")
+           "llamafactory_sft.yaml", "axolotl_sft.yaml", "train_messages.jsonl", "axolotl_train.sh",
+           "train-high.jsonl", "train-low.jsonl")
 
 # Characters a YAML reader treats as line breaks or refuses, which json.dumps leaves unescaped.
 _YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufeff\ufffe\uffff]")
@@ -84,8 +86,8 @@ def export(m: Manifest, out: str | Path, formats=FORMATS, manifest_path: str | o
     if bad:
         raise InputError(f"--format {','.join(bad)} is unknown: use {', '.join(FORMATS)} or all")
     out = Path(out)
-    refuse_overwrite([m.dataset_path, m.eval_path, m.candidates_path, manifest_path], [out / name for name in OUTPUTS],
-                     "--export")
+    refuse_overwrite([m.dataset_path, m.eval_path, m.candidates_path, manifest_path, *map(m.resolve, m.sets.values())],
+                     [out / name for name in OUTPUTS], "--export")
     rows = read_sft_rows(m.dataset_path)
     st = read_student(m)
     if st.chat and st.tokenizer is not None:
@@ -99,7 +101,7 @@ def export(m: Manifest, out: str | Path, formats=FORMATS, manifest_path: str | o
     phase = [({"phase": r["phase"]} if "phase" in r else {}) for r in rows]
     train = out / "train.jsonl"
     write_jsonl(train, ({"prompt": r["prompt"], "completion": r["completion"], **ph} for r, ph in zip(rows, phase)))
-    written = [train]
+    written = [train, *_race_sets(m, out)]
     t = m.training
     per_device = max(1, t.batch_size // t.grad_accum)
     steps = save_steps(m, len(rows))
@@ -108,6 +110,21 @@ def export(m: Manifest, out: str | Path, formats=FORMATS, manifest_path: str | o
     for fmt, write in (("trl", _write_trl), ("llamafactory", _write_llamafactory), ("axolotl", _write_axolotl)):
         if fmt in formats:
             written += write(_Job(st, out, train, rows, phase, t, per_device, steps, note, lf_template, bos_eos))
+    return written
+
+
+def _race_sets(m: Manifest, out: Path) -> list[Path]:
+    """Where the manifest plans a race: D_high and D_low as prompt/completion JSONL (train-high.jsonl,
+    train-low.jsonl), so both sets travel with the export; the race itself runs through `advisor train`."""
+    if m.race is None:
+        return []
+    from capacity_advisor.training.race import set_files
+
+    written = []
+    for s, f in set_files(m).items():
+        path = out / f"train-{s}.jsonl"
+        write_jsonl(path, ({"prompt": r["prompt"], "completion": r["completion"]} for r in read_sft_rows(m.resolve(f))))
+        written.append(path)
     return written
 
 

@@ -25,7 +25,8 @@ from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import write_json
 from capacity_advisor.models.numbers import number
 from capacity_advisor.training.manifest_checks import (
-    MAX_COUNT, MAX_EPOCHS, MAX_TOKENS, key_list, is_line, is_one_of, show, training_problems, whole_problems,
+    MAX_COUNT, MAX_EPOCHS, MAX_TOKENS, key_list, is_line, is_one_of, race_problems, show, training_problems,
+    whole_problems,
 )
 
 MANIFEST_VERSION = 1
@@ -129,6 +130,7 @@ class Manifest:
     features: dict = field(default_factory=dict)  # probe features, copied into the RunRecord
     pool: dict = field(default_factory=dict)  # pool summary, copied into the RunRecord
     sets: dict = field(default_factory=dict)  # {"high": FILE, "low": FILE}: each set's own data, for `advisor train --race`
+    race: dict | None = None  # the race the recommendation plans ({"fraction", "wait", "why", "expected"}): `advisor train` runs it
     version: int = MANIFEST_VERSION
     base_dir: str = field(default=".", repr=False, compare=False)  # the manifest's folder (not written)
 
@@ -187,6 +189,7 @@ class Manifest:
         if self.confidence is not None and not isinstance(self.confidence, str):
             bad.append(f"confidence: must be text or null, got {show(self.confidence)}")
         bad += self._sets_problems(check_files)
+        bad += self._race_problems(check_files)
         bad += training_problems(t)
         if check_files and self.candidates_path is not None and not self.candidates_path.is_file():
             bad.append(f"training.rerank.candidates: file {self.candidates_path} not found")
@@ -216,6 +219,26 @@ class Manifest:
                                        check_files, required=True)
         return bad
 
+    def _race_problems(self, check_files: bool) -> list[str]:
+        """The race's own fields, and that the manifest names D_high and D_low as two different files."""
+        bad = race_problems(self.race)
+        if self.race is None or bad or not isinstance(self.sets, dict):
+            return bad
+        files = {s: self.sets.get(s) or (self.dataset if self.strategy == s else None) for s in SETS[:2]}
+        missing = [s for s, f in files.items() if not f]
+        if missing:
+            return [f"race: the manifest names no D_{missing[0]} (sets.{missing[0]}), so there is nothing to race; "
+                    "add it, or remove race"]
+        if check_files and all(is_line(f) for f in files.values()):
+            a, b = (self.resolve(f) for f in files.values())
+            try:
+                same = a.is_file() and b.is_file() and a.samefile(b)
+            except OSError:
+                same = False
+            if same:
+                return [f"race: D_high and D_low are the same file ({files['high']}); a race needs each set's own data"]
+        return []
+
     def _path_problems(self, name: str, value: Any, what: str, check_files: bool, required: bool) -> list[str]:
         if value is None or (required and value == ""):
             return [f"{name}: missing ({what})"] if required else []
@@ -240,8 +263,9 @@ class Manifest:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("base_dir")
-        if not d["sets"]:  # written only when it names a set, so manifests without one read as before
-            d.pop("sets")
+        for key in ("sets", "race"):  # written only when set, so manifests without them read as before
+            if not d[key]:
+                d.pop(key)
         if d["eval"].get("measure_every") == 1:  # written only when it thins the measures: run keys stay as they were
             d["eval"].pop("measure_every")
         return {"version": d.pop("version"), **d}

@@ -127,3 +127,33 @@ def show(v: Any, width: int = 60) -> str:
 
 def key_list(keys) -> str:
     return ", ".join(show(k, 30) for k in sorted(keys)[:10]) + (f" and {len(keys) - 10} more" if len(keys) > 10 else "")
+
+
+RACE_KEYS = ("fraction", "wait", "why", "expected")
+
+
+def race_problems(race: Any) -> list[str]:
+    """The problems of a manifest's `race` (the race a recommendation plans: {"fraction": share of
+    the budget in (0, 1], "wait": null or a larger share up to 1, "why": text, "expected":
+    {"regret", "overhead"} or null}); that it names two different sets is the manifest's check."""
+    if race is None:
+        return []
+    if not isinstance(race, dict):
+        return [f"race: must be an object ({', '.join(RACE_KEYS)}) or null, got {show(race)}"]
+    bad = []
+    unknown = set(race) - set(RACE_KEYS)
+    if unknown:
+        bad.append(f"race: unknown keys {key_list(unknown)} (known: {', '.join(RACE_KEYS)})")
+    f, w = race.get("fraction"), race.get("wait")
+    if not number(f) or not 0 < f <= 1:  # whole numbers pass `number`: 1 is a whole budget
+        bad.append(f"race.fraction: must be a share of the budget in (0, 1], e.g. 0.5, got {show(f)}")
+    elif w is not None and (not number(w) or not f < w <= 1):
+        bad.append(f"race.wait: must be null or a share of the budget above race.fraction ({show(f)}), at most 1, "
+                   f"got {show(w)}")
+    if race.get("why") is not None and not (is_line(race["why"]) and len(race["why"]) <= 2000):
+        bad.append(f"race.why: must be one line of text, got {show(race['why'])}")
+    expected = race.get("expected")
+    if expected is not None and not (isinstance(expected, dict) and set(expected) <= {"regret", "overhead"}
+                                     and all(number(v) and 0 <= v <= 100 for v in expected.values())):
+        bad.append(f"race.expected: must be null or {{\"regret\": points, \"overhead\": share}}, got {show(expected)}")
+    return bad

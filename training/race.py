@@ -13,9 +13,12 @@ start, so the winner continued to the end is the uninterrupted run of that set.
 At each evaluation the two are compared on the same held-out problems, paired: per problem,
 correct under D_high minus correct under D_low. A set leads when the mean difference is beyond
 both `z` standard errors of that mean and `margin` (accuracy, 0.05 = 5 points). The race stops when
-the same set has led at `k` evaluations in a row ("lead"), or at the first evaluation at or past
-`fraction` of the budget ("fraction"), where the set with the best held-out accuracy so far is
-kept (D_high on ties). The winner then trains to the end; the loser's folder stays as it is.
+the same set has led at `k` evaluations in a row ("lead"; never with `k` None, as the race a
+recommendation plans runs), or at the first evaluation at or past `fraction` of the budget
+("fraction"), where the set with the best held-out accuracy so far is kept (D_high on ties). With
+`wait`, a race due to stop goes on while D_low is behind and gaining faster than D_high
+(`gaining`), up to that share ("wait" when it ends there). The winner then trains to the end; the
+loser's folder stays as it is.
 
 OUT/race.json says what raced, the paired comparison at every evaluation, when and why the race
 stopped and the winner; the winner's RunRecord carries the same under provenance.race. A rerun of
@@ -41,18 +44,22 @@ RACE_VERSION = 1
 @dataclass(frozen=True)
 class RaceRule:
     """When a race stops. The defaults of k and margin are provisional (chosen from replays of
-    the committed records, not yet from held-out pool sources)."""
+    the committed records, not yet from held-out pool sources); the race a recommendation plans
+    (its manifest's `race`) sets k None and the fraction and wait its policy chose held out."""
 
     fraction: float  # stop at the first evaluation at or past this share of the budget, in (0, 1]
-    k: int = 2  # evaluations in a row that the same set must lead
+    k: int | None = 2  # evaluations in a row that the same set must lead; None: no stop on a lead
     margin: float = 0.05  # the least mean paired difference that counts as a lead (accuracy)
     z: float = 1.96  # standard errors of the mean paired difference that a lead must exceed
+    wait: float | None = None  # go on up to this share while D_low is behind and gaining faster
 
     def check(self) -> "RaceRule":
         bad = []
         if not (isinstance(self.fraction, (int, float)) and math.isfinite(self.fraction) and 0 < self.fraction <= 1):
             bad.append(f"--race {self.fraction} must be a share of the budget in (0, 1], e.g. 0.5")
-        if not (isinstance(self.k, int) and self.k >= 1):
+        elif self.wait is not None and not (isinstance(self.wait, (int, float)) and self.fraction < self.wait <= 1):
+            bad.append(f"race wait {self.wait} must be a share of the budget above the fraction {self.fraction:g}, at most 1")
+        if not (self.k is None or (isinstance(self.k, int) and not isinstance(self.k, bool) and self.k >= 1)):
             bad.append(f"--race-k {self.k} must be a whole number ≥ 1")
         if not (isinstance(self.margin, (int, float)) and math.isfinite(self.margin) and 0 <= self.margin < 1):
             bad.append(f"--race-margin {self.margin} must be an accuracy difference in [0, 1), e.g. 0.05")
@@ -61,6 +68,20 @@ class RaceRule:
         if bad:
             raise InputError("; ".join(bad))
         return self
+
+
+WAIT_WINDOW = 2  # evaluations over which `gaining` compares the two sets' gains
+
+
+def gaining(acc_high: list, acc_low: list, window: int = WAIT_WINDOW) -> bool:
+    """D_low is behind (its best accuracy so far below D_high's) and has gained more than D_high
+    over the last `window` evaluations: a slow starter that may yet overtake. The lists hold each
+    set's accuracy at the evaluations so far, paired by order."""
+    pairs = [(h, lo) for h, lo in zip(acc_high, acc_low) if h is not None and lo is not None]
+    if len(pairs) <= window:
+        return False
+    (h0, l0), (h1, l1) = pairs[-1 - window], pairs[-1]
+    return max(lo for _, lo in pairs) < max(h for h, _ in pairs) and l1 - l0 > h1 - h0
 
 
 def set_files(m: Manifest) -> dict[str, str | None]:
@@ -78,13 +99,17 @@ def race_manifests(m: Manifest) -> dict[str, Manifest]:
         raise InputError(f"--race needs both D_high and D_low, and the manifest names no {' or '.join(missing)}: "
                          "rerun `advisor recommend` (it writes train-high.jsonl and train-low.jsonl) or add "
                          '"sets": {"high": FILE, "low": FILE} to the manifest')
+    paths = {s: m.resolve(f) for s, f in files.items()}
+    if paths["high"].resolve() == paths["low"].resolve():
+        raise InputError(f"D_high and D_low are the same file ({files['high']}): a race needs the two sets' own data; "
+                         "rerun `advisor recommend`, or point sets.high / sets.low at the two files")
     if m.eval_path is None or m.eval.checker == "none":
         raise InputError("--race compares the sets on held-out problems, and the manifest has no eval.path with a "
                          "checker (lab or math)")
     out = {}
     for s, f in files.items():
         training = replace(m.training, switch_epoch=None)
-        out[s] = replace(m, dataset=f, strategy=s, mix=0.0, sets={}, training=training,
+        out[s] = replace(m, dataset=f, strategy=s, mix=0.0, sets={}, race=None, training=training,
                          eval=replace(m.eval, per_problem=True)).validate(where=f"manifest of the D_{s} run")
     return out
 
@@ -125,7 +150,7 @@ def decide(curves: dict[str, list[dict]], rule: RaceRule, m: Manifest, finished:
     high, low = ([r for r in curves[s] if r["step"] > 0] for s in RACED)
     n = min(len(high), len(low))
     comps: list[dict] = []
-    streak, best = 0, {s: -math.inf for s in RACED}
+    streak, best, waited = 0, {s: -math.inf for s in RACED}, False
     for i in range(n):
         c = paired(high[i], low[i], rule)
         c["share"] = budget_share(high[i], m)
@@ -136,10 +161,15 @@ def decide(curves: dict[str, list[dict]], rule: RaceRule, m: Manifest, finished:
             acc = c[f"accuracy_{s}"]
             best[s] = max(best[s], acc if acc is not None else -math.inf)
         stop = None
-        if streak >= rule.k:
+        due = c["share"] >= rule.fraction - 1e-9
+        waits = due and rule.wait is not None and c["share"] < rule.wait - 1e-9 and gaining(
+            [x["accuracy_high"] for x in comps], [x["accuracy_low"] for x in comps])
+        waited = waited or waits
+        if rule.k is not None and streak >= rule.k:
             stop = {"reason": "lead", "winner": c["leader"]}
-        elif c["share"] >= rule.fraction - 1e-9 or (finished and i == n - 1):
-            stop = {"reason": "fraction", "winner": "high" if best["high"] >= best["low"] else "low"}
+        elif (due and not waits) or (finished and i == n - 1):
+            reason = "wait" if waited else "fraction"
+            stop = {"reason": reason, "winner": "high" if best["high"] >= best["low"] else "low"}
         if stop:
             stop.update({"step": c["step"], "epoch": c["epoch"], "share": c["share"], "evaluation": i + 1})
             return comps, stop

@@ -10,7 +10,9 @@ RUN/record.json is one JSON object:
 `run_id` is the run key (a hash of the manifest and its data files), so the same run has the same id.
 
 `evals` starts with the base model (step 0) and then has one row per checkpoint; `epoch` is
-exactly step / steps_per_epoch. `best_accuracy` is the best over trained checkpoints (step > 0),
+exactly step / steps_per_epoch; a run that kept per-problem correctness (full runs and races)
+adds `correct` to each, one character per held-out problem, so a replayed race can decide on one
+half of the problems and be judged on the other. `best_accuracy` is the best over trained checkpoints (step > 0),
 `final_accuracy` the last checkpoint's. The same object is appended as one line to the store
 (`$ADVISOR_HOME/records.jsonl` unless told otherwise).
 """
@@ -32,11 +34,12 @@ def default_store() -> Path:
 
 
 def build_record(*, run_id: str, description: dict, manifest, n_train: int, eval_rows: list[dict],
-                 settings: dict, provenance: dict) -> dict:
+                 settings: dict, provenance: dict, best: dict | None = None) -> dict:
     """The RunRecord. Everything outside `provenance` is the same for a run resumed after a kill
     and an uninterrupted one; `provenance` says where and how this run happened (its wall time,
-    the step it resumed from, its last checkpoint, when it finished)."""
-    evals = [{k: r.get(k) for k in EVAL_KEYS} for r in sorted(eval_rows, key=lambda r: r["step"])]
+    the step it resumed from, its last checkpoint, when it finished). `best`: the checkpoint kept
+    as RUN/best/ (`sft.keep_best`), written as `best_checkpoint` where given."""
+    evals = [_eval_of(r) for r in sorted(eval_rows, key=lambda r: r["step"])]
     trained = [e["accuracy"] for e in evals if e["step"] > 0 and e["accuracy"] is not None]
     final = evals[-1]["accuracy"] if evals and evals[-1]["step"] > 0 else None
     return {
@@ -53,8 +56,19 @@ def build_record(*, run_id: str, description: dict, manifest, n_train: int, eval
         "best_accuracy": max(trained) if trained else None,
         "final_accuracy": final,
         "settings": settings,
+        **({"best_checkpoint": best} if best is not None else {}),
         "provenance": provenance,
     }
+
+
+def _eval_of(row: dict) -> dict:
+    """A record's evaluation: EVAL_KEYS, and where the run kept per-problem correctness, `correct`
+    as one character per held-out problem ("1" right, "0" wrong), in the eval set's order."""
+    e = {k: row.get(k) for k in EVAL_KEYS}
+    correct = (row.get("per_problem") or {}).get("correct")
+    if isinstance(correct, list) and correct:
+        e["correct"] = "".join("1" if c else "0" for c in correct)
+    return e
 
 
 def write_record(run_dir: Path, record: dict, store: str | os.PathLike | None) -> Path:

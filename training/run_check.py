@@ -29,7 +29,7 @@ def env_world_size() -> int:
 def run_key(m: Manifest) -> str:
     """Identifies what a run trains: a RUN folder holding another key is another run."""
     d = m.to_dict()
-    for informational in ("probabilities", "reasons", "confidence", "crossover_epoch", "features", "pool", "sets"):
+    for informational in ("probabilities", "reasons", "confidence", "crossover_epoch", "features", "pool", "sets", "race"):
         d.pop(informational, None)
     d["dataset_digest"] = file_digest(m.dataset_path)
     d["eval_digest"] = file_digest(m.eval_path) if m.eval_path else None

@@ -13,7 +13,10 @@ on one CPU core. The HF `Trainer` does the optimisation; what this module adds:
 - resume by default: a rerun continues from the newest complete checkpoint in RUN; a finished
   run (RUN/record.json present) is not run again;
 - RUN/config.json (settings, versions, manifest) first, RUN/eval.jsonl and RUN/curve.png as it
-  goes, RUN/record.json (RunRecord) last, plus one line in the records store.
+  goes, RUN/record.json (RunRecord) last, plus one line in the records store;
+- the best evaluation's checkpoint kept as RUN/best/ (the model's files, no optimizer state) beside
+  the last, as practitioners keep their best epoch; the record's `best_checkpoint` says which step
+  it is and its accuracy (full runs: probes and calibration runs, `store=False`, keep none).
 
 `batch_size` in the manifest is the global batch per optimizer step, whatever the number of
 processes: per-device batch = batch_size / (processes x grad_accum), so a run keeps its recipe
@@ -105,7 +108,7 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
             "stage": "train", "run_key": checked.key, "versions": versions(), "settings": settings,
             "manifest": m.to_dict(), "dataset": str(m.dataset_path), "eval_set": str(m.eval_path) if m.eval_path else None})
     trainer, evaluator, rerank, collator = _trainer(m, checked, args, lm, base, teacher, run_dir, resume, progress,
-                                                    step0_row, pause_after_evals, callbacks)
+                                                    step0_row, pause_after_evals, callbacks, keep_best=store)
     _note_start(m, checked, trainer, settings, world, resume, progress)
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
 
@@ -206,7 +209,7 @@ def _settings(m: Manifest, checked: Checked, world: int, args, description: dict
 
 
 def _trainer(m: Manifest, checked: Checked, args, lm, base, teacher, run_dir: Path, resume, progress,
-             step0_row, pause_after_evals, callbacks):
+             step0_row, pause_after_evals, callbacks, keep_best: bool):
     """The HF Trainer with the protocol's callbacks (evaluations, curriculum, re-ranking, pause)."""
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback as HFProgress
@@ -222,7 +225,8 @@ def _trainer(m: Manifest, checked: Checked, args, lm, base, teacher, run_dir: Pa
                         view_limit=e.view_limit)
     evaluator = cbs.EvalCallback(run_dir, measure, t.evals_per_epoch, t.grad_accum, t.seed, tok, m.model_spec,
                                  eval_every=t.eval_every, elapsed_before=(marker or {}).get("elapsed", 0.0),
-                                 log=progress.note, step0_row=step0_row, measure_every=e.measure_every)
+                                 log=progress.note, step0_row=step0_row, measure_every=e.measure_every,
+                                 keep_best=keep_best)
     extra = [cbs.PauseCallback(evaluator, pause_after_evals)] if pause_after_evals else []
     rerank = None
     if t.rerank:
@@ -263,8 +267,9 @@ def _finish(m: Manifest, checked: Checked, run_dir: Path, trainer, evaluator, re
         provenance["rerank_tokens"] = rerank.tokens  # scoring spent in this process (0 when read back on a resume)
         settings["rerank"] = describe(run_dir / "rerank")
     n_train = len(checked.train_set)
+    best = keep_best(run_dir, rows_done) if store else None
     record = build_record(run_id=checked.key, description=description, manifest=m, n_train=n_train,
-                          eval_rows=rows_done, settings=settings, provenance=provenance)
+                          eval_rows=rows_done, settings=settings, provenance=provenance, best=best)
     plot_curve(rows_done, run_dir / "curve.png", f"{m.model_spec} · {m.strategy} · {n_train} rows · {m.training.epochs} epochs")
     if store:
         where = write_record(run_dir, record, records)
@@ -273,6 +278,42 @@ def _finish(m: Manifest, checked: Checked, run_dir: Path, trainer, evaluator, re
     else:
         write_json(run_dir / "record.json", record)
     return record
+
+
+# A checkpoint's training state, which a kept model does not need.
+TRAINING_STATE = ("optimizer.*", "scheduler.*", "scaler.*", "rng_state*", "trainer_state.json", "training_args.bin")
+
+
+def keep_best(run_dir: Path, rows: list[dict]) -> dict | None:
+    """Copy the best trained evaluation's checkpoint (`callbacks.best_row`) to RUN/best/, its
+    model files only, written beside and renamed into place; {"step", "epoch", "accuracy", "folder"}
+    ("folder" None where that checkpoint is gone), or None where no evaluation measured accuracy."""
+    from capacity_advisor.training.callbacks import MARKER, best_row
+
+    best = best_row(rows)
+    if best is None:
+        return None
+    out = {"step": best["step"], "epoch": best["epoch"], "accuracy": best["accuracy"], "folder": None}
+    ckpt, dest = run_dir / f"checkpoint-{best['step']}", run_dir / "best"
+    if (dest / MARKER).is_file() and _marker_step(dest / MARKER) == best["step"]:
+        return {**out, "folder": "best"}  # kept already (a rerun after a kill in _finish)
+    if not (ckpt / MARKER).is_file():
+        return out
+    tmp = run_dir / "best.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(ckpt, tmp, ignore=shutil.ignore_patterns(*TRAINING_STATE), symlinks=True)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    return {**out, "folder": "best"}
+
+
+def _marker_step(path: Path):
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("step")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _fmt(v) -> str:

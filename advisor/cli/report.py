@@ -238,13 +238,17 @@ def chooses_among(options) -> str:
     return words
 
 
-def recommendation(rec, out: str) -> None:
-    """The recommend report: the answer, its probabilities and interval, why, where the student
-    sits among the calibrated ones, what the rules would say, the settings and their sources, the
-    pool as read, and what was written."""
+def headline(rec) -> str:
+    """The report's panel: the race the recommendation plans, if any, then the set, who answered,
+    what it chooses among, the student and budget, and the predicted crossover."""
     m = rec.model
     how = rec.schedule.describe()
-    head = (f"[bold]Train on: D_{rec.strategy}[/bold]" + (f" ({how})" if how else "")
+    head = ""
+    if rec.race:
+        from capacity_advisor.advisor.draws import race_headline
+
+        head = f"[bold]{race_headline(rec.race)}[/bold]\nwhy a race: {rec.race['why']}\nwithout the race, "
+    head += (f"[bold]Train on: D_{rec.strategy}[/bold]" + (f" ({how})" if how else "")
             + (" — the evidence is silent here; mixed is the hedge" if rec.answer == "uncertain" else "")
             + f"   confidence: {rec.confidence}   ({rec.predictor})\n"
             + f"answered by: {rec.answered_by}\n"
@@ -254,7 +258,14 @@ def recommendation(rec, out: str) -> None:
     alone = "" if rec.answered_by in ("predictor",) or rec.prior else "the predictor alone: "
     head += (f"\n{alone}predicted crossover: D_low overtakes D_high from about epoch " + f"{co:g}") if co else \
         f"\n{alone}predicted crossover: none within 10 epochs (D_high stays ahead)"
-    console.print(Panel(head, title="capacity-advisor", expand=False))
+    return head
+
+
+def recommendation(rec, out: str) -> None:
+    """The recommend report: the answer, its probabilities and interval, why, where the student
+    sits among the calibrated ones, what the rules would say, the settings and their sources, the
+    pool as read, and what was written."""
+    console.print(Panel(headline(rec), title="capacity-advisor", expand=False))
     t = Table(title="Probabilities" + (" (10-90% interval over the ensemble)" if rec.interval else ""),
               title_justify="left")
     for s in rec.probabilities:
@@ -304,6 +315,12 @@ def recommendation(rec, out: str) -> None:
         console.print(pool_table(rec.pool))
     for line in rec.notes:
         console.print(f"[bold]note[/bold]: {line}", highlight=False)
+    written(rec, out)
+
+
+def written(rec, out: str) -> None:
+    """The report's last lines: where the race's figures come from, the compute spent, what was
+    written and what to run next."""
     spent = f"{rec.seconds}s"
     cost = rec.probe_cost
     if cost:
@@ -311,10 +328,17 @@ def recommendation(rec, out: str) -> None:
         share = rec.probe_share
         if share is not None:
             spent += f" = {share:.1%} of the {rec.budget:g}-epoch full run"
+    if rec.race and rec.race.get("expected"):
+        console.print(f"[bold]race[/bold]: the expected loss and training are the gated race's, measured "
+                      f"{rec.race['measured_on']}; the race itself trains up to {rec.race['fraction']:.0%} of the "
+                      "budget more than one run", highlight=False)
     if rec.pool is not None:
+        nxt = (f"advisor train {out}/recommendation.json --out RUN (it races D_high against D_low and keeps the "
+               f"leader; --no-race trains D_{rec.strategy} alone)" if rec.race else
+               f"advisor train {out}/recommendation.json --out RUN")
         console.print(f"compute: {spent}. Checker {rec.checker}. Wrote {out}/recommendation.json, train.jsonl "
                       f"({rec.train_rows} rows)" + (", eval.jsonl" if rec.eval_rows else "") + ", report.png. "
-                      + f"Next: advisor train {out}/recommendation.json --out RUN", highlight=False)
+                      + f"Next: {nxt}", highlight=False)
     else:
         console.print(f"compute: {spent}. Wrote {out}/recommendation.json (advice only) and report.png; "
                       "rerun with --pool for the selected dataset and a training manifest.", highlight=False)

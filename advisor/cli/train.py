@@ -7,6 +7,12 @@
     advisor train rec/recommendation.json --export out/ --format all         # data + TRL/LLaMA-Factory/axolotl configs
     advisor train rec/recommendation.json --out runs/try --max-steps 20     # a short try of the same recipe
     advisor train rec/recommendation.json --out runs/race --race 0.5        # race D_high against D_low, keep the leader
+    advisor train rec/recommendation.json --out runs/m-high --no-race       # the recommended set alone, though a race is planned
+
+A manifest whose recommendation planned a race (its `race`: the policy's gate opened) is raced as
+planned without a flag: D_high against D_low to the planned share of the budget, the leader kept
+and trained to the end (no early stop on a lead). `--race F` races any manifest that names both
+sets; `--no-race` trains the recommended set alone.
 
 Every check the run makes (manifest, run folder, batch split, device, data files) is made before
 the launch command is printed, and `--dry-run` makes exactly those, so what it accepts, the run accepts.
@@ -46,21 +52,36 @@ from capacity_advisor.training.sft_cli import run_options
 @field_option(RaceRule, "k", "--race-k", help="--race: evaluations in a row one set must lead (provisional).")
 @field_option(RaceRule, "margin", "--race-margin",
               help="--race: least mean paired accuracy difference that counts as a lead (0.05 = 5 points; provisional).")
+@click.option("--no-race", is_flag=True,
+              help="Train the recommended set alone, even where the manifest plans a race (its `race`).")
 @json_option
 @click.pass_context
-def train(ctx, manifest, dry_run, export_dir, formats, fraction, k, margin, as_json, **kw):
+def train(ctx, manifest, dry_run, export_dir, formats, fraction, k, margin, no_race, as_json, **kw):
     """Full SFT on the recommended data: the paper's protocol, checkpoints, resume, a RunRecord."""
     try:
         req = take(RunRequest, kw, manifest=manifest)
+        if fraction is not None and no_race:
+            raise InputError("--race and --no-race contradict each other: give one")
+        planned = None if (no_race or fraction is not None or export_dir) else planned_race(req.manifest)
         if fraction is not None:
             _race(req, RaceRule(fraction=fraction, k=k, margin=margin), export_dir, dry_run, as_json)
         elif export_dir:
             _export(req, export_dir, formats, as_json)
+        elif planned is not None:
+            _race(req, planned, None, dry_run, as_json, planned=True)
         else:
             _train(req, dry_run, as_json)
     except InputError as e:  # also when called outside the advisor group (tests, other CLIs)
         click.echo(f"error: {e}", err=True)
         ctx.exit(2)
+
+
+def planned_race(manifest: str) -> RaceRule | None:
+    """The race a manifest plans (`race`: the recommendation's gate opened), as the rule that runs it."""
+    from capacity_advisor.training.manifest import load_manifest
+
+    race = load_manifest(manifest).race
+    return None if race is None else RaceRule(fraction=float(race["fraction"]), k=None, wait=race.get("wait"))
 
 
 def _export(req: RunRequest, export_dir: str, formats: str, as_json: bool) -> None:
@@ -72,12 +93,19 @@ def _export(req: RunRequest, export_dir: str, formats: str, as_json: bool) -> No
 
     quiet_libraries()
     chosen = FORMATS if formats == "all" else tuple(f.strip() for f in formats.split(",") if f.strip())
-    written = export(with_overrides(load_manifest(req.manifest), epochs=req.epochs, max_steps=req.max_steps),
-                     export_dir, chosen, manifest_path=req.manifest)
+    m = with_overrides(load_manifest(req.manifest), epochs=req.epochs, max_steps=req.max_steps)
+    written = export(m, export_dir, chosen, manifest_path=req.manifest)
+    note = None
+    if m.race is not None:
+        note = (f"the recommendation plans a race of D_high against D_low (train-high.jsonl, train-low.jsonl here); "
+                f"these configs train D_{m.strategy} alone; the race runs through `advisor train {req.manifest} "
+                "--out RUN`")
     if as_json:
-        emit_json({"written": [str(p) for p in written]})
+        emit_json({"written": [str(p) for p in written], **({"note": note} if note else {})})
     else:
         console.print(kv_table("Export", {p.name: str(p) for p in written}))
+        if note:
+            click.echo(f"note: {note}", err=True)
 
 
 def _train(req: RunRequest, dry_run: bool, as_json: bool) -> None:
@@ -103,8 +131,10 @@ def _train(req: RunRequest, dry_run: bool, as_json: bool) -> None:
         console.print(kv_table(f"Run: {m.model_spec} on {m.strategy} data, {m.training.epochs:g} epochs", summary))
 
 
-def _race(req: RunRequest, rule: RaceRule, export_dir: str | None, dry_run: bool, as_json: bool) -> None:
-    """`--race F`: training.race, every input checked first (the same checks with --dry-run)."""
+def _race(req: RunRequest, rule: RaceRule, export_dir: str | None, dry_run: bool, as_json: bool,
+          planned: bool = False) -> None:
+    """`--race F`, or the race the manifest plans (`planned`): training.race, every input checked
+    first (the same checks with --dry-run)."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, quiet_libraries
     from capacity_advisor.models.files import check_writable_dir
     from capacity_advisor.training.race import check_race, run_race
@@ -112,15 +142,21 @@ def _race(req: RunRequest, rule: RaceRule, export_dir: str | None, dry_run: bool
     quiet_libraries()
     if export_dir:
         raise InputError("--race trains; it does not combine with --export")
+    what = "the manifest plans a race, which" if planned else "--race"
     if req.nproc != 1:
-        raise InputError(f"--race runs its two trainings in one process; --nproc {req.nproc} is not supported with it")
+        raise InputError(f"{what} runs its two trainings in one process; --nproc {req.nproc} is not supported with it"
+                         + (" (pass --no-race to train the recommended set alone)" if planned else ""))
     if not req.out:
-        raise InputError("--out is required (the race folder: race.json, race/high, race/low)")
+        raise InputError(f"--out is required ({what} writes race.json, race/high and race/low there)")
     check_writable_dir(req.out, "--out")
     check_race(req.manifest, req.out, rule, req.device, req.dtype, req.epochs, req.max_steps)
     if dry_run:
-        click.echo(f"race of D_high against D_low in {req.out}: stop at {rule.fraction:g} of the budget, or when one "
-                   f"set leads by more than {rule.margin:g} (and its noise) at {rule.k} evaluations in a row", err=True)
+        stop = (f", or when one set leads by more than {rule.margin:g} (and its noise) at {rule.k} evaluations in a row"
+                if rule.k is not None else "")
+        wait = f" (up to {rule.wait:g} while D_low is behind and gaining)" if rule.wait else ""
+        click.echo(f"race of D_high against D_low in {req.out}: stop at {rule.fraction:g} of the budget{wait}{stop}"
+                   + ("; planned by the recommendation (--no-race trains the recommended set alone)" if planned else ""),
+                   err=True)
         return
     summary = run_race(req.manifest, req.out, rule, records=req.records, device=req.device, dtype=req.dtype,
                        threads=req.threads, epochs=req.epochs, max_steps=req.max_steps)

@@ -58,6 +58,7 @@ class Decision:
     advice: Advice  # the predictor's own advice, which the policy read
     distance_ratio: float  # the nearest calibrated student's distance over the typical distance
     outside: bool  # some measured input lies outside its calibrated range
+    race: dict | None = None  # where the policy's gate opens: {"fraction", "wait", "why"} of the race to run
 
     def advice_given(self, policy_words: str, reasons=()) -> Advice:
         """The predictor's advice as the policy gives it: its set, who answered and why first among

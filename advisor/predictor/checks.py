@@ -1,14 +1,12 @@
 """The checks a predictor file passes before any of it is used: a strict JSON parse, and the
 fields outside the members (the unit table, `meta`) checked for type, shape and range.
 
-The members are checked by their kind (`members.check_member`). A crafted file gives one
+The parse is `models.numbers.strict_loads`. The members are checked by their kind (`members.check_member`). A crafted file gives one
 InputError, never a crash, a hang or a huge allocation.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from typing import Sequence
 
 from capacity_advisor.models.numbers import number, whole
@@ -16,31 +14,6 @@ from capacity_advisor.advisor.predictor.members import check_member
 from capacity_advisor.advisor.predictor.priors import LAB_PRIOR_FEATURES
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.training.manifest import SETS
-
-
-# ---- strict JSON ------------------------------------------------------------------------------
-
-
-def _refuse_constant(name: str):
-    raise ValueError(f"{name} is not a number JSON allows")
-
-
-def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > 30:
-        raise ValueError("an integer of more than 30 digits")
-    return int(text)
-
-
-def _finite_float(text: str) -> float:
-    x = float(text)
-    if not math.isfinite(x):
-        raise ValueError(f"{text[:20]} overflows a float")
-    return x
-
-
-def strict_loads(text: str):
-    """json.loads that refuses NaN / Infinity literals, overflowing floats and huge integers."""
-    return json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int, parse_float=_finite_float)
 
 
 def unit_ok(u, n_z: int) -> bool:
@@ -133,9 +106,22 @@ def policy_thresholds(raw) -> tuple:
         raise InputError("the predictor's meta.policy must be an object")
     d, m, r = raw.get("max_distance"), raw.get("margin"), raw.get("use_range", False)
     ok = (d is None or (number(d) and 0 <= d < 1e6)) and number(m) and 0 <= m <= 2 and isinstance(r, bool)
-    if not ok:
+    if not ok or not gate_ok(raw.get("race")):
         raise InputError("the predictor's meta.policy holds thresholds out of range; refit it with `advisor fit`")
     return d, m, r
+
+
+def gate_ok(g) -> bool:
+    """A policy's gate (`meta.policy.race`): absent, or its thresholds (null: never by that one), the
+    race's fraction and wait as shares of the budget, and the overhead cap it was chosen under."""
+    if g is None:
+        return True
+    if not (isinstance(g, dict) and set(g) == {"threshold", "headroom", "fraction", "wait", "cap"}):
+        return False
+    f, w = g["fraction"], g["wait"]
+    return (all(g[k] is None or (number(g[k]) and -1e6 < g[k] < 1e6) for k in ("threshold", "headroom"))
+            and number(f) and 0 < f <= 1 and (w is None or (number(w) and f < w <= 1))
+            and number(g["cap"]) and 0 <= g["cap"] <= 100)
 
 
 def proxy_leads_ok(leads) -> bool:

@@ -16,6 +16,11 @@ The thresholds are chosen by cross-validation on the records, holding out whole 
 source by default, the split on which advice must hold for a user's own pool); their quality is
 measured by nested cross-validation (`cross_validate`): the thresholds of each outer fold are
 chosen on its training rows only.
+
+A policy may carry a gate (`gate.Gate`): where the measurements say D_low may win, the advice is a
+race of D_high against D_low rather than a set (`Decision.race`). The gate is chosen on the same
+held-out measurements as the thresholds, under an overhead cap, and measured the same nested way
+(`cross_validate`'s "gated race").
 """
 
 from __future__ import annotations
@@ -31,11 +36,12 @@ import numpy as np
 from capacity_advisor.advisor.predictor.advice import Advice, Decision
 from capacity_advisor.advisor.predictor.checks import policy_thresholds
 from capacity_advisor.advisor.predictor.ensemble import Predictor, distances, fit_predictor
+from capacity_advisor.advisor.predictor.gate import CAP, CAPS, Gate, choose_gate, gated_methods, gated_picks
 from capacity_advisor.advisor.predictor.evaluate import (
     PROXY, PROXY_CUT, TIE_MARGIN, baseline_picks, by_value, cell_of, flips, folds, noise_floor, proxy_folds, regret, repeat,
     seed_spread, summarize,
 )
-from capacity_advisor.advisor.predictor.labels import model_inputs
+from capacity_advisor.advisor.predictor.labels import inputs, model_inputs
 from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice
 from capacity_advisor.advisor.predictor.proxy_rule import choose_rule, either, rule_picks
 from capacity_advisor.models.errors import InputError
@@ -56,6 +62,7 @@ class Policy:
     max_distance: float = math.inf  # in units of the predictor's typical distance
     margin: float = 0.0
     use_range: bool = False
+    gate: Gate | None = None  # where it opens, the advice is a race of D_high against D_low
 
     def on_data(self, outside: bool, ratio: float) -> bool:
         return not (self.use_range and outside) and not (ratio > self.max_distance)
@@ -82,7 +89,8 @@ class Policy:
         advice = predictor.advise(measured, budget, score, student=student)
         ratio = distance_ratio(predictor, advice)
         pick = self.choose(advice.probabilities, advice.outside, ratio)
-        base = {"advice": advice, "distance_ratio": ratio, "outside": advice.outside}
+        base = {"advice": advice, "distance_ratio": ratio, "outside": advice.outside,
+                "race": self.race_plan(advice.probabilities.get("low", math.nan), inputs(measured))}
         if pick is not None and self.never_overrides:
             return Decision("high", "the policy: always D_high",
                             "on the held-out splits its thresholds were chosen by (meta.policy.chosen_by), the "
@@ -101,9 +109,17 @@ class Policy:
                            f"(the policy trusts the predictor up to {self.max_distance:g}x)")
         return Decision(strategy, who, "; ".join(reasons) or "off the calibrated data", **base)
 
+    def race_plan(self, p_low: float, measured: dict) -> dict | None:
+        """{"fraction", "wait", "why"} of the race the gate opens for these measurements, or None."""
+        why = self.gate.opens(p_low, measured) if self.gate is not None else None
+        return None if why is None else {"fraction": self.gate.fraction, "wait": self.gate.wait, "why": why}
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["max_distance"] = None if math.isinf(self.max_distance) else self.max_distance
+        d.pop("gate")
+        if self.gate is not None:  # absent without a gate, so files from before read as they did
+            d["race"] = self.gate.to_dict()
         return d
 
     @classmethod
@@ -125,13 +141,15 @@ class Policy:
                     f"by, it did no better than always-high); off the calibrated data {FALLBACK_WORDS}")
         elif self.margin > 0:
             parts.append(f"and a set other than D_high is {self.margin:g} more probable than D_high")
-        return " ".join(parts) + f"; otherwise {FALLBACK_WORDS}"
+        words = " ".join(parts) + f"; otherwise {FALLBACK_WORDS}"
+        return words + (f"; and it {self.gate.describe()}" if self.gate is not None else "")
 
     @classmethod
     def from_dict(cls, raw) -> "Policy":
         """A policy read from a predictor file (user input), checked (`checks.policy_thresholds`)."""
         d, m, r = policy_thresholds(raw)
-        return cls(math.inf if d is None else float(d), float(m), r)
+        gate = Gate.from_dict(raw["race"]) if raw.get("race") is not None else None
+        return cls(math.inf if d is None else float(d), float(m), r, gate)
 
 
 def calibrated_source(predictor: Predictor, fingerprint: str | None) -> dict | None:
@@ -244,18 +262,36 @@ def select_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str |
     for each kind the best thresholds, then the kind whose best thresholds lose least (ties to the
     first kind named). Where `rows` hold one value of a split, nothing measures the predictor
     across it: UNTRIED."""
+    return measured_policy(rows, split, kinds, features, n_members, seed, jobs)[:3]
+
+
+def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str | Sequence[str],
+                    features: Sequence[str], n_members: int = 8, seed: int = 0, jobs: int = 1
+                    ) -> tuple[str, Policy, dict, list[dict]]:
+    """`select_policy`'s choice, and the chosen kind's held-out measurements on the first split
+    (empty where nothing was measured), from which a gate is chosen (`with_gate`)."""
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     splits = (split,) if isinstance(split, str) else tuple(split)
     if not all(folds(rows, s) for s in splits):
-        return kinds[0], UNTRIED, {k: float("nan") for k in kinds}
+        return kinds[0], UNTRIED, {k: float("nan") for k in kinds}, []
     best, scores = None, {}
     for kind in kinds:
         measured = [fold_measurements(rows, s, kind, features, n_members, seed, jobs) for s in splits]
         policy = choose_policy(*measured)
         scores[kind] = 100 * max(_policy_regret(m, policy) for m in measured)
         if best is None or scores[kind] < scores[best[0]] - 1e-9:
-            best = (kind, policy)
-    return best[0], best[1], scores
+            best = (kind, policy, measured[0])
+    return best[0], best[1], scores, best[2]
+
+
+def with_gate(policy: Policy, measured: Sequence[dict], cap: float = CAP) -> Policy:
+    """`policy` with the gate chosen on its held-out `measured` under `cap`; unchanged where the
+    rows carry no curves to replay a race on (`races.with_curves`) or nothing was measured."""
+    from dataclasses import replace
+
+    if not measured or not all("curves" in m["row"] for m in measured):
+        return policy
+    return replace(policy, gate=choose_gate(measured, policy, cap))
 
 
 def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Sequence[str] = "lightgbm",
@@ -267,7 +303,8 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     rows hold one value of one of them) —,
     the predictor alone (that kind's argmax), the constant rules, the size rule, and the noise floor;
     each with its flip rate across seeds, and for the policy and the predictor the spread of
-    P(D_low) across a cell's seeds (`p_low_spread`, the mean range)."""
+    P(D_low) across a cell's seeds (`p_low_spread`, the mean range). Where the rows carry their
+    runs' curves (`races.with_curves`), also the gated race (`gated_methods`)."""
     from capacity_advisor.advisor.predictor.labels import PROBE_FEATURES
 
     features = tuple(features or PROBE_FEATURES)
@@ -279,11 +316,18 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
                          + (f"; the proxy split needs sources with students on both sides of {PROXY_CUT:.0e} "
                             "parameters" if split == PROXY else "") + ")")
     picks: dict[str, list] = {"policy": [], "predictor": []}
-    chosen, p_low = {}, []
+    chosen, p_low, gated = {}, [], {}
     for name, train, test in fs:
-        fold_kind, policy, _ = select_policy(train, inner_split, kind, features, n_members, seed, jobs)
+        fold_kind, policy, _, inner = measured_policy(train, inner_split, kind, features, n_members, seed, jobs)
         chosen[name] = {"kind": fold_kind, **policy.to_dict()}
-        for m in held_out(train, test, fold_kind, features, n_members, seed, jobs):
+        outer = held_out(train, test, fold_kind, features, n_members, seed, jobs)
+        if split != PROXY and all("curves" in r for r in rows):
+            for cap in CAPS:
+                gate = with_gate(policy, inner, cap).gate
+                gated.setdefault(cap, []).extend(gated_picks(outer, policy, gate) if gate else [])
+                if cap == CAP and gate is not None:
+                    chosen[name]["race"] = gate.to_dict()
+        for m in outer:
             picks["policy"].append((m["row"], policy.choose(m["probs"], m["outside"], m["ratio"]) or "high"))
             picks["predictor"].append((m["row"], max(m["probs"], key=m["probs"].get)))
             p_low.append((m["row"], m["probs"].get("low", float("nan"))))
@@ -313,7 +357,11 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     # the policy reads the predictor's probabilities: one spread of P(D_low) across seeds for both
     for m in ("policy", "predictor"):
         methods[m]["p_low_spread"] = seed_spread(p_low)
+    if gated.get(CAP):
+        for m, extra in gated_methods(gated, picks, rows, tie_margin).items():
+            methods.setdefault(m, {}).update(extra)
     return {"split": split, "folds": [f[0] for f in fs], "kind": kind, "policies": chosen, "methods": methods}
+
 
 
 def permutation_importance(rows: Sequence[dict], kind: str, features: Sequence[str], split: str = "student",

@@ -11,6 +11,12 @@ evaluations in a row. The records hold accuracies, not per-problem correctness, 
 error is the unpaired one of two proportions — the real race pairs per problem, which is never
 less sensitive. `advisor fit` stores the table (`meta.races`) and `advisor recommend` states what
 a race would cost beside its advice; `benchmarks/frontier.py` prints it per source.
+
+A race's overhead is the share of the budget at which it stopped (the loser's training), so a
+race "at 20 %" of a half-epoch budget whose first evaluation comes at a quarter epoch costs 50 %.
+Where the records kept each held-out problem's correctness (`correct` in their evaluations), the
+race decides on one half of the problems and is judged on the other (`with_curves`): the race's
+pick is then not scored on the noise it picked by.
 """
 
 from __future__ import annotations
@@ -21,12 +27,15 @@ from collections import defaultdict
 from capacity_advisor.advisor.predictor.evaluate import is_right, regret
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 from capacity_advisor.advisor.predictor.labels import label_rows, record_option, unit_of
+from capacity_advisor.training.race import gaining
 
 FIXED = (0.1, 0.2, 0.3, 0.5)
 
 
-def curves_of(records) -> dict:
-    """{(source, score, student, repeat): {option: [(epoch, accuracy), ...] after step 0}}."""
+def curves_of(records, half: int | None = None) -> dict:
+    """{(source, score, student, repeat): {option: [(epoch, accuracy), ...] after step 0}}; with
+    `half` (0 or 1), the accuracy on that half of the held-out problems (`half_accuracy`), for
+    records whose every trained evaluation kept per-problem correctness (the others left out)."""
     out: dict = defaultdict(dict)
     for rec in records:
         u = unit_of(rec)
@@ -34,20 +43,51 @@ def curves_of(records) -> dict:
         opt = record_option(rec)
         if opt is None:
             continue
-        out[key][opt] = [(e["epoch"], e["accuracy"]) for e in rec["evals"] if e.get("step", 1) > 0
-                         and e.get("accuracy") is not None]
+        trained = [e for e in rec["evals"] if e.get("step", 1) > 0]
+        if half is None:
+            out[key][opt] = [(e["epoch"], e["accuracy"]) for e in trained if e.get("accuracy") is not None]
+        elif trained and all(isinstance(e.get("correct"), str) and e["correct"] for e in trained):
+            out[key][opt] = [(e["epoch"], half_accuracy(e["correct"], half)) for e in trained]
+    return out
+
+
+def half_accuracy(correct: str, half: int) -> float:
+    """Accuracy on the even (`half` 0) or odd (1) held-out problems of a record's correctness string."""
+    part = correct[half::2]
+    return part.count("1") / len(part) if part else float("nan")
+
+
+def with_curves(rows: list[dict], records) -> list[dict]:
+    """`rows` (label_rows of `records`), each with the accuracy curves of its D_high and D_low runs
+    (`curves`: what a replayed race reads) and, where those runs kept per-problem correctness,
+    the race reads the even problems and `judge` holds every option's best accuracy within the
+    budget on the odd ones (what the race's pick is judged on)."""
+    full, select, judge = curves_of(records), curves_of(records, 0), curves_of(records, 1)
+    out = []
+    for r in rows:
+        key = (r["source"], r["score"], r["student"], r["repeat"])
+        halves = select.get(key, {})
+        row = {**r, "curves": {o: full[key][o] for o in ("high", "low")}}
+        if all(o in halves for o in ("high", "low")) and all(o in judge.get(key, {}) for o in r["accuracy"]):
+            row["curves"] = {o: halves[o] for o in ("high", "low")}
+            row["judge"] = {o: max((a for e, a in judge[key][o] if e <= r["budget"] + 1e-9), default=float("nan"))
+                            for o in r["accuracy"]}
+        out.append(row)
     return out
 
 
 def race(curve_h, curve_l, budget: float, fraction: float, k: int | None = None, margin: float = 0.05,
-         z: float = 1.96, n_eval: int = FULL_RUN_EVAL_PROBLEMS) -> tuple[str, float]:
-    """(kept set, share of the budget at which the race stopped) of one replayed race."""
+         z: float = 1.96, n_eval: int = FULL_RUN_EVAL_PROBLEMS, wait: float | None = None) -> tuple[str, float]:
+    """(kept set, share of the budget at which the race stopped) of one replayed race. With `wait`,
+    a race due to stop goes on, up to that share, while D_low is behind and gaining faster than
+    D_high (`training.race.gaining`, as `advisor train` races)."""
     h = [(e, a) for e, a in curve_h if e <= budget + 1e-9]
     lo = [(e, a) for e, a in curve_l if e <= budget + 1e-9]
-    best = {"high": -1.0, "low": -1.0}
+    seen = {"high": [], "low": []}
     streak, prev = 0, None
     for (e, ah), (_, al) in zip(h, lo):
-        best["high"], best["low"] = max(best["high"], ah), max(best["low"], al)
+        seen["high"].append(ah)
+        seen["low"].append(al)
         share = min(1.0, e / budget)
         if k is not None:
             se = math.sqrt(max(ah * (1 - ah), 0) / n_eval + max(al * (1 - al), 0) / n_eval)
@@ -57,8 +97,15 @@ def race(curve_h, curve_l, budget: float, fraction: float, k: int | None = None,
             if lead and streak >= k:
                 return lead, share
         if share >= fraction - 1e-9:
-            return ("high" if best["high"] >= best["low"] else "low"), share
-    return ("high" if best["high"] >= best["low"] else "low"), 1.0
+            if wait is not None and share < wait - 1e-9 and gaining(seen["high"], seen["low"]):
+                continue
+            return leader(seen), share
+    return leader(seen), 1.0
+
+
+def leader(seen: dict) -> str:
+    """The set with the best accuracy so far (D_high on ties)."""
+    return "high" if max(seen["high"], default=-1.0) >= max(seen["low"], default=-1.0) else "low"
 
 
 def summarize_races(pairs) -> dict:
@@ -81,7 +128,7 @@ def race_table(records, n_eval: int = FULL_RUN_EVAL_PROBLEMS) -> dict:
             methods[name].append((r, choice, 0.0))
         for f in FIXED:
             kept, share = race(c["high"], c["low"], b, f, n_eval=n_eval)
-            methods[f"race, fixed at {f:.0%} of the budget"].append((r, kept, f))
+            methods[f"race, fixed at {f:.0%} of the budget"].append((r, kept, share))
         kept, share = race(c["high"], c["low"], b, 0.5, k=2, n_eval=n_eval)
         methods["race, adaptive (k 2, margin 5 points, at most 50 %)"].append((r, kept, share))
     sources = sorted({r["source"] for r in rows})
@@ -126,7 +173,7 @@ def race_picks(records, n_eval: int = FULL_RUN_EVAL_PROBLEMS) -> tuple[list[dict
             c = curves[(r["source"], r["score"], r["student"], r["repeat"])]
             kept, share = race(c["high"], c["low"], r["budget"], cfg["fraction"], k=cfg.get("k"),
                                margin=cfg.get("margin", 0.05), n_eval=n_eval)
-            out.append((r, kept, share if "k" in cfg else cfg["fraction"]))
+            out.append((r, kept, share))
         picks[name] = out
     return rows, picks
 

@@ -1,0 +1,201 @@
+"""The gated race: the probe decides when to look, the race looks.
+
+    gate = choose_gate(measured, policy, cap=0.2)     # chosen on held-out measurements of other sources
+    plan = gate.plan(p_low, inputs)                   # None: train the policy's set; else the race to run
+
+Asked to decide, the probe ties always-high on pool sources, tasks and teachers it was not fitted
+on; asked only when D_low may win, it finds most of what is lost. Where the predictor's P(D_low)
+reaches `threshold`, or the probe's own contrast of accuracy gains (`gap_accuracy_gain_headroom`:
+how much more D_low raised held-out accuracy than D_high in the probe, over the base's headroom)
+reaches `headroom`, the advice is a race of D_high against D_low to `fraction` of the budget (with
+`wait`, longer while D_low is behind and gaining faster, `training.race.gaining`), the leader
+kept and trained to the end; elsewhere the policy's set, at no extra cost.
+
+`threshold`, `headroom` and the race are chosen together on held-out measurements (the predictor
+fitted without each pool source, judged on it) as the lowest mean regret whose mean overhead
+stays within `cap` (the share of one run's training the losing set costs); near-ties go to the
+cheaper, then the more cautious gate. Races are replayed on the records' curves
+(`races.race`), so their overhead is the share at which they stopped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from itertools import product
+from statistics import mean
+from typing import Sequence
+
+import numpy as np
+
+from capacity_advisor.advisor.predictor.evaluate import by_value, cell_of, flips, is_right, regret, repeat
+from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, inputs, model_inputs
+from capacity_advisor.advisor.predictor.races import race
+
+HEADROOM_INPUT = "gap_accuracy_gain_headroom"
+THRESHOLDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, math.inf)
+HEADROOMS = (0.1, 0.2, 0.3, 0.5, 1.0, math.inf)
+RACES = tuple((f, None) for f in (0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0)) + ((0.3, 0.75), (0.5, 0.75), (0.5, 1.0))
+CAPS = (0.1, 0.15, 0.2, 0.3)  # the overhead caps the frontier reports
+CAP = 0.2  # the shipped cap: mean extra training the gate may cost, as a share of one run
+NEAR = 1e-9  # regrets closer than this are ties
+
+
+@dataclass(frozen=True)
+class Gate:
+    threshold: float = math.inf  # P(D_low) from which the race opens (inf: never by it)
+    headroom: float = math.inf  # gap_accuracy_gain_headroom from which it opens (inf: never by it)
+    fraction: float = 0.5  # the race stops at the first evaluation at or past this share of the budget
+    wait: float | None = None  # ... or goes on up to this share while D_low is behind and gaining faster
+    cap: float = CAP  # the mean overhead it was chosen under
+
+    @property
+    def never(self) -> bool:
+        return math.isinf(self.threshold) and math.isinf(self.headroom)
+
+    def opens(self, p_low: float, measured: dict) -> str | None:
+        """Why the race opens for these measurements (words), or None where it stays shut."""
+        if isinstance(p_low, (int, float)) and math.isfinite(p_low) and p_low >= self.threshold:
+            return f"P(D_low) {p_low:.2f} reaches the gate's {self.threshold:g}"
+        h = measured.get(HEADROOM_INPUT)
+        if isinstance(h, (int, float)) and math.isfinite(h) and h >= self.headroom:
+            return (f"in the probe D_low raised held-out accuracy more than D_high ({HEADROOM_INPUT} {h:.2f} reaches "
+                    f"the gate's {self.headroom:g})")
+        return None
+
+    def replay(self, row: dict) -> tuple[str, float]:
+        """(kept set, overhead) of this gate's race replayed on a row's curves (`races.with_curves`)."""
+        c = row["curves"]
+        return race(c["high"], c["low"], row["budget"], self.fraction, wait=self.wait)
+
+    def describe(self) -> str:
+        if self.never:
+            return "never races (on the held-out sources no gate beat the policy alone within the overhead cap)"
+        parts = [f"P(D_low) ≥ {self.threshold:g}" if math.isfinite(self.threshold) else None,
+                 f"{HEADROOM_INPUT} ≥ {self.headroom:g}" if math.isfinite(self.headroom) else None]
+        race_words = f"to {self.fraction:.0%} of the budget" + (f" (up to {self.wait:.0%} while D_low is gaining)"
+                                                                 if self.wait else "")
+        return f"races D_high against D_low {race_words} where {' or '.join(p for p in parts if p)}"
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for key in ("threshold", "headroom"):
+            d[key] = None if math.isinf(d[key]) else d[key]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Gate":
+        """A gate as a predictor file states it, already checked (`checks.gate_fields`)."""
+        return cls(*(math.inf if d.get(k) is None else float(d[k]) for k in ("threshold", "headroom")),
+                   float(d["fraction"]), None if d.get("wait") is None else float(d["wait"]), float(d["cap"]))
+
+
+GRID = tuple(Gate(t, h, f, w) for t, h, (f, w) in product(THRESHOLDS, HEADROOMS, RACES))
+
+
+def headroom_of(row: dict) -> float:
+    v = inputs(model_inputs(row["features"], row["budget"], row["score"])).get(HEADROOM_INPUT)
+    return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
+
+
+def gated_picks(measured: Sequence[dict], policy, gate: Gate) -> list[tuple[dict, str, float]]:
+    """(row, kept set, overhead) for each held-out measurement (`policy.held_out`'s): the gate's race
+    where it opens, the policy's set at no cost elsewhere."""
+    out = []
+    for m in measured:
+        r = m["row"]
+        if gate.opens(m["probs"].get("low", math.nan), {HEADROOM_INPUT: headroom_of(r)}):
+            out.append((r, *gate.replay(r)))
+        else:
+            out.append((r, policy.choose(m["probs"], m["outside"], m["ratio"]) or "high", 0.0))
+    return out
+
+
+def choose_gate(measured: Sequence[dict], policy, cap: float = CAP) -> Gate:
+    """The gate of GRID with the lowest mean regret on `measured` whose mean overhead is within
+    `cap`; near-ties to the cheaper, then the more cautious (higher thresholds). The gate that
+    never opens costs nothing, so a choice always exists. Every race of RACES is replayed once per
+    row and the gates compared as arrays."""
+    from dataclasses import replace
+
+    rows = [m["row"] for m in measured]
+    p_low = np.array([m["probs"].get("low", math.nan) for m in measured], dtype=float)
+    head = np.array([headroom_of(r) for r in rows], dtype=float)
+    shut = np.array([regret(r, policy.choose(m["probs"], m["outside"], m["ratio"]) or "high")
+                     for r, m in zip(rows, measured)])
+    raced = {}
+    for f, w in RACES:
+        kept = [race(r["curves"]["high"], r["curves"]["low"], r["budget"], f, wait=w) for r in rows]
+        raced[(f, w)] = (np.array([regret(r, k) for r, (k, _) in zip(rows, kept)]), np.array([s for _, s in kept]))
+    best = None
+    with np.errstate(invalid="ignore"):  # a NaN input never opens the gate
+        for g in GRID:
+            opened = (p_low >= g.threshold) | (head >= g.headroom)
+            reg_r, share = raced[(g.fraction, g.wait)]
+            reg, over = float(np.where(opened, reg_r, shut).mean()), float(np.where(opened, share, 0.0).mean())
+            if over > cap + 1e-9:
+                continue
+            key = (reg, over, -g.threshold, -g.headroom)
+            if best is None or reg < best[0][0] - NEAR or (abs(reg - best[0][0]) <= NEAR and key[1:] < best[0][1:]):
+                best = (key, g)
+    return replace(best[1], cap=cap)
+
+
+def judged_on_other_repeats(pairs: Sequence[tuple], rows: Sequence[dict]) -> dict:
+    """The stricter judgment: each (row, choice, ...) scored on the other repeats (seeds, builds) of
+    its cell rather than on its own, so a race's pick is not scored on the training noise it picked
+    by. Mean regret (points) and decision accuracy over the rows that have other repeats."""
+    by: dict = {}
+    for r in rows:
+        by.setdefault(cell_of(r), []).append(r)
+    regrets, right = [], []
+    for r, c, *_ in pairs:
+        others = [o for o in by.get(cell_of(r), []) if repeat(o) != repeat(r)]
+        if others:
+            regrets.append(mean(regret(o, c) for o in others))
+            right.append(mean(is_right(o, c) for o in others))
+    return {"rows": len(regrets), "regret": 100 * mean(regrets) if regrets else None,
+            "decision_accuracy": mean(right) if right else None}
+
+
+def judged_on_other_half(pairs: Sequence[tuple]) -> dict:
+    """The honest judgment where the records kept per-problem correctness: each pick scored on the
+    held-out problems its race did not read (`races.with_curves`'s `judge`)."""
+    judged = [(r, c) for r, c, *_ in pairs if "judge" in r]
+    if not judged:
+        return {"rows": 0, "regret": None, "decision_accuracy": None}
+    as_row = [({"accuracy": r["judge"]}, c) for r, c in judged]
+    return {"rows": len(judged), "regret": 100 * mean(regret(r, c) for r, c in as_row),
+            "decision_accuracy": mean(is_right(r, c) for r, c in as_row)}
+
+
+def summarize_gated(pairs: Sequence[tuple[dict, str, float]], rows: Sequence[dict],
+                    tie_margin: float = TIE_MARGIN) -> dict:
+    """What `meta.cv.SPLIT.methods["gated race"]` holds: regret (points), decision accuracy, mean
+    overhead, flip rate across seeds, the two stricter judgments, and per pool source its regret
+    and overhead."""
+    if not pairs:
+        return {"rows": 0, "regret": None, "decision_accuracy": None, "overhead": None}
+    out = {"rows": len(pairs), "regret": 100 * mean(regret(r, c) for r, c, _ in pairs),
+           "decision_accuracy": mean(is_right(r, c, tie_margin) for r, c, _ in pairs),
+           "overhead": mean(o for *_, o in pairs), **flips([(r, c) for r, c, _ in pairs]),
+           "other_seed": judged_on_other_repeats(pairs, rows), "other_half": judged_on_other_half(pairs),
+           "by_source": {}}
+    for s in sorted({r["source"] for r, *_ in pairs}):
+        sub = [p for p in pairs if p[0]["source"] == s]
+        out["by_source"][s] = {"rows": len(sub), "regret": 100 * mean(regret(r, c) for r, c, _ in sub),
+                               "overhead": mean(o for *_, o in sub)}
+    return out
+
+
+def gated_methods(gated: dict, picks: dict, rows: Sequence[dict], tie_margin: float) -> dict:
+    """The held-out tables' entries of the gated race: at the shipped cap (`gated race`, with its
+    regret at every cap of CAPS under `caps`), and for the policy, the predictor and always-high
+    the same stricter judgment on other seeds and the regret per pool source, to compare."""
+    out = {"gated race": {**summarize_gated(gated[CAP], rows, tie_margin), "cap": CAP, "caps": {
+        f"{cap:.0%}": {k: summarize_gated(p, rows, tie_margin)[k] for k in ("regret", "overhead", "decision_accuracy")}
+        for cap, p in gated.items()}}}
+    for m in ("policy", "predictor", "always high"):
+        out[m] = {"other_seed": judged_on_other_repeats(picks[m], rows),
+                  "by_source": by_value(picks[m], "source", tie_margin)}
+    return out

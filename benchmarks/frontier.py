@@ -1,6 +1,7 @@
 """The cost-quality frontier of the ways to advise on a pool the predictor never saw.
 
-    .venv/bin/python benchmarks/frontier.py calibration/records.jsonl --proxy runs/proxy.json [--json out.json] [--markdown]
+    .venv/bin/python benchmarks/frontier.py calibration/records.jsonl [--predictor advisor/predictor_data] \
+        [--proxy runs/proxy.json] [--json out.json]
 
 Per pool source and over all of them: mean regret (accuracy points against the best set at the
 budget), decision accuracy and mean overhead (training beyond the one full run the user launches,
@@ -20,7 +21,12 @@ as a share of it) of
   budget), for all proxies and for the largest only;
 - the race chosen without seeing the source it is judged on: per source, the race of
   `races.race_grid` (fixed fractions; adaptive k, margin and cap) with the lowest regret on the
-  other sources among those within an overhead cap (30, 40, 50 %), judged on that source.
+  other sources among those within an overhead cap (30, 40, 50 %), judged on that source;
+- from the predictor's held-out table leaving each pool source out (`--predictor`, its
+  meta.cv.source): the policy, the predictor alone, the gated race at every cap of `gate.CAPS`
+  and the noise floor — the frontier table: regret judged on each row's own accuracies and on its
+  other seeds (the race reads one seed's curves; the truth is the other seeds'), decision
+  accuracy, mean overhead, and the worst source against always-high; then the gated race per source.
 
 Everything is replayed from the committed records (the races from the first B epochs of each
 5-epoch run, as the labels are), so the races' schedules are the truncated ones of the labels
@@ -34,7 +40,7 @@ import json
 import sys
 from pathlib import Path
 
-from capacity_advisor.advisor.predictor import PROXY_CUT, read_records, unit_of
+from capacity_advisor.advisor.predictor import PROXY_CUT, Predictor, read_records, unit_of
 from capacity_advisor.advisor.predictor.races import race_table, races_left_out
 
 CAPS = (0.3, 0.4, 0.5)  # the overhead caps the left-out choice of a race is measured at
@@ -66,9 +72,60 @@ def print_proxy_by_source(cv: dict) -> None:
                                                              for s in sources) + " |")
 
 
+def frontier_rows(result: dict, cv: dict, proxy: dict | None) -> list[tuple]:
+    """(method, overhead, regret, regret on other seeds, decision accuracy, worst source − always-high)
+    for the frontier table: the replayed races on every row, the held-out table's methods."""
+    races, srcs = result["methods"], result["sources"]
+    high = races["always high"]
+    out = []
+    for name, t in races.items():
+        a = t["all"]
+        worst = max(t[s]["regret"] - high[s]["regret"] for s in srcs)
+        out.append((name + (" (no choice held out)" if name.startswith("race") else ""), a["overhead"], a["regret"],
+                    a.get("other_seed"), a["decision_accuracy"], worst))
+    m = cv["methods"]
+    for name in ("policy", "predictor"):
+        if name in m:
+            per = m[name].get("by_source") or {}
+            worst = max((per[s]["regret"] - high[s]["regret"] for s in per if s in high), default=None)
+            out.append((f"{name} (held out by source)", 0.0, m[name]["regret"], (m[name].get("other_seed") or {}).get("regret"),
+                        m[name]["decision_accuracy"], worst))
+    for cap, c in ((m.get("gated race") or {}).get("caps") or {}).items():
+        out.append((f"gated race, cap {cap} (held out by source)", c["overhead"], c["regret"], c["other_seed"],
+                    c["decision_accuracy"], c["worst_source_over_high"]))
+    if proxy and "proxy rule, own proxies" in proxy:
+        p = proxy["proxy rule, own proxies"]
+        out.append(("proxy rule (the proxy split: large students only)", p.get("overhead", float("nan")), p["regret"],
+                    None, p["decision_accuracy"], None))
+    if "noise floor" in m:
+        out.append(("noise floor (the other seeds' label)", 0.0, m["noise floor"]["regret"], None,
+                    m["noise floor"]["decision_accuracy"], None))
+    return out
+
+
+def print_frontier(result: dict, cv: dict, proxy: dict | None) -> None:
+    f = lambda v, spec: "—" if v is None else format(v, spec)  # noqa: E731
+    print("\nThe frontier: regret (points) judged on each row's own accuracies and on its other seeds, decision "
+          "accuracy, mean overhead, and the worst pool source's regret above always-high's:\n")
+    print("| method | mean overhead | regret | regret, other seeds | decision accuracy | worst source − always-high |")
+    print("|---|---|---|---|---|---|")
+    for name, over, reg, other, acc, worst in frontier_rows(result, cv, proxy):
+        print(f"| {name} | {f(over, '.0%')} | {reg:.2f} | {f(other, '.2f')} | {f(acc, '.0%')} | {f(worst, '+.2f')} |")
+    g = cv["methods"].get("gated race")
+    if g:
+        high = cv["methods"]["always high"].get("by_source") or {}
+        print(f"\nThe gated race (cap {g['cap']:.0%}) per pool source, held out by source, beside always-high:\n")
+        print("| pool source | gated race regret | overhead | always-high regret |")
+        print("|---|---|---|---|")
+        for s, v in g["by_source"].items():
+            print(f"| {s} | {v['regret']:.2f} | {v['overhead']:.0%} | {f((high.get(s) or {}).get('regret'), '.2f')} |")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("records", type=Path)
+    ap.add_argument("--predictor", type=Path, default=Path(__file__).resolve().parents[1] / "advisor" / "predictor_data",
+                    help="the predictor whose held-out table (meta.cv.source) gives the policy and the gated race")
     ap.add_argument("--proxy", type=Path, default=None, help="the --json output of `advisor fit --cv proxy`")
     ap.add_argument("--n-eval", type=int, default=200, help="held-out problems of the records' evaluations")
     ap.add_argument("--json", type=Path, default=None)
@@ -107,6 +164,10 @@ def main() -> int:
         a = lo["all"]
         print(f"| {cap} | {a['regret']:.2f} | {a['decision_accuracy']:.0%} | {a['overhead']:.0%} | "
               + " | ".join(f"{lo['folds'][s]['test']['regret']:.2f} ({lo['folds'][s]['race']})" for s in srcs) + " |")
+    cv = ((Predictor.load(args.predictor).meta or {}).get("cv") or {}).get("source")
+    if cv:
+        print_frontier(result, cv, result.get("proxy"))
+        result["held_out_by_source"] = cv["methods"]
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
     return 0

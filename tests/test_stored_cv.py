@@ -1,7 +1,7 @@
 """Stored numbers: the held-out table `advisor fit` computes on the committed calibration records
 (a small logistic ensemble, so it runs in seconds), against tests/data/cv_table.json. A change to
-labelling, folds, the policy's threshold search, the baselines, the noise floor or the flip rate
-across seeds that moves any figure shows here.
+labelling, folds, the policy's threshold search, the gate's choice and the replayed races, the
+baselines, the noise floor or the flip rate across seeds that moves any figure shows here.
 
 To store new numbers after a deliberate change (or new records):
 ADVISOR_STORE_NUMBERS=1 pytest tests/test_stored_cv.py
@@ -14,6 +14,7 @@ from conftest import stored_numbers
 
 from capacity_advisor.advisor.fit import CHOOSE_BY, compact
 from capacity_advisor.advisor.predictor import FEATURE_SETS, cross_validate, label_rows, read_records
+from capacity_advisor.advisor.predictor.races import with_curves
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "calibration" / "records.jsonl"
@@ -23,7 +24,8 @@ STORED = Path(__file__).parent / "data" / "cv_table.json"
 @pytest.mark.slow
 @pytest.mark.parametrize("split", ["student", "source"])
 def test_the_cv_table_of_the_committed_records_matches_the_stored_numbers(split):
-    rows = label_rows(read_records(RECORDS))
+    records = read_records(RECORDS)
+    rows = with_curves(label_rows(records), records)
     table = cross_validate(rows, split, "logistic", FEATURE_SETS["contrast"], n_members=2, policy_split=CHOOSE_BY)
     got = compact({split: table})[split]
     want = stored_numbers(STORED, split, got)
@@ -33,3 +35,10 @@ def test_the_cv_table_of_the_committed_records_matches_the_stored_numbers(split)
         for key in ("regret", "decision_accuracy", "flip_rate", "p_low_spread"):
             assert got[method].get(key) == pytest.approx(row.get(key), abs=1e-6), (method, key)
         assert got[method]["flip_cells"] == row["flip_cells"], method
+        if "other_seed" in row:  # the gated race, and beside it the policy, the predictor, always-high
+            assert got[method]["other_seed"]["regret"] == pytest.approx(row["other_seed"]["regret"], abs=1e-6), method
+    gated = got["gated race"]
+    assert gated["overhead"] == pytest.approx(want["gated race"]["overhead"], abs=1e-6)
+    assert sorted(gated["caps"]) == sorted(want["gated race"]["caps"])
+    for cap, row in want["gated race"]["caps"].items():
+        assert gated["caps"][cap] == pytest.approx(row, abs=1e-6), cap

@@ -81,7 +81,7 @@ def gaining(acc_high: list, acc_low: list, window: int = WAIT_WINDOW) -> bool:
     if len(pairs) <= window:
         return False
     (h0, l0), (h1, l1) = pairs[-1 - window], pairs[-1]
-    return max(lo for _, lo in pairs) < max(h for h, _ in pairs) and l1 - l0 > h1 - h0
+    return max(lo for _, lo in pairs) < max(h for h, _ in pairs) and l1 - l0 > h1 - h0 + 1e-9
 
 
 def set_files(m: Manifest) -> dict[str, str | None]:
@@ -203,16 +203,35 @@ def run_race(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, rul
         s = min(going, key=lambda s: len([r for r in curves[s] if r["step"] > 0]))
         if lm is None:  # the base student, loaded once for both runs
             lm = load_model(m.model_spec, device="cpu", dtype=checked[s].precision[0])
-        run_sft(runs[s], folders[s], lm=lm, pause_after_evals=1, **kw)
+        # a run that ends within the race is stored (with the race's note) only once it has won
+        run_sft(runs[s], folders[s], lm=lm, pause_after_evals=1, **{**kw, "store": False, "keep_best": True})
     winner = stop["winner"]
     stream.write(f"race stopped at step {stop['step']} ({stop['share']:.0%} of the budget, {stop['reason']}): "
                  f"D_{winner} continues to the end\n")
     note = {"race": {k: summary[k] for k in ("raced", "rule", "comparisons", "stopped", "winner")}}
-    record = run_sft(runs[winner], folders[winner], lm=lm, provenance=note, **kw)
+    record = finished_in_race(folders[winner], note, records)
+    if record is None:
+        record = run_sft(runs[winner], folders[winner], lm=lm, provenance=note, **kw)
     summary.update(status="done", record=str(folders[winner] / "record.json"),
                    best_accuracy=record.get("best_accuracy"), final_accuracy=record.get("final_accuracy"))
     write_json(out / "race.json", summary)
     return summary
+
+
+def finished_in_race(folder: Path, note: dict, records: str | None) -> dict | None:
+    """The winner's record where its run ended within the race (its last evaluation was raced):
+    the race's note added and the record stored now; None where the run goes on, or was stored."""
+    import json
+
+    from capacity_advisor.training.record import write_record
+
+    path = folder / "record.json"
+    record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if record is None or "race" in (record.get("provenance") or {}):
+        return None
+    record["provenance"] = {**(record.get("provenance") or {}), **note}
+    write_record(folder, record, records)
+    return record
 
 
 def check_race(manifest, out, rule: RaceRule, device: str, dtype: str, epochs, max_steps):

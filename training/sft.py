@@ -55,7 +55,7 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
             device: str = "auto", dtype: str = "auto", threads: int = 0, callbacks=(), stream=None,
             lm=None, store: bool = True, step0_row: dict | None = None, epochs: float | None = None,
             max_steps: int | None = None, pause_after_evals: int | None = None,
-            provenance: dict | None = None) -> dict:
+            provenance: dict | None = None, keep_best: bool | None = None) -> dict:
     """Train, evaluate, checkpoint, resume; return the RunRecord (also written to RUN/record.json).
 
     `lm`: the base student already in memory (a `LoadedModel`); a copy of it is trained, so
@@ -69,6 +69,7 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     from that checkpoint on the next call (the learning-rate schedule is the whole budget's all
     along); a paused run writes no record and returns {"paused_at_step": STEP}.
     `provenance`: more keys for the record's provenance (what this run was part of).
+    `keep_best`: keep the best evaluation's checkpoint as RUN/best/ (by default a stored run does).
     """
     from capacity_advisor.models.loading import check_transformers
 
@@ -108,7 +109,8 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
             "stage": "train", "run_key": checked.key, "versions": versions(), "settings": settings,
             "manifest": m.to_dict(), "dataset": str(m.dataset_path), "eval_set": str(m.eval_path) if m.eval_path else None})
     trainer, evaluator, rerank, collator = _trainer(m, checked, args, lm, base, teacher, run_dir, resume, progress,
-                                                    step0_row, pause_after_evals, callbacks, keep_best=store)
+                                                    step0_row, pause_after_evals, callbacks,
+                                                    keep_best=store if keep_best is None else keep_best)
     _note_start(m, checked, trainer, settings, world, resume, progress)
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
 
@@ -122,7 +124,7 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
                       # a resumed run saw only part of the tokens in this process
                       "train_tokens": train_tokens if not resume else None, **(provenance or {})}
         record = _finish(m, checked, run_dir, trainer, evaluator, rerank, settings, provenance, lm.description,
-                         progress, records, store)
+                         progress, records, store, store if keep_best is None else keep_best)
     cbs.barrier()
     return record if record is not None else {}
 
@@ -248,7 +250,7 @@ def _trainer(m: Manifest, checked: Checked, args, lm, base, teacher, run_dir: Pa
 
 
 def _finish(m: Manifest, checked: Checked, run_dir: Path, trainer, evaluator, rerank, settings: dict,
-            provenance: dict, description: dict, progress, records: str | None, store: bool) -> dict:
+            provenance: dict, description: dict, progress, records: str | None, store: bool, keep: bool) -> dict:
     """On rank 0: the RunRecord, its curve, RUN/record.json and, with `store`, the line in the
     records store (`records`, else the default one)."""
     from capacity_advisor.training import callbacks as cbs
@@ -267,7 +269,7 @@ def _finish(m: Manifest, checked: Checked, run_dir: Path, trainer, evaluator, re
         provenance["rerank_tokens"] = rerank.tokens  # scoring spent in this process (0 when read back on a resume)
         settings["rerank"] = describe(run_dir / "rerank")
     n_train = len(checked.train_set)
-    best = keep_best(run_dir, rows_done) if store else None
+    best = keep_best(run_dir, rows_done) if keep else None
     record = build_record(run_id=checked.key, description=description, manifest=m, n_train=n_train,
                           eval_rows=rows_done, settings=settings, provenance=provenance, best=best)
     plot_curve(rows_done, run_dir / "curve.png", f"{m.model_spec} · {m.strategy} · {n_train} rows · {m.training.epochs} epochs")

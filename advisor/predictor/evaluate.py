@@ -237,3 +237,20 @@ def baseline_picks(train: Sequence[dict], test: Sequence[dict]) -> dict[str, lis
     picks = {name: [(r, s) for r in test] for name, s in CONSTANTS.items()}
     picks[SIZE_RULE] = [(r, rule.choose(r)) for r in test]
     return picks
+
+
+def judged_on_other_repeats(pairs: Sequence[tuple], rows: Sequence[dict]) -> dict:
+    """The stricter judgment: each (row, choice, ...) scored on the other repeats (seeds, builds) of
+    its cell rather than on its own, so a race's pick is not scored on the training noise it picked
+    by. Mean regret (points) and decision accuracy over the rows that have other repeats."""
+    by: dict = {}
+    for r in rows:
+        by.setdefault(cell_of(r), []).append(r)
+    regrets, right = [], []
+    for r, c, *_ in pairs:
+        others = [o for o in by.get(cell_of(r), []) if repeat(o) != repeat(r)]
+        if others:
+            regrets.append(mean(regret(o, c) for o in others))
+            right.append(mean(is_right(o, c) for o in others))
+    return {"rows": len(regrets), "regret": 100 * mean(regrets) if regrets else None,
+            "decision_accuracy": mean(right) if right else None}

@@ -28,14 +28,14 @@ from typing import Sequence
 
 import numpy as np
 
-from capacity_advisor.advisor.predictor.evaluate import by_value, cell_of, flips, is_right, regret, repeat
+from capacity_advisor.advisor.predictor.evaluate import by_value, flips, is_right, judged_on_other_repeats, regret
 from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, inputs, model_inputs
-from capacity_advisor.advisor.predictor.races import race
+from capacity_advisor.advisor.predictor.races import WAITS, race
 
 HEADROOM_INPUT = "gap_accuracy_gain_headroom"
 THRESHOLDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, math.inf)
 HEADROOMS = (0.1, 0.2, 0.3, 0.5, 1.0, math.inf)
-RACES = tuple((f, None) for f in (0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0)) + ((0.3, 0.75), (0.5, 0.75), (0.5, 1.0))
+RACES = tuple((f, None) for f in (0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0)) + WAITS
 CAPS = (0.1, 0.15, 0.2, 0.3)  # the overhead caps the frontier reports
 CAP = 0.2  # the shipped cap: mean extra training the gate may cost, as a share of one run
 NEAR = 1e-9  # regrets closer than this are ties
@@ -114,8 +114,13 @@ def gated_picks(measured: Sequence[dict], policy, gate: Gate) -> list[tuple[dict
 def choose_gate(measured: Sequence[dict], policy, cap: float = CAP) -> Gate:
     """The gate of GRID with the lowest mean regret on `measured` whose mean overhead is within
     `cap`; near-ties to the cheaper, then the more cautious (higher thresholds). The gate that
-    never opens costs nothing, so a choice always exists. Every race of RACES is replayed once per
-    row and the gates compared as arrays."""
+    never opens costs nothing, so a choice always exists."""
+    return best_gate(measured, policy, cap)[0]
+
+
+def best_gate(measured: Sequence[dict], policy, cap: float = CAP) -> tuple[Gate, float]:
+    """`choose_gate`'s gate and its mean regret on `measured` (points). Every race of RACES is
+    replayed once per row and the gates compared as arrays."""
     from dataclasses import replace
 
     rows = [m["row"] for m in measured]
@@ -138,24 +143,7 @@ def choose_gate(measured: Sequence[dict], policy, cap: float = CAP) -> Gate:
             key = (reg, over, -g.threshold, -g.headroom)
             if best is None or reg < best[0][0] - NEAR or (abs(reg - best[0][0]) <= NEAR and key[1:] < best[0][1:]):
                 best = (key, g)
-    return replace(best[1], cap=cap)
-
-
-def judged_on_other_repeats(pairs: Sequence[tuple], rows: Sequence[dict]) -> dict:
-    """The stricter judgment: each (row, choice, ...) scored on the other repeats (seeds, builds) of
-    its cell rather than on its own, so a race's pick is not scored on the training noise it picked
-    by. Mean regret (points) and decision accuracy over the rows that have other repeats."""
-    by: dict = {}
-    for r in rows:
-        by.setdefault(cell_of(r), []).append(r)
-    regrets, right = [], []
-    for r, c, *_ in pairs:
-        others = [o for o in by.get(cell_of(r), []) if repeat(o) != repeat(r)]
-        if others:
-            regrets.append(mean(regret(o, c) for o in others))
-            right.append(mean(is_right(o, c) for o in others))
-    return {"rows": len(regrets), "regret": 100 * mean(regrets) if regrets else None,
-            "decision_accuracy": mean(right) if right else None}
+    return replace(best[1], cap=cap), 100 * best[0][0]
 
 
 def judged_on_other_half(pairs: Sequence[tuple]) -> dict:
@@ -190,11 +178,17 @@ def summarize_gated(pairs: Sequence[tuple[dict, str, float]], rows: Sequence[dic
 
 def gated_methods(gated: dict, picks: dict, rows: Sequence[dict], tie_margin: float) -> dict:
     """The held-out tables' entries of the gated race: at the shipped cap (`gated race`, with its
-    regret at every cap of CAPS under `caps`), and for the policy, the predictor and always-high
+    regret, overhead, regret on other seeds and worst source against always-high at every cap of
+    CAPS under `caps`), and for the policy, the predictor and always-high
     the same stricter judgment on other seeds and the regret per pool source, to compare."""
-    out = {"gated race": {**summarize_gated(gated[CAP], rows, tie_margin), "cap": CAP, "caps": {
-        f"{cap:.0%}": {k: summarize_gated(p, rows, tie_margin)[k] for k in ("regret", "overhead", "decision_accuracy")}
-        for cap, p in gated.items()}}}
+    high = by_value(picks["always high"], "source", tie_margin)
+    caps = {}
+    for cap, p in gated.items():
+        t = summarize_gated(p, rows, tie_margin)
+        caps[f"{cap:.0%}"] = {**{k: t[k] for k in ("regret", "overhead", "decision_accuracy")},
+                              "other_seed": t["other_seed"]["regret"],  # the worst source's loss beside always-high
+                              "worst_source_over_high": max(v["regret"] - high[s]["regret"] for s, v in t["by_source"].items())}
+    out = {"gated race": {**summarize_gated(gated[CAP], rows, tie_margin), "cap": CAP, "caps": caps}}
     for m in ("policy", "predictor", "always high"):
         out[m] = {"other_seed": judged_on_other_repeats(picks[m], rows),
                   "by_source": by_value(picks[m], "source", tie_margin)}

@@ -36,7 +36,7 @@ import numpy as np
 from capacity_advisor.advisor.predictor.advice import Advice, Decision
 from capacity_advisor.advisor.predictor.checks import policy_thresholds
 from capacity_advisor.advisor.predictor.ensemble import Predictor, distances, fit_predictor
-from capacity_advisor.advisor.predictor.gate import CAP, CAPS, Gate, choose_gate, gated_methods, gated_picks
+from capacity_advisor.advisor.predictor.gate import CAP, CAPS, Gate, best_gate, choose_gate, gated_methods, gated_picks
 from capacity_advisor.advisor.predictor.evaluate import (
     PROXY, PROXY_CUT, TIE_MARGIN, baseline_picks, by_value, cell_of, flips, folds, noise_floor, proxy_folds, regret, repeat,
     seed_spread, summarize,
@@ -269,18 +269,22 @@ def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str
                     features: Sequence[str], n_members: int = 8, seed: int = 0, jobs: int = 1
                     ) -> tuple[str, Policy, dict, list[dict]]:
     """`select_policy`'s choice, and the chosen kind's held-out measurements on the first split
-    (empty where nothing was measured), from which a gate is chosen (`with_gate`)."""
+    (empty where nothing was measured), from which a gate is chosen (`with_gate`). Where the rows
+    carry their runs' curves, the kind is the one whose policy with its best gate (within the
+    shipped cap, gate.CAP) loses least on the first split: the gated race is what ships."""
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     splits = (split,) if isinstance(split, str) else tuple(split)
     if not all(folds(rows, s) for s in splits):
         return kinds[0], UNTRIED, {k: float("nan") for k in kinds}, []
+    gated = all("curves" in r for r in rows)
     best, scores = None, {}
     for kind in kinds:
         measured = [fold_measurements(rows, s, kind, features, n_members, seed, jobs) for s in splits]
         policy = choose_policy(*measured)
         scores[kind] = 100 * max(_policy_regret(m, policy) for m in measured)
-        if best is None or scores[kind] < scores[best[0]] - 1e-9:
-            best = (kind, policy, measured[0])
+        key = best_gate(measured[0], policy)[1] if gated else scores[kind]
+        if best is None or key < best[3] - 1e-9:
+            best = (kind, policy, measured[0], key)
     return best[0], best[1], scores, best[2]
 
 

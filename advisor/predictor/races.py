@@ -24,12 +24,13 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-from capacity_advisor.advisor.predictor.evaluate import is_right, regret
+from capacity_advisor.advisor.predictor.evaluate import is_right, judged_on_other_repeats, regret
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 from capacity_advisor.advisor.predictor.labels import label_rows, record_option, unit_of
 from capacity_advisor.training.race import gaining
 
 FIXED = (0.1, 0.2, 0.3, 0.5)
+WAITS = ((0.3, 0.75), (0.5, 0.75), (0.5, 1.0))  # (fraction, wait) of the races that wait for a slow starter
 
 
 def curves_of(records, half: int | None = None) -> dict:
@@ -108,13 +109,17 @@ def leader(seen: dict) -> str:
     return "high" if max(seen["high"], default=-1.0) >= max(seen["low"], default=-1.0) else "low"
 
 
-def summarize_races(pairs) -> dict:
-    """pairs: (row, choice, overhead) -> rows, mean regret (points), decision accuracy, mean overhead."""
+def summarize_races(pairs, rows=None) -> dict:
+    """pairs: (row, choice, overhead) -> rows, mean regret (points), decision accuracy, mean overhead;
+    with `rows` (the label rows), also the regret judged on each row's other seeds (`other_seed`)."""
     if not pairs:
         return {"rows": 0}
-    return {"rows": len(pairs), "regret": 100 * sum(regret(r, c) for r, c, _ in pairs) / len(pairs),
-            "decision_accuracy": sum(is_right(r, c) for r, c, _ in pairs) / len(pairs),
-            "overhead": sum(o for _, _, o in pairs) / len(pairs)}
+    out = {"rows": len(pairs), "regret": 100 * sum(regret(r, c) for r, c, _ in pairs) / len(pairs),
+           "decision_accuracy": sum(is_right(r, c) for r, c, _ in pairs) / len(pairs),
+           "overhead": sum(o for _, _, o in pairs) / len(pairs)}
+    if rows is not None:
+        out["other_seed"] = judged_on_other_repeats(pairs, rows)["regret"]
+    return out
 
 
 def race_table(records, n_eval: int = FULL_RUN_EVAL_PROBLEMS) -> dict:
@@ -131,10 +136,13 @@ def race_table(records, n_eval: int = FULL_RUN_EVAL_PROBLEMS) -> dict:
             methods[f"race, fixed at {f:.0%} of the budget"].append((r, kept, share))
         kept, share = race(c["high"], c["low"], b, 0.5, k=2, n_eval=n_eval)
         methods["race, adaptive (k 2, margin 5 points, at most 50 %)"].append((r, kept, share))
+        for f, w in WAITS:  # a stop that waits while D_low is behind and gaining (training.race.gaining)
+            kept, share = race(c["high"], c["low"], b, f, n_eval=n_eval, wait=w)
+            methods[f"race, at {f:.0%} waiting up to {w:.0%} for a gaining D_low"].append((r, kept, share))
     sources = sorted({r["source"] for r in rows})
     table = {}
     for name, pairs in methods.items():
-        table[name] = {"all": summarize_races(pairs),
+        table[name] = {"all": summarize_races(pairs, rows),
                        **{s: summarize_races([p for p in pairs if p[0]["source"] == s]) for s in sources}}
     return {"sources": sources, "methods": table, "rows": len(rows)}
 

@@ -1,0 +1,252 @@
+"""The gated race (advisor.predictor.gate): chosen held out under an overhead cap, replayed on the
+records' curves, judged more strictly on other seeds and on the other half of the problems; the
+live race's wait for a slow starter; and the plan end to end: `advisor recommend` on a lab student
+whose probe opens the gate plans the race, `advisor train MANIFEST` runs it without a flag, keeps
+the leader and its best checkpoint. A closed gate costs nothing extra; a bad race is one error line."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_race import M, curve, race_manifest
+
+from capacity_advisor.advisor.cli.main import cli
+from capacity_advisor.advisor.predictor import Policy, Predictor
+from capacity_advisor.advisor.predictor.gate import CAP, Gate, choose_gate, gated_picks, judged_on_other_repeats
+from capacity_advisor.advisor.predictor.races import race, with_curves
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.training.race import RaceRule, decide, gaining
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "advisor" / "predictor_data"
+ALWAYS_HIGH = Policy(margin=2.0)  # the policy's set is D_high wherever the gate stays shut
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def row(name: str, p_low: float, late_low: bool, budget: float = 2.0, seed: int = 0) -> tuple[dict, dict]:
+    """A held-out measurement and its row: D_high flat at 0.5; D_low behind until 60 % of the budget,
+    then at 0.9 (`late_low`), or flat at 0.2."""
+    epochs = [budget * k / 8 for k in range(1, 9)]
+    low = [(e, 0.9 if late_low and e >= 0.6 * budget else 0.2) for e in epochs]
+    r = {"source": name, "score": "sum", "student": "lab:s", "seed": seed, "repeat": seed, "budget": budget,
+         "features": {}, "accuracy": {"high": 0.5, "low": 0.9 if late_low else 0.2},
+         "curves": {"high": [(e, 0.5) for e in epochs], "low": low}}
+    return {"row": r, "probs": {"high": 1 - p_low, "low": p_low}, "outside": False, "ratio": 0.0}, r
+
+
+def test_the_gate_opens_where_d_low_may_win_and_stays_within_its_cap():
+    measured = [row("a", 0.7, True)[0] for _ in range(2)] + [row("b", 0.05, False)[0] for _ in range(8)]
+    gate = choose_gate(measured, ALWAYS_HIGH, cap=0.2)
+    assert 0.05 < gate.threshold <= 0.7 and gate.cap == 0.2  # opens on the two D_low rows only
+    assert gate.fraction >= 0.6  # a race stopped before D_low's gain would keep D_high
+    picks = gated_picks(measured, ALWAYS_HIGH, gate)
+    assert [c for _, c, _ in picks] == ["low"] * 2 + ["high"] * 8
+    overhead = sum(o for *_, o in picks) / len(picks)
+    assert 0 < overhead <= 0.2 and all(o == 0 for *_, o in picks[2:])  # a shut gate costs nothing
+    # no room for a race: the gate never opens, and the advice is the policy's set
+    shut = choose_gate(measured, ALWAYS_HIGH, cap=0.0)
+    assert all(c == "high" and o == 0 for _, c, o in gated_picks(measured, ALWAYS_HIGH, shut))
+
+
+def test_the_gate_reads_the_probes_own_contrast_too():
+    gate = Gate(threshold=math.inf, headroom=0.3, fraction=0.5)
+    assert gate.opens(0.01, {"gap_accuracy_gain_headroom": 0.4}).startswith("in the probe D_low raised")
+    assert gate.opens(0.01, {"gap_accuracy_gain_headroom": 0.2}) is None
+    assert gate.opens(math.nan, {"gap_accuracy_gain_headroom": math.nan}) is None
+    assert Gate.from_dict(gate.to_dict()) == gate and gate.to_dict()["threshold"] is None
+
+
+def test_a_policy_with_a_gate_plans_the_race_and_its_file_is_checked():
+    from capacity_advisor.advisor.predictor.checks import policy_thresholds
+
+    policy = Policy(0.5, 0.1, True, Gate(0.2, math.inf, 0.6, None, CAP))
+    assert Policy.from_dict(policy.to_dict()) == policy
+    assert policy.race_plan(0.3, {}) == {"fraction": 0.6, "wait": None, "why": "P(D_low) 0.30 reaches the gate's 0.2"}
+    assert policy.race_plan(0.1, {}) is None and Policy().race_plan(0.9, {}) is None
+    assert "races D_high against D_low to 60% of the budget where P(D_low) ≥ 0.2" in policy.describe()
+    for bad in ({"fraction": 0}, {"fraction": 1.5}, {"wait": 0.5}, {"threshold": "x"}, {"cap": None}, {"extra": 1}):
+        raw = {**policy.to_dict(), "race": {**policy.to_dict()["race"], **bad}}
+        with pytest.raises(InputError, match="meta.policy"):
+            policy_thresholds(raw)
+
+
+def test_the_stricter_judgment_scores_a_pick_on_the_other_seeds():
+    _, a = row("a", 0.5, True, seed=0)
+    _, b = row("a", 0.5, False, seed=1)  # the same cell: on seed 1 D_high wins
+    got = judged_on_other_repeats([(a, "low", 0.5), (b, "high", 0.0)], [a, b])
+    # seed 0's D_low judged on seed 1 (D_low 0.2 against D_high 0.5) loses 30 points; seed 1's D_high on seed 0 loses 40
+    assert got["rows"] == 2 and got["regret"] == pytest.approx(35.0) and got["decision_accuracy"] == 0
+
+
+def test_races_decide_on_one_half_of_the_problems_and_are_judged_on_the_other():
+    def record(strategy: str, correct: list[str]) -> dict:
+        evals = [{"step": 0, "epoch": 0.0, "accuracy": 0.0}] + [
+            {"step": i, "epoch": i / 2, "accuracy": c.count("1") / len(c), "correct": c} for i, c in enumerate(correct, 1)]
+        return {"model": {"n_params": 1000}, "strategy": strategy, "mix": 0.0, "evals": evals, "features": {},
+                "unit": {"task": "t", "score": "sum", "size": "s", "seed": 0}}
+
+    # D_high: right on the even problems only; D_low: right on the odd ones only
+    records = [record("high", ["1010", "1010"]), record("low", ["0101", "0101"])]
+    from capacity_advisor.advisor.predictor import label_rows
+
+    rows = with_curves(label_rows(records), records)
+    r = next(x for x in rows if x["budget"] == 1)
+    assert r["curves"] == {"high": [(0.5, 1.0), (1.0, 1.0)], "low": [(0.5, 0.0), (1.0, 0.0)]}  # the even half
+    assert r["judge"] == {"high": 0.0, "low": 1.0}  # the odd half
+    kept, _ = race(r["curves"]["high"], r["curves"]["low"], 1.0, 0.5)
+    assert kept == "high"  # picked on the even half, where it is wrong on the odd
+
+
+def test_a_race_waits_for_a_slow_starter_that_is_gaining():
+    high, low = [(e / 4, 0.5) for e in range(1, 9)], [(e / 4, min(0.9, 0.11 * e)) for e in range(1, 9)]
+    assert race(high, low, 2.0, 0.5) == ("high", 0.5)  # stopped at half the budget, D_low still behind (0.44)
+    assert race(high, low, 2.0, 0.5, wait=1.0) == ("low", 0.625)  # waited while it gained, until it led (0.55)
+    assert gaining([0.5, 0.5, 0.5], [0.1, 0.2, 0.3]) and not gaining([0.5, 0.6, 0.7], [0.1, 0.2, 0.3])
+    assert not gaining([0.2, 0.2, 0.2], [0.1, 0.2, 0.3])  # not behind: nothing to wait for
+    # the live race reads the same: per-problem rows, D_low behind at the share, then ahead
+    ten = lambda n: [1] * n + [0] * (10 - n)  # noqa: E731
+    curves = {"high": curve([ten(5)] * 6), "low": curve([ten(1), ten(2), ten(3), ten(4), ten(6), ten(7)])}
+    _, stop = decide(curves, RaceRule(fraction=0.5, k=None, wait=1.0), M)
+    assert stop["reason"] == "wait" and stop["winner"] == "low" and stop["step"] == 5
+    _, stop = decide(curves, RaceRule(fraction=0.5, k=None), M)
+    assert stop["reason"] == "fraction" and stop["winner"] == "high" and stop["step"] == 4
+    with pytest.raises(InputError, match="wait 0.4"):
+        RaceRule(fraction=0.5, wait=0.4).check()
+
+
+# ---- the plan end to end ---------------------------------------------------------------------
+def predictor_with(tmp_path: Path, gate: dict) -> Path:
+    pred = Predictor.load(SHIPPED)
+    pred.meta = {**pred.meta, "policy": {**pred.meta["policy"], "race": gate}}
+    pred.save(tmp_path)
+    return tmp_path
+
+
+OPEN = {"threshold": 0.0, "headroom": None, "fraction": 0.5, "wait": None, "cap": CAP}  # opens on any probe
+SHUT = {"threshold": None, "headroom": None, "fraction": 0.5, "wait": None, "cap": CAP}  # opens on none
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory, lab_cache):
+    """`advisor recommend` on lab:xs with a predictor whose gate opens on any probe."""
+    from conftest import advisor_home
+
+    root = tmp_path_factory.mktemp("planned")
+    with advisor_home(lab_cache):
+        pool = root / "pool.jsonl"
+        assert run("lab", "pool", "--n", 200, "--out", pool).exit_code == 0
+        args = ("recommend", "--model", "lab:xs", "--budget", 1, "--pool", pool, "--probe-steps", 4,
+                "--probe-eval-every", 2, "--probe-eval-problems", 8, "--probe-batch", 4, "--device", "cpu")
+        r = run(*args, "--predictor", predictor_with(root / "open", OPEN), "--out", root / "rec")
+        assert r.exit_code == 0, r.output
+        report = r.output
+        r = run(*args, "--predictor", predictor_with(root / "shut", SHUT), "--out", root / "rec-shut", "--json")
+        assert r.exit_code == 0, r.output
+        shut = json.loads(r.stdout)
+    return root, report, shut
+
+
+def test_recommend_plans_the_race_where_the_gate_opens(planned):
+    root, report, _ = planned
+    assert "Race D_high against D_low for up to 50% of your budget, then keep the leader" in report
+    assert "P(D_low)" in report and "--no-race trains" in report
+    m = json.loads((root / "rec" / "recommendation.json").read_text())
+    assert m["race"]["fraction"] == 0.5 and m["race"]["wait"] is None and m["race"]["why"].startswith("P(D_low)")
+    assert set(m["sets"]) | {m["strategy"]} >= {"high", "low"}
+
+
+def test_a_shut_gate_costs_nothing_extra(planned, lab_cache, monkeypatch):
+    root, _, shut = planned
+    assert shut["race"] is None
+    m = json.loads((root / "rec-shut" / "recommendation.json").read_text())
+    assert "race" not in m
+    monkeypatch.setenv("ADVISOR_HOME", str(lab_cache))
+    r = run("train", root / "rec-shut" / "recommendation.json", "--out", root / "run-shut", "--dry-run")
+    assert r.exit_code == 0 and "race" not in r.output  # one run of the recommended set
+    assert not (root / "run-shut").exists()
+
+
+def test_train_runs_the_planned_race_and_keeps_the_leader_and_its_best_checkpoint(planned, lab_cache, monkeypatch):
+    root, _, _ = planned
+    monkeypatch.setenv("ADVISOR_HOME", str(lab_cache))
+    out = root / "race-run"
+    r = run("train", root / "rec" / "recommendation.json", "--out", out, "--threads", 1, "--records",
+            root / "records.jsonl", "--json")
+    assert r.exit_code == 0, r.output
+    shown = json.loads(r.stdout)
+    race_file = json.loads((out / "race.json").read_text())
+    winner = race_file["winner"]
+    assert shown["winner"] == winner and race_file["rule"]["k"] is None and race_file["rule"]["fraction"] == 0.5
+    stop = race_file["stopped"]
+    assert stop["reason"] == "fraction" and stop["share"] >= 0.5
+    best = {s: max((c[f"accuracy_{s}"] for c in race_file["comparisons"]), default=-1) for s in ("high", "low")}
+    assert winner == ("high" if best["high"] >= best["low"] else "low")  # the leader at the stop is kept
+    record = json.loads((out / "race" / winner / "record.json").read_text())
+    assert record["provenance"]["race"]["winner"] == winner and record["provenance"]["race"]["stopped"] == stop
+    assert record["strategy"] == winner and record["epochs"] == 1
+    kept = record["best_checkpoint"]
+    assert kept["folder"] == "best" and kept["accuracy"] == record["best_accuracy"]
+    assert (out / "race" / winner / "best" / "model.safetensors").is_file()
+    assert all(isinstance(e.get("correct"), str) for e in record["evals"][1:])  # per-problem correctness kept
+    assert stop["share"] < 1 and stop["evaluation"] < len(record["evals"]) - 1  # the race ended before the run
+    assert not (out / "race" / ("low" if winner == "high" else "high") / "record.json").exists()
+    # --no-race trains the recommended set alone
+    r = run("train", root / "rec" / "recommendation.json", "--out", root / "alone", "--no-race", "--dry-run")
+    assert r.exit_code == 0 and "race of D_high" not in r.output
+
+
+def test_export_of_a_planned_race_writes_both_sets(planned, lab_cache, monkeypatch):
+    root, _, _ = planned
+    monkeypatch.setenv("ADVISOR_HOME", str(lab_cache))
+    r = run("train", root / "rec" / "recommendation.json", "--export", root / "export", "--format", "trl", "--json")
+    assert r.exit_code == 0, r.output
+    shown = json.loads(r.stdout)
+    assert "the race runs through `advisor train" in shown["note"]
+    for s in ("high", "low"):
+        assert len((root / "export" / f"train-{s}.jsonl").read_text().splitlines()) > 0
+
+
+# ---- bad input: one error line, exit 2, nothing written -------------------------------------
+@pytest.mark.parametrize("race_block, words", [
+    ({"fraction": 0}, "race.fraction"), ({"fraction": 1.5}, "race.fraction"), ({"fraction": "half"}, "race.fraction"),
+    ({"fraction": 0.5, "wait": 0.3}, "race.wait"), ({"fraction": 0.5, "k": 2}, "unknown keys"),
+    ("fast", "race: must be an object"),
+])
+def test_a_bad_planned_race_is_one_error_line(tmp_path, race_block, words):
+    path = race_manifest(tmp_path / "rec", "lab:s")
+    d = json.loads(path.read_text())
+    d["race"] = race_block
+    path.write_text(json.dumps(d))
+    r = run("train", path, "--out", tmp_path / "out")
+    assert r.exit_code == 2 and r.output.startswith("error:") and words in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("sets, words", [({}, "names no D_low"), ({"low": "train-high.jsonl"}, "the same file")])
+def test_a_planned_race_of_a_missing_or_identical_set_is_one_error_line(tmp_path, sets, words):
+    path = race_manifest(tmp_path / "rec", "lab:s")
+    d = json.loads(path.read_text())
+    d.update(race={"fraction": 0.5}, sets=sets)
+    path.write_text(json.dumps(d))
+    r = run("train", path, "--out", tmp_path / "out")
+    assert r.exit_code == 2 and words in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_race_of_one_file_against_itself_is_refused(tmp_path):
+    path = race_manifest(tmp_path / "rec", "lab:s")
+    d = json.loads(path.read_text())
+    d["sets"] = {"low": "./train-high.jsonl"}  # the same file under another spelling
+    path.write_text(json.dumps(d))
+    r = run("train", path, "--out", tmp_path / "out", "--race", "0.5")
+    assert r.exit_code == 2 and "same file" in r.output and len(r.output.strip().splitlines()) == 1, r.output
+    assert not (tmp_path / "out").exists()
+    r = run("train", path, "--out", tmp_path / "out", "--race", "0.5", "--no-race")
+    assert r.exit_code == 2 and "contradict" in r.output and not (tmp_path / "out").exists()

@@ -2,7 +2,8 @@
 
 The inputs are the committed records' own probe measurements: for every pool source, its first
 student in the records (seed 0, summed ranking) at budgets 1 and 5. For each, the ensemble's
-probabilities, the policy's set and who answered are compared with tests/data/shipped_advice.json,
+probabilities, the policy's set, who answered and the race its gate plans (or none) are compared
+with tests/data/shipped_advice.json,
 so a refit, a change to the policy or to how a row is read shows here as changed advice, not
 silently. After a deliberate refit (`advisor fit ... --out advisor/predictor_data`), store the new
 advice with: ADVISOR_STORE_NUMBERS=1 pytest tests/test_stored_advice.py
@@ -44,7 +45,7 @@ def test_the_shipped_predictors_advice_on_stored_inputs_is_unchanged():
         d = policy.decide(shipped, r["features"], r["n_params"], r["budget"], r["score"], student=r["student"])
         got[f"{r['source']} {r['student']} budget {r['budget']:g}"] = {
             "probabilities": d.advice.probabilities, "predictor": d.advice.strategy, "policy": d.strategy,
-            "answered_by": d.answered_by, "confidence": d.advice.confidence}
+            "answered_by": d.answered_by, "confidence": d.advice.confidence, "race": d.race}
     want = stored_numbers(STORE, "advice", got)
     assert set(got) == set(want)
     for key, w in want.items():
@@ -52,5 +53,6 @@ def test_the_shipped_predictors_advice_on_stored_inputs_is_unchanged():
         assert (g["predictor"], g["policy"], g["answered_by"], g["confidence"]) == \
             (w["predictor"], w["policy"], w["answered_by"], w["confidence"]), key
         assert g["probabilities"] == pytest.approx(w["probabilities"], abs=1e-6), key
+        assert g["race"] == w["race"], key
     # the stored advice is advice: probabilities that sum to one, a set among the options
     assert all(abs(sum(g["probabilities"].values()) - 1) < 1e-6 and g["policy"] in shipped.options for g in got.values())

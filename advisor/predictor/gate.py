@@ -1,7 +1,8 @@
 """The gated race: the probe decides when to look, the race looks.
 
     gate = choose_gate(measured, policy, cap=0.2)     # chosen on held-out measurements of other sources
-    plan = gate.plan(p_low, inputs)                   # None: train the policy's set; else the race to run
+    why = gate.opens(p_low, inputs)                   # None: train the policy's set; else why to race
+    kept, overhead = gate.replay(row)                 # the race replayed on a calibration row's curves
 
 Asked to decide, the probe ties always-high on pool sources, tasks and teachers it was not fitted
 on; asked only when D_low may win, it finds most of what is lost. Where the predictor's P(D_low)

@@ -158,11 +158,15 @@ def race_plan(predictor, race: dict | None) -> dict | None:
 def race_headline(plan: dict) -> str:
     """The report's first line for a planned race."""
     f, w = plan["fraction"], plan.get("wait")
-    line = (f"Race D_high against D_low for up to {f:.0%} of your budget"
-            + (f" ({w:.0%} while D_low is behind and gaining)" if w else "") + ", then keep the leader")
+    if f >= 1:
+        line = "Race D_high against D_low: train both to the end of your budget and keep the better"
+    else:
+        line = (f"Race D_high against D_low for up to {f:.0%} of your budget"
+                + (f" ({w:.0%} while D_low is behind and gaining)" if w else "") + ", then keep the leader")
     e = plan.get("expected")
     if e:
-        line += (f": about {e['overhead']:.0%} more training on average, expected loss {e['regret']:.1f} points "
+        line += (f": about {e['overhead']:.0%} more training on average over held-out pool sources, expected loss "
+                 f"{e['regret']:.1f} points "
                  f"({plan['always_high_regret']:.1f} without the race)")
     return line
 

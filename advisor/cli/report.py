@@ -247,8 +247,9 @@ def headline(rec) -> str:
     if rec.race:
         from capacity_advisor.advisor.draws import race_headline
 
-        head = f"[bold]{race_headline(rec.race)}[/bold]\nwhy a race: {rec.race['why']}\nwithout the race, "
-    head += (f"[bold]Train on: D_{rec.strategy}[/bold]" + (f" ({how})" if how else "")
+        head = f"[bold]{race_headline(rec.race)}[/bold]\nwhy a race: {rec.race['why']}\n"
+    head += (f"[bold]{'Without the race, train' if rec.race else 'Train'} on: D_{rec.strategy}[/bold]"
+             + (f" ({how})" if how else "")
             + (" — the evidence is silent here; mixed is the hedge" if rec.answer == "uncertain" else "")
             + f"   confidence: {rec.confidence}   ({rec.predictor})\n"
             + f"answered by: {rec.answered_by}\n"
@@ -330,7 +331,7 @@ def written(rec, out: str) -> None:
             spent += f" = {share:.1%} of the {rec.budget:g}-epoch full run"
     if rec.race and rec.race.get("expected"):
         console.print(f"[bold]race[/bold]: the expected loss and training are the gated race's, measured "
-                      f"{rec.race['measured_on']}; the race itself trains up to {rec.race['fraction']:.0%} of the "
+                      f"on {rec.race['measured_on']}; the race itself trains up to {rec.race['fraction']:.0%} of the "
                       "budget more than one run", highlight=False)
     if rec.pool is not None:
         nxt = (f"advisor train {out}/recommendation.json --out RUN (it races D_high against D_low and keeps the "

@@ -29,11 +29,11 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/scoring.py
+	$(BIN)/python -m benchmarks.scoring
 
 bench-all: $(STAMP)
-	$(BIN)/python benchmarks/scoring.py
-	$(BIN)/python benchmarks/wall_time.py
+	$(BIN)/python -m benchmarks.scoring
+	$(BIN)/python -m benchmarks.wall_time
 
 # vLLM pins its own torch and transformers, so it gets its own environment (GPU machines; docs/vllm.md).
 VLLM_VENV := .venv-vllm
@@ -69,13 +69,13 @@ test-vllm: $(VLLM_CPU_VENV)/.installed
 	$(VLLM_CPU_VENV)/bin/python -m pytest -q -m vllm_engine tests/test_vllm_engine.py
 
 gpu-check: vllm-env
-	$(VLLM_VENV)/bin/python benchmarks/gpu_check.py
+	$(VLLM_VENV)/bin/python -m benchmarks.gpu_check
 
 # The GPU check from a bare checkout on a GPU machine: the system python's torch, transformers,
 # accelerate and peft, no .venv, no lab weights, no network (docs/gpu-check.md). OUT= names the folder.
 .PHONY: gpu-check-bare
 gpu-check-bare:
-	$(PY) benchmarks/gpu_check_bare.py $(or $(OUT),runs/gpu-check)
+	$(PY) -m benchmarks.gpu_check_bare $(or $(OUT),runs/gpu-check)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_CPU_VENV) demo-out

@@ -1,8 +1,8 @@
 """The GPU check from a bare checkout: the project installed without its dependencies into a scratch
 folder, then `benchmarks/gpu_check.py --hf-only`, its files written into one folder.
 
-    python3 benchmarks/gpu_check_bare.py OUT           # one CUDA GPU (H200-class); sized for 8 minutes, untimed yet
-    python3 benchmarks/gpu_check_bare.py OUT --quick   # the same path at tiny shapes on a CPU (tests/test_gpu_check_bare.py)
+    python3 -m benchmarks.gpu_check_bare OUT           # one CUDA GPU (H200-class); sized for 8 minutes, untimed yet
+    python3 -m benchmarks.gpu_check_bare OUT --quick   # the same path at tiny shapes on a CPU (tests/test_gpu_check_bare.py)
     make gpu-check-bare OUT=runs/gpu-check             # the first, with the Makefile's python
 
 Needs a python with torch, transformers 5 or newer, accelerate and peft, and one CUDA GPU unless
@@ -165,9 +165,11 @@ def main(argv=None) -> int:
         site = scratch / "site"
         env["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
         verify(site, env)
+        # the checkout after the install: `benchmarks` comes from it, the project from `site`
+        env["PYTHONPATH"] += os.pathsep + str(ROOT)
         shown = ["--hf-only", "--out", "OUT/gpu-check.json", *(["--quick"] if args.quick else []),
                  *(["--budget-s", f"{budget:g}"] if budget else []), *extra]
-        cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"),
+        cmd = [sys.executable, "-m", "benchmarks.gpu_check",
                *[str(out.resolve() / "gpu-check.json") if a == "OUT/gpu-check.json" else a for a in shown]]
         t = time.perf_counter()
         rc, stopped = run_check(cmd, env, scratch, out / "gpu-check.log", kill_after)

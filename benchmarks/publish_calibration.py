@@ -1,7 +1,7 @@
 """Copy what a calibration sweep measured into the repository: records and per-run evaluations,
 without checkpoints, datasets, score caches or anything that names the machine it ran on.
 
-    .venv/bin/python benchmarks/publish_calibration.py SWEEP calibration/teacher
+    .venv/bin/python -m benchmarks.publish_calibration SWEEP calibration/teacher
     .venv/bin/advisor lab report calibration/teacher --out docs/lab/teacher
 
 SWEEP is an `advisor calibrate --out` folder. DEST receives, per finished run,

@@ -1,8 +1,8 @@
 """Scoring benchmark: the hf backend against a naive per-example loop and a matmul roofline, fp32 and bf16.
 
-    .venv/bin/python benchmarks/scoring.py            # ~5 minutes on 2 CPU cores, ~10 GB peak RAM (one child at a time)
-    .venv/bin/python benchmarks/scoring.py --quick    # smoke run: few pairs, one round, no lab, short trace
-    .venv/bin/python benchmarks/scoring.py --json     # machine-readable
+    .venv/bin/python -m benchmarks.scoring            # ~5 minutes on 2 CPU cores, ~10 GB peak RAM (one child at a time)
+    .venv/bin/python -m benchmarks.scoring --quick    # smoke run: few pairs, one round, no lab, short trace
+    .venv/bin/python -m benchmarks.scoring --json     # machine-readable
 
 Everything is measured side by side in one run (a shared machine is noisy), so the
 figures that matter are ratios; contenders are interleaved within each round and the best of the
@@ -32,16 +32,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # the names the parts define, all importable from here
-from scoring_accuracy import _ranks, compare, spearman  # noqa: E402, F401
-from scoring_contenders import (_PadOnly, budget_sweep, build, cast, lab_accuracy, make_pairs,  # noqa: E402, F401
-                                matmul_flops_per_s, naive_score, throughput, useful_flops)
-from scoring_memory import _rss_kb, _run_child, memory, memory_child  # noqa: E402, F401
+from benchmarks.scoring_accuracy import _ranks, compare, spearman  # noqa: F401
+from benchmarks.scoring_contenders import (_PadOnly, budget_sweep, build, cast, lab_accuracy, make_pairs,  # noqa: F401
+                                           matmul_flops_per_s, naive_score, throughput, useful_flops)
+from benchmarks.scoring_memory import _rss_kb, _run_child, memory, memory_child  # noqa: F401
 
 
 # ---- report -------------------------------------------------------------------------------------

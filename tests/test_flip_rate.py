@@ -125,10 +125,8 @@ def test_the_shipped_policy_reports_the_advice_of_both_seeds_of_a_committed_unit
 
 def test_build_spread_sets_the_spread_over_builds_beside_the_spread_over_seeds(tmp_path):
     import json
-    import sys
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from build_spread import build_spread
+    from experiments.build_spread import build_spread
 
     def rec(build, seed, strategy, accs):
         r = _record("m", 108_736, seed, strategy, 0.0, 0.0)
@@ -155,7 +153,7 @@ def test_build_spread_sets_the_spread_over_builds_beside_the_spread_over_seeds(t
     assert end["build_spread"]["low"] == pytest.approx(0.6) and end["build_spread"]["high"] == pytest.approx(0.0)
     assert end["seed_spread"]["low"] == pytest.approx(0.02) and end["seed_spread"]["high"] == pytest.approx(0.0)
     assert by_size["m"]["1"]["builds_low_ahead"] == 0 and by_size["m"]["1"]["builds_high_ahead"] == 3
-    from build_spread import compact_table
+    from experiments.build_spread import compact_table
 
     # the compact table: one row per student, the three epochs' pairs, then the two spreads per epoch
     row = next(line for line in compact_table(got).splitlines() if line.startswith("| m |"))

@@ -1,7 +1,6 @@
-"""benchmarks/gpu_check.py's student part, projection, roofline and GPU-hours, run with --quick on a CPU
+"""benchmarks.gpu_check's student part, projection, roofline and GPU-hours, run with --quick on a CPU
 (the end-to-end `advisor recommend` part runs in tests/test_gpu_check_bare.py, from a bare checkout)."""
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -11,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parents[1] / "benchmarks" / "gpu_check.py"
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = [sys.executable, "-m", "benchmarks.gpu_check"]  # run from ROOT
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    import benchmarks.gpu_check
+
+    return benchmarks.gpu_check
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +35,10 @@ def quick(tmp_path_factory):
             raise torch.cuda.OutOfMemoryError("CUDA out of memory (raised by the test)")
         return real(model, tokenizer, t, *rest)
 
-    gpu_check.train_steps = first_lora_attempt_fails
     out = tmp_path_factory.mktemp("gpu-check") / "r.json"
-    res = gpu_check.main(["--quick", "--hf-only", "--e2e", "none", "--out", str(out)])
+    with pytest.MonkeyPatch.context() as mp:  # the module is shared with the other tests: patched for this run only
+        mp.setattr(gpu_check, "train_steps", first_lora_attempt_fails)
+        res = gpu_check.main(["--quick", "--hf-only", "--e2e", "none", "--out", str(out)])
     return gpu_check, res, out
 
 
@@ -142,7 +142,7 @@ def test_without_cuda_and_without_quick_one_error_line():
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is visible")
-    r = subprocess.run([sys.executable, str(SCRIPT), "--hf-only"], capture_output=True, text=True)
+    r = subprocess.run([*COMMAND, "--hf-only"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.startswith("gpu_check: error: ") and r.stderr.count("\n") == 1
     assert "CUDA" in r.stderr and "--quick" in r.stderr
@@ -206,14 +206,14 @@ def test_a_part_that_does_not_fit_the_budget_is_skipped(tmp_path):
     assert "Not measured: agreement: not started at" in out.with_suffix(".md").read_text()
 
 
-def test_a_failed_measurement_keeps_what_finished(tmp_path):
+def test_a_failed_measurement_keeps_what_finished(tmp_path, monkeypatch):
     """A part that fails is recorded and the run goes on; the files hold every measurement that ended."""
     gpu_check = load_script()
 
     def fails(*a, **kw):
         raise RuntimeError("generation broke (raised by the test)")
 
-    gpu_check.measure_generation = fails
+    monkeypatch.setattr(gpu_check, "measure_generation", fails)
     out = tmp_path / "r.json"
     res = gpu_check.main(["--quick", "--hf-only", "--students", "qwen2.5-1.5b", "--e2e", "none", "--out", str(out)])
     written = json.loads(out.read_text())
@@ -233,7 +233,7 @@ def test_a_failed_measurement_keeps_what_finished(tmp_path):
     (["--eval-gen-tokens", "0"], ["--eval-gen-tokens 0", "at least 1"]),
 ])
 def test_bad_flags_are_one_error_line(argv, words):
-    r = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--hf-only", *argv], capture_output=True, text=True)
+    r = subprocess.run([*COMMAND, "--quick", "--hf-only", *argv], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
     assert r.stderr.startswith("gpu_check: error: ") and all(w in r.stderr for w in words)
 
@@ -241,8 +241,8 @@ def test_bad_flags_are_one_error_line(argv, words):
 def test_an_out_that_cannot_be_written_is_one_error_line(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    r = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--hf-only", "--out", str(blocker / "r.json")],
-                       capture_output=True, text=True)
+    r = subprocess.run([*COMMAND, "--quick", "--hf-only", "--out", str(blocker / "r.json")],
+                       capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stderr.startswith("gpu_check: error: --out ") and r.stderr.count("\n") == 1
 
 

@@ -9,7 +9,6 @@ import json
 import math
 
 import pytest
-from pathlib import Path
 from click.testing import CliRunner
 
 from capacity_advisor.models.errors import InputError
@@ -353,13 +352,9 @@ def test_quick_calibration_report(shared_home, tmp_path):
     assert "| xs |" in (tmp_path / "rep" / "results.md").read_text()
 
     # what gets committed: records, evaluations and probe curves, no path of the machine, same report
-    import importlib.util
+    from benchmarks.publish_calibration import publish
 
-    script = Path(__file__).parents[1] / "benchmarks" / "publish_calibration.py"
-    spec = importlib.util.spec_from_file_location("publish_calibration", script)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    done = mod.publish(tmp_path / "cal", tmp_path / "pub")
+    done = publish(tmp_path / "cal", tmp_path / "pub")
     assert done["runs"] == done["records"] == 3
     files = sorted(p.relative_to(tmp_path / "pub").as_posix() for p in (tmp_path / "pub").rglob("*") if p.is_file())
     assert "modchain/sum/xs-s0/probe/probe.json.gz" in files and "modchain/sum/xs-s0/low/eval.jsonl" in files

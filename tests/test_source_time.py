@@ -1,4 +1,4 @@
-"""benchmarks/source_time.py: a source's time at 2 jobs from run_profile's lines, as profiled and
+"""experiments.source_time: a source's time at 2 jobs from run_profile's lines, as profiled and
 with the scoring measures thinned (the ratio of the nearest compared student)."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ def test_a_source_is_projected_from_the_profiled_parts_and_the_measured_ratio(tm
     thinned = tmp_path / "thin.jsonl"
     thinned.write_text(json.dumps({"runs": [_run("lab:m", 100.0, 40.0), _run("lab:m", 70.0, 10.0, every=4)],
                                    "same_accuracies": True}) + "\n")
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "source_time.py"), str(profile), str(thinned),
-                          "--json"], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-m", "experiments.source_time", str(profile), str(thinned), "--json"],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
     got = json.loads(out.stdout)
     rows = {r["student"]: r for r in got["students"]}
     assert rows["xs"]["seconds"] == 30.0 and rows["xs"]["ratio_from"] == "m" and rows["xs"]["scoring_ratio"] == 4.0
@@ -36,6 +36,6 @@ def test_a_source_is_projected_from_the_profiled_parts_and_the_measured_ratio(tm
     assert got["minutes"] == round((30 + 300) * 2 / 2 / 60, 1)
     assert got["thinned_minutes"] == round((16.5 + 232.5) * 2 / 2 / 60, 1)
     assert got["compared"]["m"] == {"wall": round(100 / 70, 2), "scoring": 4.0, "same_accuracies": True}
-    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "source_time.py"), str(thinned), str(profile)],
-                         capture_output=True, text=True)
+    bad = subprocess.run([sys.executable, "-m", "experiments.source_time", str(thinned), str(profile)],
+                         capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and bad.stderr.count("\n") == 1

@@ -21,9 +21,7 @@ def two_sources(tmp_path_factory, lab_cache):
 
     `xs` comes from the suite's lab cache; `s` is pretrained for 100 steps instead of its 1,000
     (another recipe hash, so its own folder): the sweep's machinery is under test, not `s`'s skill."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from publish_calibration import publish
-
+    from benchmarks.publish_calibration import publish
     import capacity_advisor.models.lab.ladder as ladder
     from capacity_advisor.advisor.lab.calibrate import run_calibration
     from capacity_advisor.advisor.lab.units import CalibrateConfig
@@ -68,8 +66,8 @@ def test_a_quick_sweep_publishes_refits_and_reproduces_its_own_table(two_sources
     for split, methods in first["cv"].items():
         for name, row in methods.items():
             assert row["regret"] == stored[split]["methods"][name]["regret"]
-    printed = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cv_tables.py"), str(tmp_path / "a")],
-                             capture_output=True, text=True, check=True).stdout
+    printed = subprocess.run([sys.executable, "-m", "experiments.cv_tables", str(tmp_path / "a")],
+                             capture_output=True, text=True, check=True, cwd=ROOT).stdout
     policy = first["cv"]["source"]["policy"]
     assert f"| **policy** (shipped) | {policy['regret']:.2f} |" in printed
 
@@ -102,8 +100,7 @@ def test_a_lab_runs_evaluations_are_the_stored_ones(two_sources):
 
 @pytest.mark.slow
 def test_budget_runs_compare_with_the_truncated_labels(two_sources):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from budget_labels import compare
+    from experiments.budget_labels import compare
 
     out = compare([two_sources / "modchain", two_sources / "listmax"])
     row = out["by_budget"]["0.5"]
@@ -114,11 +111,10 @@ def test_budget_runs_compare_with_the_truncated_labels(two_sources):
 
 
 def test_a_source_in_progress_is_stashed_and_restored_without_checkpoints_or_machine_paths(tmp_path):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     import io
     import tarfile
 
-    from sweep_sources import config, restore, stash
+    from benchmarks.sweep_sources import config, restore, stash
 
     from capacity_advisor.advisor.lab.units import run_names, units
     from capacity_advisor.models.errors import InputError

@@ -184,13 +184,9 @@ def test_data_parallel_ranks_write_the_single_process_file(tiny_llama, tmp_path,
 
 
 def test_gpu_check_script_runs_end_to_end_on_the_stand_in(tmp_path, fake, monkeypatch):
-    """benchmarks/gpu_check.py is for GPU machines; here its whole path runs on the CPU stand-in."""
-    import importlib.util
-    from pathlib import Path
+    """benchmarks.gpu_check is for GPU machines; here its whole path runs on the CPU stand-in."""
+    import benchmarks.gpu_check as gpu_check
 
-    spec = importlib.util.spec_from_file_location("gpu_check", Path(__file__).parents[1] / "benchmarks" / "gpu_check.py")
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
     res = gpu_check.main(["--device", "cpu", "--vocab", "2048", "--hidden", "64", "--layers", "1", "--pairs", "8",
                           "--min-response", "8", "--max-response", "24", "--long-tokens", "200", "--gen-prompts", "2",
                           "--gen-n", "2", "--gen-tokens", "4", "--students", "none", "--out", str(tmp_path / "r.json")])
@@ -205,8 +201,8 @@ def test_gpu_check_says_what_is_missing(capsys):
     import subprocess
     from pathlib import Path
 
-    script = Path(__file__).parents[1] / "benchmarks" / "gpu_check.py"
-    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check"], capture_output=True, text=True,
+                       cwd=Path(__file__).parents[1])
     assert r.returncode == 2 and r.stderr.startswith("gpu_check: ") and ("CUDA" in r.stderr or "vllm" in r.stderr)
 
 

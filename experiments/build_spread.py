@@ -1,8 +1,11 @@
 """Is a student's pattern a pattern? D_high / D_low per student size over pretraining builds and seeds.
 
-    .venv/bin/python benchmarks/build_spread.py calibration/lab2/modchain-program calibration/lab2/modchain-program-builds
-    .venv/bin/python benchmarks/build_spread.py FOLDER ... --json out.json
-    .venv/bin/python benchmarks/build_spread.py calibration/lab2/* --compact     # every source, every student
+    .venv/bin/python -m experiments.build_spread calibration/lab2/modchain-program calibration/lab2/modchain-program-builds
+    .venv/bin/python -m experiments.build_spread FOLDER ... --json out.json
+    .venv/bin/python -m experiments.build_spread calibration/lab2/* --compact     # every source, every student
+
+Tables: docs/lab/by-epoch.md (the last command) and the two tables of docs/lab.md, "Students from
+other pretraining builds" (the first command, and the same for the 4x teacher's modchain pools).
 
 Each FOLDER is a published sweep (its records.jsonl); folders of one pool source are read
 together, so a source's own sweep (build 0, the ladder's students) and its `-builds` sweep

@@ -1,7 +1,9 @@
 """The probe's cost-quality curve: held-out regret against what the probe costs.
 
-    .venv/bin/python benchmarks/probe_cost.py calibration/teacher calibration/scripted --kind lightgbm [--json out.json]
-    .venv/bin/python benchmarks/probe_cost.py calibration/lab2/* --records-at 25,64 --no-table --records-out R.jsonl
+    .venv/bin/python -m experiments.probe_cost calibration/teacher calibration/scripted --kind lightgbm [--json out.json]
+    .venv/bin/python -m experiments.probe_cost calibration/lab2/* --records-at 25,64 --no-table --records-out R.jsonl
+
+Table: docs/results.md section 5 (the first command; `--records-out` replays as `advisor lab replay`).
 
 Calibration probes run `probe_steps` (200 in the first lab's sweeps, 50 in the pool-source sweep) steps with a fixed warm-up and a constant rate after
 it, so a probe of 25, 50 or 100 steps is exactly the prefix of that curve; and they keep every

@@ -1,7 +1,10 @@
 """The cost-quality frontier of the ways to advise on a pool the predictor never saw.
 
-    .venv/bin/python benchmarks/frontier.py calibration/records.jsonl [--predictor advisor/predictor_data] \
+    .venv/bin/python -m experiments.frontier calibration/records.jsonl [--predictor advisor/predictor_data] \
         [--proxy runs/proxy.json] [--json out.json]
+
+Tables: docs/results.md section 4, "The gated race" and "The frontier: what each way out costs"
+(the frontier, per source, and the race chosen leaving each pool source out).
 
 Per pool source and over all of them: mean regret (accuracy points against the best set at the
 budget), decision accuracy and mean overhead (training beyond the one full run the user launches,

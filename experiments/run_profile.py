@@ -1,8 +1,11 @@
 """Where a calibration unit's run time goes: training steps, evaluation generation, evaluation
 scoring, checkpoints — measured side by side in one process.
 
-    .venv/bin/python benchmarks/run_profile.py UNIT_FOLDER [--options high,low,mixed] [--epochs 5] [--compare] [--json]
-    .venv/bin/python benchmarks/run_profile.py UNIT_FOLDER --options high,low,mixed --epochs 5 --measure-every 4
+    .venv/bin/python -m experiments.run_profile UNIT_FOLDER [--options high,low,mixed] [--epochs 5] [--compare] [--json]
+    .venv/bin/python -m experiments.run_profile UNIT_FOLDER --options high,low,mixed --epochs 5 --measure-every 4
+
+Tables: docs/lab.md, "Where a source's time goes" (its lines are docs/lab/run-profile.jsonl and
+docs/lab/run-profile-measure4.jsonl, read by experiments.source_time).
 
 UNIT_FOLDER is a unit of an `advisor calibrate --out` sweep folder (it holds OPTION.manifest.json,
 data/OPTION.jsonl and the pools the manifest names), e.g.

@@ -1,7 +1,10 @@
 """Advice across data draws: which probe inputs move with the seed, and how the flip rate falls with a bigger probe.
 
-    .venv/bin/python benchmarks/probe_noise.py calibration/teacher calibration/scripted calibration/lab2/* [--json out.json]
-    .venv/bin/python benchmarks/probe_noise.py calibration/lab2/* --averaged-only      # one draw against draws averaged
+    .venv/bin/python -m experiments.probe_noise calibration/teacher calibration/scripted calibration/lab2/* [--json out.json]
+    .venv/bin/python -m experiments.probe_noise calibration/lab2/* --averaged-only      # one draw against draws averaged
+
+Tables: docs/results.md section 4, "Advice across data draws" (the first command, with `--json`;
+the second for "Draws averaged").
 
 The seeds of one unit (pool source, ranking, student) are other pool draws and data orders of the
 same student on the same source. For every predictor input (`--features`, the shipped `contrast`
@@ -33,7 +36,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from probe_cost import EVAL_PROBLEMS, STEPS, load_calibration, replay
+from experiments.probe_cost import EVAL_PROBLEMS, STEPS, load_calibration, replay
 
 from capacity_advisor.advisor.fit import CHOOSE_BY
 from capacity_advisor.advisor.predictor import (

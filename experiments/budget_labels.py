@@ -1,6 +1,8 @@
 """Do labels read from the first B epochs of a 5-epoch run match runs of B epochs?
 
-    .venv/bin/python benchmarks/budget_labels.py calibration/lab2/modchain-program calibration/lab2/modchain-teacher-xl-t1
+    .venv/bin/python -m experiments.budget_labels calibration/lab2/modchain-program calibration/lab2/modchain-teacher-xl-t1
+
+Table: docs/results.md section 4, "Labels against what the user launches" (the first command).
 
 The predictor's label for a budget B < 5 is the best set by its best checkpoint within the first B
 epochs of a 5-epoch cosine run. `advisor recommend --budget B` writes a manifest that trains B

@@ -1,7 +1,10 @@
 """The options beyond D_high / D_low, measured in the lab against them at the same budget.
 
-    .venv/bin/python benchmarks/lab_options.py --calibration CAL --out lab-options --sizes xs,m,xl
-    .venv/bin/python benchmarks/lab_options.py --calibration CAL --out lab-options --report   # tables only
+    .venv/bin/python -m experiments.lab_options --calibration CAL --out lab-options --sizes xs,m,xl
+    .venv/bin/python -m experiments.lab_options --calibration CAL --out lab-options --report   # tables only
+
+Tables: docs/lab/options/results.md and docs/results.md section 7 (`--calibration runs/cal-teacher
+--out runs/lab-options --sizes xs,s,m,l,xl,xxl`).
 
 CAL is a finished `advisor calibrate` folder (its pools, and per unit the base student's probe
 and the high / low / mixed runs). For each named student of one task and seed, every option

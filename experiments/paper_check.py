@@ -1,6 +1,8 @@
 """The paper check: `advisor recommend --no-probe` on the paper's five students, next to what the paper found.
 
-    .venv/bin/python benchmarks/paper_check.py [--markdown]
+    .venv/bin/python -m experiments.paper_check [--markdown]
+
+Table: docs/results.md section 1 (`--markdown`).
 
 Each student is a folder holding only its public `config.json` (benchmarks/paper_students/): the
 parameter count comes from the config on the meta device, no weights are read, nothing is scored.

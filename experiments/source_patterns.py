@@ -1,6 +1,8 @@
 """Per pool source: does D_low overtake D_high for the larger students, and from which epoch?
 
-    .venv/bin/python benchmarks/source_patterns.py calibration/lab2/*   [--json out.json]
+    .venv/bin/python -m experiments.source_patterns calibration/lab2/*   [--json out.json]
+
+Table: docs/lab.md, "The recipe-2 pool-source sweep" (pass@1 of D_high / D_low per student and source).
 
 Reads each published sweep (one pool source per folder) with `advisor lab report`'s reader and
 prints one Markdown table: a row per student (smallest first), a column per source, each cell the

@@ -1,6 +1,8 @@
 """The predictor's held-out tables as Markdown, from the predictor folder `advisor fit` wrote.
 
-    .venv/bin/python benchmarks/cv_tables.py advisor/predictor_data
+    .venv/bin/python -m experiments.cv_tables advisor/predictor_data
+
+Tables: docs/results.md section 4, the shipped predictor's held-out tables (the command above).
 
 One table per split (leave one student / shape / pool source / task / teacher out): per method —
 the policy `advisor recommend` ships, the predictor alone (its argmax), the constant rules, the

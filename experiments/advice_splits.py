@@ -1,7 +1,10 @@
 """Which model and which inputs give advice that holds on data of a kind it was not fitted on?
 
-    .venv/bin/python benchmarks/advice_splits.py calibration/records.jsonl --out runs/advice-splits.json \
+    .venv/bin/python -m experiments.advice_splits calibration/records.jsonl --out runs/advice-splits.json \
         --kinds lightgbm,logistic,curve --features probe,contrast --splits student,source,task,teacher
+
+No stored table is made from it: it compares model kinds and inputs on every split, the question
+whose answer docs/results.md section 4 states for the shipped choice (`--markdown` prints its tables).
 
 For every (model kind, input set) and every split, `predictor.cross_validate` holds out one value
 of the split at a time (a student, a shape, a pool source, a task family, a teacher) and scores, on

@@ -1,8 +1,10 @@
 """A pool source's time at 2 jobs, as profiled, and with the full runs' scoring measures thinned.
 
-    .venv/bin/python benchmarks/source_time.py docs/lab/run-profile.jsonl docs/lab/run-profile-measure4.jsonl
+    .venv/bin/python -m experiments.source_time docs/lab/run-profile.jsonl docs/lab/run-profile-measure4.jsonl
 
-PROFILE is `benchmarks/run_profile.py --json` output, one line per call, the unit's runs timed by
+Table: docs/lab.md, "Where a source's time goes" (the minutes of a source, profiled and thinned).
+
+PROFILE is `python -m experiments.run_profile --json` output, one line per call, the unit's runs timed by
 part with the manifests' own `eval.measure_every` (docs/lab.md, "Where a source's time goes":
 every student of one source, one seed). THINNED holds `run_profile.py --measure-every N --json`
 lines: the same runs trained twice in one process, as the manifests say and with the scoring

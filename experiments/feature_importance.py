@@ -1,6 +1,9 @@
 """Which probe measurements carry the label: permutation importance, one student (or source) held out.
 
-    .venv/bin/python benchmarks/feature_importance.py calibration/records.jsonl [--features probe+teacher] [--split source]
+    .venv/bin/python -m experiments.feature_importance calibration/records.jsonl [--features probe+teacher] [--split source]
+
+Tables: docs/results.md section 4 (`--features contrast --split source`) and section 6 (the command
+above with `--features probe+teacher --markdown`, on the 200-step records and on calibration/records.jsonl).
 
 For each held-out student (or pool source, task, teacher: `--split`) the predictor's model kind is fitted on the others; then one input at
 a time is shuffled among the held-out rows and the increase in mean regret (accuracy points) is

@@ -250,3 +250,22 @@ def test_a_race_of_one_file_against_itself_is_refused(tmp_path):
     assert not (tmp_path / "out").exists()
     r = run("train", path, "--out", tmp_path / "out", "--race", "0.5", "--no-race")
     assert r.exit_code == 2 and "contradict" in r.output and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_race_launched_over_two_processes_decides_as_one_in_process(tmp_path, tiny_llama):
+    """Each raced run's segments launched with torchrun over 2 CPU processes (gloo): the same
+    comparisons, stop and winner as the race run in this process, the winner stored once."""
+    path = race_manifest(tmp_path / "rec", tiny_llama)
+    common = ("--race", 1, "--threads", 1, "--max-steps", 2)
+    here = run("train", path, "--out", tmp_path / "here", *common, "--records", tmp_path / "a.jsonl", "--json")
+    assert here.exit_code == 0, here.output
+    launched = run("train", path, "--out", tmp_path / "launched", *common, "--nproc", 2, "--records",
+                   tmp_path / "b.jsonl", "--json")
+    assert launched.exit_code == 0, launched.output
+    a, b = (json.loads((tmp_path / d / "race.json").read_text()) for d in ("here", "launched"))
+    assert a["stopped"] == b["stopped"] and a["winner"] == b["winner"]
+    assert [c["mean_difference"] for c in a["comparisons"]] == [c["mean_difference"] for c in b["comparisons"]]
+    stored = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert len(stored) == 1 and stored[0]["provenance"]["race"]["winner"] == b["winner"]
+    assert stored[0]["settings"]["processes"] == 2 and (tmp_path / "launched" / "race" / b["winner"] / "best").is_dir()

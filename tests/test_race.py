@@ -237,7 +237,7 @@ def test_a_manifest_without_both_sets_is_one_error_line(tmp_path, change, words)
 def test_bad_race_options_and_sets_are_one_error_line(tmp_path):
     path = race_manifest(tmp_path / "rec", "lab:s")
     for extra, words in ((["--race-k", "0"], "--race-k 0"), (["--race-margin", "1"], "--race-margin 1"),
-                         (["--nproc", "2"], "--nproc 2"), (["--export", tmp_path / "x"], "--export")):
+                         (["--nproc", "0"], "--nproc"), (["--export", tmp_path / "x"], "--export")):
         r = invoke(path, "--out", tmp_path / "out", "--race", "0.5", *extra)
         assert r.exit_code == 2 and words in r.output and len(r.output.strip().splitlines()) == 1, r.output
     d = json.loads(path.read_text())

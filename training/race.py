@@ -179,18 +179,19 @@ def decide(curves: dict[str, list[dict]], rule: RaceRule, m: Manifest, finished:
 # ---- the race ----------------------------------------------------------------------------
 def run_race(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, rule: RaceRule, records: str | None = None,
              device: str = "auto", dtype: str = "auto", threads: int = 0, epochs: float | None = None,
-             max_steps: int | None = None, stream=None) -> dict:
+             max_steps: int | None = None, stream=None, launch: dict | None = None) -> dict:
     """Race, continue the winner to the end of the schedule, and return the race's summary (also
-    OUT/race.json). Every input is checked before any training."""
-    from capacity_advisor.models.loading import load_model
+    OUT/race.json). Every input is checked before any training. `launch` ({"nproc", "launcher",
+    "accelerate_config"}, nproc > 1; `manifest` then a file): each run's segments are launched over
+    that many processes (`python -m capacity_advisor.training.sft --race-set S ...`) instead of run here."""
     from capacity_advisor.training.callbacks import read_curve
-    from capacity_advisor.training.sft import run_sft
 
     stream = stream or sys.stderr
-    m, runs, folders, checked = check_race(manifest, out, rule, device, dtype, epochs, max_steps)
+    m, runs, folders, checked = check_race(manifest, out, rule, device, dtype, epochs, max_steps,
+                                           world=(launch or {}).get("nproc", 1))
     out = Path(out)
-    kw = dict(records=records, device=device, dtype=dtype, threads=threads, stream=stream)
-    lm = None
+    segment = Segments(m, runs, folders, checked, launch, manifest,
+                       dict(device=device, dtype=dtype, threads=threads, epochs=epochs, max_steps=max_steps), stream)
     while True:
         curves = {s: read_curve(folders[s] / "eval.jsonl") for s in RACED}
         going = [s for s in RACED if not (folders[s] / "record.json").exists()]
@@ -200,27 +201,70 @@ def run_race(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, rul
         if stop:
             break
         # the run behind goes next (D_high first when level); a finished run cannot go on
-        s = min(going, key=lambda s: len([r for r in curves[s] if r["step"] > 0]))
-        if lm is None:  # the base student, loaded once for both runs
-            lm = load_model(m.model_spec, device="cpu", dtype=checked[s].precision[0])
-        # a run that ends within the race is stored (with the race's note) only once it has won
-        run_sft(runs[s], folders[s], lm=lm, pause_after_evals=1, **{**kw, "store": False, "keep_best": True})
+        segment(min(going, key=lambda s: len([r for r in curves[s] if r["step"] > 0])), pause=True)
     winner = stop["winner"]
     stream.write(f"race stopped at step {stop['step']} ({stop['share']:.0%} of the budget, {stop['reason']}): "
                  f"D_{winner} continues to the end\n")
     note = {"race": {k: summary[k] for k in ("raced", "rule", "comparisons", "stopped", "winner")}}
-    record = finished_in_race(folders[winner], note, records)
-    if record is None:
-        record = run_sft(runs[winner], folders[winner], lm=lm, provenance=note, **kw)
+    if not (folders[winner] / "record.json").exists():
+        segment(winner, pause=False)
+    # stored only once it has won, with the race's note; a rerun of a finished race reads its record
+    record = finished_in_race(folders[winner], note, records) or segment.done(winner)
     summary.update(status="done", record=str(folders[winner] / "record.json"),
                    best_accuracy=record.get("best_accuracy"), final_accuracy=record.get("final_accuracy"))
     write_json(out / "race.json", summary)
     return summary
 
 
+class Segments:
+    """Advances one raced run: by one evaluation (`pause`), or to its end, kept out of the records
+    store (a run is stored once it has won, `finished_in_race`), its best checkpoint kept. In this
+    process (the base student loaded once for both runs), or launched over several processes."""
+
+    def __init__(self, m: Manifest, runs: dict, folders: dict, checked: dict, launch: dict | None, manifest, kw: dict,
+                 stream):
+        self.m, self.runs, self.folders, self.checked, self.launch = m, runs, folders, checked, launch
+        self.manifest, self.kw, self.stream, self.lm = manifest, kw, stream, None
+
+    def __call__(self, s: str, pause: bool) -> None:
+        from capacity_advisor.training.sft import run_sft
+
+        if self.launch:
+            return self._launched(s, pause)
+        if self.lm is None:
+            from capacity_advisor.models.loading import load_model
+
+            self.lm = load_model(self.m.model_spec, device="cpu", dtype=self.checked[s].precision[0])
+        here = {k: self.kw[k] for k in ("device", "dtype", "threads")}
+        run_sft(self.runs[s], self.folders[s], lm=self.lm, pause_after_evals=1 if pause else None, store=False,
+                keep_best=True, stream=self.stream, **here)
+
+    def _launched(self, s: str, pause: bool) -> None:
+        import subprocess
+
+        import torch
+
+        from capacity_advisor.training.launch import launch_command
+
+        cmd = launch_command(str(self.manifest), str(self.folders[s]), self.launch["nproc"], self.launch["launcher"],
+                             self.launch.get("accelerate_config"), cuda=torch.cuda.is_available(), race_set=s,
+                             pause_after_evals=1 if pause else None, **self.kw)
+        rc = subprocess.run(cmd).returncode
+        if rc:
+            raise InputError(f"the D_{s} run of the race exited with status {rc} (see the messages above); rerun the "
+                             "same command to resume the race")
+
+    def done(self, s: str) -> dict:
+        """The record of a race already finished and stored (a rerun): read, nothing trained."""
+        import json
+
+        self.stream.write(f"{self.folders[s]} is already complete (record.json); pass a new --out to race again\n")
+        return json.loads((self.folders[s] / "record.json").read_text(encoding="utf-8"))
+
+
 def finished_in_race(folder: Path, note: dict, records: str | None) -> dict | None:
-    """The winner's record where its run ended within the race (its last evaluation was raced):
-    the race's note added and the record stored now; None where the run goes on, or was stored."""
+    """The winner's record, finished out of the store: the race's note added and the record
+    stored now; None where it was stored already (a rerun of a finished race)."""
     import json
 
     from capacity_advisor.training.record import write_record
@@ -234,8 +278,9 @@ def finished_in_race(folder: Path, note: dict, records: str | None) -> dict | No
     return record
 
 
-def check_race(manifest, out, rule: RaceRule, device: str, dtype: str, epochs, max_steps):
-    """(manifest, run manifests, run folders, check_run of each): every refusal before any work."""
+def check_race(manifest, out, rule: RaceRule, device: str, dtype: str, epochs, max_steps, world: int = 1):
+    """(manifest, run manifests, run folders, check_run of each): every refusal before any work
+    (`world`: the processes each run is launched over)."""
     from capacity_advisor.training.run_check import check_run, with_overrides
 
     rule.check()
@@ -243,7 +288,7 @@ def check_race(manifest, out, rule: RaceRule, device: str, dtype: str, epochs, m
     m = with_overrides(m, epochs=epochs, max_steps=max_steps)
     runs = race_manifests(m)
     folders = {s: Path(out) / "race" / s for s in RACED}
-    checked = {s: check_run(runs[s], folders[s], device=device, dtype=dtype) for s in RACED}
+    checked = {s: check_run(runs[s], folders[s], world=world, device=device, dtype=dtype) for s in RACED}
     return m, runs, folders, checked
 
 

@@ -38,11 +38,24 @@ def run_options(f):
 @click.option("--manifest", required=True, help="recommendation.json (the manifest written by `advisor recommend`).")
 @click.option("--out", "-o", required=True, type=click.Path(file_okay=False), help="Run folder (checkpoints, eval.jsonl, record.json); a rerun resumes.")
 @run_options
-def main(manifest, out, records, device, dtype, threads, epochs, max_steps):
+# a segment of a race launched over several processes (training.race): the run of one raced set,
+# paused after N evaluations, kept out of the store until it has won, its best checkpoint kept
+@click.option("--race-set", type=click.Choice(["high", "low"]), default=None, hidden=True)
+@click.option("--pause-after-evals", type=click.IntRange(1, None), default=None, hidden=True)
+def main(manifest, out, records, device, dtype, threads, epochs, max_steps, race_set, pause_after_evals):
     """Full SFT from a manifest; the same command under torchrun / accelerate launch runs data-parallel."""
     from capacity_advisor.training.sft import run_sft
 
     try:
+        if race_set is not None:
+            from capacity_advisor.training.manifest import load_manifest
+            from capacity_advisor.training.race import race_manifests
+            from capacity_advisor.training.run_check import with_overrides
+
+            raced = race_manifests(with_overrides(load_manifest(manifest), epochs=epochs, max_steps=max_steps))
+            run_sft(raced[race_set], out, device=device, dtype=dtype, threads=threads, store=False, keep_best=True,
+                    pause_after_evals=pause_after_evals)
+            return
         run_sft(manifest, out, records=records, device=device, dtype=dtype, threads=threads, epochs=epochs,
                 max_steps=max_steps)
     except InputError as err:

@@ -143,23 +143,32 @@ def _race(req: RunRequest, rule: RaceRule, export_dir: str | None, dry_run: bool
     if export_dir:
         raise InputError("--race trains; it does not combine with --export")
     what = "the manifest plans a race, which" if planned else "--race"
-    if req.nproc != 1:
-        raise InputError(f"{what} runs its two trainings in one process; --nproc {req.nproc} is not supported with it"
-                         + (" (pass --no-race to train the recommended set alone)" if planned else ""))
     if not req.out:
         raise InputError(f"--out is required ({what} writes race.json, race/high and race/low there)")
+    if req.nproc < 1:
+        raise InputError(f"--nproc {req.nproc} must be at least 1")
     check_writable_dir(req.out, "--out")
-    check_race(req.manifest, req.out, rule, req.device, req.dtype, req.epochs, req.max_steps)
+    check_race(req.manifest, req.out, rule, req.device, req.dtype, req.epochs, req.max_steps, world=req.nproc)
+    launch = None
+    if req.nproc > 1 or req.accelerate_config:  # each run's segments launched over the processes
+        import torch
+
+        from capacity_advisor.training.launch import launch_command
+
+        launch = {"nproc": req.nproc, "launcher": req.launcher, "accelerate_config": req.accelerate_config}
+        launch_command(req.manifest, req.out, req.nproc, req.launcher, req.accelerate_config,
+                       cuda=torch.cuda.is_available())  # the launcher and its config refused now, not mid-race
     if dry_run:
         stop = (f", or when one set leads by more than {rule.margin:g} (and its noise) at {rule.k} evaluations in a row"
                 if rule.k is not None else "")
         wait = f" (up to {rule.wait:g} while D_low is behind and gaining)" if rule.wait else ""
         click.echo(f"race of D_high against D_low in {req.out}: stop at {rule.fraction:g} of the budget{wait}{stop}"
+                   + (f"; each run launched over {req.nproc} processes ({req.launcher})" if launch else "")
                    + ("; planned by the recommendation (--no-race trains the recommended set alone)" if planned else ""),
                    err=True)
         return
     summary = run_race(req.manifest, req.out, rule, records=req.records, device=req.device, dtype=req.dtype,
-                       threads=req.threads, epochs=req.epochs, max_steps=req.max_steps)
+                       threads=req.threads, epochs=req.epochs, max_steps=req.max_steps, launch=launch)
     shown = {"winner": summary["winner"], "stopped": summary["stopped"]["reason"],
              "stopped_at_step": summary["stopped"]["step"], "share_of_budget": summary["stopped"]["share"],
              "record": summary["record"], "race": summary["race_file"],

@@ -7,7 +7,7 @@ Table: docs/results.md section 4, "Labels against what the user launches" (the f
 The predictor's label for a budget B < 5 is the best set by its best checkpoint within the first B
 epochs of a 5-epoch cosine run. `advisor recommend --budget B` writes a manifest that trains B
 epochs on its own cosine schedule, which decays sooner. Sweeps run with `--budget-runs` train each
-set of the first seed as such runs too (`budget-records.jsonl`); this compares, per unit and
+set of the first seed as such runs too (the budget records); this compares, per unit and
 budget, the two labels: how often they agree, how far each set's accuracy moves, and the regret a
 user of a B-epoch run pays when the label of the truncated 5-epoch run is followed instead.
 """
@@ -21,14 +21,15 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import mean
 
-from capacity_advisor.advisor.predictor import label_rows, read_records, regret
+from capacity_advisor.advisor.lab.published import records
+from capacity_advisor.advisor.predictor import label_rows, regret
 
 
 def compare(folders: list[Path], tie_margin: float = 0.01) -> dict:
     full, short = [], defaultdict(list)
     for folder in folders:
-        full += read_records(folder / "records.jsonl")
-        for rec in read_records(folder / "budget-records.jsonl"):
+        full += records(folder)
+        for rec in records(folder, budget=True):
             short[float(rec["settings"]["training"]["epochs"])].append(rec)
     by_full = {(r["unit"], r["budget"]): r for r in label_rows(full, tie_margin=tie_margin)}
     pairs = []

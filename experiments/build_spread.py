@@ -7,7 +7,7 @@
 Tables: docs/lab/by-epoch.md (the last command) and the two tables of docs/lab.md, "Students from
 other pretraining builds" (the first command, and the same for the 4x teacher's modchain pools).
 
-Each FOLDER is a published sweep (its records.jsonl); folders of one pool source are read
+Each FOLDER is a published sweep (its records); folders of one pool source are read
 together, so a source's own sweep (build 0, the ladder's students) and its `-builds` sweep
 (`lab:NAME+b1`, `+b2`: the same students pretrained from other seeds, on the same pools) give
 every size its builds side by side. For each pool source, student size and epoch (1, 3 and 5),
@@ -31,7 +31,8 @@ from collections import defaultdict
 from pathlib import Path
 from statistics import mean
 
-from capacity_advisor.advisor.predictor import read_records, record_option, unit_of
+from capacity_advisor.advisor.lab.published import is_published, records
+from capacity_advisor.advisor.predictor import record_option, unit_of
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.lab import LADDER
 
@@ -49,7 +50,7 @@ def collect(folders: list[Path]) -> dict:
     """{(source, size): {(build, seed): {option: {epoch: accuracy}}}} from the folders' records."""
     out: dict = defaultdict(dict)
     for folder in folders:
-        for rec in read_records(folder / "records.jsonl"):
+        for rec in records(folder):
             option = record_option(rec)
             if option not in ("high", "low") or (rec.get("unit") or {}).get("score", "sum") != "sum":
                 continue
@@ -159,10 +160,9 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--compact", action="store_true", help="every student, one row each, one table per source")
     args = ap.parse_args()
-    missing = [str(f) for f in args.folders if not (f / "records.jsonl").is_file()]
+    missing = [str(f) for f in args.folders if not (is_published(f) or (f / "records.jsonl").is_file())]
     if missing:
-        print(f"error: {', '.join(missing)}: no records.jsonl; name folders published by benchmarks/publish_calibration.py",
-              file=sys.stderr)
+        print(f"error: {', '.join(missing)}: no records; name folders published by `advisor lab publish`", file=sys.stderr)
         return 2
     sizes = [s for s in args.sizes.split(",") if s]
     try:

@@ -5,59 +5,32 @@
 
 Table: docs/results.md section 5 (the first command; `--records-out` replays as `advisor lab replay`).
 
-Calibration probes run `probe_steps` (200 in the first lab's sweeps, 50 in the pool-source sweep) steps with a fixed warm-up and a constant rate after
-it, so a probe of 25, 50 or 100 steps is exactly the prefix of that curve; and they keep every
-held-out problem's result, so an evaluation on fewer problems is replayed from the first N of
-them (the teacher-NLL and drift columns stay at the full slice: they are cheap scoring passes).
-For every (steps, eval problems) setting this recomputes each unit's features, refits the
-predictor's model kind leave-one-student-out, and prints its mean regret next to the probe's
-cost as a share of the full 5-epoch run it advises on (tokens, measured). The cheapest setting
-within 0.5 points of the best is marked: it is the one `advisor recommend` defaults to.
+For every setting of STEPS x EVAL_PROBLEMS that every probe of the folders covers, each unit's
+features are replayed as `advisor lab replay` replays them (a prefix of the probe's curve, on the
+first N of its held-out problems), the predictor's model kind is refitted leave-one-student-out,
+and its mean regret is printed next to the probe's cost as a share of the full 5-epoch run it
+advises on (tokens, measured). The cheapest setting within 0.5 points of the best is marked: it is
+the one `advisor recommend` defaults to.
 
 `--records-out PATH` writes every record with its features replayed at that chosen setting (or at
-`--records-at STEPS,PROBLEMS`): the records the shipped predictor is fitted on, so that its inputs
-are measured as `advisor recommend`'s default probe measures them.
+`--records-at STEPS,PROBLEMS`), as `advisor lab replay --probe-steps STEPS --probe-eval-problems
+PROBLEMS --out PATH` does.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 from pathlib import Path
 from statistics import mean
 
-
-from capacity_advisor.advisor.lab.units import Unit
-from capacity_advisor.advisor.predictor import PROBE_FEATURES, cross_validate, label_rows, read_records
-from capacity_advisor.models.files import finite, write_jsonl
-from capacity_advisor.probes.recipe import MEASURING
-from capacity_advisor.probes.run import features, truncate
+from capacity_advisor.advisor.lab.replay import load_calibration, replay, replayed
+from capacity_advisor.advisor.predictor import PROBE_FEATURES, cross_validate, label_rows
+from capacity_advisor.models.files import write_jsonl
 
 STEPS = (25, 50, 100, 200)
 EVAL_PROBLEMS = (32, 64, 128)
-
-
-def replay_curves(curves: dict, steps: int, n_eval: int) -> dict:
-    """The curves a probe of `steps` steps evaluated on the first `n_eval` held-out problems would have measured."""
-    out = {}
-    for s, c in truncate(curves, steps).items():
-        rows = []
-        for p in c:
-            p = dict(p)
-            per = p.get("per_problem") or {}
-            if per.get("correct") is not None:
-                p["accuracy"] = mean(per["correct"][:n_eval])
-            if per.get("answered") is not None:
-                p["answer_rate"] = mean(per["answered"][:n_eval])
-            if per.get("repetitive") is not None:
-                p["repetition_rate"] = mean(per["repetitive"][:n_eval])
-            if per.get("answer_logprob"):
-                p["answer_logprob"] = mean(per["answer_logprob"][:n_eval])
-            rows.append(p)
-        out[s] = rows
-    return out
 
 
 def probe_cost(probe: dict, steps: int, n_eval: int, epochs: float = 5.0) -> float:
@@ -71,37 +44,6 @@ def probe_cost(probe: dict, steps: int, n_eval: int, epochs: float = 5.0) -> flo
                                                if p["step"] <= steps)
     per_epoch = probe["cost"]["full_run_tokens_per_epoch"]
     return (train + ev * n_eval / full_eval) / (per_epoch * epochs)
-
-
-def load_calibration(folders) -> tuple[list[tuple[tuple, dict]], dict[tuple, dict]]:
-    """([(unit key, record)], {unit key: its probe}) from calibration folders; the key is the
-    folder, task, ranking, student, seed and build."""
-    records, probes = [], {}
-    for folder in map(Path, folders):
-        for rec in read_records(folder / "records.jsonl"):
-            u = rec["unit"]
-            key = (str(folder), u["task"], u["score"], u["size"], u["seed"], u.get("build", 0))
-            records.append((key, rec))
-            if key in probes:
-                continue
-            unit = Unit(u["task"], u["score"], u["size"], u["seed"], u.get("build", 0))
-            path = unit.folder(folder) / "probe" / "probe.json"
-            # a sweep folder holds probe.json; a published one (benchmarks/publish_calibration.py) its gzip
-            probes[key] = json.loads(path.read_text() if path.exists() else gzip.decompress(
-                path.with_suffix(".json.gz").read_bytes()))
-    return records, probes
-
-
-def replay(records, probes, steps: int, n_eval: int) -> list[dict] | None:
-    """Every record with the features a probe of `steps` steps on `n_eval` problems would have
-    measured; None where some probe ran fewer steps or kept fewer problems."""
-    out = []
-    for key, rec in records:
-        probe = probes[key]
-        if steps > probe["settings"]["steps"] or n_eval > probe["settings"]["eval_problems"]:
-            return None
-        out.append({**rec, "features": features(replay_curves(probe["curves"], steps, n_eval), probe["context"])})
-    return out
 
 
 def main() -> int:
@@ -142,17 +84,7 @@ def main() -> int:
     if args.records_out:
         steps, n_eval = ((int(x) for x in args.records_at.split(",")) if args.records_at
                          else (pick["steps"], pick["eval_problems"]))
-        out = []
-        for key, rec in records:
-            probe = probes[key]
-            # the recipe the replayed features stand for: the probe's own settings, shortened
-            recipe = {"kind": "lab", **{k: probe["settings"][k] for k in MEASURING if k in probe["settings"]},
-                      "steps": steps, "eval_problems": n_eval}
-            recipe["eval_every"] = min(recipe.get("eval_every", steps), steps)
-            settings = {**rec.get("settings", {}), "probe": recipe,
-                        "probe_replayed_from": (rec.get("settings") or {}).get("probe")}
-            out.append(finite({**rec, "settings": settings,
-                        "features": features(replay_curves(probe["curves"], steps, n_eval), probe["context"])}))
+        out = replayed(records, probes, steps, n_eval)
         write_jsonl(args.records_out, out)
         print(f"{len(out)} records with the features of a {steps}-step probe on {n_eval} problems: {args.records_out}")
     return 0

@@ -14,7 +14,7 @@ variance of the students' seed-averaged values): their ratio is a signal-to-nois
 values and on their ranks among all units (what the trees read; robust to a few extreme values).
 The inputs with the lowest ratio are the ones that decide advice by the draw rather than the student.
 
-Then the probes are replayed shorter and on fewer held-out problems, as benchmarks/probe_cost.py
+Then the probes are replayed shorter and on fewer held-out problems, as experiments.probe_cost
 does (the records at 25 steps on 64 problems are the committed ones), and each setting is
 cross-validated leaving one student out, as `advisor fit --cv` does for one model kind (`--kind`,
 the thresholds chosen inside each fold by leaving a pool source out): regret and flip rate of the
@@ -36,13 +36,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-from experiments.probe_cost import EVAL_PROBLEMS, STEPS, load_calibration, replay
 
 from capacity_advisor.advisor.fit import CHOOSE_BY
+from capacity_advisor.advisor.lab.replay import load_calibration, replay
 from capacity_advisor.advisor.predictor import (
     FEATURE_SETS, Policy, cross_validate, inputs, label_rows, read_records, seed_advice,
 )
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, _num
+from experiments.probe_cost import EVAL_PROBLEMS, STEPS
 
 COMMITTED = (25, 64)  # the probe the committed records and the shipped predictor measure
 

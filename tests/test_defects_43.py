@@ -57,13 +57,6 @@ def model_with_build(tiny_llama, folder: Path, build: bytes) -> Path:
 SOURCE = "addition-teacher-xl-t0.7"
 
 
-@pytest.fixture
-def sweep():
-    import benchmarks.sweep_sources
-
-    return benchmarks.sweep_sources
-
-
 def archive(folder: Path, members: list[tuple[str, bytes]]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{SOURCE}.tar.gz"
@@ -75,37 +68,38 @@ def archive(folder: Path, members: list[tuple[str, bytes]]) -> Path:
     return path
 
 
-def restore(sweep, capsys, stashed: Path, work: Path) -> tuple[int, str]:
-    capsys.readouterr()
-    code = sweep.main(["--work", str(work), "--restore", str(stashed), "--only", SOURCE])
-    return code, capsys.readouterr().err
+def restore(capsys, stashed: Path, work: Path) -> tuple[int, str]:
+    code, _, err = advisor(capsys, "lab", "restore", "--work", work, "--stash-dir", stashed, "--sources", SOURCE)
+    return code, err
 
 
-def test_1_a_stash_member_climbing_out_of_its_source_is_refused_and_nothing_is_unpacked(sweep, capsys, tmp_path):
+def test_1_a_stash_member_climbing_out_of_its_source_is_refused_and_nothing_is_unpacked(capsys, tmp_path):
+    from capacity_advisor.advisor.lab.stash import restore as restore_source
+
     archive(tmp_path / "stash", [(f"{SOURCE}/config.json", b"{}"), (f"{SOURCE}/../../x", b"{}")])
     work = tmp_path / "runs" / "work"
-    code, err = restore(sweep, capsys, tmp_path / "stash", work)
+    code, err = restore(capsys, tmp_path / "stash", work)
     one_error_line(code, err, f"not a file inside {SOURCE}/", work / SOURCE, tmp_path / "runs" / "x", tmp_path / "x")
     assert not work.exists() or not list(work.iterdir())  # no half-unpacked folder, no temporary one
     # a member that only passes through its folder on the way back in is the same file, and taken
     archive(tmp_path / "good", [(f"{SOURCE}/pools/../config.json", b'{"stage": "calibrate"}')])
-    assert sweep.restore(tmp_path / "good", work, SOURCE)
+    assert restore_source(tmp_path / "good", work, SOURCE)
     assert [p.name for p in (work / SOURCE).iterdir()] == ["config.json"]
 
 
-def test_11_a_truncated_or_non_gzip_stash_is_one_error_line(sweep, capsys, tmp_path):
+def test_11_a_truncated_or_non_gzip_stash_is_one_error_line(capsys, tmp_path):
     whole = archive(tmp_path / "whole", [(f"{SOURCE}/pools/s{i}.jsonl", os.urandom(20_000)) for i in range(4)])
     for name, data in (("truncated", whole.read_bytes()[:30_000]), ("not-gzip", b"a tar.gz this is not\n" * 10),
                        ("not-tar", gzip.compress(b"plain text, not a tar archive\n" * 40))):
         (tmp_path / name).mkdir()
         (tmp_path / name / f"{SOURCE}.tar.gz").write_bytes(data)
         work = tmp_path / f"work-{name}"
-        code, err = restore(sweep, capsys, tmp_path / name, work)
+        code, err = restore(capsys, tmp_path / name, work)
         one_error_line(code, err, "cannot be unpacked", work / SOURCE)
         assert not work.exists() or not list(work.iterdir()), name
 
 
-def test_12_a_stash_member_of_any_size_is_refused_before_it_is_read(sweep, capsys, tmp_path):
+def test_12_a_stash_member_of_any_size_is_refused_before_it_is_read(capsys, tmp_path):
     """A member whose header states 1 GiB (its bytes would unpack from a few megabytes): refused
     from its header alone, so the archive here need not hold them."""
     info = tarfile.TarInfo(f"{SOURCE}/pools/s0.jsonl")
@@ -113,7 +107,7 @@ def test_12_a_stash_member_of_any_size_is_refused_before_it_is_read(sweep, capsy
     (tmp_path / "stash").mkdir()
     (tmp_path / "stash" / f"{SOURCE}.tar.gz").write_bytes(gzip.compress(info.tobuf() + b"\0" * 4096))
     work = tmp_path / "work"
-    code, err = restore(sweep, capsys, tmp_path / "stash", work)
+    code, err = restore(capsys, tmp_path / "stash", work)
     one_error_line(code, err, "larger than a stash is", work / SOURCE)
 
 

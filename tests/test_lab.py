@@ -352,21 +352,32 @@ def test_quick_calibration_report(shared_home, tmp_path):
     assert "| xs |" in (tmp_path / "rep" / "results.md").read_text()
 
     # what gets committed: records, evaluations and probe curves, no path of the machine, same report
-    from benchmarks.publish_calibration import publish
+    import lzma
+
+    from capacity_advisor.advisor.lab import published
+    from capacity_advisor.advisor.lab.publish import publish
 
     done = publish(tmp_path / "cal", tmp_path / "pub")
     assert done["runs"] == done["records"] == 3
     files = sorted(p.relative_to(tmp_path / "pub").as_posix() for p in (tmp_path / "pub").rglob("*") if p.is_file())
-    assert "modchain/sum/xs-s0/probe/probe.json.gz" in files and "modchain/sum/xs-s0/low/eval.jsonl" in files
-    assert not any(f.endswith((".safetensors", ".png")) or "/data/" in f for f in files)
+    assert files == ["config.json", published.EVALS, published.PROBES, published.RECORDS]
     for f in files:
         data = (tmp_path / "pub" / f).read_bytes()
-        if f.endswith(".gz"):
-            import gzip
-
-            data = gzip.decompress(data)
+        if f.endswith(".xz"):
+            data = lzma.decompress(data)
         assert str(tmp_path).encode() not in data, f
+    assert [run for run, _ in published.evaluations(tmp_path / "pub")] == [f"modchain/sum/xs-s0/{s}" for s in ("high", "low", "mixed")]
+    assert list(published.probes(tmp_path / "pub")) == ["modchain/sum/xs-s0"]
+    assert published.records(tmp_path / "pub") == published.records(tmp_path / "cal")
     assert write_report(tmp_path / "pub", tmp_path / "rep2")["groups"] == res["groups"]
+    again = publish(tmp_path / "cal", tmp_path / "pub2")  # publishing is byte-stable
+    assert again["runs"] == 3 and all((tmp_path / "pub" / f).read_bytes() == (tmp_path / "pub2" / f).read_bytes() for f in files)
+    # the sweep and its published folder replay to the same records
+    from capacity_advisor.advisor.lab.replay import ReplayJob, replay_records
+
+    for folder in ("cal", "pub"):
+        replay_records(ReplayJob((str(tmp_path / folder),), str(tmp_path / f"{folder}.jsonl"), steps=2, eval_problems=4))
+    assert (tmp_path / "cal.jsonl").read_bytes() == (tmp_path / "pub.jsonl").read_bytes()
 
 
 # ---------------------------------------------------------------- the teacher

@@ -21,9 +21,9 @@ def two_sources(tmp_path_factory, lab_cache):
 
     `xs` comes from the suite's lab cache; `s` is pretrained for 100 steps instead of its 1,000
     (another recipe hash, so its own folder): the sweep's machinery is under test, not `s`'s skill."""
-    from benchmarks.publish_calibration import publish
     import capacity_advisor.models.lab.ladder as ladder
     from capacity_advisor.advisor.lab.calibrate import run_calibration
+    from capacity_advisor.advisor.lab.publish import publish
     from capacity_advisor.advisor.lab.units import CalibrateConfig
     from conftest import advisor_home
 
@@ -42,16 +42,20 @@ def two_sources(tmp_path_factory, lab_cache):
 
 @pytest.mark.slow
 def test_a_quick_sweep_publishes_refits_and_reproduces_its_own_table(two_sources, tmp_path):
+    import lzma
+
     from capacity_advisor.advisor.fit import FitSettings, fit_and_save
-    from capacity_advisor.advisor.predictor import Predictor, read_records
+    from capacity_advisor.advisor.lab import published
+    from capacity_advisor.advisor.predictor import Predictor
 
     records = []
     for task in ("modchain", "listmax"):
         folder = two_sources / task
-        text = (folder / "records.jsonl").read_text()
-        assert str(two_sources.parent) not in text and "/tmp/" not in text  # no machine paths
-        records += read_records(folder / "records.jsonl")
-        budget = read_records(folder / "budget-records.jsonl")
+        for kind in (published.RECORDS, published.BUDGET_RECORDS, published.EVALS, published.PROBES):
+            text = lzma.decompress((folder / kind).read_bytes()).decode()
+            assert str(two_sources.parent) not in text and "/tmp/" not in text, kind  # no machine paths
+        records += published.records(folder)
+        budget = published.records(folder, budget=True)
         assert budget and all(r["settings"]["training"]["epochs"] == 0.5 for r in budget)
         assert {r["unit"]["seed"] for r in budget} == {0}
     assert {r["unit"]["task"] for r in records} == {"modchain", "listmax"}
@@ -80,14 +84,14 @@ def test_a_lab_runs_evaluations_are_the_stored_ones(two_sources):
     models' scores among them) that would move a label shows here.
 
     To store new numbers after a deliberate change: ADVISOR_STORE_NUMBERS=1 pytest tests/test_sweep.py"""
+    from capacity_advisor.advisor.lab.published import evaluations
     from conftest import stored_numbers
 
-    unit = two_sources / "modchain" / "modchain" / "sum" / "xs-s0"
+    runs = dict(evaluations(two_sources / "modchain"))
     exact, close = ("accuracy", "answer_rate", "repetition_rate", "eval_tokens"), ("base_drift", "teacher_nll")
     got = {}
     for option in ("high", "low", "mixed"):
-        for line in (unit / option / "eval.jsonl").read_text().splitlines():
-            r = json.loads(line)
+        for r in runs[f"modchain/sum/xs-s0/{option}"]:
             got[f"{option}@{r['step']}"] = {k: r[k] for k in (*exact, *close)}
     want = stored_numbers(ROOT / "tests" / "data" / "lab_run.json", "xs-modchain-sum-s0", got)
     assert sorted(got) == sorted(want) and len(want) >= 9
@@ -114,8 +118,8 @@ def test_a_source_in_progress_is_stashed_and_restored_without_checkpoints_or_mac
     import io
     import tarfile
 
-    from benchmarks.sweep_sources import config, restore, stash
-
+    from capacity_advisor.advisor.lab.sources import config
+    from capacity_advisor.advisor.lab.stash import restore, stash
     from capacity_advisor.advisor.lab.units import run_names, units
     from capacity_advisor.models.errors import InputError
 
@@ -138,7 +142,7 @@ def test_a_source_in_progress_is_stashed_and_restored_without_checkpoints_or_mac
         (folder / "probe").mkdir()
         (folder / "probe" / "probe.json").write_text("{}")
         (folder / "scores.jsonl").write_text("{}\n")
-    out = stash(work, name, tmp_path / "in-progress")
+    out = stash(work, cfg, name, tmp_path / "in-progress")
     assert (out["units_done"], out["units"]) == (1, len(units(cfg)))
     archive = tmp_path / "in-progress" / f"{name}.tar.gz"
     with tarfile.open(archive) as tar:
@@ -147,7 +151,7 @@ def test_a_source_in_progress_is_stashed_and_restored_without_checkpoints_or_mac
     assert names == {f"{name}/config.json", f"{name}/addition/pools/s0.jsonl", f"{name}/addition/pools/s0.config.json",
                      f"{rel}/probe/probe.json", *(f"{rel}/{r}/{f}" for r in run_names(cfg, finished)
                                                   for f in ("record.json", "eval.jsonl"))}
-    assert archive.read_bytes() == (stash(work, name, tmp_path / "again") and
+    assert archive.read_bytes() == (stash(work, cfg, name, tmp_path / "again") and
                                     (tmp_path / "again" / f"{name}.tar.gz").read_bytes())  # byte-stable
     fresh = tmp_path / "fresh"
     assert restore(tmp_path / "in-progress", fresh, name) and not restore(tmp_path / "in-progress", fresh, name)

@@ -1,9 +1,14 @@
-"""`advisor lab`: the embedded lab — build the ladder and its teacher, write pools, report a calibration sweep.
+"""`advisor lab`: the embedded lab — build the ladder and its teacher, write pools, report a
+calibration sweep, and the pipeline that makes the committed calibration and the predictor's records.
 
     advisor lab list
     advisor lab build --sizes xs,s
     advisor lab pool --task modchain --n 200 --out pool.jsonl
-    advisor lab report calibration
+    advisor lab report calibration/teacher
+    advisor lab sweep --work runs/sources --publish calibration/lab2 --jobs 2
+    advisor lab publish runs/cal-teacher calibration/teacher
+    advisor lab replay calibration/teacher calibration/scripted ... --out calibration/records.jsonl
+    advisor lab stash --sources NAME        advisor lab restore --sources NAME
 
 Students are then addressable as `--model lab:NAME` in every verb.
 """
@@ -16,9 +21,14 @@ from pathlib import Path
 
 import click
 
-from capacity_advisor.advisor.cli.options import json_option, seed_option
+from capacity_advisor.advisor.cli.options import field_option, json_option, seed_option, take
+from capacity_advisor.advisor.lab.replay import ReplayJob
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.lab.tasks import FAMILIES
+from capacity_advisor.probes.recipe import MAX_SETTING, flag
+
+WORK = "runs/sources"  # where the sweep's sources run, one folder each
+STASH_DIR = "calibration/in-progress"  # where a source in progress is stashed
 
 
 class PlainProgress:
@@ -138,24 +148,62 @@ def build(sizes, threads, as_json):
 
 
 @lab.command()
-@click.option("--sizes", default="teacher,teacher-xl", show_default=True, help="Comma-separated lab model names, each optionally NAME+bB.")
+@click.option("--sizes", default=None, help="Comma-separated lab model names, each optionally NAME+bB "
+              "(default: teacher,teacher-xl, unless --sources is given).")
+@click.option("--sources", default=None, help="Comma-separated sources of `advisor lab sweep` (or 'all') whose "
+              "finished units to stash as STASH_DIR/NAME.tar.gz.")
+@click.option("--work", default=WORK, show_default=True, type=click.Path(file_okay=False), help="The sweep's folder.")
+@click.option("--stash-dir", default=STASH_DIR, show_default=True, type=click.Path(file_okay=False),
+              help="Folder of the sources' stashes.")
 @json_option
-def stash(sizes, as_json):
-    """Keep lab builds in the repository (models/lab/weights): each finished build, else its latest
-    pretraining checkpoint, so a fresh clone uses it or resumes it instead of pretraining from scratch."""
+def stash(sizes, sources, work, stash_dir, as_json):
+    """Keep in the repository what took long: lab builds (models/lab/weights: each finished build, else
+    its latest pretraining checkpoint) and the finished units of the sweep's sources, so a fresh clone
+    uses or resumes them instead of starting over."""
     from capacity_advisor.advisor.cli.ui import console, emit_json
+    from capacity_advisor.advisor.lab.sources import config, source_names
+    from capacity_advisor.advisor.lab.stash import stash as stash_source
+    from capacity_advisor.models.files import check_writable_dir
     from capacity_advisor.models.lab import committed
     from capacity_advisor.models.lab.ladder import folder_of
 
+    models = _sizes(sizes, teacher=True) if sizes or not sources else []
+    names = source_names(sources) if sources else []
+    if names:
+        check_writable_dir(stash_dir, "--stash-dir")
     rows = []
-    for name in _sizes(sizes, teacher=True):
+    for name in models:
         final = folder_of(name)
         kept = committed.stash(final)
         rows.append({"name": name, "folder": final.name, "kept": kept})
         console.print(f"{name}: " + (f"kept the {kept} as {committed.WEIGHTS.name}/{final.name}" if kept
                                      else "nothing to keep (neither built nor started here)"))
+    for name in (n for n in names if (Path(work) / n / "config.json").is_file()):
+        rows.append(stash_source(Path(work), config(name, Path(work), 1), name, Path(stash_dir)))
+        console.print(f"{name}: {rows[-1]['units_done']} of {rows[-1]['units']} units stashed in {stash_dir}/{name}.tar.gz")
     if as_json:
         emit_json(rows)
+
+
+@lab.command()
+@click.option("--sources", default=None, help="Comma-separated sources of `advisor lab sweep` (default: every one).")
+@click.option("--work", default=WORK, show_default=True, type=click.Path(file_okay=False), help="The sweep's folder.")
+@click.option("--stash-dir", default=STASH_DIR, show_default=True, type=click.Path(file_okay=False),
+              help="Folder of the sources' stashes (NAME.tar.gz).")
+@json_option
+def restore(sources, work, stash_dir, as_json):
+    """Unpack the stashed sources into the sweep's folder (each one not there yet), so the sweep skips
+    their finished units."""
+    from capacity_advisor.advisor.cli.ui import console, emit_json
+    from capacity_advisor.advisor.lab.sources import source_names
+    from capacity_advisor.advisor.lab.stash import restore_sources
+
+    names = source_names(sources)
+    done = restore_sources(Path(stash_dir), Path(work), names)
+    if as_json:
+        emit_json({"restored": done, "work": work})
+    else:
+        console.print(f"restored into {work}: {', '.join(done) or 'nothing (no stash, or the source is already there)'}")
 
 
 @lab.command()
@@ -215,6 +263,81 @@ def report(calibration, out, as_json):
                   f"{_fmt(s['teacher_view_drop_high'])} / {_fmt(s['teacher_view_drop_low'])}",
                   f"{_two(s['repetition_mean_high'])} / {_two(s['repetition_mean_low'])}")
     console.print(t)
+
+
+@lab.command()
+@click.option("--sources", default=None, help="Comma-separated sources to run (default: every one, in order; --list shows them).")
+@click.option("--work", default=WORK, show_default=True, type=click.Path(file_okay=False),
+              help="Folder of the sources' sweeps, one per source (resumable).")
+@click.option("--jobs", default=2, show_default=True, type=click.IntRange(1, 1024), help="Units in parallel.")
+@click.option("--publish", "publish_to", default=None, type=click.Path(file_okay=False),
+              help="Publish each source into PUBLISH/NAME as it completes.")
+@click.option("--restore", "restore_from", default=None, type=click.Path(file_okay=False),
+              help="First unpack DIR/NAME.tar.gz (advisor lab stash) for each source not in WORK yet.")
+@click.option("--list", "list_only", is_flag=True, help="Show the sources and their settings, in run order, and stop.")
+@json_option
+def sweep(sources, work, jobs, publish_to, restore_from, list_only, as_json):
+    """The lab's pool-source sweep: one calibration per pool source, each published as it completes."""
+    from dataclasses import asdict
+
+    from capacity_advisor.advisor.cli.ui import emit_json
+    from capacity_advisor.advisor.lab.sources import LISTED, config, run_sources, source_names
+
+    names = source_names(sources)
+    if list_only:
+        rows = [{"name": n, **{k: v for k, v in asdict(config(n, Path(work), jobs)).items() if k in LISTED}} for n in names]
+        if as_json:
+            emit_json(rows)
+        else:
+            for row in rows:
+                click.echo(" ".join(f"{k}={v}" for k, v in row.items()))
+        return
+
+    def log(msg: str) -> None:
+        click.echo(f"[{time.strftime('%H:%M:%S')}] {msg}", err=True)
+
+    done = run_sources(names, Path(work), jobs, publish_to and Path(publish_to), restore_from and Path(restore_from), log)
+    if as_json:
+        emit_json(done)
+
+
+@lab.command("publish")
+@click.argument("sweep_folder", metavar="SWEEP", type=click.Path(file_okay=False))
+@click.argument("dest", type=click.Path(file_okay=False))
+@json_option
+def publish_cmd(sweep_folder, dest, as_json):
+    """Keep what a calibration sweep measured, as the repository does: records, evaluations, probe
+    reports, one compressed file each (no checkpoints, datasets or machine paths)."""
+    from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table
+    from capacity_advisor.advisor.lab.publish import publish
+
+    done = publish(sweep_folder, dest)
+    if as_json:
+        emit_json(done)
+    else:
+        console.print(kv_table("Published", done))
+
+
+@lab.command("replay")
+@click.argument("folders", nargs=-1, required=True, type=click.Path(file_okay=False))
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="The replayed records (JSONL).")
+@field_option(ReplayJob, "steps", flag("steps"), type=click.IntRange(1, MAX_SETTING),
+              help="Steps of the probe whose features to replay (a prefix of every probe that ran).")
+@field_option(ReplayJob, "eval_problems", flag("eval_problems"), type=click.IntRange(1, MAX_SETTING),
+              help="Held-out problems of that probe (the first N of each probe's).")
+@json_option
+def replay(as_json, **kw):
+    """The folders' records, in order, with the features a shorter probe would have measured (what
+    `advisor fit` takes: calibration/records.jsonl is this over the committed sources)."""
+    from capacity_advisor.advisor.cli.ui import console, emit_json
+    from capacity_advisor.advisor.lab.replay import replay_records
+
+    done = replay_records(take(ReplayJob, kw, folders=tuple(kw.pop("folders"))))
+    if as_json:
+        emit_json(done)
+    else:
+        console.print(f"{done['records']} records with the features of a {done['steps']}-step probe on "
+                      f"{done['eval_problems']} problems: {done['out']}")
 
 
 def _fmt(v) -> str:

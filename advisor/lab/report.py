@@ -9,10 +9,12 @@ and the held-out teacher NLL. And per student a summary: who leads in the first 
 end, the epoch where D_low first overtakes D_high, and how far each set moved the student toward
 the teacher. Nothing is recomputed: the numbers are read from each run's eval.jsonl.
 
-A calibration folder is a file a user may be handed, so it is read as a pool is: every run's
-record.json must be JSON, its eval.jsonl readable rows with a numeric `epoch` and `accuracy`, a
-trained checkpoint besides epoch 0, its student a lab student. Any fault is one InputError naming
-the file, found before anything is written; the outputs are then written together.
+A calibration folder, a sweep's or one published (`advisor lab publish`: its evaluations in one
+file), is a file a user may be handed, so it is read as a pool is: a sweep's every run's
+record.json must be JSON, every run's evaluations readable rows with a numeric `epoch` and
+`accuracy`, a trained checkpoint besides epoch 0, its student a lab student. Any fault is one
+InputError naming the file (and run), found before anything is written; the outputs are then
+written together.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import math
 from pathlib import Path
 from statistics import mean, pstdev
 
+from capacity_advisor.advisor.lab.published import EVALS, evaluations, is_published, path_order
 from capacity_advisor.models.numbers import number
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import atomic_path, check_writable_dir, read_jsonl_input, write_json, write_text
@@ -33,29 +36,39 @@ METRICS = ("accuracy", "teacher_view", "repetition_rate", "teacher_nll", "answer
 
 def _runs(cal: Path) -> dict:
     """{(task, score, size): {strategy: [eval rows per repeat]}} from the finished runs, each checked
-    (`_run_rows`); a repeat is a seed of one pretraining build, and a student's builds are pooled."""
+    (`_checked`); a repeat is a seed of one pretraining build, and a student's builds are pooled."""
     from capacity_advisor.advisor.lab.units import Unit
     from capacity_advisor.models.lab import LADDER
 
     out: dict = {}
-    for rec in sorted(cal.glob("*/*/*/*/record.json")):
-        run = rec.parent
-        strategy, unit, score, task = run.name, run.parent.name, run.parent.parent.name, run.parent.parent.parent.name
+    for run, rows in sorted(_finished(cal), key=lambda r: path_order(r[0])):
+        task, score, unit, strategy = run.split("/")
         if strategy not in SETS or "-s" not in unit:
             continue
         u = Unit.from_name(task, score, unit)
         if u is None or u.size not in LADDER:
-            raise InputError(f"{run}: {unit!r} is not a lab student (a unit folder is SIZE-sSEED or SIZE+bBUILD-sSEED, SIZE "
-                             f"from the ladder: {', '.join(LADDER)}); a calibration folder holds runs of lab students only")
-        out.setdefault((task, score, u.size), {}).setdefault(strategy, []).append(_run_rows(run))
+            raise InputError(f"{cal / run}: {unit!r} is not a lab student (a unit folder is SIZE-sSEED or SIZE+bBUILD-sSEED, "
+                             f"SIZE from the ladder: {', '.join(LADDER)}); a calibration folder holds runs of lab students only")
+        out.setdefault((task, score, u.size), {}).setdefault(strategy, []).append(rows())
     return out
+
+
+def _finished(cal: Path):
+    """(TASK/RANKING/UNIT/RUN, a call giving its checked evaluation rows) of every finished run: from
+    the evaluations file of a published folder, or each run folder's files of a sweep's."""
+    if is_published(cal):
+        for run, rows in evaluations(cal):
+            yield run, lambda rows=rows, run=run: _checked(rows, f"{cal / EVALS}, run {run},", "publish the sweep again")
+        return
+    for rec in cal.glob("*/*/*/*/record.json"):
+        yield rec.parent.relative_to(cal).as_posix(), lambda run=rec.parent: _run_rows(run)
 
 
 _NUMBER = (int, float)
 
 
 def _run_rows(run: Path) -> list[dict]:
-    """The evaluation rows of one finished run, in step order, or one InputError saying what is wrong."""
+    """The evaluation rows of one finished run of a sweep, in step order, or one InputError saying what is wrong."""
     rec = run / "record.json"
     try:
         record = json.loads(rec.read_text(encoding="utf-8"))
@@ -66,20 +79,25 @@ def _run_rows(run: Path) -> list[dict]:
     path = run / "eval.jsonl"
     rows = read_jsonl_input(path, f"{path} is missing: the run's evaluations are not there; copy the run folder again",
                             "; copy the run folder again")
+    return _checked(rows, str(path), "copy the run folder again")
+
+
+def _checked(rows: list[dict], where: str, fix: str) -> list[dict]:
+    """`rows`, once every one has a numeric epoch and accuracy and there is a trained checkpoint."""
     if not rows:
-        raise InputError(f"{path} is empty: the run has no evaluations; copy the run folder again")
+        raise InputError(f"{where} is empty: the run has no evaluations; {fix}")
     for n, r in enumerate(rows, 1):
         epoch = r.get("epoch")
         if not number(epoch) or epoch < 0:
-            raise InputError(f"{path} line {n}: epoch {_show(epoch)} is not a number of epochs")
+            raise InputError(f"{where} line {n}: epoch {_show(epoch)} is not a number of epochs")
         if not number(r.get("accuracy")):
-            raise InputError(f"{path} line {n}: accuracy {_show(r.get('accuracy'))} is not a number; the lab report "
+            raise InputError(f"{where} line {n}: accuracy {_show(r.get('accuracy'))} is not a number; the lab report "
                              "compares pass@1, so every evaluation needs one")
         bad = [m for m in METRICS if r.get(m) is not None and not number(r[m])]
         if bad:
-            raise InputError(f"{path} line {n}: {', '.join(bad)} not a number")
+            raise InputError(f"{where} line {n}: {', '.join(bad)} not a number")
     if all(r["epoch"] == 0 for r in rows):
-        raise InputError(f"{path} holds only the base model's evaluation (epoch 0): the run has no trained checkpoint")
+        raise InputError(f"{where} holds only the base model's evaluation (epoch 0): the run has no trained checkpoint")
     return rows
 
 

@@ -1,0 +1,143 @@
+"""`advisor lab replay`: a sweep's records with the features a shorter probe would have measured.
+
+    advisor lab replay calibration/teacher calibration/scripted calibration/lab2/modchain-program ... \
+        --out calibration/records.jsonl
+
+Calibration probes run longer than the default probe (200 steps in the first lab's sweeps, 50 in
+the pool-source sweep) with a fixed warm-up and a constant rate after it, so a probe of fewer
+steps is exactly a prefix of that curve; and they keep every held-out problem's result, so an
+evaluation on fewer problems is replayed from the first N of them (the teacher-NLL and drift
+columns stay at the full slice: they are cheap scoring passes). The replay writes every record of
+the folders, in the order given, with the features of a probe of `--probe-steps` steps on
+`--probe-eval-problems` problems (the default probe's by default), its `settings.probe` that
+probe and `settings.probe_replayed_from` the one that ran. calibration/records.jsonl, the shipped
+predictor's training set, is the replay of the committed sources at the default probe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+
+from capacity_advisor.advisor.lab import published
+from capacity_advisor.advisor.lab.units import Unit
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import check_writable_file, finite, refuse_overwrite, write_jsonl
+from capacity_advisor.probes.recipe import DEFAULT_EVAL_PROBLEMS, DEFAULT_STEPS, MEASURING
+from capacity_advisor.probes.run import features, truncate
+
+Key = tuple  # (folder, task, ranking, student, seed, build): one unit of one folder
+
+
+def replay_curves(curves: dict, steps: int, n_eval: int) -> dict:
+    """The curves a probe of `steps` steps evaluated on the first `n_eval` held-out problems would have measured."""
+    out = {}
+    for s, c in truncate(curves, steps).items():
+        rows = []
+        for p in c:
+            p = dict(p)
+            per = p.get("per_problem") or {}
+            if per.get("correct") is not None:
+                p["accuracy"] = mean(per["correct"][:n_eval])
+            if per.get("answered") is not None:
+                p["answer_rate"] = mean(per["answered"][:n_eval])
+            if per.get("repetitive") is not None:
+                p["repetition_rate"] = mean(per["repetitive"][:n_eval])
+            if per.get("answer_logprob"):
+                p["answer_logprob"] = mean(per["answer_logprob"][:n_eval])
+            rows.append(p)
+        out[s] = rows
+    return out
+
+
+def load_calibration(folders) -> tuple[list[tuple[Key, dict]], dict[Key, dict]]:
+    """([(unit key, record)], {unit key: its probe report}) from calibration folders, published or
+    a sweep's, in the order given; InputError for a record that names no unit or whose unit has no
+    probe report."""
+    records, probes = [], {}
+    for folder in map(Path, folders):
+        reports = published.probes(folder)
+        for rec in published.records(folder):
+            u = rec.get("unit")
+            if not isinstance(u, dict):
+                raise InputError(f"{folder}: a record names no calibration unit (run {rec.get('run_id')!r}): name "
+                                 "folders of `advisor calibrate` or `advisor lab publish`")
+            unit = Unit(u["task"], u["score"], u["size"], u["seed"], u.get("build", 0))
+            key = (str(folder), unit.task, unit.score, unit.size, unit.seed, unit.build)
+            records.append((key, rec))
+            if key not in probes:
+                probe = reports.get(f"{unit.task}/{unit.score}/{unit.name}")
+                if probe is None:
+                    raise InputError(f"{folder}: unit {unit.task}/{unit.score}/{unit.name} has records but no probe "
+                                     "report: publish the sweep again, or let its probe finish")
+                probes[key] = probe
+    return records, probes
+
+
+def replay(records, probes, steps: int, n_eval: int) -> list[dict] | None:
+    """Every record with the features a probe of `steps` steps on `n_eval` problems would have
+    measured; None where some probe ran fewer steps or kept fewer problems."""
+    out = []
+    for key, rec in records:
+        probe = probes[key]
+        if steps > probe["settings"]["steps"] or n_eval > probe["settings"]["eval_problems"]:
+            return None
+        out.append({**rec, "features": features(replay_curves(probe["curves"], steps, n_eval), probe["context"])})
+    return out
+
+
+def replayed(records, probes, steps: int, n_eval: int) -> list[dict]:
+    """The records as the predictor is fitted on them: features replayed, and `settings.probe` the
+    recipe they stand for (the probe's own settings, shortened), the probe that ran beside it."""
+    out = []
+    for key, rec in records:
+        probe = probes[key]
+        recipe = {"kind": "lab", **{k: probe["settings"][k] for k in MEASURING if k in probe["settings"]},
+                  "steps": steps, "eval_problems": n_eval}
+        recipe["eval_every"] = min(recipe.get("eval_every", steps), steps)
+        settings = {**rec.get("settings", {}), "probe": recipe,
+                    "probe_replayed_from": (rec.get("settings") or {}).get("probe")}
+        out.append(finite({**rec, "settings": settings,
+                           "features": features(replay_curves(probe["curves"], steps, n_eval), probe["context"])}))
+    return out
+
+
+@dataclass(frozen=True)
+class ReplayJob:
+    """What `advisor lab replay` reads and writes."""
+
+    folders: tuple[str, ...]
+    out: str
+    steps: int = DEFAULT_STEPS
+    eval_problems: int = DEFAULT_EVAL_PROBLEMS
+
+    def check(self) -> tuple[list, dict]:
+        """The records and probes to replay, once every input holds what the replay needs and --out
+        can be written; else one InputError, before anything is written."""
+        if not self.folders:
+            raise InputError("name at least one calibration folder (published by `advisor lab publish`, or a sweep's)")
+        for f in self.folders:
+            if not Path(f).is_dir():
+                raise InputError(f"{f} is not a folder: name calibration folders (e.g. calibration/lab2/NAME)")
+        check_writable_file(self.out, "--out")
+        refuse_overwrite(self.folders, [self.out], "--out")
+        records, probes = load_calibration(self.folders)
+        if not records:
+            raise InputError(f"{', '.join(self.folders)[:200]} hold no records to replay")
+        for key, probe in probes.items():
+            ran = probe.get("settings") or {}
+            if not (self.steps <= ran.get("steps", 0) and self.eval_problems <= ran.get("eval_problems", 0)):
+                raise InputError(f"{key[0]}: the probe of {'/'.join(map(str, key[1:4]))} seed {key[4]} ran "
+                                 f"{ran.get('steps')} steps on {ran.get('eval_problems')} problems, fewer than "
+                                 f"--probe-steps {self.steps} on --probe-eval-problems {self.eval_problems}: "
+                                 "replay a shorter probe, or leave that folder out")
+        return records, probes
+
+
+def replay_records(job: ReplayJob) -> dict:
+    """Write the replayed records of `job` (see the module doc); what was written."""
+    records, probes = job.check()
+    n = write_jsonl(job.out, replayed(records, probes, job.steps, job.eval_problems))
+    return {"records": n, "out": str(job.out), "steps": job.steps, "eval_problems": job.eval_problems,
+            "folders": list(job.folders)}

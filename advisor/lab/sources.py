@@ -1,0 +1,144 @@
+"""`advisor lab sweep`: the lab's pool-source sweep, one `advisor calibrate` per pool source.
+
+    advisor lab sweep --list                                   # the sources, in the order they run
+    advisor lab sweep --work runs/sources --publish calibration/lab2 --jobs 2
+
+A pool source is a task family and the teacher that wrote its candidates: the scripted teacher
+(`program`: correct responses by procedures drawn uniformly) or a lab teacher model sampled at a
+temperature. Each source runs the ten ladder students on two seeds, summed ranking, 5 epochs of
+D_high / D_low / D_mixed (COMMON below), into WORK/NAME; when a source is complete it is
+published into PUBLISH/NAME (`advisor lab publish`). Everything resumes: run the same command
+after a stop and finished units, runs and sources are skipped. `--sources NAME,...` runs some.
+
+Two more entries (`...-builds`) are not new pool sources: they rerun the students `m`, `l`, `xl`
+and `xxl` pretrained from two other seeds (`lab:NAME+b1`, `+b2`) on the pools of a source already
+swept (the same pool draws: copied from WORK/<that source>/ when there, else sampled again, which
+gives the same pools), so that the spread of a student's pattern over its pretraining builds is
+measured beside the spread over seeds. Their students are pretrained `--jobs` at a time first.
+
+A source takes hours and a later start may be on a fresh machine: `advisor lab stash` and
+`advisor lab restore` (advisor.lab.stash) carry what a source in progress has finished.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from capacity_advisor.advisor.lab.units import CalibrateConfig
+from capacity_advisor.models.errors import InputError
+
+COMMON = CalibrateConfig(seeds=(0, 1), mean_seeds=(), epochs=5, n_train=2000, n_eval=200, candidates=8)
+
+# In run order: the scripted sources need no teacher model, so they run while the teachers build.
+# Every task family has two sources, every teacher two, every temperature two.
+SOURCES: dict[str, dict] = {
+    "modchain-program": dict(tasks=("modchain",), teacher="program", budget_runs=(1.0, 2.0)),
+    "listmax-program": dict(tasks=("listmax",), teacher="program"),
+    "modchain-teacher-xl-t1": dict(tasks=("modchain",), teacher="lab:teacher-xl", temperature=1.0, budget_runs=(1.0, 2.0)),
+    "addition-teacher-t1": dict(tasks=("addition",), teacher="lab:teacher", temperature=1.0),
+    "listmax-teacher-t0.7": dict(tasks=("listmax",), teacher="lab:teacher", temperature=0.7),
+    "addition-teacher-xl-t0.7": dict(tasks=("addition",), teacher="lab:teacher-xl", temperature=0.7),
+    "modchain-teacher-t1": dict(tasks=("modchain",), teacher="lab:teacher", temperature=1.0),
+    "listmax-teacher-xl-t1": dict(tasks=("listmax",), teacher="lab:teacher-xl", temperature=1.0),
+}
+BUILD_SIZES = ("m", "l", "xl", "xxl")
+# Other pretraining builds of four balanced students, on the pools of a scripted and a neural source.
+SOURCES.update({
+    f"{name}-builds": {**{k: v for k, v in SOURCES[name].items() if k != "budget_runs"}, "sizes": BUILD_SIZES,
+                       "builds": (1, 2), "pools_from": name}
+    for name in ("modchain-program", "modchain-teacher-xl-t1")
+})
+LISTED = ("tasks", "teacher", "temperature", "seeds", "budget_runs", "sizes", "builds")  # what --list shows
+
+Log = Callable[[str], None]
+
+
+def source_names(text: str | None) -> list[str]:
+    """The sources `--sources` names (comma-separated), every one when empty or `all`; InputError for
+    a name that is none."""
+    names = [n.strip() for n in (text or "").split(",") if n.strip() and n.strip() != "all"] or list(SOURCES)
+    unknown = [n for n in names if n not in SOURCES]
+    if unknown:
+        raise InputError(f"--sources: unknown source {', '.join(unknown)[:200]}; use names from {', '.join(SOURCES)}")
+    return names
+
+
+def config(name: str, work: Path, jobs: int) -> CalibrateConfig:
+    return replace(COMMON, out=str(work / name), jobs=jobs, **{k: v for k, v in SOURCES[name].items() if k != "pools_from"})
+
+
+def copy_pools(name: str, work: Path, log: Log) -> None:
+    """Copy the pools of the source a `-builds` entry reruns, when that source's folder has them
+    and this one has none yet (sampling them again would give the same pools, only slower)."""
+    src = SOURCES[name].get("pools_from")
+    if not src:
+        return
+    for task in SOURCES[name]["tasks"]:
+        have, want = work / src / task / "pools", work / name / task / "pools"
+        if have.is_dir() and not want.exists():
+            shutil.copytree(have, want)
+            log(f"{name}: copied the pools of {src}/{task}")
+
+
+def wait_for_build(model: str, log: Log) -> None:
+    """If another process is pretraining `model` (its temporary folder names a live process),
+    wait for it instead of building it twice."""
+    from capacity_advisor.models.lab.ladder import folder_of
+
+    final = folder_of(model)
+    said = False
+    while not (final / "build.json").exists():
+        live = []
+        for tmp in final.parent.glob(f".{final.name}.tmp-*"):
+            pid = tmp.name.rpartition("-")[2]
+            try:
+                os.kill(int(pid), 0)
+                live.append(pid)
+            except (ValueError, ProcessLookupError, PermissionError):
+                continue
+        if not live:
+            return
+        if not said:
+            log(f"waiting for {model}, being built by process {live[0]}")
+            said = True
+        time.sleep(30)
+
+
+def run_sources(names: list[str], work: Path, jobs: int, publish_to: Path | None = None,
+                restore_from: Path | None = None, log: Log = print) -> list[dict]:
+    """Run (or resume) each source in turn, publishing each into PUBLISH/NAME as it completes.
+    Every source's settings, the publish folder and the stashes to restore are checked, and the
+    stashes unpacked, before the first source starts."""
+    from capacity_advisor.advisor.lab.calibrate import run_calibration
+    from capacity_advisor.advisor.lab.publish import publish
+    from capacity_advisor.advisor.lab.stash import restore_sources
+    from capacity_advisor.models.files import check_writable_dir
+
+    configs = {name: config(name, work, jobs) for name in names}
+    for cfg in configs.values():
+        cfg.validate()
+    if publish_to is not None:
+        check_writable_dir(publish_to, "--publish")
+    if restore_from is not None:
+        for name in restore_sources(restore_from, work, names):
+            log(f"{name}: restored the finished units stashed in {restore_from}")
+    done = []
+    for name, cfg in configs.items():
+        copy_pools(name, work, log)
+        for model in cfg.models:
+            wait_for_build(model, log)
+        log(f"{name}: start")
+        try:
+            result = run_calibration(cfg, log=lambda m, n=name: log(f"{n}: {m}"))
+        except InputError as e:
+            raise InputError(f"{name}: {e}") from None
+        log(f"{name}: {result['records']} records [{result['seconds']}s]")
+        if publish_to is not None:
+            log(f"{name}: published {publish(Path(cfg.out), publish_to / name)}")
+        done.append({"source": name, **result})
+    return done

@@ -1,0 +1,124 @@
+"""`advisor lab stash --sources` / `advisor lab restore`: what a source of the sweep has finished,
+carried in the repository to the machine that goes on with it.
+
+    advisor lab stash --sources NAME --stash-dir calibration/in-progress      # while it runs
+    advisor lab restore --sources NAME --stash-dir calibration/in-progress    # on the next machine
+    advisor lab sweep --sources NAME --restore calibration/in-progress        # the same, then run on
+
+A stash is DIR/NAME.tar.gz (replaced each time; under a megabyte): the source's config.json, its
+teacher pools and every finished unit's records, evaluations and probe report, nothing else (no
+checkpoints, datasets or score caches, and no pool summary's cache folder, which names the
+machine). Restoring unpacks it into WORK/NAME when WORK/NAME does not exist yet, so the sweep skips
+the finished units. It is whole or not at all: every member is checked from its header (a plain
+file whose normalised path lies inside NAME/, of at most MEMBER_BYTES, STASH_BYTES in all) and the
+archive is unpacked into a temporary folder renamed into place, so an archive refused or damaged
+part way leaves nothing a later run would take for a restored source.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import posixpath
+import shutil
+import tarfile
+import zlib
+from pathlib import Path
+
+from capacity_advisor.advisor.lab.units import CalibrateConfig, run_names, units
+from capacity_advisor.models.errors import InputError
+
+# A stash is under a megabyte packed, its largest file (a pool) a megabyte or two unpacked; far
+# larger members are a damaged or hostile archive, refused before their bytes are read.
+MEMBER_BYTES = 64 << 20
+STASH_BYTES = 256 << 20
+
+
+def stash_files(work: Path, cfg: CalibrateConfig, name: str) -> tuple[list[Path], int]:
+    """(the files a stash of source `name` holds, how many units are finished)."""
+    src = work / name
+    files = [src / "config.json"] + sorted(p for t in cfg.tasks for p in (src / t / "pools").glob("*") if p.is_file())
+    done = 0
+    for u in units(cfg):
+        folder = u.folder(src)
+        runs = run_names(cfg, u)
+        if all((folder / r / "record.json").is_file() and (folder / r / "eval.jsonl").is_file() for r in runs) \
+                and (folder / "probe" / "probe.json").is_file():
+            files += [folder / r / f for r in runs for f in ("record.json", "eval.jsonl")] + [folder / "probe" / "probe.json"]
+            done += 1
+    return files, done
+
+
+def stash(work: Path, cfg: CalibrateConfig, name: str, dest: Path) -> dict:
+    """DEST/NAME.tar.gz from WORK/NAME, the source `cfg` describes (see the module doc); what was kept."""
+    files, done = stash_files(work, cfg, name)
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=9) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        for f in files:
+            data = f.read_bytes()
+            if f.name.endswith(".config.json"):  # a pool's summary names this machine's cache folder
+                summary = json.loads(data)
+                for part in (summary, summary.get("summary") or {}):
+                    part.pop("cache", None)
+                data = (json.dumps(summary, indent=2) + "\n").encode()
+            info = tarfile.TarInfo(str(f.relative_to(work)))
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = dest / f".{name}.tar.gz.tmp"
+    tmp.write_bytes(buf.getvalue())
+    tmp.replace(dest / f"{name}.tar.gz")
+    return {"source": name, "units_done": done, "units": len(units(cfg)), "bytes": len(buf.getvalue())}
+
+
+def restore(stashed: Path, work: Path, name: str) -> bool:
+    """Unpack STASHED/NAME.tar.gz into WORK when WORK/NAME does not exist; True if it did (see the
+    module doc: whole or not at all)."""
+    archive = stashed / f"{name}.tar.gz"
+    if (work / name).exists() or not archive.is_file():
+        return False
+    tmp = work / f".{name}.restore-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            members = stashed_members(tar, archive, name)
+            tar.extractall(tmp, members=members, filter="data")
+        os.rename(tmp / name, work / name)
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise InputError(f"{archive} cannot be unpacked ({type(e).__name__}: {str(e)[:120]}): it is damaged; stash the "
+                         "source again, or delete the archive to start the source over") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return True
+
+
+def stashed_members(tar, archive: Path, name: str) -> list:
+    """The members of a stash of source `name`, each checked as its header is read: a plain file
+    whose normalised path lies inside NAME/, of at most MEMBER_BYTES (STASH_BYTES in all)."""
+    members, total = [], 0
+    for m in tar:
+        path = posixpath.normpath(m.name)
+        if not m.isfile() or path.split("/")[0] != name or path == name:
+            kind = ("a file" if m.isfile() else "a link" if m.issym() or m.islnk() else "a device" if m.isdev()
+                    else "a folder" if m.isdir() else "an entry")
+            raise InputError(f"{archive} holds {kind} {m.name[:120]!r}, not a file inside {name}/: a stash holds only "
+                             "the source's plain files; delete it to start the source over")
+        total += m.size
+        if m.size > MEMBER_BYTES or total > STASH_BYTES:
+            raise InputError(f"{archive}: member {m.name[:120]!r} of {m.size:,} bytes makes it larger than a stash is "
+                             f"({MEMBER_BYTES >> 20} MiB a file, {STASH_BYTES >> 20} MiB in all); delete it to start "
+                             "the source over")
+        members.append(m.replace(name=path, deep=False))
+    if not members:
+        raise InputError(f"{archive} holds no files of source {name}: delete it to start the source over")
+    return members
+
+
+def restore_sources(stashed: Path, work: Path, names: list[str]) -> list[str]:
+    """Restore each source of `names` that has a stash in STASHED and no folder in WORK yet; the
+    names restored. STASHED must be a folder (a mistyped one would restore nothing, silently)."""
+    if not Path(stashed).is_dir():
+        raise InputError(f"{stashed} is not a folder of stashes (NAME.tar.gz): name the folder `advisor lab stash` wrote")
+    return [name for name in names if restore(Path(stashed), Path(work), name)]

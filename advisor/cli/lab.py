@@ -176,7 +176,9 @@ def stash(sizes, sources, work, stash_dir, as_json):
         final = folder_of(name)
         kept = committed.stash(final)
         rows.append({"name": name, "folder": final.name, "kept": kept})
-        console.print(f"{name}: " + (f"kept the {kept} as {committed.WEIGHTS.name}/{final.name}" if kept
+        where = next((d for d in committed.kept_folders(final.name) if d.is_dir()), None) if kept == "build" else \
+            committed.WEIGHTS / f"{final.name}.checkpoint.pt"
+        console.print(f"{name}: " + (f"kept the {kept} as {where.relative_to(committed.WEIGHTS.parent)}" if kept
                                      else "nothing to keep (neither built nor started here)"))
     for name in (n for n in names if (Path(work) / n / "config.json").is_file()):
         rows.append(stash_source(Path(work), config(name, Path(work), 1), name, Path(stash_dir)))

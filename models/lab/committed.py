@@ -4,7 +4,10 @@
 (`NAME-RECIPEHASH`, the recipe hash `ladder.recipe_hash` computes):
 
 - `NAME-HASH/`: a finished build (config, float32 `model.safetensors`, tokenizer, `build.json`).
-  `ladder.student_path` copies it into `$ADVISOR_HOME/lab/` instead of pretraining;
+  `ladder.student_path` copies it into `$ADVISOR_HOME/lab/` instead of pretraining. The small
+  students the demo and the tests use (`xs`, `s`, `m`, `l`: 2 MB) are kept in `weights/shipped/`,
+  which the wheel carries as package data; the rest are found only in a checkout (the wheel would
+  weigh 60 MB with them), and an installed copy pretrains them on first use;
 - `NAME-HASH.checkpoint.pt`: the latest pretraining checkpoint of a build that has not finished.
   `ladder.student_path` starts its build from it, so the build resumes where the last machine
   stopped (the checkpoint holds the step count and is refused for another step budget).
@@ -24,21 +27,32 @@ from pathlib import Path
 from capacity_advisor.models.errors import InputError
 
 WEIGHTS = Path(__file__).resolve().parent / "weights"
+SHIPPED = "shipped"  # WEIGHTS/shipped: the kept builds the wheel carries (pyproject.toml's package data)
 FOLDER_FILES = ("build.json", "config.json", "generation_config.json", "model.safetensors",
                 "tokenizer.json", "tokenizer_config.json")
+
+
+def kept_folders(folder_name: str, root: Path | None = None) -> list[Path]:
+    """Where a kept build named `folder_name` would be: among the shipped ones, then the others."""
+    root = root or WEIGHTS
+    return [root / SHIPPED / folder_name, root / folder_name]
 
 
 def committed_folder(folder_name: str, root: Path | None = None) -> Path | None:
     """The kept finished build named `folder_name`, or None (absent, or its build.json names another
     recipe); InputError when one of its files is a link (read before any of them is)."""
-    d = (root or WEIGHTS) / folder_name
+    return next(filter(None, (_kept_build(d) for d in kept_folders(folder_name, root))), None)
+
+
+def _kept_build(d: Path) -> Path | None:
+    """`d` if it is a whole kept build of the recipe its name says, else None."""
     for name in FOLDER_FILES:
         _own_file(d / name, _KEPT_FIX.format(d))
     try:
         info = json.loads((d / "build.json").read_text())
     except (OSError, ValueError):
         return None
-    expected = folder_name.rpartition("-")[2]
+    expected = d.name.rpartition("-")[2]
     if not isinstance(info, dict) or info.get("recipe_hash") != expected or not (d / "model.safetensors").is_file():
         return None
     return d
@@ -116,11 +130,14 @@ def stash(final: Path, root: Path | None = None) -> str | None:
     """Keep `final` (a finished build) or else its latest resume file in the repository.
 
     Returns what was kept ("build" or "checkpoint") or None when there is neither. A kept build
-    replaces its kept checkpoint; a checkpoint replaces the previous one (one file per model)."""
+    replaces its kept checkpoint and the kept build of its name (in `shipped/` when that one is);
+    a checkpoint replaces the previous one (one file per model)."""
     root = root or WEIGHTS
     rebuild = f"delete {final} and build the model again with `advisor lab build`"
     if (final / "build.json").is_file():
-        _copy_build(final, root / final.name, replace=True, fix=rebuild)
+        # a shipped build stays shipped; any other is kept beside the others
+        shipped, other = kept_folders(final.name, root)
+        _copy_build(final, shipped if shipped.is_dir() else other, replace=True, fix=rebuild)
         (root / f"{final.name}.checkpoint.pt").unlink(missing_ok=True)
         return "build"
     checkpoint = checkpoint_file(final)

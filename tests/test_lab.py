@@ -9,6 +9,7 @@ import json
 import math
 
 import pytest
+from pathlib import Path
 from click.testing import CliRunner
 
 from capacity_advisor.models.errors import InputError
@@ -530,6 +531,34 @@ def test_a_kept_checkpoint_resumes_a_build_on_a_fresh_machine_to_the_same_weight
     assert weights_hash(resumed) == weights_hash(whole)
     assert committed.stash(resumed) == "build"  # the finished build replaces the checkpoint
     assert not (tmp_path / "weights" / f"{final.name}.checkpoint.pt").exists()
+
+
+def test_the_small_kept_builds_ship_in_the_wheel_and_a_stash_keeps_them_there(tmp_path, monkeypatch):
+    """The package-data glob names weights/shipped: the small students, the ladder's own builds of
+    them, 2 MB; every other kept build stays out of the wheel. Stashing a shipped build again
+    replaces it where it is; a build not shipped is kept beside the others."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    import capacity_advisor.models.lab.ladder as ladder
+    from capacity_advisor.models.lab import committed
+
+    data = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert data["package-data"]["capacity_advisor.models.lab"] == [f"weights/{committed.SHIPPED}/*/*"]
+    assert data["include-package-data"] is False
+    shipped = committed.WEIGHTS / committed.SHIPPED
+    names = {f"{n}-{ladder.recipe_hash(n)}" for n in ("xs", "s", "m", "l")}
+    assert {d.name for d in shipped.iterdir()} == names
+    assert sum(f.stat().st_size for f in shipped.rglob("*") if f.is_file()) < 3 << 20
+    assert all(committed.committed_folder(n) == shipped / n for n in names)
+
+    monkeypatch.setattr(committed, "WEIGHTS", tmp_path / "weights")
+    monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home"))
+    built = student_path("xs", seed=5, steps=3)
+    (tmp_path / "weights" / committed.SHIPPED / built.name).mkdir(parents=True)
+    assert committed.stash(built) == "build"
+    assert (tmp_path / "weights" / committed.SHIPPED / built.name / "model.safetensors").is_file()
+    assert not (tmp_path / "weights" / built.name).exists()
+    assert committed.committed_folder(built.name) == tmp_path / "weights" / committed.SHIPPED / built.name
 
 
 def test_a_student_kept_in_the_repository_is_said_to_be_copied_not_pretrained():

@@ -1,30 +1,22 @@
 """`advisor calibrate --students A,B --pool P`: the paper's protocol on the user's own pool with
 their own proxies (here tiny random-init folders, not lab students), resumable, its records
-refitted with `advisor fit --records A --records B`, and its bad inputs one error line each."""
+refitted with `advisor fit --records A --records B` (A: a subset of the committed lab records), and
+its bad inputs one error line each."""
 
 import json
 import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from helpers import build_tiny, kill_tree, lab_pool, read_jsonl, record_subset, run
 
-from capacity_advisor.advisor.cli.main import cli
-
-ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--epochs", 1, "--n-eval", 8, "--probe-steps", 2, "--probe-batch", 4, "--probe-eval-problems", 4,
          "--max-new-tokens", 8, "--device", "cpu", "--dtype", "float32"]
 
 
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
 @pytest.fixture
 def pool(lab_home, tmp_path):
-    path = tmp_path / "pool.jsonl"
-    assert run("lab", "pool", "--n", 48, "--out", path).exit_code == 0
-    return path
+    return lab_pool(tmp_path / "pool.jsonl", 48)
 
 
 def test_the_dry_run_prints_the_plan_and_its_share_of_a_target_run(pool, tiny_llama, tiny_qwen, tmp_path):
@@ -52,7 +44,6 @@ def test_the_dry_run_measures_the_pools_tokens_and_prices_them_in_gpu_hours(pool
     from transformers import AutoTokenizer
 
     from capacity_advisor.advisor.calibrate_pool import PoolCalibrateConfig, make_plan
-    from conftest import build_tiny
 
     short = build_tiny(tmp_path / "short-llama", "llama", context=48)  # no chat template; the recipe's length: 48
     bare = tmp_path / "config-only"  # a target without a tokenizer is counted with the first proxy's
@@ -114,7 +105,7 @@ def test_calibrate_on_folders_resumes_and_its_records_refit_beside_the_lab(pool,
             "--out", out, "--json", *SMALL]
     r = run(*args)
     assert r.exit_code == 0, r.stderr
-    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    records = read_jsonl(out / "records.jsonl")
     assert len(records) == 6 and {r["strategy"] for r in records} == {"high", "low", "mixed"}
     names = {Path(tiny_llama).name, Path(tiny_qwen).name}
     assert {r["model"]["spec"] for r in records} == names
@@ -139,14 +130,15 @@ def test_calibrate_on_folders_resumes_and_its_records_refit_beside_the_lab(pool,
     assert r.exit_code == 0, r.stderr
     assert (unit / "low" / "record.json").exists() and len((out / "records.jsonl").read_text().splitlines()) == 6
     # the same folder for other inputs is refused
-    r = CliRunner().invoke(cli, [str(a) for a in args[:-len(SMALL)]] + [str(a) for a in SMALL[:-2]] + ["--epochs", "2"])
+    r = run(*args[:-len(SMALL)], *SMALL[:-2], "--epochs", "2")
     assert r.exit_code == 2 and "other inputs" in r.stderr
-    # refit beside the lab records (here told to state this test's small probe, which both files then share;
-    # files probed otherwise are refused): the pool is marked as the user's own
+    # refit beside lab records (the committed records' subset, here told to state this test's small
+    # probe, which both files then share; files probed otherwise are refused): the pool is marked as
+    # the user's own
     probe = records[0]["settings"]["probe"]
     base = tmp_path / "lab-records.jsonl"
     with base.open("w") as f:
-        for line in (ROOT / "calibration" / "records.jsonl").read_text().splitlines():
+        for line in record_subset():
             rec = json.loads(line)
             rec["settings"]["probe"] = {**probe, "kind": "lab"}
             f.write(json.dumps(rec) + "\n")
@@ -181,7 +173,7 @@ def test_bad_calibration_inputs_are_one_error_line(args, words, pool, tiny_llama
         args += ["--pool", str(pool)]
     if "--n-eval" not in args:
         args += ["--n-eval", "8"]
-    r = CliRunner().invoke(cli, ["calibrate", "--out", str(out), *args])
+    r = run("calibrate", "--out", out, *args)
     assert r.exit_code == 2 and r.stderr.count("error:") == 1 and words in r.stderr, r.stderr
     assert not out.exists()
 
@@ -190,8 +182,7 @@ def test_a_pool_without_answers_is_refused(tiny_llama, tmp_path):
     pool = tmp_path / "plain.jsonl"
     pool.write_text("".join(json.dumps({"id": f"q{i}", "problem": f"p{i}", "generations": ["a", "bb"]}) + "\n"
                             for i in range(40)))
-    r = CliRunner().invoke(cli, ["calibrate", "--students", str(tiny_llama), "--pool", str(pool), "--out",
-                                 str(tmp_path / "cal")])
+    r = run("calibrate", "--students", tiny_llama, "--pool", pool, "--out", tmp_path / "cal")
     assert r.exit_code == 2 and "no reference answers" in r.stderr and not (tmp_path / "cal").exists()
 
 
@@ -202,11 +193,8 @@ def test_calibrate_over_two_processes_resumes_after_kill_9(lab_home, tiny_llama,
     import sys
     import time
 
-    from conftest import kill_tree
-
     # full runs long enough (40 steps, 16 evaluations) that the kill lands inside the first one
-    pool = tmp_path / "pool.jsonl"
-    assert run("lab", "pool", "--n", 200, "--out", pool).exit_code == 0
+    pool = lab_pool(tmp_path / "pool.jsonl", 200)
     out = tmp_path / "cal"
     small = [str(a) for a in SMALL]
     small[small.index("--epochs") + 1] = "4"
@@ -237,7 +225,7 @@ def test_calibrate_over_two_processes_resumes_after_kill_9(lab_home, tiny_llama,
 
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    records = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    records = read_jsonl(out / "records.jsonl")
     assert sorted(r["strategy"] for r in records) == ["high", "low", "mixed"]
     for rec in records:
         assert rec["settings"]["processes"] == 2 and rec["settings"]["sharding"] == "ddp"

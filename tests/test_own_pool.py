@@ -4,23 +4,15 @@ for them on the proxy split; `advisor recommend` on such a pool (the same conten
 answers with that policy. And the proxy split itself: its folds and what `fit --cv proxy` prints."""
 
 import json
-from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from helpers import RECORDS, ROOT, lab_pool, read_jsonl, record_subset, run, write_jsonl
 
-from capacity_advisor.advisor.cli.main import cli
 from capacity_advisor.advisor.predictor import PROXY_CUT, Predictor, label_rows, proxy_folds, read_records, unit_of
 from capacity_advisor.advisor.predictor.labels import ranking_sum
 
-ROOT = Path(__file__).resolve().parents[1]
-RECORDS = ROOT / "calibration" / "records.jsonl"
 SHIPPED = ROOT / "advisor" / "predictor_data"
-MINE = "lab2:listmax/program"
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+MINE = "lab2:listmax/program"  # one of helpers.SUBSET_SOURCES
 
 
 def test_proxy_folds_hold_one_large_student_on_one_source_out():
@@ -42,10 +34,11 @@ def test_proxy_folds_hold_one_large_student_on_one_source_out():
 
 
 def _split_files(tmp_path):
-    """The committed records as two files: everything but one source, and that source's small
-    students (a user's own proxies on their own pool)."""
+    """The committed records' subset (helpers.record_subset: three sources, five students) as two
+    files: everything but one source, and that source's small students (a user's own proxies on
+    their own pool)."""
     base, mine = [], []
-    for line in RECORDS.read_text().splitlines():
+    for line in record_subset():
         rec = json.loads(line)
         if unit_of(rec)["source"] != MINE:
             base.append(line)
@@ -84,14 +77,14 @@ def test_fit_on_two_record_files_marks_the_users_own_source(tmp_path):
 
 def test_record_files_named_twice_or_measured_otherwise_are_one_error_line(tmp_path):
     a, b, _, _ = _split_files(tmp_path)
-    r = CliRunner().invoke(cli, ["fit", "--records", str(a), "--records", str(a), "--out", str(tmp_path / "p")])
+    r = run("fit", "--records", a, "--records", a, "--out", tmp_path / "p")
     assert r.exit_code == 2 and "named twice" in r.stderr and r.stderr.count("error:") == 1
-    other = [json.loads(x) for x in b.read_text().splitlines()]
+    other = read_jsonl(b)
     for rec in other:
         rec["settings"]["probe"]["steps"] = 50
     c = tmp_path / "other.jsonl"
-    c.write_text("".join(json.dumps(x) + "\n" for x in other))
-    r = CliRunner().invoke(cli, ["fit", "--records", str(a), "--records", str(c), "--out", str(tmp_path / "p")])
+    write_jsonl(c, other)
+    r = run("fit", "--records", a, "--records", c, "--out", tmp_path / "p")
     assert r.exit_code == 2 and "measured its probes otherwise" in r.stderr and "steps 50 against 25" in r.stderr
     assert not (tmp_path / "p").exists()
 
@@ -100,7 +93,7 @@ def test_recommend_on_a_calibrated_pool_says_so_and_uses_its_policy(lab_home, tm
     from capacity_advisor.advisor.pool import read_pool
 
     pool = tmp_path / "pool.jsonl"
-    assert run("lab", "pool", "--n", 24, "--out", pool).exit_code == 0
+    lab_pool(pool, 24)
     pred = Predictor.load(SHIPPED)
     pred.meta = {**pred.meta, "policy": {"max_distance": None, "margin": 0.0, "use_range": False},
                  "policy_own": {"max_distance": None, "margin": 2.0, "use_range": False},  # never leaves D_high
@@ -118,7 +111,7 @@ def test_recommend_on_a_calibrated_pool_says_so_and_uses_its_policy(lab_home, tm
     assert line.startswith("calibrated on your pool: 2 proxies (lab:xs (3,856 params), lab:s (27,744 params); up to 5 epochs)")
     # another pool: not calibrated, the shipped thresholds answer
     other = tmp_path / "other.jsonl"
-    assert run("lab", "pool", "--n", 24, "--seed", 1, "--out", other).exit_code == 0
+    lab_pool(other, 24, "--seed", 1)
     r = run("recommend", *common, "--pool", other, "--out", tmp_path / "rec2")
     rep = json.loads(r.stdout)
     assert "calibrated_on" not in rep and rep["answered_by"] == "predictor"
@@ -144,8 +137,7 @@ def test_a_damaged_own_calibration_in_a_predictor_is_refused_at_load(bad, tmp_pa
     digest = hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
     (tmp_path / "pred").mkdir()
     (tmp_path / "pred" / "predictor.json").write_text(json.dumps({"sha256": digest, **body}))
-    r = CliRunner().invoke(cli, ["recommend", "--model", "lab:xs", "--budget", "2", "--predictor", str(tmp_path / "pred"),
-                                 "--out", str(tmp_path / "rec")])
+    r = run("recommend", "--model", "lab:xs", "--budget", 2, "--predictor", tmp_path / "pred", "--out", tmp_path / "rec")
     assert r.exit_code == 2 and r.stderr.count("error:") == 1 and "predictor" in r.stderr
     assert not (tmp_path / "rec").exists()
 
@@ -170,7 +162,7 @@ def test_races_replayed_on_the_records_and_priced_in_the_report(lab_home, tmp_pa
     pred.meta = {**pred.meta, "races": race_summary(read_records(RECORDS))}
     pred.save(tmp_path / "pred")
     pool = tmp_path / "pool.jsonl"
-    assert run("lab", "pool", "--n", 24, "--out", pool).exit_code == 0
+    lab_pool(pool, 24)
     r = run("recommend", "--model", "lab:xs", "--budget", 2, "--pool", pool, "--predictor", tmp_path / "pred",
             "--probe-steps", 4, "--probe-eval-every", 2, "--probe-eval-problems", 4, "--probe-batch", 4,
             "--out", tmp_path / "rec", "--device", "cpu", "--json")
@@ -206,7 +198,7 @@ def test_a_race_chosen_leaving_each_source_out_never_sees_that_source():
 def test_the_proxy_split_breaks_its_regret_down_by_pool_source():
     from capacity_advisor.advisor.predictor.evaluate import by_value, summarize
 
-    rows = label_rows(read_records(ROOT / "calibration" / "records.jsonl"))
+    rows = label_rows(read_records(RECORDS))
     pairs = [(r, "low" if i % 3 == 0 else "high") for i, r in enumerate(rows)]
     per = by_value(pairs, "source")
     assert sorted(per) == sorted({r["source"] for r in rows}) and len(per) >= 7
@@ -257,7 +249,7 @@ def test_recommend_on_a_calibrated_pool_turns_to_d_low_where_the_proxies_saw_it_
     from capacity_advisor.advisor.pool import read_pool
 
     pool = tmp_path / "pool.jsonl"
-    assert run("lab", "pool", "--n", 24, "--out", pool).exit_code == 0
+    lab_pool(pool, 24)
     pred = Predictor.load(SHIPPED)
     own = {"students": ["lab:xs", "lab:s"], "n_params": [3856, 27744], "fingerprints": [read_pool(pool).fingerprint()],
            "epochs": 5.0}

@@ -4,7 +4,8 @@ way, know where its data ends, and never be crashed or hung by a crafted file.""
 import json
 import math
 import random
-import time
+import re
+import sys
 
 import numpy as np
 import pytest
@@ -191,9 +192,53 @@ def _resign(raw: dict) -> dict:
     return {"sha256": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(), **body}
 
 
+class Runaway(BaseException):
+    """Raised into code that ran past its bound of Python lines (no `except Exception` catches it)."""
+
+
+def lines_run(fn, bound: int) -> tuple[int, Exception | None]:
+    """(how many Python lines `fn()` ran, in every frame it called; the exception it raised, or None).
+    Past `bound` lines it is stopped with Runaway, so code that would loop forever fails the test
+    instead of hanging it. What C code (the JSON scanner) does is bounded by the file's size:
+    Predictor.load refuses a file over MAX_FILE_BYTES before reading it."""
+    count = 0
+
+    def trace(frame, event, arg):
+        nonlocal count
+        if event == "line":
+            count += 1
+            if count > bound:
+                raise Runaway(f"more than {bound} lines")
+        return trace
+
+    old = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        fn()
+    except Exception as e:  # what fn raised is the caller's to check
+        return count, e
+    finally:
+        sys.settrace(old)
+    return count, None
+
+
 def test_crafted_predictor_files_are_refused_without_crash_or_hang(tmp_path):
+    from capacity_advisor.advisor.predictor import MAX_FILE_BYTES
+
     path = _saved(tmp_path)
     good = json.loads(path.read_text())
+    # the work of loading the good file bounds the work of refusing a crafted one of its kind: each
+    # crafted file is refused within twice the Python lines the good one takes to load (counted, not
+    # timed, so a loaded machine cannot break this; a loop that would never end is stopped at the bound)
+    def endless():
+        while True:
+            pass
+
+    with pytest.raises(Runaway):  # the bound stops what would hang
+        lines_run(endless, 10_000)
+    loaded, error = lines_run(lambda: Predictor.load(path.parent), 10 ** 8)
+    assert error is None and loaded > 1000, (loaded, error)
+    bound = 2 * loaded
     cases = {
         "not json": "{oops",
         "wrong digest": json.dumps({**good, "kind": "logistic"}),
@@ -215,10 +260,10 @@ def test_crafted_predictor_files_are_refused_without_crash_or_hang(tmp_path):
     cases["text thresholds"] = json.dumps(_resign(nan))
     for name, text in cases.items():
         path.write_text(text)
-        t0 = time.time()
-        with pytest.raises(InputError, match="damaged|format|refit"):
-            Predictor.load(path.parent)
-        assert time.time() - t0 < 5, name
+        assert path.stat().st_size <= MAX_FILE_BYTES, name  # read and parsed, not refused for its size
+        lines, error = lines_run(lambda: Predictor.load(path.parent), bound)
+        assert isinstance(error, InputError) and re.search("damaged|format|refit", str(error)), (name, error)
+        assert lines <= bound, (name, lines, bound)
     path.write_bytes(b"\0" * 10)
     with pytest.raises(InputError):
         Predictor.load(path.parent)

@@ -12,7 +12,6 @@ import os
 import shutil
 from pathlib import Path
 
-import pytest
 
 from capacity_advisor.advisor.cli.main import main
 from capacity_advisor.advisor.lab import published
@@ -133,6 +132,32 @@ def test_publish_refuses_bad_inputs_before_writing(capsys, tmp_path):
     one_error_line(advisor(capsys, "lab", "publish", sweep, sweep / "pub"), "inside the input folder", sweep / "pub")
     (tmp_path / "file").write_text("")
     one_error_line(advisor(capsys, "lab", "publish", sweep, tmp_path / "file"), "is a file")
+
+
+def test_stash_without_sources_keeps_the_teachers_builds_as_before(capsys, tmp_path, monkeypatch):
+    from capacity_advisor.models.lab import committed
+
+    monkeypatch.setattr(committed, "WEIGHTS", tmp_path / "kept")
+    code, out, err = advisor(capsys, "lab", "stash", "--json")  # nothing built in this home: nothing kept
+    assert code == 0, err
+    rows = json.loads(out[out.index("["):])
+    assert [(r["name"], r["kept"]) for r in rows] == [("teacher", None), ("teacher-xl", None)]
+    assert not (tmp_path / "kept").exists()
+
+
+def test_publish_leaves_dest_as_it_was_when_a_file_of_the_sweep_is_damaged(capsys, tmp_path):
+    from capacity_advisor.advisor.lab.units import CalibrateConfig
+
+    sweep, dest = tmp_path / "sweep", tmp_path / "dest"
+    cfg = CalibrateConfig.quick_settings(str(sweep))
+    sweep.mkdir()
+    (sweep / "config.json").write_text(json.dumps({"stage": "calibrate", "settings": cfg.__dict__, "versions": {}},
+                                                  default=list))
+    run = sweep / "modchain" / "sum" / "xs-s0" / "high"
+    run.mkdir(parents=True)
+    (run / "record.json").write_text(json.dumps({"run_id": "r", "model": {"spec": "lab:xs"}, "settings": {}}))
+    (run / "eval.jsonl").write_text('{"epoch": 0, "accuracy": 0.1}\n{"epoch": 1, \n')
+    one_error_line(advisor(capsys, "lab", "publish", sweep, dest), "eval.jsonl line 2", dest)
 
 
 def test_sweep_stash_and_restore_refuse_bad_inputs_before_any_work(capsys, tmp_path):

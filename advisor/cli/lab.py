@@ -167,7 +167,7 @@ def stash(sizes, sources, work, stash_dir, as_json):
     from capacity_advisor.models.lab import committed
     from capacity_advisor.models.lab.ladder import folder_of
 
-    models = _sizes(sizes, teacher=True) if sizes or not sources else []
+    models = _sizes(sizes or "teacher,teacher-xl", teacher=True) if sizes or not sources else []
     names = source_names(sources) if sources else []
     if names:
         check_writable_dir(stash_dir, "--stash-dir")
@@ -180,7 +180,10 @@ def stash(sizes, sources, work, stash_dir, as_json):
             committed.WEIGHTS / f"{final.name}.checkpoint.pt"
         console.print(f"{name}: " + (f"kept the {kept} as {where.relative_to(committed.WEIGHTS.parent)}" if kept
                                      else "nothing to keep (neither built nor started here)"))
-    for name in (n for n in names if (Path(work) / n / "config.json").is_file()):
+    for name in names:
+        if not (Path(work) / name / "config.json").is_file():
+            console.print(f"{name}: nothing to stash ({Path(work) / name} is not a sweep's folder)")
+            continue
         rows.append(stash_source(Path(work), config(name, Path(work), 1), name, Path(stash_dir)))
         console.print(f"{name}: {rows[-1]['units_done']} of {rows[-1]['units']} units stashed in {stash_dir}/{name}.tar.gz")
     if as_json:

@@ -22,7 +22,7 @@ from capacity_advisor.advisor.lab.published import BUDGET_RECORDS, EVALS, PROBES
 from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import check_writable_dir, refuse_overwrite, write_json
-from capacity_advisor.models.jsonl import read_jsonl
+from capacity_advisor.models.jsonl import read_jsonl_input
 
 
 def finished_runs(sweep: Path) -> list[tuple[str, Path]]:
@@ -50,19 +50,35 @@ def check_publish(sweep: Path, dest: Path) -> CalibrateConfig:
 
 
 def publish(sweep: str | Path, dest: str | Path) -> dict:
-    """Write DEST from SWEEP (see the module doc); what was written."""
+    """Write DEST from SWEEP (see the module doc); what was written. Everything is read first, so a
+    damaged file of the sweep leaves DEST as it was."""
     sweep, dest = Path(sweep), Path(dest)
     cfg = check_publish(sweep, dest)
     runs = finished_runs(sweep)
     units = sorted({name.rpartition("/")[0] for name, _ in runs}, key=path_order)
     settings = {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.__dict__.items() if k != "out"}
-    original = json.loads((sweep / "config.json").read_text(encoding="utf-8"))
+    kinds = {RECORDS: collect_records(cfg),
+             BUDGET_RECORDS: collect_records(cfg, budget_runs=True) if cfg.budget_runs else None,
+             EVALS: [{"run": name, "evals": read_jsonl_input(run / "eval.jsonl", damaged=_RUN_AGAIN)} for name, run in runs],
+             PROBES: [{"unit": unit, "probe": _json_object(sweep / unit / "probe" / "probe.json")} for unit in units
+                      if (sweep / unit / "probe" / "probe.json").is_file()]}
+    original = _json_object(sweep / "config.json")
     write_json(dest / "config.json", {"stage": "calibrate", "settings": settings, "versions": original.get("versions")})
-    records = write_rows(dest / RECORDS, collect_records(cfg))
-    if cfg.budget_runs:
-        write_rows(dest / BUDGET_RECORDS, collect_records(cfg, budget_runs=True))
-    write_rows(dest / EVALS, ({"run": name, "evals": read_jsonl(run / "eval.jsonl")} for name, run in runs))
-    reports = ((unit, sweep / unit / "probe" / "probe.json") for unit in units)
-    write_rows(dest / PROBES, ({"unit": unit, "probe": json.loads(path.read_text(encoding="utf-8"))}
-                               for unit, path in reports if path.is_file()))
-    return {"runs": len(runs), "records": records, "dest": str(dest)}
+    for kind, rows in kinds.items():
+        if rows is not None:
+            write_rows(dest / kind, rows)
+    return {"runs": len(runs), "records": len(kinds[RECORDS]), "dest": str(dest)}
+
+
+_RUN_AGAIN = "; the sweep's file is damaged: delete its run (or unit) folder and run the sweep again"
+
+
+def _json_object(path: Path) -> dict:
+    """A JSON object the sweep wrote (a probe report, its config.json), or one InputError."""
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        raise InputError(f"{path} is not readable JSON ({type(e).__name__}){_RUN_AGAIN}") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{path} is not a JSON object{_RUN_AGAIN}")
+    return obj

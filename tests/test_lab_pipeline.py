@@ -12,7 +12,6 @@ import os
 import shutil
 from pathlib import Path
 
-
 from capacity_advisor.advisor.cli.main import main
 from capacity_advisor.advisor.lab import published
 

@@ -176,9 +176,7 @@ def stash(sizes, sources, work, stash_dir, as_json):
         final = folder_of(name)
         kept = committed.stash(final)
         rows.append({"name": name, "folder": final.name, "kept": kept})
-        where = next((d for d in committed.kept_folders(final.name) if d.is_dir()), None) if kept == "build" else \
-            committed.WEIGHTS / f"{final.name}.checkpoint.pt"
-        console.print(f"{name}: " + (f"kept the {kept} as {where.relative_to(committed.WEIGHTS.parent)}" if kept
+        console.print(f"{name}: " + (f"kept the {kept} as {_kept_at(final.name, kept)}" if kept
                                      else "nothing to keep (neither built nor started here)"))
     for name in names:
         if not (Path(work) / name / "config.json").is_file():
@@ -188,6 +186,15 @@ def stash(sizes, sources, work, stash_dir, as_json):
         console.print(f"{name}: {rows[-1]['units_done']} of {rows[-1]['units']} units stashed in {stash_dir}/{name}.tar.gz")
     if as_json:
         emit_json(rows)
+
+
+def _kept_at(folder_name: str, kept: str) -> str:
+    """Where `advisor lab stash` kept a build (or its checkpoint), under models/lab/."""
+    from capacity_advisor.models.lab import committed
+
+    where = (next(d for d in committed.kept_folders(folder_name) if d.is_dir()) if kept == "build"
+             else committed.WEIGHTS / f"{folder_name}.checkpoint.pt")
+    return str(where.relative_to(committed.WEIGHTS.parent))
 
 
 @lab.command()

@@ -85,7 +85,7 @@ def record_files(paths: Sequence[str]) -> tuple[list[dict], list[dict]]:
             if differ:
                 raise InputError(f"--records {path} measured its probes otherwise than {first[0]} ("
                                  + ", ".join(f"{k} {recipe[k]} against {first[1][k]}" for k in differ)
-                                 + "): replay them at one probe (benchmarks/probe_cost.py --records-at) or fit them apart")
+                                 + "): replay them at one probe (`advisor lab replay FOLDER --out R`) or fit them apart")
         if first is None:
             first = (path, recipe)
         records += recs

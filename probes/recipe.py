@@ -12,7 +12,7 @@ than silently read as if it matched.
 Two kinds: `lab` (the embedded lab's students, whose responses are under a hundred characters)
 and `real` (everything else: reasoning traces of thousands of tokens). The step count and the
 number of held-out problems are the lab's cheapest probe within 0.5 points of held-out regret of
-the best (benchmarks/probe_cost.py, docs/results.md section 5); the rest follows the kind.
+the best (experiments/probe_cost.py, docs/results.md section 5); the rest follows the kind.
 """
 
 from __future__ import annotations

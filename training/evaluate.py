@@ -27,7 +27,7 @@ of the same base and teacher (calibration trains several sets of one student in 
 The cache belongs to the model object and to the state of its weights (each parameter's
 storage and in-place version counter, `_fixed_scores`), so a model changed in place, or another
 model, never reads scores it did not make. Once a student's greedy generations settle, most of them repeat from
-one evaluation to the next and are not scored again (`benchmarks/run_profile.py` measures it).
+one evaluation to the next and are not scored again (`python -m experiments.run_profile` measures it).
 
 It also counts the forward tokens an evaluation reads (`eval_tokens`, cached scores included, so
 the count is the protocol's, the same in any process), for cost reports. With

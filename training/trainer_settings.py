@@ -1,7 +1,7 @@
 """The Hugging Face `Trainer`'s settings for a run, in one place: the precision a device trains in,
 the `TrainingArguments` of a TrainingSpec (activation checkpointing under the name this
 transformers version uses), and LoRA through peft. `training.sft` trains with them, and
-benchmarks/gpu_check.py times a step with the same ones.
+`python -m benchmarks.gpu_check` times a step with the same ones.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def precision(dtype: str, cuda: bool) -> tuple[str, bool, bool]:
 def training_arguments(t: TrainingSpec, run_dir: Path, per_device: int, use_cpu: bool, bf16: bool, fp16: bool,
                        world: int = 1):
     """The Trainer's settings for a TrainingSpec, in one place, so that what times a training step
-    (benchmarks/gpu_check.py) steps exactly as a run does."""
+    (`python -m benchmarks.gpu_check`) steps exactly as a run does."""
     from transformers import TrainingArguments
 
     return TrainingArguments(

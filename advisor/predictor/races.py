@@ -10,7 +10,7 @@ stops earlier once one set has led by more than the margin and z standard errors
 evaluations in a row. The records hold accuracies, not per-problem correctness, so the standard
 error is the unpaired one of two proportions — the real race pairs per problem, which is never
 less sensitive. `advisor fit` stores the table (`meta.races`) and `advisor recommend` states what
-a race would cost beside its advice; `benchmarks/frontier.py` prints it per source.
+a race would cost beside its advice; `python -m experiments.frontier` prints it per source.
 
 A race's overhead is the share of the budget at which it stopped (the loser's training), so a
 race "at 20 %" of a half-epoch budget whose first evaluation comes at a quarter epoch costs 50 %.

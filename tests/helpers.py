@@ -69,6 +69,16 @@ def write_jsonl(path: Path, rows) -> Path:
     return Path(path)
 
 
+def doubling_pool(path, n: int = 12) -> Path:
+    """A grouped pool (OpenR1's fields) of `n` problems "what is i + i?", each with three right
+    candidates in three styles and one marked wrong."""
+    rows = [{"uuid": f"u{i}", "problem": f"what is {i} + {i}?",
+             "generations": [f"Answer: {2 * i}.", f"Let us think step by step. {i}+{i}={2 * i}. Answer: {2 * i}.",
+                             f"{i} plus {i} is {2 * i}", "wrong"],
+             "correctness_math_verify": [True, True, True, False], "answer": str(2 * i)} for i in range(n)]
+    return write_jsonl(path, rows)
+
+
 def addition_pool(path, n: int, generations):
     """A pool of `n` problems "what is a + b?" (a, b drawn with seed 0) whose candidates are
     `generations(a, b, i)`; written as JSONL to `path`."""

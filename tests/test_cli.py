@@ -3,24 +3,11 @@
 import json
 
 import pytest
-from click.testing import CliRunner
+from helpers import doubling_pool as write_pool  # noqa: F401  (test_vllm.py imports write_pool from here)
+from helpers import read_jsonl, run
 
-from capacity_advisor.advisor.cli.main import cli
 from capacity_advisor.advisor.pool import read_pool
 from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
-
-
-def write_pool(path, n=12):
-    rows = [{"uuid": f"u{i}", "problem": f"what is {i} + {i}?",
-             "generations": [f"Answer: {2 * i}.", f"Let us think step by step. {i}+{i}={2 * i}. Answer: {2 * i}.",
-                             f"{i} plus {i} is {2 * i}", "wrong"],
-             "correctness_math_verify": [True, True, True, False], "answer": str(2 * i)} for i in range(n)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
 def test_score_then_select(tiny_llama, tmp_path):
@@ -29,7 +16,7 @@ def test_score_then_select(tiny_llama, tmp_path):
     assert r.exit_code == 0, r.stderr
     summary = json.loads(r.stdout)
     assert summary["candidates"] == 36 and summary["pool"]["skipped_candidates"] == {"marked incorrect": 12}
-    rows = [json.loads(x) for x in (tmp_path / "s" / "scores.jsonl").read_text().splitlines()]
+    rows = read_jsonl(tmp_path / "s" / "scores.jsonl")
     assert len(rows) == 36 and set(rows[0]) == {"id", "k", "n_tokens", "n_scored", "logprob_sum", "logprob_mean", "rank_mean",
                                                 "first_tokens", "truncated"}
     assert rows[0]["id"] == "u0" and {r["k"] for r in rows} == {0, 1, 2}
@@ -39,7 +26,7 @@ def test_score_then_select(tiny_llama, tmp_path):
     r = run("select", "--pool", pool, "--scores", tmp_path / "s" / "scores.jsonl", "--strategy", "low",
             "--out", tmp_path / "low.jsonl", "--json")
     assert r.exit_code == 0, r.stderr
-    out = [json.loads(x) for x in (tmp_path / "low.jsonl").read_text().splitlines()]
+    out = read_jsonl(tmp_path / "low.jsonl")
     assert len(out) == 12 and set(out[0]) == {"prompt", "completion", "id", "k"}
     by_id = {}
     for row in rows:

@@ -7,22 +7,14 @@ import math
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
-from capacity_advisor.advisor.cli.main import cli
+from helpers import lab_pool, run
 
 SMALL = ["--probe-steps", 4, "--probe-eval-every", 2, "--probe-eval-problems", 4, "--probe-batch", 4]
 
 
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
 @pytest.fixture
 def pool(lab_home, tmp_path):
-    path = tmp_path / "pool.jsonl"
-    assert run("lab", "pool", "--n", 24, "--out", path).exit_code == 0
-    return path
+    return lab_pool(tmp_path / "pool.jsonl", 24)
 
 
 def test_two_draws_are_probed_averaged_and_shown(pool, tmp_path):
@@ -99,8 +91,7 @@ def test_draws_line_and_mean_features():
 ])
 def test_bad_repeats_are_one_error_line_before_any_work(args, words, tmp_path):
     out = tmp_path / "rec"
-    r = CliRunner().invoke(cli, ["recommend", "--model", "lab:xs", "--budget", "2", "--out", str(out),
-                                 *map(str, args)])
+    r = run("recommend", "--model", "lab:xs", "--budget", 2, "--out", out, *args)
     assert r.exit_code == 2 and words in r.output and r.output.count("error:") == 1
     assert not out.exists()
 

@@ -5,9 +5,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from helpers import ROOT, addition_pool, build_tiny, lab_pool, read_jsonl, run, write_jsonl
 
-from capacity_advisor.advisor.cli.main import cli
 from capacity_advisor.advisor.fit import FitSettings, fit_and_save
 from capacity_advisor.advisor.predictor import Predictor
 from capacity_advisor.training.manifest import load_manifest
@@ -15,11 +14,7 @@ from capacity_advisor.training.manifest import load_manifest
 from test_predictor import make_records
 
 
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-PAPER = Path(__file__).resolve().parent.parent / "benchmarks" / "paper_students"
+PAPER = ROOT / "benchmarks" / "paper_students"
 
 
 @pytest.fixture(scope="module")
@@ -31,16 +26,14 @@ def synthetic_predictor(tmp_path_factory):
 
 @pytest.fixture
 def lab_pool_file(lab_home, tmp_path):
-    pool = tmp_path / "labpool.jsonl"
-    assert run("lab", "pool", "--n", 120, "--out", pool).exit_code == 0
-    return pool
+    return lab_pool(tmp_path / "labpool.jsonl", 120)
 
 
 @pytest.mark.slow
 def test_quick_calibration_writes_records_and_resumes(lab_home, tmp_path):
     r = run("calibrate", "--quick", "--out", tmp_path / "cal", "--json")
     assert r.exit_code == 0, r.stderr
-    records = [json.loads(x) for x in (tmp_path / "cal" / "records.jsonl").read_text().splitlines()]
+    records = read_jsonl(tmp_path / "cal" / "records.jsonl")
     assert [x["strategy"] for x in records] == ["high", "low", "mixed"]
     for rec in records:
         assert rec["model"]["spec"] == "lab:xs" and rec["model"]["n_params"] > 0 and "path" not in rec["model"]
@@ -64,8 +57,8 @@ def test_quick_calibration_writes_records_and_resumes(lab_home, tmp_path):
     r = run("train", unit / "high.manifest.json", "--out", tmp_path / "again", "--threads", 1, "--device", "cpu",
             "--records", tmp_path / "store.jsonl", "--json")
     assert r.exit_code == 0, r.stderr
-    ours = [json.loads(x) for x in (unit / "high" / "eval.jsonl").read_text().splitlines()]
-    theirs = [json.loads(x) for x in (tmp_path / "again" / "eval.jsonl").read_text().splitlines()]
+    ours = read_jsonl(unit / "high" / "eval.jsonl")
+    theirs = read_jsonl(tmp_path / "again" / "eval.jsonl")
     assert [x["step"] for x in ours] == [x["step"] for x in theirs] == [0, 2, 4]
     for a, b in zip(ours, theirs):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-6, abs=1e-9) if a["train_loss"] else b["train_loss"] is None
@@ -75,7 +68,7 @@ def test_quick_calibration_writes_records_and_resumes(lab_home, tmp_path):
 @pytest.mark.slow
 def test_fit_cli_prints_the_tables_and_saves(tmp_path):
     path = tmp_path / "records.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in make_records()))
+    write_jsonl(path, make_records())
     r = run("fit", "--records", path, "--out", tmp_path / "pred", "--members", 4, "--features", "probe", "--json")
     assert r.exit_code == 0, r.stderr
     res = json.loads(r.stdout)
@@ -146,15 +139,15 @@ def test_recommend_end_to_end_on_the_smallest_lab_student(lab_pool_file, tmp_pat
     m = load_manifest(out / "recommendation.json")  # what `advisor train` reads, unchanged
     assert m.strategy == rep["strategy"] and m.training.epochs == 3 and m.model_spec == "lab:xs"
     assert str(tmp_path) not in (out / "recommendation.json").read_text()
-    train = [json.loads(x) for x in (out / "train.jsonl").read_text().splitlines()]
-    evals = [json.loads(x) for x in (out / "eval.jsonl").read_text().splitlines()]
+    train = read_jsonl(out / "train.jsonl")
+    evals = read_jsonl(out / "eval.jsonl")
     assert len(train) == 120 - 32 and len(evals) == 32 and m.eval.checker == "lab"
     assert not {t["prompt"] for t in train} & {e["prompt"] for e in evals}
     # the manifest names both D_high and D_low (`advisor train --race`), each without the held-out problems
     from capacity_advisor.training.race import set_files
 
     for name, file in set_files(m).items():
-        rows = [json.loads(x) for x in (out / file).read_text().splitlines()]
+        rows = read_jsonl(out / file)
         assert len(rows) == len(train) and not {t["prompt"] for t in rows} & {e["prompt"] for e in evals}, name
     assert sorted(m.sets) == sorted({"high", "low"} - {m.strategy})
     # more budget never makes the synthetic predictor less keen on low for the same student
@@ -218,8 +211,7 @@ def test_recommend_bad_input(lab_home, tmp_path, synthetic_predictor):
 
 def test_recommend_takes_precomputed_scores(lab_home, tmp_path, synthetic_predictor):
     """Scores made elsewhere (say `advisor score --backend vllm` in its own environment) feed recommend unchanged."""
-    pool = tmp_path / "pool.jsonl"
-    assert run("lab", "pool", "--n", 200, "--out", pool).exit_code == 0
+    pool = lab_pool(tmp_path / "pool.jsonl", 200)
     r = run("score", "--model", "lab:xs", "--pool", pool, "--out", tmp_path / "s", "--score-length", 96, "--device", "cpu")
     assert r.exit_code == 0, r.stderr
     common = ["--model", "lab:xs", "--budget", 2, "--pool", pool, "--predictor", synthetic_predictor, "--no-probe",
@@ -238,8 +230,6 @@ def test_recommend_takes_precomputed_scores(lab_home, tmp_path, synthetic_predic
 def real_pool(path, n=40, empty_first=True):
     """Sums with two boxed answers each; with `empty_first`, the first problem also has an empty
     candidate (skipped, and counted)."""
-    from conftest import addition_pool
-
     return addition_pool(path, n, lambda a, b, i: [
         f"The answer is \\\\boxed{{{a + b}}}.", f"Let us think. {a} + {b} = {a + b}. The answer is \\\\boxed{{{a + b}}}.",
         *([""] if empty_first and i == 0 else [])])
@@ -275,10 +265,9 @@ def test_calibration_covers_extra_schedules_and_the_predictor_chooses_among_them
 
     cfg = replace(CalibrateConfig.quick_settings(str(tmp_path / "cal")), schedules=("mixed@0.25",))
     run_calibration(cfg, log=lambda m: None)
-    records = [json.loads(x) for x in (tmp_path / "cal" / "records.jsonl").read_text().splitlines()]
+    records = read_jsonl(tmp_path / "cal" / "records.jsonl")
     assert [(r["strategy"], r["mix"]) for r in records] == [("high", 0.0), ("low", 0.0), ("mixed", 0.5), ("mixed", 0.25)]
-    train = [json.loads(x) for x in (tmp_path / "cal" / "modchain" / "sum" / "xs-s0" / "data" / "mixed@0.25.jsonl")
-             .read_text().splitlines()]
+    train = read_jsonl(tmp_path / "cal" / "modchain" / "sum" / "xs-s0" / "data" / "mixed@0.25.jsonl")
     assert len(train) == 64
     rows = label_rows(records)
     assert set(rows[0]["accuracy"]) == {"high", "low", "mixed", "mixed@0.25"}
@@ -317,9 +306,7 @@ SMALL = dict(steps=4, eval_every=2, eval_problems=4, batch_size=4)  # a recipe s
 
 @pytest.fixture
 def small_lab_pool(lab_home, tmp_path):
-    pool = tmp_path / "small.jsonl"
-    assert run("lab", "pool", "--n", 24, "--out", pool).exit_code == 0
-    return pool
+    return lab_pool(tmp_path / "small.jsonl", 24)
 
 
 def recipe_predictor(synthetic_predictor, folder, **recipe):
@@ -371,8 +358,7 @@ def test_advisor_probe_measures_a_lab_student_as_the_shipped_predictor_states(la
         want = RECIPES[meta["recipe"]["kind"]].with_(**meta["recipe"])
     else:  # a file from before meta.recipe states only the probe's steps and held-out problems
         want = LAB.with_(**meta.get("probe", {}))
-    pool = tmp_path / "pool.jsonl"
-    assert run("lab", "pool", "--n", 2 * (want.eval_problems + want.batch_size), "--out", pool).exit_code == 0
+    pool = lab_pool(tmp_path / "pool.jsonl", 2 * (want.eval_problems + want.batch_size))
     r = run("probe", "--model", "lab:xs", "--pool", pool, "--out", tmp_path / "probe", "--device", "cpu")
     assert r.exit_code == 0, r.stderr
     assert measured_with(tmp_path / "probe" / "probe.json") == {k: getattr(want, k) for k in MEASURING}
@@ -404,8 +390,7 @@ def test_a_crafted_meta_recipe_is_one_error_line(lab_home, tmp_path, synthetic_p
     (tmp_path / "pred").mkdir()
     (tmp_path / "pred" / "predictor.json").write_text(json.dumps(_resign(raw)))
     for verb in (["recommend", "--budget", 2], ["probe", "--pool", tmp_path / "nopool.jsonl"]):
-        r = CliRunner().invoke(cli, [str(a) for a in [*verb, "--model", "lab:xs", "--predictor", tmp_path / "pred",
-                                                      "--out", tmp_path / "out"]])
+        r = run(*verb, "--model", "lab:xs", "--predictor", tmp_path / "pred", "--out", tmp_path / "out")
         assert r.exit_code == 2 and r.stderr.count("\n") == 1 and fragment in r.stderr, r.stderr
         assert not (tmp_path / "out").exists()
 
@@ -424,8 +409,6 @@ def test_the_out_folder_is_checked_before_a_lab_student_is_pretrained(tmp_path, 
 
 @pytest.fixture(scope="module")
 def short_context_model(tmp_path_factory):
-    from conftest import build_tiny
-
     return build_tiny(tmp_path_factory.mktemp("ctx48"), "llama", seed=3, context=48)
 
 
@@ -554,7 +537,7 @@ def test_recommend_reports_the_fallback_off_the_data_and_the_predictor_on_it(lab
 def test_recommend_refuses_an_out_folder_that_is_its_pool(lab_home, tmp_path):
     """`recommend -p DIR -o DIR` would write over (or into) the pool it reads: one error line, nothing written."""
     folder = tmp_path / "pooldir"
-    assert run("lab", "pool", "--n", 20, "--out", folder / "pool.jsonl").exit_code == 0
+    lab_pool(folder / "pool.jsonl", 20)
     before = sorted(p.name for p in folder.iterdir())
     r = run("recommend", "--model", "lab:xs", "--budget", 3, "--pool", folder / "pool.jsonl", "--out",
             folder / "pool.jsonl", "--device", "cpu")
@@ -564,7 +547,7 @@ def test_recommend_refuses_an_out_folder_that_is_its_pool(lab_home, tmp_path):
 
 def test_fit_on_one_student_is_one_error_line(tmp_path):
     path = tmp_path / "records.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in make_records() if r["model"]["spec"] == "lab:s0"))
+    write_jsonl(path, [r for r in make_records() if r["model"]["spec"] == "lab:s0"])
     r = run("fit", "--records", path, "--out", tmp_path / "pred")
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "one student" in r.stderr, r.stderr
     assert not (tmp_path / "pred").exists()
@@ -572,7 +555,7 @@ def test_fit_on_one_student_is_one_error_line(tmp_path):
 
 def test_fit_on_records_that_measure_none_of_the_inputs_is_one_error_line(tmp_path):
     path = tmp_path / "records.jsonl"  # make_records measures probe-level inputs only, no contrast
-    path.write_text("".join(json.dumps(r) + "\n" for r in make_records()))
+    write_jsonl(path, make_records())
     r = run("fit", "--records", path, "--out", tmp_path / "pred", "--features", "contrast")
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "--features contrast" in r.stderr, r.stderr
     assert not (tmp_path / "pred").exists()

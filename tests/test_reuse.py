@@ -1,32 +1,15 @@
 """Reused folders and caches never give silently wrong results: a rerun with another shard size,
 model, pool or setting either reuses exactly what matches or refuses in one line."""
 
-import json
-
 import pytest
-from click.testing import CliRunner
-
-from capacity_advisor.advisor.cli.main import cli
-
-
-def write_pool(path, n=10):
-    rows = [{"uuid": f"u{i}", "problem": f"what is {i} + {i}?",
-             "generations": [f"Answer: {2 * i}.", f"{i}+{i}={2 * i}. Answer: {2 * i}.", f"{i} plus {i} is {2 * i}"],
-             "answer": str(2 * i)} for i in range(n)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
+from helpers import doubling_pool, read_jsonl, run
 
 def score_rows(folder):
-    return [json.loads(x) for x in (folder / "scores.jsonl").read_text().splitlines()]
+    return read_jsonl(folder / "scores.jsonl")
 
 
 def test_another_shard_size_reuses_nothing_wrong(tiny_llama, tmp_path, monkeypatch):
-    pool = write_pool(tmp_path / "pool.jsonl")
+    pool = doubling_pool(tmp_path / "pool.jsonl", 10)
     args = ["score", "--model", tiny_llama, "--pool", pool, "--device", "cpu"]
     for order in ([20, 7], [7, 20]):
         monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / f"home-{order[0]}"))
@@ -45,12 +28,12 @@ def test_another_shard_size_reuses_nothing_wrong(tiny_llama, tmp_path, monkeypat
 def test_a_score_cache_filled_by_another_run_is_refused(tiny_llama, tiny_qwen, tmp_path, monkeypatch, change):
     # Every run lands in the same cache folder, as a hand-copied folder or a key collision would.
     monkeypatch.setattr("capacity_advisor.advisor.shards.stable_hash", lambda *a, **k: "one-folder")
-    pool = write_pool(tmp_path / "pool.jsonl")
+    pool = doubling_pool(tmp_path / "pool.jsonl", 10)
     base = {"--model": tiny_llama, "--pool": pool, "--score-length": 512}
     first = run("score", *[x for kv in base.items() for x in kv], "--device", "cpu", "--out", tmp_path / "a")
     assert first.exit_code == 0, first.stderr
     other = dict(base)
-    other[{"model": "--model", "pool": "--pool", "max_length": "--score-length"}[change]] = {"model": tiny_qwen, "pool": write_pool(tmp_path / "pool2.jsonl", n=4),
+    other[{"model": "--model", "pool": "--pool", "max_length": "--score-length"}[change]] = {"model": tiny_qwen, "pool": doubling_pool(tmp_path / "pool2.jsonl", 4),
                                                "max_length": 256}[change]
     r = run("score", *[x for kv in other.items() for x in kv], "--device", "cpu", "--out", tmp_path / "b")
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error: cache folder ")

@@ -4,19 +4,11 @@ that student on that pool (the same recipe, learning rate, scoring length, held-
 order), and the shipped predictor states the recipe its records share."""
 
 import json
-from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from helpers import run
 
-from capacity_advisor.advisor.cli.main import cli
 from capacity_advisor.probes.recipe import LAB, REAL, fitted_recipe, lab_build, recipe_for
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
 def test_a_lab_build_folder_is_probed_with_the_lab_recipe_and_its_own_rate(lab_home, tmp_path):

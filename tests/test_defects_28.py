@@ -9,24 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-
-from capacity_advisor.advisor.cli.main import cli
-
-
-def one_error_line(result, fragment: str, *absent: Path) -> str:
-    assert result.exit_code == 2, (result.exit_code, result.stderr, result.exception)
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert fragment in lines[0], lines[0]
-    for p in absent:
-        assert not os.path.lexists(p), p
-    return lines[0]
-
-
-def run(args, **kw):
-    return CliRunner().invoke(cli, [str(a) for a in args], **kw)
+from helpers import one_error_line, run, write_jsonl
 
 
 def manifest(folder: Path, spec: str, **training) -> Path:
@@ -70,7 +53,7 @@ def test_dry_run_refuses_numbers_no_run_can_take(tmp_path, field):
     m = json.loads(path.read_text())
     m["training"][field] = 10 ** 20
     path.write_text(json.dumps(m))
-    one_error_line(run(["train", path, "--out", tmp_path / "run", "--dry-run"]), f"training.{field}", tmp_path / "run")
+    one_error_line(run("train", path, "--out", tmp_path / "run", "--dry-run"), f"training.{field}", tmp_path / "run")
 
 
 def test_eval_numbers_are_bounded_too(tmp_path):
@@ -78,14 +61,14 @@ def test_eval_numbers_are_bounded_too(tmp_path):
     m = json.loads(path.read_text())
     m["eval"]["max_new_tokens"] = 10 ** 20
     path.write_text(json.dumps(m))
-    one_error_line(run(["train", path, "--out", tmp_path / "run", "--dry-run"]), "eval.max_new_tokens")
+    one_error_line(run("train", path, "--out", tmp_path / "run", "--dry-run"), "eval.max_new_tokens")
 
 
 # ---- 6. no tracebacks ----------------------------------------------------------------------
 
 def test_negative_threads_is_a_usage_line(tmp_path):
     path = manifest(tmp_path / "rec", "lab:xs")
-    one_error_line(run(["train", path, "--out", tmp_path / "run", "--threads", "-1"]), "--threads", tmp_path / "run")
+    one_error_line(run("train", path, "--out", tmp_path / "run", "--threads", "-1"), "--threads", tmp_path / "run")
 
 
 # ---- 2. errors that used to come only after the whole scoring pass ----------------------------
@@ -93,15 +76,14 @@ def test_negative_threads_is_a_usage_line(tmp_path):
 def plain_pool(path: Path, answers: bool = True, n: int = 4) -> Path:
     rows = [{"id": f"q{i}", "problem": f"what is {i} + 1?", "generations": [f"it is {i + 1}", f"{i + 1} it is"],
              **({"answer": str(i + 1)} if answers else {})} for i in range(n)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+    return write_jsonl(path, rows)
 
 
 def test_compute_budgets_on_a_pool_without_answers_is_refused_before_scoring(tiny_llama, tmp_path, monkeypatch):
     monkeypatch.setattr("capacity_advisor.advisor.scoring.load_for", lambda cfg: pytest.fail("loaded the model"))
     pool = plain_pool(tmp_path / "pool.jsonl", answers=False)
     out = tmp_path / "out"
-    one_error_line(run(["score", "-m", tiny_llama, "-p", pool, "-o", out, "--compute-budgets", "8,16"]),
+    one_error_line(run("score", "-m", tiny_llama, "-p", pool, "-o", out, "--compute-budgets", "8,16"),
                    "reference answers", out)
 
 
@@ -114,7 +96,7 @@ def test_out_a_broken_link_is_refused_before_scoring(tiny_llama, tmp_path, monke
     else:
         out.symlink_to(tmp_path / "other")
         (tmp_path / "other").symlink_to(out)
-    line = one_error_line(run(["score", "-m", tiny_llama, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", out]),
+    line = one_error_line(run("score", "-m", tiny_llama, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", out),
                           "symbolic link")
     assert "--out" in line and not (tmp_path / "nowhere").exists()
 
@@ -137,11 +119,11 @@ SHIPPED = Path(__file__).resolve().parent.parent / "advisor" / "predictor_data"
 
 def test_recommend_without_a_lab_prior_is_refused_before_scoring(lab_home, tmp_path):
     pool = tmp_path / "labpool.jsonl"
-    assert run(["lab", "pool", "--n", 40, "--out", pool]).exit_code == 0
+    assert run("lab", "pool", "--n", 40, "--out", pool).exit_code == 0
     pred = _predictor_without(SHIPPED, tmp_path, lambda body: body["meta"].pop("lab_prior"))
     out = tmp_path / "rec"
-    one_error_line(run(["recommend", "-m", "lab:xs", "-b", 2, "--pool", pool, "--predictor", pred, "--no-probe",
-                        "-o", out, "--device", "cpu"]), "no lab prior", out)
+    one_error_line(run("recommend", "-m", "lab:xs", "-b", 2, "--pool", pool, "--predictor", pred, "--no-probe",
+                       "-o", out, "--device", "cpu"), "no lab prior", out)
 
 
 def test_a_lab_prior_of_overflowing_coefficients_is_refused_at_load(tmp_path):
@@ -150,14 +132,14 @@ def test_a_lab_prior_of_overflowing_coefficients_is_refused_at_load(tmp_path):
 
     pred = _predictor_without(SHIPPED, tmp_path, blow)
     out = tmp_path / "rec"
-    one_error_line(run(["recommend", "-m", "lab:xs", "-b", 2, "--predictor", pred, "--no-probe", "-o", out]),
+    one_error_line(run("recommend", "-m", "lab:xs", "-b", 2, "--predictor", pred, "--no-probe", "-o", out),
                    "lab_prior", out)
 
 
 def test_a_predictor_listing_an_endless_curriculum_is_refused(tmp_path):
     pred = _predictor_without(SHIPPED, tmp_path, lambda body: body["options"].append("curriculum@1e309"))
     out = tmp_path / "rec"
-    one_error_line(run(["recommend", "-m", "lab:xs", "-b", 2, "--predictor", pred, "--no-probe", "-o", out]),
+    one_error_line(run("recommend", "-m", "lab:xs", "-b", 2, "--predictor", pred, "--no-probe", "-o", out),
                    "options", out)
 
 
@@ -176,20 +158,20 @@ def select_inputs(tmp_path: Path, n: int = 4) -> tuple[Path, Path]:
 def test_select_refuses_candidates_written_over_the_dataset(tmp_path):
     pool, scores = select_inputs(tmp_path)
     out = tmp_path / "d.jsonl"
-    one_error_line(run(["select", "-p", pool, "-s", scores, "-o", out, "--candidates", out]), "same file", out)
+    one_error_line(run("select", "-p", pool, "-s", scores, "-o", out, "--candidates", out), "same file", out)
 
 
 def test_select_refuses_candidates_written_over_its_config(tmp_path):
     pool, scores = select_inputs(tmp_path)
     out = tmp_path / "d.jsonl"
-    one_error_line(run(["select", "-p", pool, "-s", scores, "-o", out, "--candidates", tmp_path / "d.config.json"]),
+    one_error_line(run("select", "-p", pool, "-s", scores, "-o", out, "--candidates", tmp_path / "d.config.json"),
                    "same file", out)
 
 
 def test_train_refuses_records_written_over_the_manifest(tmp_path):
     path = manifest(tmp_path / "rec", "lab:xs")
     before = path.read_text()
-    one_error_line(run(["train", path, "--out", tmp_path / "run", "--records", path, "--dry-run"]), "--records",
+    one_error_line(run("train", path, "--out", tmp_path / "run", "--records", path, "--dry-run"), "--records",
                    tmp_path / "run")
     assert path.read_text() == before
 
@@ -199,8 +181,8 @@ def test_train_refuses_records_written_over_the_manifest(tmp_path):
 def test_recommend_refuses_scores_made_at_another_skip(tmp_path):
     pool, scores = select_inputs(tmp_path, n=40)
     out = tmp_path / "rec"
-    one_error_line(run(["recommend", "-m", "lab:xs", "-b", 2, "--pool", pool, "--scores", scores, "--skip-tokens", 3,
-                        "-o", out, "--no-probe"]), "--skip-tokens 0", out)
+    one_error_line(run("recommend", "-m", "lab:xs", "-b", 2, "--pool", pool, "--scores", scores, "--skip-tokens", 3,
+                       "-o", out, "--no-probe"), "--skip-tokens 0", out)
 
 
 @pytest.mark.parametrize("bad", ["NaN", "-Infinity", "Infinity"])
@@ -211,14 +193,14 @@ def test_select_refuses_scores_that_are_not_finite(tmp_path, bad):
     assert bad in lines[2]
     scores.write_text("\n".join(lines) + "\n")
     out = tmp_path / "d.jsonl"
-    one_error_line(run(["select", "-p", pool, "-s", scores, "-o", out]), "not finite", out)
+    one_error_line(run("select", "-p", pool, "-s", scores, "-o", out), "not finite", out)
 
 
 @pytest.mark.parametrize("flag", ["--split", "--revision", "--subset"])
 def test_dataset_flags_on_a_jsonl_pool_are_refused(tmp_path, flag):
     pool, scores = select_inputs(tmp_path)
     out = tmp_path / "d.jsonl"
-    one_error_line(run(["select", "-p", pool, "-s", scores, "-o", out, flag, "main"]), flag, out)
+    one_error_line(run("select", "-p", pool, "-s", scores, "-o", out, flag, "main"), flag, out)
 
 
 def test_revision_on_a_local_dataset_folder_is_refused(tmp_path):
@@ -230,7 +212,7 @@ def test_revision_on_a_local_dataset_folder_is_refused(tmp_path):
     _, scores = select_inputs(tmp_path)
     out = tmp_path / "d.jsonl"
     for flag in ("--revision", "--split"):
-        one_error_line(run(["select", "-p", folder, "-s", scores, "-o", out, flag, "main"]), flag, out)
+        one_error_line(run("select", "-p", folder, "-s", scores, "-o", out, flag, "main"), flag, out)
 
 
 # ---- 6 and 8: more tracebacks and smaller ones ---------------------------------------------
@@ -240,21 +222,21 @@ def test_advisor_home_a_loop_of_links_is_one_line(tmp_path, monkeypatch):
     home.symlink_to(tmp_path / "home2")
     (tmp_path / "home2").symlink_to(home)
     monkeypatch.setenv("ADVISOR_HOME", str(home))
-    one_error_line(run(["recommend", "-m", "lab:xs", "-b", 2, "-o", tmp_path / "rec", "--no-probe"]), "ADVISOR_HOME",
+    one_error_line(run("recommend", "-m", "lab:xs", "-b", 2, "-o", tmp_path / "rec", "--no-probe"), "ADVISOR_HOME",
                    tmp_path / "rec")
-    one_error_line(run(["lab", "build", "--sizes", "xs"]), "ADVISOR_HOME")
+    one_error_line(run("lab", "build", "--sizes", "xs"), "ADVISOR_HOME")
 
 
 @pytest.mark.parametrize("budgets", ["8,99999999999999999999", "8,2000000"])
 def test_compute_budgets_beyond_any_model_are_refused(tmp_path, budgets):
     out = tmp_path / "out"
-    one_error_line(run(["score", "-m", "lab:xs", "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", out,
-                        "--compute-budgets", budgets]), "--compute-budgets", out)
+    one_error_line(run("score", "-m", "lab:xs", "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", out,
+                       "--compute-budgets", budgets), "--compute-budgets", out)
 
 
 def test_lab_pool_difficulty_is_bounded(tmp_path):
     out = tmp_path / "pool.jsonl"
-    one_error_line(run(["lab", "pool", "--difficulty", 100000, "--out", out]), "--difficulty", out)
+    one_error_line(run("lab", "pool", "--difficulty", 100000, "--out", out), "--difficulty", out)
 
 
 @pytest.fixture
@@ -297,17 +279,17 @@ def test_a_config_too_large_to_build_is_refused_from_its_numbers(tiny_llama, tmp
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config",
                         lambda *a, **k: pytest.fail("built the model before counting its parameters"))
     out = tmp_path / "rec"
-    one_error_line(run(["recommend", "-m", folder, "-b", 2, "-o", out, "--no-probe"]), "parameters", out)
-    one_error_line(run(["score", "-m", folder, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", tmp_path / "s",
-                        "--device", "cpu"]), "parameters", tmp_path / "s")
+    one_error_line(run("recommend", "-m", folder, "-b", 2, "-o", out, "--no-probe"), "parameters", out)
+    one_error_line(run("score", "-m", folder, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", tmp_path / "s",
+                       "--device", "cpu"), "parameters", tmp_path / "s")
 
 
 def test_an_output_path_that_is_not_utf8_is_refused_before_any_work(tmp_path):
     path = manifest(tmp_path / "rec", "lab:xs")
     out = os.fsdecode(os.fsencode(str(tmp_path)) + b"/run\xff")
-    one_error_line(run(["train", path, "--out", out, "--dry-run"]), "not UTF-8")
+    one_error_line(run("train", path, "--out", out, "--dry-run"), "not UTF-8")
     pool, scores = select_inputs(tmp_path)
-    one_error_line(run(["select", "-p", pool, "-s", scores, "-o", os.fsdecode(os.fsencode(str(tmp_path)) + b"/d\xff.jsonl")]),
+    one_error_line(run("select", "-p", pool, "-s", scores, "-o", os.fsdecode(os.fsencode(str(tmp_path)) + b"/d\xff.jsonl")),
                    "not UTF-8")
     assert not any(b"\xff" in os.fsencode(p.name) for p in tmp_path.iterdir())
 
@@ -319,21 +301,21 @@ def test_a_lone_surrogate_in_rerank_candidates_is_refused_before_training(tmp_pa
     m = json.loads(path.read_text())
     m["training"]["rerank"] = {"epochs": [1], "candidates": "cands.jsonl", "score": "sum"}
     path.write_text(json.dumps(m))
-    one_error_line(run(["train", path, "--out", tmp_path / "run", "--dry-run"]), "unpaired surrogate", tmp_path / "run")
+    one_error_line(run("train", path, "--out", tmp_path / "run", "--dry-run"), "unpaired surrogate", tmp_path / "run")
 
 
 def test_a_lone_surrogate_in_the_dataset_is_refused_before_training(tmp_path):
     path = manifest(tmp_path / "rec", "lab:xs")
     (tmp_path / "rec" / "train.jsonl").write_text('{"prompt": "what is 1 + 2?", "completion": "3 \\udc00"}\n')
-    one_error_line(run(["train", path, "--out", tmp_path / "run", "--dry-run"]), "unpaired surrogate", tmp_path / "run")
+    one_error_line(run("train", path, "--out", tmp_path / "run", "--dry-run"), "unpaired surrogate", tmp_path / "run")
 
 
 # ---- 7. one line means one line ------------------------------------------------------------
 
 def test_skip_tokens_beyond_every_response_prints_no_pool_table(tiny_llama, tmp_path):
     out = tmp_path / "out"
-    one_error_line(run(["score", "-m", tiny_llama, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", out,
-                        "--skip-tokens", 100000, "--device", "cpu"]), "--skip-tokens")
+    one_error_line(run("score", "-m", tiny_llama, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", out,
+                       "--skip-tokens", 100000, "--device", "cpu"), "--skip-tokens")
     assert not (out / "scores.jsonl").exists()
 
 
@@ -352,7 +334,7 @@ def test_a_slow_stage_that_fails_leaves_only_the_error_line(tiny_llama, tmp_path
         raise InputError("the model is damaged")
 
     monkeypatch.setattr("capacity_advisor.advisor.scoring.load_for", slow_then_bad)
-    one_error_line(run(["score", "-m", tiny_llama, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", tmp_path / "out"]),
+    one_error_line(run("score", "-m", tiny_llama, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", tmp_path / "out"),
                    "damaged", tmp_path / "out")
 
 
@@ -364,8 +346,8 @@ def test_a_single_process_run_prints_no_launch_command_before_its_error(tmp_path
 
     monkeypatch.setattr("capacity_advisor.training.sft.run_sft", refuse)
     path = manifest(tmp_path / "rec", "lab:xs")
-    one_error_line(run(["train", path, "--out", tmp_path / "run"]), "chat template")
-    dry = run(["train", path, "--out", tmp_path / "run", "--dry-run"])
+    one_error_line(run("train", path, "--out", tmp_path / "run"), "chat template")
+    dry = run("train", path, "--out", tmp_path / "run", "--dry-run")
     assert dry.exit_code == 0 and "capacity_advisor.training.sft" in dry.stderr
 
 
@@ -386,8 +368,8 @@ def test_a_damaged_dataset_folder_is_one_line_without_the_librarys_bars(tmp_path
 def test_recommend_skip_tokens_beyond_the_scoring_length_is_refused_before_loading(tiny_llama, tmp_path, monkeypatch):
     monkeypatch.setattr("capacity_advisor.models.loading.load_model", lambda *a, **k: pytest.fail("loaded the model"))
     out = tmp_path / "rec"
-    line = one_error_line(run(["recommend", "-m", tiny_llama, "-b", 2, "--pool", plain_pool(tmp_path / "pool.jsonl"),
-                               "-o", out, "--score-length", 64, "--skip-tokens", 63, "--device", "cpu"]),
+    line = one_error_line(run("recommend", "-m", tiny_llama, "-b", 2, "--pool", plain_pool(tmp_path / "pool.jsonl"),
+                              "-o", out, "--score-length", 64, "--skip-tokens", 63, "--device", "cpu"),
                           "--skip-tokens 63 leaves nothing to score within --score-length 64", out)
     assert "lower --skip-tokens" in line
 
@@ -418,8 +400,8 @@ def test_torchs_notes_on_pickled_weights_never_reach_the_user(tiny_llama, tmp_pa
         warnings.simplefilter("always")
         warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: sys.stderr.write(
             warnings.formatwarning(message, category, filename, lineno, line))
-        r = run(["score", "-m", folder, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", tmp_path / "s",
-                 "--device", "cpu", "--json"])
+        r = run("score", "-m", folder, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", tmp_path / "s",
+                "--device", "cpu", "--json")
     assert r.exit_code == 0, r.stderr
     assert "weights_only" not in r.stderr and "Warning" not in r.stderr, r.stderr
     assert (tmp_path / "s" / "scores.jsonl").exists()

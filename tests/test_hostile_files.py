@@ -10,24 +10,9 @@ import weakref
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from helpers import one_error_line, read_jsonl, run, write_jsonl
 
-from capacity_advisor.advisor.cli.main import cli
 from capacity_advisor.models.errors import InputError
-
-
-def one_error_line(result, fragment: str, out: Path | None = None) -> None:
-    assert result.exit_code == 2, (result.exit_code, result.stderr, result.exception)
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert fragment in lines[0], lines[0]
-    if out is not None:
-        assert not out.exists(), sorted(p.name for p in out.iterdir())
-
-
-def run(args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 # ---- advisor lab report on a damaged calibration folder -----------------------------------------
@@ -41,16 +26,16 @@ def _calibration(root: Path) -> Path:
         (run_dir / "record.json").write_text(json.dumps({"version": 1, "strategy": strategy}))
         rows = [{"step": s, "epoch": s / 4, "accuracy": 0.1 + slope * s, "repetition_rate": 0.0,
                  "teacher_view": 2.0 - 0.1 * s} for s in range(9)]
-        (run_dir / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        write_jsonl(run_dir / "eval.jsonl", rows)
     return cal
 
 
 def _rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "eval.jsonl").read_text().splitlines()]
+    return read_jsonl(run_dir / "eval.jsonl")
 
 
 def _write_rows(run_dir: Path, rows: list[dict]) -> None:
-    (run_dir / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(run_dir / "eval.jsonl", rows)
 
 
 def _damage(name: str, cal: Path) -> None:
@@ -91,7 +76,7 @@ DAMAGE = {"damaged line": "not valid JSON", "missing": "is missing", "not utf-8"
 
 def test_lab_report_of_a_good_folder_writes_its_outputs(tmp_path):
     cal, out = _calibration(tmp_path), tmp_path / "report"
-    r = run(["lab", "report", cal, "-o", out, "--json"])
+    r = run("lab", "report", cal, "-o", out, "--json")
     assert r.exit_code == 0, r.stderr
     assert sorted(p.name for p in out.iterdir()) == ["curves-modchain-sum.png", "results.json", "results.md"]
     assert json.loads(r.stdout)[0]["summary"]["low_ahead_at_end"] is True
@@ -101,7 +86,7 @@ def test_lab_report_of_a_good_folder_writes_its_outputs(tmp_path):
 def test_lab_report_on_a_damaged_folder_is_one_error_line(tmp_path, damage):
     cal, out = _calibration(tmp_path), tmp_path / "report"
     _damage(damage, cal)
-    one_error_line(run(["lab", "report", cal, "-o", out]), DAMAGE[damage], out)
+    one_error_line(run("lab", "report", cal, "-o", out), DAMAGE[damage], out)
 
 
 # ---- pool paths, dataset folders ----------------------------------------------------------------
@@ -122,7 +107,7 @@ def test_a_mistyped_local_path_is_no_such_file_not_a_hub_id(tmp_path, monkeypatc
 def test_a_mistyped_pool_is_one_error_line_in_the_cli(tmp_path, tiny_llama, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").mkdir()
-    one_error_line(run(["score", "-m", tiny_llama, "-p", "data/pool200.jsonlx", "-o", tmp_path / "out"]),
+    one_error_line(run("score", "-m", tiny_llama, "-p", "data/pool200.jsonlx", "-o", tmp_path / "out"),
                    "no such file", tmp_path / "out")
 
 
@@ -268,7 +253,7 @@ def test_a_template_failing_on_some_pool_prompts_stops_score_in_one_line(tiny_qw
     pool = tmp_path / "pool.jsonl"
     pool.write_text("".join(json.dumps({"id": str(i), "problem": f"question {i}" + (f" {word}" if i == 3 else ""),
                                         "generations": ["a b", "c d"]}) + "\n" for i in range(5)))
-    one_error_line(run(["score", "-m", folder, "-p", pool, "-o", tmp_path / "out"]), "chat template", tmp_path / "out")
+    one_error_line(run("score", "-m", folder, "-p", pool, "-o", tmp_path / "out"), "chat template", tmp_path / "out")
 
 
 def test_a_template_failing_on_a_training_prompt_stops_the_export(tiny_qwen, tmp_path, monkeypatch):
@@ -281,7 +266,7 @@ def test_a_template_failing_on_a_training_prompt_stops_the_export(tiny_qwen, tmp
     (tmp_path / "rec").mkdir()
     (tmp_path / "rec" / "train.jsonl").write_text('{"prompt": "fine", "completion": "x"}\n{"prompt": "a LOOP", "completion": "y"}\n')
     Manifest(model={"spec": str(folder)}, dataset="train.jsonl").to_json(tmp_path / "rec" / "recommendation.json")
-    one_error_line(run(["train", tmp_path / "rec" / "recommendation.json", "--export", tmp_path / "export"]),
+    one_error_line(run("train", tmp_path / "rec" / "recommendation.json", "--export", tmp_path / "export"),
                    "chat template", tmp_path / "export")
 
 
@@ -310,7 +295,7 @@ def test_crafted_model_folders_are_one_error_line(tiny_llama, tmp_path, name):
     _craft(name, folder)
     pool = tmp_path / "pool.jsonl"
     pool.write_text('{"problem": "1+1?", "generations": ["2", "two"]}\n')
-    one_error_line(run(["score", "-m", folder, "-p", pool, "-o", tmp_path / "out"]), str(folder), tmp_path / "out")
+    one_error_line(run("score", "-m", folder, "-p", pool, "-o", tmp_path / "out"), str(folder), tmp_path / "out")
 
 
 # ---- select on score files of the wrong shape, and onto its own inputs -------------------------
@@ -321,9 +306,7 @@ def _scored(tmp_path, **fields):
     pool.write_text('{"id": "a", "problem": "1+1?", "generations": ["2", "two"]}\n')
     rows = [{"id": "a", "k": k, "n_tokens": 2, "n_scored": 2, "logprob_sum": -1.0 - k, "logprob_mean": -0.5 - k,
              "rank_mean": 2.0, "truncated": False, "logprob_local": -0.3, **fields} for k in range(2)]
-    scores = tmp_path / "scores.jsonl"
-    scores.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return pool, scores
+    return pool, write_jsonl(tmp_path / "scores.jsonl", rows)
 
 
 @pytest.mark.parametrize("score,fields,fragment", [
@@ -336,14 +319,14 @@ def _scored(tmp_path, **fields):
 def test_select_on_mistyped_ranking_fields_is_one_error_line(tmp_path, score, fields, fragment):
     pool, scores = _scored(tmp_path, **fields)
     out = tmp_path / "train.jsonl"
-    one_error_line(run(["select", "-p", pool, "-s", scores, "--score", score, "-o", out]), fragment, out)
+    one_error_line(run("select", "-p", pool, "-s", scores, "--score", score, "-o", out), fragment, out)
 
 
 def test_select_does_not_write_over_its_pool_or_scores(tmp_path):
     pool, scores = _scored(tmp_path)
     before = pool.read_text(), scores.read_text()
     for out in (pool, scores):
-        one_error_line(run(["select", "-p", pool, "-s", scores, "-o", out]), "is the input")
+        one_error_line(run("select", "-p", pool, "-s", scores, "-o", out), "is the input")
     assert (pool.read_text(), scores.read_text()) == before
     assert not (tmp_path / "pool.config.json").exists() and not (tmp_path / "scores.config.json").exists()
 
@@ -371,7 +354,7 @@ def test_seeds_numpy_and_torch_cannot_take_are_refused(tmp_path, seed):
     d["training"]["seed"] = seed
     path.write_text(json.dumps(d))
     for extra in (["--dry-run"], []):
-        one_error_line(run(["train", path, "-o", tmp_path / "run", *extra]), "training.seed", tmp_path / "run")
+        one_error_line(run("train", path, "-o", tmp_path / "run", *extra), "training.seed", tmp_path / "run")
 
 
 def test_an_advice_only_manifest_says_so(tmp_path):
@@ -379,7 +362,7 @@ def test_an_advice_only_manifest_says_so(tmp_path):
     path.write_text(json.dumps({"version": 1, "advice_only": True, "strategy": "high", "answer": "D_high",
                                 "probabilities": {"high": 0.8}, "dataset": None, "next": "rerun with --pool"}))
     for args in (["-o", tmp_path / "run"], ["--export", tmp_path / "run"]):
-        one_error_line(run(["train", path, *args]), "this manifest holds advice only (", tmp_path / "run")
+        one_error_line(run("train", path, *args), "this manifest holds advice only (", tmp_path / "run")
 
 
 @pytest.mark.parametrize("case,fragment", [
@@ -407,20 +390,20 @@ def test_dry_run_refuses_what_the_run_refuses(tmp_path, lab_home, case, fragment
         out.mkdir()
         (out / "config.json").write_text(json.dumps({"run_key": "0123456789abcdef"}))
     for extra in (["--dry-run"], []):
-        r = run(["train", path, "-o", out, *args, *extra])
+        r = run("train", path, "-o", out, *args, *extra)
         one_error_line(r, fragment)
         assert not (out / "eval.jsonl").exists()
 
 
 def test_max_steps_and_epochs_override_the_manifest(tmp_path, lab_home):
     path = _manifest(tmp_path / "rec", epochs=3)
-    r = run(["train", path, "-o", tmp_path / "dry", "--max-steps", "2", "--epochs", "2", "--dry-run"])
+    r = run("train", path, "-o", tmp_path / "dry", "--max-steps", "2", "--epochs", "2", "--dry-run")
     assert r.exit_code == 0 and "--epochs 2.0 --max-steps 2" in r.stderr, r.stderr
-    r = run(["train", path, "-o", tmp_path / "run", "--max-steps", "2", "--json"])
+    r = run("train", path, "-o", tmp_path / "run", "--max-steps", "2", "--json")
     assert r.exit_code == 0, r.stderr
     record = json.loads((tmp_path / "run" / "record.json").read_text())
     assert record["settings"]["max_steps"] == 2 and record["epochs"] == 3 and record["evals"][-1]["step"] == 2
-    r = run(["train", path, "-o", tmp_path / "run", "--max-steps", "3"])  # another run: its folder is not reused
+    r = run("train", path, "-o", tmp_path / "run", "--max-steps", "3")  # another run: its folder is not reused
     one_error_line(r, "holds a run of another manifest")
 
 

@@ -34,7 +34,7 @@ from capacity_advisor.models.loading import load_model  # noqa: E402
 from capacity_advisor.models import vllm as vllm_backend  # noqa: E402
 from capacity_advisor.models.vllm import VLLMBackend  # noqa: E402
 from capacity_advisor.models.vllm_engine import KV_ENV, on_cpu_build  # noqa: E402
-from conftest import CORPUS, addition_pool, build_tiny  # noqa: E402
+from helpers import CORPUS, addition_pool, build_tiny, one_error_line  # noqa: E402
 from test_scoring import PAIRS  # noqa: E402
 
 pytestmark = pytest.mark.vllm_engine
@@ -202,14 +202,6 @@ def score_args(model, pool, out, *extra):
             "--shard-size", SHARD, "--json", *extra]
 
 
-def one_error_line(r) -> str:
-    assert r.returncode == 2, (r.returncode, r.stderr[-3000:])
-    assert r.stdout == "" and "Traceback" not in r.stderr, r.stderr[-3000:]
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr[-3000:]
-    return lines[0]
-
-
 @pytest.fixture(scope="module")
 def reference(models, pool, tmp_path_factory):
     """One uninterrupted, single-process run: (its stdout and stderr, its scores.jsonl)."""
@@ -284,7 +276,8 @@ def test_unsupported_head_size_is_refused_before_the_engine_starts(tmp_path, sma
     if not on_cpu_build():
         pytest.skip("CPU attention")
     model = build_tiny(tmp_path / "h8", "llama", hidden=32)
-    line = one_error_line(advisor(*score_args(model, small_pool, tmp_path / "out"), home=tmp_path / "home"))
+    line = one_error_line(advisor(*score_args(model, small_pool, tmp_path / "out"), home=tmp_path / "home"),
+                          quiet=True)
     assert line.startswith("error: vLLM's CPU attention does not support head size 8 (this model's); it takes 32, 64")
     assert line.endswith("use --backend hf") and not (tmp_path / "out").exists()
 
@@ -297,7 +290,8 @@ def test_an_architecture_vllm_lacks_is_one_line(models, tmp_path, small_pool):
     config = json.loads((model / "config.json").read_text())
     config["architectures"] = ["NoSuchForCausalLM"]  # transformers loads it by model_type; vLLM goes by this
     (model / "config.json").write_text(json.dumps(config))
-    line = one_error_line(advisor(*score_args(model, small_pool, tmp_path / "out"), home=tmp_path / "home"))
+    line = one_error_line(advisor(*score_args(model, small_pool, tmp_path / "out"), home=tmp_path / "home"),
+                          quiet=True)
     assert line.startswith("error: vLLM does not support this model's architecture (NoSuchForCausalLM); use --backend hf")
 
 
@@ -306,7 +300,7 @@ def test_not_enough_memory_is_one_line(models, tmp_path, small_pool):
         pytest.skip("the CPU build's KV cache")
     r = advisor(*score_args(models["llama"], small_pool, tmp_path / "out"), home=tmp_path / "home",
                 env={KV_ENV: "100000"})  # 100,000 GiB of KV cache
-    line = one_error_line(r)
+    line = one_error_line(r, quiet=True)
     assert line.startswith("error: vLLM could not get the memory it needs (") and f"{KV_ENV} GiB" in line
     assert "(100000 GiB here)" in line and "--backend hf" in line and "vLLM's log: " in line
 
@@ -318,7 +312,8 @@ def test_damaged_weights_are_one_line_naming_the_failure(models, tmp_path, small
     shutil.copytree(models["llama"], model)
     weights = model / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:200])  # a download cut short
-    line = one_error_line(advisor(*score_args(model, small_pool, tmp_path / "out"), home=tmp_path / "home"))
+    line = one_error_line(advisor(*score_args(model, small_pool, tmp_path / "out"), home=tmp_path / "home"),
+                          quiet=True)
     assert line.startswith(f"error: vLLM's engine could not start on {model}: ")
     assert "use --backend hf to run without vLLM (vLLM's log: " in line
     name = re.match(r"error: vLLM's engine could not start on \S+: (\w+): ", line)

@@ -4,6 +4,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from helpers import read_jsonl, write_jsonl
 
 from capacity_advisor.advisor.cli.main import cli
 from capacity_advisor.advisor.compute import ComputeConfig, keep_problems, measure
@@ -28,7 +29,7 @@ class Budgeted:
 def pool(tmp_path):
     rows = [{"id": f"p{i}", "problem": f"problem {i}", "answer": str(i + 1), "generations": ["a", "b"]} for i in range(9)]
     path = tmp_path / "pool.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(path, rows)
     return path
 
 
@@ -36,7 +37,7 @@ def test_the_responsive_split_is_exactly_the_problems_that_flip(pool, tmp_path):
     p = read_pool(pool)
     rows = measure(Budgeted(), p, ComputeConfig(short=32, long=512), "math")
     assert {r["id"]: r["class"] for r in rows} == {f"p{i}": ("solved", "responsive", "unsolved")[i % 3] for i in range(9)}
-    (tmp_path / "compute.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(tmp_path / "compute.jsonl", rows)
     assert [q.id for q in keep_problems(p, tmp_path / "compute.jsonl", "responsive").problems] == ["p1", "p4", "p7"]
     assert len(keep_problems(p, tmp_path / "compute.jsonl", "all")) == 9
     with pytest.raises(InputError, match="--compute-budgets"):
@@ -51,7 +52,7 @@ def test_score_measures_and_select_composes_with_the_strategy(lab_home, tmp_path
     r = CliRunner().invoke(cli, ["score", "-m", "lab:xs", "-p", str(pool), "-o", str(tmp_path / "s"), "--score-length", 96,
                                  "--compute-budgets", "2,48", "--device", "cpu"])
     assert r.exit_code == 0, r.stderr
-    rows = [json.loads(x) for x in (tmp_path / "s" / "compute.jsonl").read_text().splitlines()]
+    rows = read_jsonl(tmp_path / "s" / "compute.jsonl")
     assert len(rows) == 30 and all(r["short_right"] == 0 for r in rows)  # 2 new tokens never reach ";A<n>"
     solved_long = {r["id"] for r in rows if r["long_right"]}
     assert {r["id"] for r in rows if r["class"] == "responsive"} == solved_long

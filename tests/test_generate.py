@@ -4,6 +4,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from helpers import read_jsonl
 
 import fake_vllm
 from capacity_advisor.advisor import generate as gen_mod
@@ -29,7 +30,7 @@ def test_lab_teacher_pool_reads_back_and_is_checked(lab_home, tmp_path):
                          n=3, temperature=1.0, max_new_tokens=40, shard_size=4, device="cpu")
     summary = generate_pool(cfg)
     assert summary["checker"] == "lab" and summary["problems"] == 10 and summary["generations"] == 30
-    rows = [json.loads(x) for x in (tmp_path / "pool.jsonl").read_text().splitlines()]
+    rows = read_jsonl(tmp_path / "pool.jsonl")
     assert [r["id"] for r in rows] == [p["id"] for p in problems]
     for r, p in zip(rows, problems):
         assert r["problem"] == p["problem"] and r["answer"] == p["answer"] and r["task"] == "modchain"

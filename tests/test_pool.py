@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from helpers import write_jsonl
 
 from capacity_advisor.advisor.pool import PoolOptions, read_pool
 from capacity_advisor.models.errors import InputError
@@ -15,7 +16,7 @@ PROBLEMS = [
 
 
 def _jsonl(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(path, rows)
     return path
 
 

@@ -49,7 +49,7 @@ def test_answers_on_handmade_strings():
 
 
 def _pool(tmp_path, n=24):
-    from conftest import addition_pool
+    from helpers import addition_pool
 
     path = addition_pool(tmp_path / "pool.jsonl", n, lambda a, b, i: [
         f"The answer is {a + b}.", f"Let us think step by step. {a} + {b} = {a + b}. The answer is {a + b}.",

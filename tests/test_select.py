@@ -1,8 +1,7 @@
 """Selection picks argmax / argmin per problem, and its exports read back as pools."""
 
-import json
-
 import pytest
+from helpers import write_jsonl
 
 from capacity_advisor.advisor.pool import PoolOptions, read_pool
 from capacity_advisor.advisor.select import SelectConfig, export, extremes, select
@@ -21,7 +20,7 @@ def pool_and_scores(tmp_path):
             scores[(f"q{i}", k)] = {"id": f"q{i}", "k": k, "n_tokens": 10 + k, "logprob_sum": val * (10 + k),
                                     "logprob_mean": val, "truncated": False}
     path = tmp_path / "pool.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_jsonl(path, rows)
     return read_pool(path), scores
 
 

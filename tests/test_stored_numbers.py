@@ -5,11 +5,10 @@ path that moves any score shows here, even when every other test still passes.
 To store new numbers after a deliberate change: ADVISOR_STORE_NUMBERS=1 pytest tests/test_stored_numbers.py
 """
 
-import json
 from pathlib import Path
 
 import pytest
-from conftest import stored_numbers
+from helpers import read_jsonl, stored_numbers, write_jsonl
 
 from capacity_advisor.advisor.pool import read_pool
 from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
@@ -28,13 +27,13 @@ POOL = [
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_tiny_model_scores_match_the_stored_numbers(tmp_path, arch):
-    from conftest import build_tiny
+    from helpers import build_tiny
 
     model = build_tiny(tmp_path / arch, arch, seed=7)
-    (tmp_path / "pool.jsonl").write_text("".join(json.dumps(r) + "\n" for r in POOL))
+    write_jsonl(tmp_path / "pool.jsonl", POOL)
     score_pool(read_pool(tmp_path / "pool.jsonl"), ScoreConfig(model, device="cpu", dtype="float32", max_length=32),
                tmp_path / "s")
-    rows = [json.loads(x) for x in (tmp_path / "s" / "scores.jsonl").read_text().splitlines()]
+    rows = read_jsonl(tmp_path / "s" / "scores.jsonl")
     got = {f"{r['id']}/{r['k']}": {k: r[k] for k in FIELDS} for r in rows}
     want = stored_numbers(STORED, arch, got)
     assert sorted(got) == sorted(want)

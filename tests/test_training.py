@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers import read_jsonl, write_jsonl
 
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.training import metrics
@@ -130,7 +131,7 @@ def check_run(run: Path, record: dict, steps_per_epoch: int = 4, epochs: int = 2
     assert set(record) == RECORD_KEYS
     assert json.loads((run / "record.json").read_text()) == record
     assert (run / "curve.png").stat().st_size < 200_000
-    rows = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]
+    rows = read_jsonl(run / "eval.jsonl")
     steps = [r["step"] for r in rows]
     expected = [0] + eval_schedule(steps_per_epoch, steps_per_epoch * epochs, 4)
     assert steps == expected  # base model + 4 per epoch, no duplicates
@@ -208,7 +209,7 @@ def test_killed_run_resumes_at_the_last_checkpoint(tmp_path, tiny_llama):
     run = tmp_path / "run"
     assert not (run / "record.json").exists() and not store.exists()
     # kept: the last checkpoint, and the best evaluation's (protected from rotation for best/)
-    rows = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]
+    rows = read_jsonl(run / "eval.jsonl")
     top = max((r for r in rows if r["step"] > 0), key=lambda r: (r["accuracy"], -r["step"]))
     assert sorted(p.name for p in run.glob("checkpoint-*")) == sorted({f"checkpoint-{top['step']}", "checkpoint-3"}
                                                                    | ({"checkpoint-2"} if top["step"] == 3 else set()))
@@ -286,7 +287,7 @@ def test_exports_for_trl_llamafactory_axolotl(tmp_path, tiny_qwen, tiny_llama):
     out = tmp_path / "export"
     r = CliRunner().invoke(train, [str(path), "--export", str(out)])
     assert r.exit_code == 0, r.output
-    rows = [json.loads(x) for x in (out / "train.jsonl").read_text().splitlines()]
+    rows = read_jsonl(out / "train.jsonl")
     assert len(rows) == 16 and set(rows[0]) == {"prompt", "completion"}
     chat = json.loads((out / "train_chat.jsonl").read_text().splitlines()[0])
     assert chat == {"prompt": [{"role": "user", "content": rows[0]["prompt"]}],
@@ -429,7 +430,7 @@ def test_curriculum_trains_high_rows_then_low_rows(tmp_path, tiny_llama, monkeyp
     from capacity_advisor.training.sft import run_sft
 
     path = make_manifest(tmp_path / "rec", tiny_llama, switch_epoch=1)
-    rows = [json.loads(x) for x in (tmp_path / "rec" / "train.jsonl").read_text().splitlines()]
+    rows = read_jsonl(tmp_path / "rec" / "train.jsonl")
     with open(tmp_path / "rec" / "train.jsonl", "w") as f:
         for r in rows:
             f.write(json.dumps({**r, "phase": "high"}) + "\n")
@@ -462,7 +463,7 @@ def test_rerank_rescores_with_the_checkpoint_and_swaps_the_rows(tmp_path, tiny_l
     cands = [{"id": str(i), "prompt": f"Question: what is 12 + {i}? Answer:",
               "responses": [f" {12 + i}.", f" Let us think step by step. \\boxed{{{12 + i}}}", f" It is {12 + i}, so \\boxed{{{12 + i}}}"]}
              for i in range(16)]
-    (folder / "candidates.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cands))
+    write_jsonl(folder / "candidates.jsonl", cands)
     m = Manifest(model={"spec": tiny_llama}, dataset="train.jsonl", strategy="low",
                  eval=EvalSpec(path="eval.jsonl", checker="math", max_new_tokens=8),
                  training=TrainingSpec(epochs=2, learning_rate=1e-3, batch_size=4, evals_per_epoch=1, save_total_limit=None,
@@ -475,7 +476,7 @@ def test_rerank_rescores_with_the_checkpoint_and_swaps_the_rows(tmp_path, tiny_l
             seen[int(state.epoch or 0)] = [dict(r) for r in train_dataloader.dataset.phases["all"]]
 
     record = run_sft(path, tmp_path / "run", records=str(tmp_path / "store.jsonl"), threads=1, callbacks=[Watch()])
-    chosen = [json.loads(x) for x in (tmp_path / "run" / "rerank" / "epoch-1.jsonl").read_text().splitlines()]
+    chosen = read_jsonl(tmp_path / "run" / "rerank" / "epoch-1.jsonl")
     assert len(chosen) == 16 and record["settings"]["rerank"]["epoch-1"]["problems"] == 16
     assert record["provenance"]["rerank_tokens"] > 0
     ckpt = load_model(str(tmp_path / "run" / "checkpoint-4"), device="cpu")  # the end of epoch 1 (16 rows / batch 4)
@@ -507,7 +508,7 @@ def test_measure_every_thins_the_scoring_measures_and_nothing_else(tmp_path, tin
         runs[every] = (run_key(m), run_sft(path, tmp_path / f"run{every}", records=str(tmp_path / "r.jsonl"), threads=1))
     (key1, _), (key4, _) = runs[1], runs[4]
     assert key1 != key4
-    rows = {every: [json.loads(x) for x in (tmp_path / f"run{every}" / "eval.jsonl").read_text().splitlines()]
+    rows = {every: read_jsonl(tmp_path / f"run{every}" / "eval.jsonl")
             for every in (1, 4)}
     full, thin = rows[1], rows[4]
     assert [e["step"] for e in full] == [e["step"] for e in thin] == list(range(9))

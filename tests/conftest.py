@@ -43,7 +43,7 @@ def pytest_collection_modifyitems(config, items):
             raise pytest.UsageError(f"{item.nodeid} uses a slow fixture: mark it @pytest.mark.slow")
 
 
-SLOW_FIXTURES = {"quick_teacher"}  # a lab teacher pretrained for the test (about a minute)
+SLOW_FIXTURES: set[str] = set()  # fixtures that take a minute or so: a test using one must be marked slow
 
 
 @pytest.fixture(scope="session")

@@ -11,10 +11,9 @@ import math
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from helpers import run
 from test_race import M, curve, race_manifest
 
-from capacity_advisor.advisor.cli.main import cli
 from capacity_advisor.advisor.predictor import Policy, Predictor
 from capacity_advisor.advisor.predictor.gate import CAP, Gate, choose_gate, gated_picks, judged_on_other_repeats
 from capacity_advisor.advisor.predictor.races import race, with_curves
@@ -24,10 +23,6 @@ from capacity_advisor.training.race import RaceRule, decide, gaining
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "advisor" / "predictor_data"
 ALWAYS_HIGH = Policy(margin=2.0)  # the policy's set is D_high wherever the gate stays shut
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
 def row(name: str, p_low: float, late_low: bool, budget: float = 2.0, seed: int = 0) -> tuple[dict, dict]:
@@ -136,7 +131,7 @@ SHUT = {"threshold": None, "headroom": None, "fraction": 0.5, "wait": None, "cap
 @pytest.fixture(scope="module")
 def planned(tmp_path_factory, lab_cache):
     """`advisor recommend` on lab:xs with a predictor whose gate opens on any probe."""
-    from conftest import advisor_home
+    from helpers import advisor_home
 
     root = tmp_path_factory.mktemp("planned")
     with advisor_home(lab_cache):
@@ -257,7 +252,7 @@ def test_a_race_launched_over_two_processes_decides_as_one_in_process(tmp_path, 
     """Each raced run's segments launched with torchrun over 2 CPU processes (gloo): the same
     comparisons, stop and winner as the race run in this process, the winner stored once."""
     path = race_manifest(tmp_path / "rec", tiny_llama)
-    common = ("--race", 1, "--threads", 1, "--max-steps", 2)
+    common = ("--race", 1, "--threads", 1, "--max-steps", 1)
     here = run("train", path, "--out", tmp_path / "here", *common, "--records", tmp_path / "a.jsonl", "--json")
     assert here.exit_code == 0, here.output
     launched = run("train", path, "--out", tmp_path / "launched", *common, "--nproc", 2, "--records",

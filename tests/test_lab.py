@@ -384,15 +384,13 @@ def test_quick_calibration_report(shared_home, tmp_path):
 # ---------------------------------------------------------------- the teacher
 
 
-@pytest.fixture(scope="module")
-def quick_teacher(tmp_path_factory):
-    """The lab teacher's recipe with a 40-step budget: a real model, built in seconds."""
-    from conftest import home_with
+@pytest.fixture
+def quick_teacher(tiny_teacher):
+    """The lab teacher's recipe at a tiny shape, 40 steps (tests/data/lab/): loaded, not pretrained
+    (tests/test_tiny_teacher.py checks that pretraining it gives the same weights)."""
+    return tiny_teacher
 
-    return home_with(tmp_path_factory, "teacher-home", "teacher@40")
 
-
-@pytest.mark.slow  # a lab teacher pretrained for the test (about a minute)
 def test_teacher_samples_checked_pools_deterministically(quick_teacher, tmp_path, monkeypatch):
     from capacity_advisor.advisor.generate import GenerateConfig, generate_pool
     from capacity_advisor.models.lab import write_pool
@@ -417,7 +415,6 @@ def test_teacher_samples_checked_pools_deterministically(quick_teacher, tmp_path
         assert len(row["generations"]) == 6
 
 
-@pytest.mark.slow  # a lab teacher pretrained for the test (about a minute)
 def test_teacher_view_is_the_teacher_models_own_nll(quick_teacher, monkeypatch):
     import torch
 

@@ -103,10 +103,18 @@ def choose_rule(rows: Sequence[dict], cut: float = PROXY_CUT) -> ProxyRule:
     best are ties, and a tie goes to the more cautious rule (the larger margin, then fewer proxies
     read)."""
     large = [r for r in rows if (r["n_params"] or 0) >= cut]
+    proxies, gaps = gaps_by_source(rows, cut), {}
+
+    def gap(r: dict, top: int | None) -> float | None:  # one per source, budget, ranking and top: not per margin
+        key = (r["source"], r["budget"], ranking_sum_of(r["score"]), top)
+        if key not in gaps:
+            gaps[key] = proxy_gap(proxies.get(r["source"], ()), r["budget"], key[2], top)
+        return gaps[key]
+
     scored = []
     for top, margin in product(TOPS, MARGINS):
         rule = ProxyRule(top, margin)
-        picks = rule_picks(rows, large, rule, cut)
+        picks = [(r, rule.choose(gap(r, top))) for r in large]
         scored.append((mean(regret(r, c) for r, c in picks) if picks else 0.0, rule))
     best = min(s for s, _ in scored)
     near = [r for s, r in scored if s <= best + NEAR_TIE]

@@ -106,12 +106,29 @@ def model_inputs(measured: dict, budget: float, score: str) -> dict:
     return {**measured, "budget": float(budget), "ranking_sum": ranking_sum(score)}
 
 
+ROW_COLUMNS = "_columns"  # a label row's inputs as `matrix` reads them, kept in the row (one fit reads a row many times)
+# (kept with the features dict they were read from: a row's `features` are never changed in place)
+
+
 def matrix(rows_or_inputs: Sequence[dict], features: Sequence[str]) -> np.ndarray:
     """The columns `features` of label rows (measured `features`, `budget`, `score`) or of dicts
-    already joined by `model_inputs`."""
-    feats = [inputs(model_inputs(r["features"], r["budget"], r["score"]) if "features" in r else r)
-             for r in rows_or_inputs]
-    return np.array([[_num(f.get(k)) for k in features] for f in feats], dtype=float).reshape(len(feats), len(features))
+    already joined by `model_inputs`. A label row's columns are computed once per feature set and
+    kept in the row: an ensemble's members and folds read the same rows again and again."""
+    key = tuple(features)
+    out = []
+    for r in rows_or_inputs:
+        if "features" not in r:  # inputs already joined by model_inputs: their contrasts derived here
+            f = inputs(r)
+            out.append([_num(f.get(k)) for k in key])
+            continue
+        kept = r.setdefault(ROW_COLUMNS, {})
+        made = kept.get(key)
+        # valid for these very features (a copy of the row with other features, {**row, ...}, recomputes)
+        if made is None or made[0] is not r["features"] or made[1] != (r["budget"], r["score"]):
+            f = inputs(model_inputs(r["features"], r["budget"], r["score"]))
+            made = kept[key] = (r["features"], (r["budget"], r["score"]), [_num(f.get(k)) for k in key])
+        out.append(made[2])
+    return np.array(out, dtype=float).reshape(len(out), len(key))
 
 
 # ---- records ------------------------------------------------------------------------------------

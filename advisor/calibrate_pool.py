@@ -5,13 +5,14 @@
     advisor fit --records calibration/records.jsonl --records runs/cal/records.jsonl --out runs/pred
     advisor recommend --model ./qwen2.5-7b --pool openr1.parquet --budget 3 --predictor runs/pred --out runs/rec
 
-The lab sweep (`--sizes`) calibrates on the lab's own pools; this calibrates on the user's. A fixed
-set of `n_eval` problems with reference answers is held out of the pool (the same for every run:
-the paper's protocol); on the rest, for each proxy and seed, the student scores every candidate,
-D_high / D_low / D_mixed are selected, the probe `advisor recommend` runs measures the inputs (its
-recipe: the predictor's, at the proxy's kind), and a full SFT of `epochs` epochs on each set is run
-from a manifest exactly as `advisor train` runs it (in process, or launched over `nproc`
-processes), evaluated `evals_per_epoch` times per epoch on the held-out problems. Each run's
+The lab sweep (`advisor lab calibrate`) calibrates on the lab's own pools; this calibrates on the
+user's, through the same protocol (`advisor.calibration`). A fixed set of `n_eval` problems with
+reference answers is held out of the pool (the same for every run: the paper's protocol); on the
+rest, for each proxy and seed, the student scores every candidate, D_high / D_low / D_mixed are
+selected, the probe `advisor recommend` runs measures the inputs (its recipe: the predictor's, at
+the proxy's kind), and a full SFT of `epochs` epochs on each set is run from a manifest exactly as
+`advisor train` runs it (in process, or launched over `nproc` processes), evaluated
+`evals_per_epoch` times per epoch on the held-out problems. Each run's
 RunRecord, with the probe's inputs and the pool's content hash, is a line of OUT/records.jsonl
 for `advisor fit --records ... --records OUT/records.jsonl`, which marks the pool as the user's
 own; `advisor recommend` on the same pool then knows it was calibrated there.
@@ -22,24 +23,22 @@ continue from their last checkpoint), and a folder made from other inputs is ref
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from capacity_advisor.advisor.calibrate_cost import DECODE_MFU, MAX_TFLOPS, PEAK_TFLOPS, TRAIN_MFU, gpu_cost
+from capacity_advisor.advisor.calibration import EVAL_SEED, Calibration, Run, Unit, UnitPool, collect, run_unit
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, stable_hash, versions, write_json, write_jsonl
 from capacity_advisor.models.numbers import number
-from capacity_advisor.training.manifest import SETS, schedule_of
+from capacity_advisor.training.manifest import SETS
 from capacity_advisor.models.metrics import CHECKER_DEFAULT
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 
-EVAL_SEED = 10_000  # the held-out problems: one draw, the same for every proxy, seed and run
 MAX_STUDENTS = 16
 
 
@@ -217,8 +216,8 @@ def cost(cfg: PoolCalibrateConfig, plan: Plan, measure: bool = False, log=None) 
 
 
 def run_pool_calibration(cfg: PoolCalibrateConfig, log=print, dry_run: bool = False) -> dict:
-    """Check everything, then (unless `dry_run`) run or resume every proxy's probe and full runs;
-    returns the plan's cost and, when run, the records' path."""
+    """Check everything, then (unless `dry_run`) run or resume every proxy's probe and full runs
+    through the calibration protocol; returns the plan's cost and, when run, the records' path."""
     plan = make_plan(cfg, run=not dry_run)
     for p in [s["plan"] for s in plan.students] + ([plan.target["plan"]] if plan.target else []):
         if p.build_note:
@@ -232,103 +231,22 @@ def run_pool_calibration(cfg: PoolCalibrateConfig, log=print, dry_run: bool = Fa
                                      "versions": versions()})
     write_jsonl(out / "eval.jsonl", [{"prompt": plan.pool.get(i).prompt, "answer": plan.pool.get(i).answer,
                                       "task": plan.pool.get(i).task} for i in plan.eval_ids])
-    for s in plan.students:
-        for seed in cfg.seeds:
-            log(run_unit(cfg, plan, s, seed))
-    records = collect(cfg, plan)
+    cal = Calibration("calibrate-pool", float(cfg.epochs), cfg.evals_per_epoch, cfg.device, cfg.dtype, cfg.nproc,
+                      cfg.launcher)
+    units = pool_units(cfg, plan)
+    for unit in units:
+        log(run_unit(unit, cal))
+    records = collect(units, cal.source)
     write_jsonl(out / "records.jsonl", records)
     return {"records": len(records), "path": str(out / "records.jsonl"), "seconds": round(time.time() - t0, 1), "cost": c}
 
 
-def unit_dir(cfg: PoolCalibrateConfig, student: dict, seed: int) -> Path:
-    return Path(cfg.out) / "units" / f"{student['name'].replace('/', '--')}-s{seed}"
-
-
-def run_unit(cfg: PoolCalibrateConfig, plan: Plan, student: dict, seed: int) -> str:
-    """Score, select, probe and train one proxy on one seed (resumable); a one-line summary."""
-    from capacity_advisor.advisor.probe import probe_pool
-    from capacity_advisor.models.loading import load_model
-
-    t0 = time.time()
-    folder = unit_dir(cfg, student, seed)
-    p = student["plan"]
-    pcfg = p.probe_config(learning_rate=student["learning_rate"], seed=seed, device=cfg.device, dtype=cfg.dtype)
-    lm = load_model(student["spec"], device=cfg.device, dtype=cfg.dtype)
-    stage = probe_pool(student["spec"], plan.train, pcfg, lm, folder / "score", folder / "probe", checker=plan.checker,
-                       max_length=p.recipe.score_length)
-    for option in SETS:
-        train_option(cfg, plan, student, seed, option, stage, lm, folder)
-    return f"{student['name']} seed {seed}: done [{time.time() - t0:.0f}s]"
-
-
-def train_option(cfg: PoolCalibrateConfig, plan: Plan, student: dict, seed: int, option: str, stage, lm,
-                 folder: Path) -> Path:
-    """One full run of a proxy on one set, as `advisor train` runs its manifest (skipped when
-    finished; launched over --nproc processes when asked)."""
-    import io
-    import os
-    import shutil
-
-    from capacity_advisor.advisor.select import SelectConfig, export, select
-    from capacity_advisor.probes.recipe import full_run_manifest
-    from capacity_advisor.training.sft import run_sft
-
-    run_dir = folder / option
-    if (run_dir / "record.json").exists():
-        return run_dir
-    r = student["plan"].recipe
-    sel = select(plan.train, stage.scores, SelectConfig(strategy=option, mix=schedule_of(option)[1], seed=seed))
-    export(sel, folder / "data" / f"{option}.jsonl", "trl")
-    m = full_run_manifest(
-        r, epochs=float(cfg.epochs), learning_rate=student["learning_rate"], seed=seed,
-        eval={"path": os.path.relpath(Path(cfg.out) / "eval.jsonl", folder), "checker": plan.checker, "limit": None,
-              "base_drift": True},
-        training={"evals_per_epoch": cfg.evals_per_epoch, "save_total_limit": 1},
-        model={**{k: v for k, v in lm.description.items() if k != "path"}, "spec": student["spec"]},
-        dataset=f"data/{option}.jsonl", strategy=option, mix=schedule_of(option)[1],
-        features=finite(stage.report["features"]),
-        pool={"task": cfg.task or plan.fingerprint, "source": Path(cfg.pool).name, "score": "sum",
-              "fingerprint": plan.fingerprint, "teacher": cfg.teacher},
-        base_dir=str(folder),
-    )
-    manifest = folder / f"{option}.manifest.json"
-    m.to_json(manifest)
-    if cfg.nproc > 1:
-        import torch
-
-        from capacity_advisor.training.launch import launch_command
-
-        cmd = launch_command(str(manifest), str(run_dir), cfg.nproc, cfg.launcher, cuda=torch.cuda.is_available(),
-                             device=cfg.device, dtype=cfg.dtype)
-        if subprocess.run(cmd).returncode != 0:
-            raise InputError(f"the full run of {student['name']} on D_{option} (seed {seed}) failed: see its output "
-                             f"above; rerun the same command to resume it")
-    else:
-        run_sft(m, run_dir, device=cfg.device, dtype=cfg.dtype, lm=lm, store=False, stream=io.StringIO())
-    for ckpt in run_dir.glob("checkpoint-*"):  # the weights are not needed once the record is written
-        shutil.rmtree(ckpt, ignore_errors=True)
-    return run_dir
-
-
-def collect(cfg: PoolCalibrateConfig, plan: Plan) -> list[dict]:
-    """Every finished run's RunRecord, without machine paths, with the probe recipe and seed it
-    was measured with (what `advisor fit` reads to tell recommend how to probe)."""
-    records = []
-    for s in plan.students:
-        for seed in cfg.seeds:
-            for option in SETS:
-                path = unit_dir(cfg, s, seed) / option / "record.json"
-                if not path.exists():
-                    continue
-                rec = json.loads(path.read_text())
-                rec["model"] = {**{k: v for k, v in rec["model"].items() if k != "path"}, "spec": s["name"]}
-                settings = dict(rec.get("settings") or {})
-                settings.pop("device", None)
-                settings["seed"] = seed
-                settings["probe"] = s["plan"].recipe.as_dict()
-                rec["settings"] = settings
-                rec["source"] = "calibrate-pool"
-                prov = dict(rec.get("provenance") or {})
-                rec["provenance"] = {k: v for k, v in prov.items() if k not in ("manifest", "final_checkpoint")}
-                records.append(finite(rec))
-    return records
+def pool_units(cfg: PoolCalibrateConfig, plan: Plan) -> list[Unit]:
+    """Each proxy at each seed on the pool less its held-out problems, ranked by the summed
+    log-probability, with the learning rate and recipe the plan chose for it."""
+    pool = UnitPool(Path(cfg.pool), Path(cfg.out) / "eval.jsonl", plan.checker, cfg.task or plan.fingerprint, cfg.teacher,
+                    problems=plan.train, fingerprint=plan.fingerprint)
+    return [Unit(s["spec"], s["name"], s["plan"].recipe, s["learning_rate"], pool, seed, "sum",
+                 Path(cfg.out) / "units" / f"{s['name'].replace('/', '--')}-s{seed}", tuple(Run(o, o) for o in SETS),
+                 f"{s['name']} seed {seed}")
+            for s in plan.students for seed in cfg.seeds]

@@ -6,10 +6,10 @@
 Tables: docs/lab/options/results.md and docs/results.md section 7 (`--calibration runs/cal-teacher
 --out runs/lab-options --sizes xs,s,m,l,xl,xxl`).
 
-CAL is a finished `advisor calibrate` folder (its pools, and per unit the base student's probe
+CAL is a finished `advisor lab calibrate` folder (its pools, and per unit the base student's probe
 and the high / low / mixed runs). For each named student of one task and seed, every option
 below is one more full run with the calibration's settings (same epochs, rate, batch, held-out
-set, evaluations), through the same `train_option` the sweep uses:
+set, evaluations), through the same `advisor.calibration.full_run` the sweep uses:
 
 - schedules: D_mixed with 25 % and 75 % low responses, and a curriculum (D_high, then D_low from
   epoch E);
@@ -45,9 +45,13 @@ LOCAL_WINDOW = 8
 
 
 def run_size(cal: Path, out: Path, task: str, size: str, seed: int, short: int, long: int, log) -> None:
+    from dataclasses import replace
+
     import torch
+
+    from capacity_advisor.advisor.calibration import Run, full_run
     from capacity_advisor.advisor.compute import ComputeConfig, keep_problems, measure
-    from capacity_advisor.advisor.lab.calibrate import train_option
+    from capacity_advisor.advisor.lab.calibrate import lab_calibration, lab_unit
     from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit
     from capacity_advisor.advisor.pool import read_pool
     from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
@@ -62,13 +66,13 @@ def run_size(cal: Path, out: Path, task: str, size: str, seed: int, short: int, 
     base = unit.folder(cal)
     probe = base / "probe" / "probe.json"
     if not probe.exists():
-        raise SystemExit(f"error: {probe} is missing: run `advisor calibrate` for {task} {size} seed {seed} first")
+        raise SystemExit(f"error: {probe} is missing: run `advisor lab calibrate` for {task} {size} seed {seed} first")
     folder = out / task / "sum" / unit.name
     folder.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     lm = load_model(f"lab:{size}", device="cpu", dtype="float32")
-    pool_path, eval_path = cal / task / "pools" / f"s{seed}.jsonl", cal / task / "pools" / "eval.jsonl"
-    pool = read_pool(pool_path)
+    spec = replace(lab_unit(cfg, unit), folder=folder)  # the unit's student, pool and held-out set; its runs go here
+    pool = read_pool(spec.pool.path)
     if not (folder / "score" / "scores.jsonl").exists():
         score_pool(pool, ScoreConfig(model=f"lab:{size}", device="cpu", dtype="float32", max_length=96, token_budget=8192,
                                      local_window=LOCAL_WINDOW), out_dir=folder / "score", lm=lm)
@@ -93,8 +97,8 @@ def run_size(cal: Path, out: Path, task: str, size: str, seed: int, short: int, 
         if (folder / name / "record.json").exists():
             continue
         t1 = time.time()
-        train_option(cfg, unit, option, lm, p, pool_path, scores, eval_path, features, folder, name=name, score=score,
-                     rerank=rerank)
+        full_run(spec, lab_calibration(cfg), Run(name, option, ranking=score, rerank=rerank), lm, p, scores, features,
+                 p.fingerprint())
         log(f"{task} {size}-s{seed} {name}: [{time.time() - t1:.0f}s]")
     log(f"{task} {size}-s{seed}: all options done [{time.time() - t0:.0f}s]")
 
@@ -193,7 +197,7 @@ def summary(results: dict) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calibration", type=Path, required=True, help="a finished `advisor calibrate` folder")
+    ap.add_argument("--calibration", type=Path, required=True, help="a finished `advisor lab calibrate` folder")
     ap.add_argument("--out", type=Path, default=Path("lab-options"))
     ap.add_argument("--task", default="modchain")
     ap.add_argument("--sizes", default="xs,m,xl")

@@ -7,7 +7,7 @@ scoring, checkpoints — measured side by side in one process.
 Tables: docs/lab.md, "Where a source's time goes" (its lines are docs/lab/run-profile.jsonl and
 docs/lab/run-profile-measure4.jsonl, read by experiments.source_time).
 
-UNIT_FOLDER is a unit of an `advisor calibrate --out` sweep folder (it holds OPTION.manifest.json,
+UNIT_FOLDER is a unit of an `advisor lab calibrate --out` sweep folder (it holds OPTION.manifest.json,
 data/OPTION.jsonl and the pools the manifest names), e.g.
 runs/sources/modchain-teacher-xl-t1/modchain/sum/xxl-s0. Its runs of `--options` are trained
 again into a temporary folder from their manifests, one after another in one process, exactly as
@@ -172,7 +172,7 @@ def main() -> int:
     missing = [o for o in options if not (args.unit / f"{o}.manifest.json").is_file()]
     if missing or not options:
         print(f"error: {args.unit} has no {', '.join(missing) or '(none)'}.manifest.json: name a unit folder of an "
-              "`advisor calibrate` sweep and runs it holds (high, low, mixed, ...)", file=sys.stderr)
+              "`advisor lab calibrate` sweep and runs it holds (high, low, mixed, ...)", file=sys.stderr)
         return 2
     if args.measure_every is not None and (args.measure_every < 1 or args.compare):
         print("error: --measure-every takes a whole number from 1, and not with --compare (one comparison per call)",

@@ -30,7 +30,7 @@ USAGE = [
     (["recommend", "-m", "m", "-b", "2", "-o", "OUT", "--probe-max-length", "5"], "use --train-length"),
     (["score", "-m", "m", "-p", "p", "-o", "OUT", "--max-length", "5"], "`advisor score`: use --score-length"),
     (["train"], "Missing argument 'MANIFEST'"),
-    (["calibrate", "--epochs", "x"], "'x' is not a valid integer"),
+    (["lab", "calibrate", "--epochs", "x"], "'x' is not a valid integer"),
     (["fit", "-r", "POOL", "-o", "OUT", "--jobs", "0"], "Invalid value for '--jobs'"),
     (["fit", "-r", "POOL", "-o", "OUT", "--tie-margin", "nan"], "'nan' is not a finite number"),
     (["fit", "-r", "POOL", "-o", "OUT", "--tie-margin", "2"], "2 is not from 0 to 1"),

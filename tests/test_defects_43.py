@@ -175,7 +175,7 @@ def test_6_measure_every_below_one_is_refused_with_quick_too(tmp_path, capsys, m
     out = tmp_path / "cal"
     for every in ("0", "-1"):
         for quick in ([], ["--quick"]):
-            code, _, err = advisor(capsys, "calibrate", *quick, "--measure-every", every, "--out", out)
+            code, _, err = advisor(capsys, "lab", "calibrate", *quick, "--measure-every", every, "--out", out)
             one_error_line(code, err, f"--measure-every {every} must be at least 1", out)
 
 

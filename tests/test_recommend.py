@@ -31,7 +31,7 @@ def lab_pool_file(lab_home, tmp_path):
 
 @pytest.mark.slow
 def test_quick_calibration_writes_records_and_resumes(lab_home, tmp_path):
-    r = run("calibrate", "--quick", "--out", tmp_path / "cal", "--json")
+    r = run("lab", "calibrate", "--quick", "--out", tmp_path / "cal", "--json")
     assert r.exit_code == 0, r.stderr
     records = read_jsonl(tmp_path / "cal" / "records.jsonl")
     assert [x["strategy"] for x in records] == ["high", "low", "mixed"]
@@ -49,7 +49,7 @@ def test_quick_calibration_writes_records_and_resumes(lab_home, tmp_path):
     text = (tmp_path / "cal" / "records.jsonl").read_text()
     assert str(tmp_path) not in text and "NaN" not in text
     stamp = {p: p.stat().st_mtime_ns for p in (tmp_path / "cal").rglob("record.json")}
-    again = run("calibrate", "--quick", "--out", tmp_path / "cal", "--json")
+    again = run("lab", "calibrate", "--quick", "--out", tmp_path / "cal", "--json")
     assert again.exit_code == 0 and {p: p.stat().st_mtime_ns for p in stamp} == stamp  # nothing recomputed
 
     # one trainer: `advisor train` on a calibration run's own manifest reproduces its losses and evaluations

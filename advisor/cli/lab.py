@@ -4,6 +4,7 @@ calibration sweep, and the pipeline that makes the committed calibration and the
     advisor lab list
     advisor lab build --sizes xs,s
     advisor lab pool --task modchain --n 200 --out pool.jsonl
+    advisor lab calibrate --out calibration --jobs 2
     advisor lab report calibration/teacher
     advisor lab sweep --work runs/sources --publish calibration/lab2 --jobs 2
     advisor lab publish runs/cal-teacher calibration/teacher
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import click
 
+from capacity_advisor.advisor.cli.calibrate import lab_calibrate
 from capacity_advisor.advisor.cli.options import field_option, json_option, seed_option, take
 from capacity_advisor.advisor.lab.replay import ReplayJob
 from capacity_advisor.models.errors import InputError
@@ -81,6 +83,9 @@ def _sizes(text: str | None, teacher: bool = False) -> list[str]:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def lab():
     """The embedded lab: synthetic tasks, a programmatic teacher, a ladder of small students."""
+
+
+lab.add_command(lab_calibrate)
 
 
 @lab.command("list")

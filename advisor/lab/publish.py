@@ -3,7 +3,7 @@
     advisor lab publish runs/cal-teacher calibration/teacher
     advisor lab report calibration/teacher --out docs/lab/teacher
 
-SWEEP is an `advisor calibrate --out` folder. DEST receives the layout of `advisor.lab.published`:
+SWEEP is an `advisor lab calibrate --out` folder. DEST receives the layout of `advisor.lab.published`:
 the sweep's settings without its folder; every finished run's record, made portable the way the
 sweep's records.jsonl is (the runs of --budget-runs apart); every finished run's evaluations; and
 every unit's probe report, whose curves keep each held-out problem's result (what `advisor lab
@@ -45,7 +45,7 @@ def check_publish(sweep: Path, dest: Path) -> CalibrateConfig:
     refuse_overwrite([sweep], [dest], "DEST")
     if not finished_runs(sweep):
         raise InputError(f"{sweep} holds no finished runs (RUN/record.json and RUN/eval.jsonl): let "
-                         f"`advisor calibrate --out {sweep}` finish a unit first")
+                         f"`advisor lab calibrate --out {sweep}` finish a unit first")
     return cfg
 
 

@@ -9,7 +9,7 @@
 
 Each file is JSONL compressed with xz (`xzcat` reads it), its lines in path order, so that
 publishing the same sweep twice writes the same bytes. The readers below take a sweep folder
-(`advisor calibrate --out`: records.jsonl, TASK/RANKING/UNIT/RUN/eval.jsonl,
+(`advisor lab calibrate --out`: records.jsonl, TASK/RANKING/UNIT/RUN/eval.jsonl,
 TASK/RANKING/UNIT/probe/probe.json) as well, so an analysis reads a sweep in progress and a
 published one alike. A folder is a file a user may be handed: a damaged file or line is one
 InputError naming it.
@@ -88,7 +88,7 @@ def records(folder: str | Path, budget: bool = False) -> list[dict]:
         return read_records(plain) if plain.is_file() else []
     if not plain.is_file():
         raise InputError(f"{folder} holds no records ({RECORDS} or records.jsonl): name a folder published by "
-                         "`advisor lab publish` or written by `advisor calibrate --out`")
+                         "`advisor lab publish` or written by `advisor lab calibrate --out`")
     return read_records(plain)
 
 

@@ -62,7 +62,7 @@ def load_calibration(folders) -> tuple[list[tuple[Key, dict]], dict[Key, dict]]:
             u = rec.get("unit")
             if not isinstance(u, dict):
                 raise InputError(f"{folder}: a record names no calibration unit (run {rec.get('run_id')!r}): name "
-                                 "folders of `advisor calibrate` or `advisor lab publish`")
+                                 "folders of `advisor lab calibrate` or `advisor lab publish`")
             unit = Unit(u["task"], u["score"], u["size"], u["seed"], u.get("build", 0))
             key = (str(folder), unit.task, unit.score, unit.size, unit.seed, unit.build)
             records.append((key, rec))

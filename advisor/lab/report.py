@@ -2,7 +2,7 @@
 
     advisor lab report calibration --out docs/lab           # results.json, curves.png, results.md
 
-From the full runs of `advisor calibrate` (one folder per task, ranking, student and seed), per
+From the full runs of `advisor lab calibrate` (one folder per task, ranking, student and seed), per
 student, strategy and checkpoint: pass@1 (mean and spread over seeds), the teacher view (the lab
 teacher's NLL per token of the student's generations: lower is closer to the teacher), repetition
 and the held-out teacher NLL. And per student a summary: who leads in the first epoch, who at the
@@ -109,10 +109,10 @@ def _show(v) -> str:
 def aggregate(cal: str | Path) -> dict:
     cal = Path(cal)
     if not cal.is_dir():
-        raise InputError(f"calibration folder {cal} does not exist: pass the --out folder of `advisor calibrate`")
+        raise InputError(f"calibration folder {cal} does not exist: pass the --out folder of `advisor lab calibrate`")
     runs = _runs(cal)
     if not runs:
-        raise InputError(f"{cal} holds no finished calibration runs: run `advisor calibrate --out {cal}` first")
+        raise InputError(f"{cal} holds no finished calibration runs: run `advisor lab calibrate --out {cal}` first")
     from capacity_advisor.models.lab import LADDER, n_params
     from capacity_advisor.models.lab.ladder import shape
 

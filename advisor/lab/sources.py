@@ -1,4 +1,4 @@
-"""`advisor lab sweep`: the lab's pool-source sweep, one `advisor calibrate` per pool source.
+"""`advisor lab sweep`: the lab's pool-source sweep, one `advisor lab calibrate` per pool source.
 
     advisor lab sweep --list                                   # the sources, in the order they run
     advisor lab sweep --work runs/sources --publish calibration/lab2 --jobs 2

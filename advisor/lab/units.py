@@ -1,4 +1,4 @@
-"""What a lab sweep runs: its settings (`CalibrateConfig`, the flags of `advisor calibrate`), its
+"""What a lab sweep runs: its settings (`CalibrateConfig`, the flags of `advisor lab calibrate`), its
 units (one student build, seed, task and ranking each) and the run folders a finished unit holds.
 `advisor.lab.calibrate` runs them."""
 
@@ -113,7 +113,7 @@ class CalibrateConfig:
         """The settings a sweep folder was run with (its config.json), with `out` that folder."""
         path = Path(out) / "config.json"
         if not path.is_file():
-            raise InputError(f"{out} has no config.json: name a folder written by `advisor calibrate --out`")
+            raise InputError(f"{out} has no config.json: name a folder written by `advisor lab calibrate --out`")
         settings = json.loads(path.read_text())["settings"]
         kw = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items() if k in cls.__dataclass_fields__}
         return cls(**{**kw, "out": str(out)})
@@ -184,7 +184,13 @@ def budget_run_name(option: str, budget: float) -> str:
     return f"{option}-e{budget:g}"
 
 
+def unit_runs(cfg: CalibrateConfig, unit: Unit) -> list[tuple[str, str, float | None]]:
+    """(run folder, option, epochs) of every full run a unit trains: one per option at the sweep's
+    budget, then, on the first seed, each set at every budget of --budget-runs (None: the sweep's epochs)."""
+    extra = [(budget_run_name(o, b), o, b) for b in cfg.budget_runs for o in SETS] if unit.seed == min(cfg.seeds) else []
+    return [*((o, o, None) for o in cfg.options), *extra]
+
+
 def run_names(cfg: CalibrateConfig, unit: Unit) -> list[str]:
     """The run folders a unit holds when finished: one per option, and its budget runs."""
-    extra = [budget_run_name(o, b) for b in cfg.budget_runs for o in SETS] if unit.seed == min(cfg.seeds) else []
-    return [*cfg.options, *extra]
+    return [name for name, _, _ in unit_runs(cfg, unit)]

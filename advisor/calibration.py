@@ -1,0 +1,238 @@
+"""The calibration protocol, written once: a unit — one student on one pool at one seed under one
+ranking — is scored, probed and trained on each set, and its runs' RunRecords are collected for
+`advisor fit`.
+
+    advisor calibrate --students ./qwen2.5-0.5b,./qwen2.5-1.5b --pool openr1.parquet --out runs/cal   # your pool
+    advisor lab calibrate --out calibration --jobs 2                                                # the lab sweep
+
+Two callers make the units: `advisor.calibrate_pool` (the user's pool and proxy students, the
+full runs' held-out problems drawn once with `EVAL_SEED`) and `advisor.lab.calibrate` (the lab
+teacher's pools and the ladder's students). For each unit, `run_unit`:
+
+1. scores every candidate under the student and probes it through `advisor.probe.probe_pool`, the
+   path `advisor probe` and `advisor recommend` take, with the student's recipe and learning rate;
+2. selects each run's set and trains it from a manifest (`probes.recipe.full_run_manifest`) through
+   `training.run_manifest`, the call behind `advisor train`: in this process from the loaded
+   student, or launched over `nproc` processes. A run's checkpoints go once its record is written.
+
+Everything resumes: scores are cached, a finished probe or run is kept, and an unfinished run
+continues from its last checkpoint. `collect` makes the finished runs' records portable (no
+machine path) and says which probe recipe their features were measured with.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from capacity_advisor.advisor.pool import Pool
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import finite, write_jsonl
+from capacity_advisor.probes.recipe import ProbeRecipe
+from capacity_advisor.training.manifest import schedule_of
+
+EVAL_SEED = 10_000  # the full runs' held-out problems: one draw, the same for every student, seed and run
+
+
+@dataclass(frozen=True)
+class Run:
+    """One full run of a unit: its folder, the option (set or schedule) it trains, its budget."""
+
+    name: str
+    option: str
+    epochs: float | None = None  # None: the calibration's
+    ranking: str | None = None  # the ranking its set is selected by (None: the unit's)
+    rerank: dict | None = None  # a training.rerank spec; the candidates it re-chooses from are written beside the set
+
+
+@dataclass(frozen=True)
+class UnitPool:
+    """The problems a unit ranks, probes and trains on, the held-out set its runs are judged on, and
+    what its manifests and records say of the pool."""
+
+    path: Path  # the pool file (records name it by its file name)
+    eval_path: Path  # the held-out problems (JSONL of prompt, answer, task), never trained on
+    checker: str
+    task: str  # the pool source's name in the records
+    teacher: str  # what wrote the candidates
+    temperature: float | None = None  # the teacher's sampling temperature, where the lab sampled it
+    problems: Pool | None = None  # None: read from `path` when the unit runs (the lab's pools, one per unit)
+    fingerprint: str | None = None  # the pool's content hash (None: the problems')
+
+    def read(self) -> tuple[Pool, str]:
+        """The problems, and the content hash the records know the pool by."""
+        from capacity_advisor.advisor.pool import read_pool
+
+        problems = self.problems if self.problems is not None else read_pool(self.path)
+        return problems, self.fingerprint or problems.fingerprint()
+
+    def about(self, ranking: str, fingerprint: str) -> dict:
+        """The manifests' (and so the records') `pool`."""
+        return {"task": self.task, "source": self.path.name, "score": ranking, "fingerprint": fingerprint,
+                "teacher": self.teacher, **({} if self.temperature is None else {"temperature": self.temperature})}
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One student on one pool at one seed under one ranking: a probe, then the full runs `runs`."""
+
+    student: str  # what loads it: a model folder, a hub id, lab:NAME
+    name: str  # how its records name it (no machine path)
+    recipe: ProbeRecipe  # its probe, and the lengths, batch and new tokens of its full runs
+    learning_rate: float  # its probe's and its full runs'
+    pool: UnitPool
+    seed: int  # the probe's held-out slice and data order, the mixed set, the full runs' data order
+    ranking: str
+    folder: Path
+    runs: tuple[Run, ...]
+    label: str  # how the log names it
+    record: dict | None = None  # the `unit` its records carry (the lab's: task, ranking, size, seed, teacher, ...)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What every unit of one calibration shares: the full runs' budget and evaluations, where they
+    run, and the source its records name."""
+
+    source: str  # the records' `source`: "calibrate" (the lab sweep), "calibrate-pool" (the user's pool)
+    epochs: float  # kept as given: the manifests, and so the run keys, state it so
+    evals_per_epoch: int = 4
+    device: str = "auto"
+    dtype: str = "auto"
+    nproc: int = 1  # processes per full run; > 1 launches it (as `advisor train --nproc`)
+    launcher: str = "torchrun"
+    probe: dict = field(default_factory=dict)  # the probe's run settings beyond the recipe (teacher, per_problem)
+    eval: dict = field(default_factory=dict)  # the full runs' EvalSpec beyond the held-out set (teacher, view_limit, ...)
+    model_path: bool = False  # the manifests' model keeps the loaded folder's path (the lab's run keys were made so)
+
+
+def run_unit(unit: Unit, cal: Calibration, lm=None) -> str:
+    """Score, probe and train one unit (resumable); a one-line summary. `lm`: the student already loaded."""
+    from capacity_advisor.models.loading import load_model
+
+    t0 = time.time()
+    lm = lm or load_model(unit.student, device=cal.device, dtype=cal.dtype)
+    problems, fingerprint = unit.pool.read()
+    scores, features = measure(unit, cal, lm, problems)
+    for run in unit.runs:
+        full_run(unit, cal, run, lm, problems, scores, features, fingerprint)
+    return f"{unit.label}: done [{time.time() - t0:.0f}s]"
+
+
+def measure(unit: Unit, cal: Calibration, lm, problems: Pool) -> tuple[dict, dict]:
+    """The unit's scores and its probe's features, through `probe_pool`; a probe already finished
+    (its probe.json) is read, not run again."""
+    from capacity_advisor.advisor.probe import probe_pool
+    from capacity_advisor.advisor.select import load_scores
+    from capacity_advisor.probes.run import ProbeConfig
+
+    cfg = ProbeConfig.from_recipe(unit.recipe, learning_rate=unit.learning_rate, seed=unit.seed, device=cal.device,
+                                  dtype=cal.dtype, **cal.probe)
+    report = unit.folder / "probe" / "probe.json"
+    # where sweeps before the score stage's layout kept a lab unit's scores: a unit resumed keeps them
+    kept = unit.folder / "scores.jsonl"
+    stage = probe_pool(unit.student, problems, cfg, lm, unit.folder / "score", unit.folder / "probe",
+                       scores=load_scores(kept) if kept.is_file() else None, checker=unit.pool.checker,
+                       score=unit.ranking, max_length=unit.recipe.score_length, run=not report.is_file())
+    return stage.scores, json.loads(report.read_text())["features"]
+
+
+def full_run(unit: Unit, cal: Calibration, run: Run, lm, problems: Pool, scores: dict, features: dict,
+             fingerprint: str) -> Path:
+    """One full run of the unit's student on `problems`, from its manifest as `advisor train` runs it
+    (skipped when finished); returns the run folder."""
+    from capacity_advisor.advisor.select import SelectConfig, export, select
+    from capacity_advisor.probes.recipe import full_run_manifest
+
+    run_dir = unit.folder / run.name
+    if (run_dir / "record.json").exists():
+        return run_dir
+    strategy, mix, switch = schedule_of(run.option)
+    ranking = run.ranking or unit.ranking
+    sel = select(problems, scores, SelectConfig(strategy=strategy, mix=mix, seed=unit.seed, score=ranking))
+    dataset = f"data/{run.name}.jsonl"
+    export(sel, unit.folder / dataset, "trl")
+    rerank = None
+    if run.rerank:
+        ids = {r["id"] for r in sel.rows}
+        write_jsonl(unit.folder / "data" / f"{run.name}.candidates.jsonl",
+                    ({"id": p.id, "prompt": p.prompt, "responses": [c.text for c in p.candidates]}
+                     for p in problems.problems if p.id in ids))
+        rerank = {**run.rerank, "candidates": f"data/{run.name}.candidates.jsonl", "score": ranking}
+    model = lm.description if cal.model_path else {k: v for k, v in lm.description.items() if k != "path"}
+    m = full_run_manifest(
+        unit.recipe, epochs=run.epochs or cal.epochs, learning_rate=unit.learning_rate, seed=unit.seed,
+        eval={"path": os.path.relpath(unit.pool.eval_path, unit.folder), "checker": unit.pool.checker, "limit": None,
+              "base_drift": True, **cal.eval},
+        training={"evals_per_epoch": cal.evals_per_epoch, "save_total_limit": 1, "switch_epoch": switch,
+                  "rerank": rerank},
+        model={**model, "spec": unit.student}, dataset=dataset, strategy=strategy,
+        mix=mix if strategy == "mixed" else 0.0, features=features, pool=unit.pool.about(ranking, fingerprint),
+        base_dir=str(unit.folder))
+    train(m.to_json(unit.folder / f"{run.name}.manifest.json"), run_dir, unit, cal, run, lm)
+    for ckpt in run_dir.glob("checkpoint-*"):  # the weights are not needed once the record is written
+        shutil.rmtree(ckpt, ignore_errors=True)
+    return run_dir
+
+
+def train(manifest: Path, run_dir: Path, unit: Unit, cal: Calibration, run: Run, lm) -> None:
+    """`advisor train MANIFEST --out RUN`: in this process from the loaded student, its record kept
+    out of the records store; or launched over `cal.nproc` processes."""
+    from capacity_advisor.training.run_manifest import RunRequest, run_manifest
+
+    req = RunRequest(str(manifest), str(run_dir), nproc=cal.nproc, launcher=cal.launcher, device=cal.device,
+                     dtype=cal.dtype)
+    if cal.nproc == 1:
+        run_manifest(req, lm=lm, store=False, stream=io.StringIO())
+        return
+    try:
+        run_manifest(req)
+    except InputError as e:  # the launched run's own messages are above it: say which run it was
+        raise InputError(f"the full run of {unit.name} on D_{run.option} (seed {unit.seed}): {e}") from None
+
+
+def collect(units: Iterable[Unit], source: str) -> list[dict]:
+    """The RunRecord of every finished run of `units`, in their order, made portable."""
+    records = []
+    for unit in units:
+        for run in unit.runs:
+            path = unit.folder / run.name / "record.json"
+            if path.exists():
+                records.append(portable(json.loads(path.read_text()), unit, source))
+    return records
+
+
+def portable(record: dict, unit: Unit, source: str) -> dict:
+    """A record that says what ran without saying where: no machine path, the student by its name;
+    the seed and the probe recipe its features were measured with in its settings (what `advisor
+    fit` reads to tell recommend how to probe); what describes only that run in `provenance`; and
+    the unit it belongs to where the caller names one."""
+    r = dict(record)
+    r["model"] = {**{k: v for k, v in r["model"].items() if k != "path"}, "spec": unit.name}
+    r["source"] = source
+    settings = dict(r.get("settings") or {})
+    provenance = dict(r.pop("provenance", None) or {})
+    # records of earlier versions kept these beside the settings; they describe this run, not what it was
+    for key in ("seconds", "train_tokens", "final_checkpoint"):
+        if key in r:
+            provenance.setdefault(key, r.pop(key))
+    for key in ("resumed_from_step", "manifest"):
+        if key in settings:
+            provenance.setdefault(key, settings.pop(key))
+    head, _, tail = str(r.get("run_id", "")).rpartition("-")
+    if head and tail.isdigit():  # earlier versions appended the finishing time to the run key
+        r["run_id"] = head
+    settings.pop("device", None)
+    settings["seed"] = unit.seed
+    settings.setdefault("probe", unit.recipe.as_dict())
+    r["settings"] = settings
+    r["provenance"] = {k: v for k, v in provenance.items() if k not in ("manifest", "final_checkpoint")}
+    if unit.record is not None:
+        r["unit"] = unit.record
+    return finite(r)  # JSON has no NaN: null instead, so any JSON reader takes the records

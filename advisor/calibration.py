@@ -110,6 +110,7 @@ class Calibration:
     probe: dict = field(default_factory=dict)  # the probe's run settings beyond the recipe (teacher, per_problem)
     eval: dict = field(default_factory=dict)  # the full runs' EvalSpec beyond the held-out set (teacher, view_limit, ...)
     model_path: bool = False  # the manifests' model keeps the loaded folder's path (the lab's run keys were made so)
+    scoring: dict = field(default_factory=dict)  # the scoring's token budget and shard size (ScoreConfig), where not the defaults
 
 
 def run_unit(unit: Unit, cal: Calibration, lm=None) -> str:
@@ -139,7 +140,7 @@ def measure(unit: Unit, cal: Calibration, lm, problems: Pool) -> tuple[dict, dic
     kept = unit.folder / "scores.jsonl"
     stage = probe_pool(unit.student, problems, cfg, lm, unit.folder / "score", unit.folder / "probe",
                        scores=load_scores(kept) if kept.is_file() else None, checker=unit.pool.checker,
-                       score=unit.ranking, max_length=unit.recipe.score_length, run=not report.is_file())
+                       score=unit.ranking, max_length=unit.recipe.score_length, run=not report.is_file(), **cal.scoring)
     return stage.scores, json.loads(report.read_text())["features"]
 
 

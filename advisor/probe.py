@@ -24,6 +24,7 @@ from statistics import mean
 
 from capacity_advisor.models.numbers import whole
 from capacity_advisor.advisor.pool import Pool
+from capacity_advisor.advisor.scoring import ScoreConfig
 from capacity_advisor.advisor.select import SelectConfig, select
 from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
@@ -278,13 +279,15 @@ class ProbeStage:
 def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_dir, scores: dict | None = None,
                checker: str = metrics.CHECKER_DEFAULT, score: str = DEFAULT_RANKING, mix: float = DEFAULT_MIX,
                max_length: int = REAL.score_length,
-               backend: str = "hf", run: bool = True, say=None, progress=None, skip_tokens: int = 0) -> ProbeStage:
+               backend: str = "hf", run: bool = True, say=None, progress=None, skip_tokens: int = 0,
+               token_budget: int | None = None, shard_size: int = ScoreConfig.shard_size) -> ProbeStage:
     """Score the pool under the student (cached; unless `scores` are given), split it, and probe.
 
-    The one path from a pool to probe measurements, for `advisor probe` and `advisor recommend`.
-    `say(message)` reports the stage; `progress(strategy, step, total)` the probe's steps.
+    The one path from a pool to probe measurements, for `advisor probe`, `advisor recommend` and
+    both calibrations. `say(message)` reports the stage; `progress(strategy, step, total)` the
+    probe's steps; `token_budget` and `shard_size` are the scoring's (`ScoreConfig`).
     """
-    from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
+    from capacity_advisor.advisor.scoring import score_pool
     from capacity_advisor.advisor.select import load_scores
     from capacity_advisor.probes.run import run_probe
 
@@ -293,7 +296,8 @@ def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_di
     if scores is None:
         say(f"scoring {pool.n_candidates:,} candidates under the student (cached)")
         score_pool(pool, ScoreConfig(model, device=cfg.device, dtype=cfg.dtype, backend=backend, max_length=max_length,
-                                     skip_tokens=skip_tokens, local_window=LOCAL_WINDOW if score == "local" else 0),
+                                     token_budget=token_budget, shard_size=shard_size, skip_tokens=skip_tokens,
+                                     local_window=LOCAL_WINDOW if score == "local" else 0),
                    score_dir, lm=lm if backend == "hf" else None)
         scores = load_scores(Path(score_dir) / "scores.jsonl")
     split = build_probe_data(pool, scores, cfg, tokenizer=lm.tokenizer, checker=checker, mix=mix, score=score)

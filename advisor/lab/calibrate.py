@@ -107,13 +107,18 @@ def pool_paths(cfg: CalibrateConfig, task: str, seed: int) -> tuple[Path, Path]:
     return folder / f"s{seed}.jsonl", folder / "eval.jsonl"
 
 
+# A pool's candidates scored as one stream of 8,192-token batches: what every sweep's scores were
+# measured with, so a unit's likelihood gaps do not move with the cache's shards.
+SCORING = {"token_budget": 8192, "shard_size": 1 << 30}
+
+
 def lab_calibration(cfg: CalibrateConfig) -> Calibration:
     """How the sweep's units run: on the CPU in float32, the probes keeping every held-out problem's
     result (so shorter probes can be replayed), the evaluations with the teacher's view."""
     return Calibration("calibrate", cfg.epochs, cfg.evals_per_epoch, device="cpu", dtype="float32",
                        probe={"teacher": cfg.teacher_model, "per_problem": True},
                        eval={"teacher": cfg.teacher_model, "view_limit": 64, "measure_every": cfg.measure_every},
-                       model_path=True)
+                       model_path=True, scoring=SCORING)
 
 
 def lab_unit(cfg: CalibrateConfig, unit: Unit) -> calibration.Unit:

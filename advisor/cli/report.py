@@ -129,6 +129,12 @@ def cross_validation(result: dict) -> None:
     console.print(f"kind: {result['chosen']}; policy: predictor trusted up to {pol.get('max_distance')}x the typical "
                   f"distance, margin {pol.get('margin')}, range check {'on' if pol.get('use_range') else 'off'}; "
                   f"{result['rows']} rows, labels {result['labels']}, near-ties {result['ties']}", highlight=False)
+    if pol.get("race"):
+        from capacity_advisor.advisor.predictor.gate import Gate
+
+        gate = Gate.from_dict(pol["race"])
+        console.print(f"gate: the policy {gate.describe()} (chosen within {gate.cap:.0%} mean extra training)",
+                      highlight=False)
     if result.get("own_sources"):
         own = result["policy_own"]
         console.print(f"your own pool sources: {', '.join(result['own_sources'])}; on them the predictor is trusted up "
@@ -137,16 +143,19 @@ def cross_validation(result: dict) -> None:
     for split, methods in result["cv"].items():
         t = Table(title="A large student on its own pool source, with that source's small students in the fit"
                   if split == "proxy" else f"Leave one {split} out", title_justify="left")
-        for col in ("method", "regret (points)", "decision accuracy", "rows", "flip rate", "P(D_low) spread"):
+        for col in ("method", "regret (points)", "decision accuracy", "extra training", "rows", "flip rate",
+                    "P(D_low) spread"):
             t.add_column(col, justify="left" if col == "method" else "right")
         for name, row in sorted(methods.items(), key=lambda kv: kv[1]["regret"] if kv[1]["regret"] is not None else 1e9):
-            mark = " ← shipped" if name == "policy" else ""
-            t.add_row(name + mark, _num(row["regret"], ".2f"), _num(row["decision_accuracy"], ".3f"), str(row["rows"]),
-                      _num(row.get("flip_rate"), ".3f"), _num(row.get("p_low_spread"), ".3f"))
+            mark = " ← shipped" if name == "gated race" or (name == "policy" and "gated race" not in methods) else ""
+            t.add_row(name + mark, _num(row["regret"], ".2f"), _num(row["decision_accuracy"], ".3f"),
+                      _num(row.get("overhead", 0.0), ".0%"), str(row["rows"]), _num(row.get("flip_rate"), ".3f"),
+                      _num(row.get("p_low_spread"), ".3f"))
         console.print(t)
     console.print("flip rate: the share of (student, source, ranking, budget) cells whose seeds (pool draw, data "
                   "order) got different held-out advice; 0 by construction for the constant rules and the size rule. "
-                  "P(D_low) spread: its mean range across a cell's seeds.", highlight=False)
+                  "P(D_low) spread: its mean range across a cell's seeds. Extra training: the gated race's mean "
+                  "overhead (the losing set's training where its gate opened, as a share of one run).", highlight=False)
 
 
 def calibration_plan(c: dict) -> None:

@@ -38,10 +38,11 @@ def model_tokenizer(spec: str):
     return load_tokenizer(path, {"trust_remote_code": False}), None
 
 
-def measure_tokens(tokenizer, train: list, held_out: list, max_length: int, score_length: int) -> dict:
+def measure_tokens(tokenizer, train: list, held_out: list, train_length: int, score_length: int) -> dict:
     """The pool's tokens as training and scoring count them (`models.template.encode_pair`): every
-    candidate of every problem in `train`, as prompt + response + EOS cut at `max_length` (a training
-    sequence), and as prompt + response cut at `score_length` (a scoring pass).
+    candidate of every problem in `train`, as prompt + response + EOS cut at `train_length` (a training
+    sequence), and as prompt + response cut at `score_length` (a scoring pass). The result names the
+    training length `max_length`, as the dry run's JSON always has.
 
     A selected set holds one response per problem, chosen by the student's scores, which a dry run
     does not have: `per_epoch` is each problem's mean over its candidates, summed over problems
@@ -65,14 +66,14 @@ def measure_tokens(tokenizer, train: list, held_out: list, max_length: int, scor
             seqs = []
             for _ in p.candidates:
                 whole = n_prompt + next(lengths)
-                seqs.append(min(whole + eos, max_length))
+                seqs.append(min(whole + eos, train_length))
                 scored += min(whole, score_length)
-                cut += whole + eos > max_length
+                cut += whole + eos > train_length
             candidates += len(seqs)
             means.append(mean(seqs))
             shortest += min(seqs)
             longest += max(seqs)
-    return {"max_length": max_length, "score_length": score_length, "problems": len(means), "candidates": candidates,
+    return {"max_length": train_length, "score_length": score_length, "problems": len(means), "candidates": candidates,
             "sequence_mean": mean(means) if means else 0.0, "per_epoch": float(sum(means)),
             "per_epoch_shortest": shortest, "per_epoch_longest": longest,
             "truncated_share": cut / candidates if candidates else 0.0, "score_tokens": scored,

@@ -34,7 +34,7 @@ from typing import Iterable
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, write_jsonl
-from capacity_advisor.probes.recipe import ProbeRecipe
+from capacity_advisor.probes.recipe import Recipe
 from capacity_advisor.training.manifest import schedule_of
 
 EVAL_SEED = 10_000  # the full runs' held-out problems: one draw, the same for every student, seed and run
@@ -84,7 +84,7 @@ class Unit:
 
     student: str  # what loads it: a model folder, a hub id, lab:NAME
     name: str  # how its records name it (no machine path)
-    recipe: ProbeRecipe  # its probe, and the lengths, batch and new tokens of its full runs
+    recipe: Recipe  # its probe, and the lengths, batch and new tokens of its full runs
     learning_rate: float  # its probe's and its full runs'
     pool: UnitPool
     seed: int  # the probe's held-out slice and data order, the mixed set, the full runs' data order
@@ -133,14 +133,14 @@ def measure(unit: Unit, cal: Calibration, lm, problems: Pool) -> tuple[dict, dic
     from capacity_advisor.advisor.select import load_scores
     from capacity_advisor.probes.run import ProbeConfig
 
-    cfg = ProbeConfig.from_recipe(unit.recipe, learning_rate=unit.learning_rate, seed=unit.seed, device=cal.device,
-                                  dtype=cal.dtype, **cal.probe)
+    cfg = ProbeConfig(unit.recipe, learning_rate=unit.learning_rate, seed=unit.seed, device=cal.device, dtype=cal.dtype,
+                      **cal.probe)
     report = unit.folder / "probe" / "probe.json"
     # where sweeps before the score stage's layout kept a lab unit's scores: a unit resumed keeps them
     kept = unit.folder / "scores.jsonl"
     stage = probe_pool(unit.student, problems, cfg, lm, unit.folder / "score", unit.folder / "probe",
                        scores=load_scores(kept) if kept.is_file() else None, checker=unit.pool.checker,
-                       score=unit.ranking, max_length=unit.recipe.score_length, run=not report.is_file(), **cal.scoring)
+                       score=unit.ranking, score_length=unit.recipe.score_length, run=not report.is_file(), **cal.scoring)
     return stage.scores, json.loads(report.read_text())["features"]
 
 

@@ -29,7 +29,7 @@ from capacity_advisor.advisor.select import SelectConfig, select
 from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.probes.recipe import (
-    LENGTHS, REAL, RECIPE_FLAGS, Fitted, ProbeRecipe, fitted_recipe, flag, recipe_for, setting_name, unread_build,
+    LENGTHS, REAL, RECIPE_FLAGS, Fitted, Recipe, field_of, fitted_recipe, flag, recipe_for, setting_name, unread_build,
 )
 from capacity_advisor.probes.run import ProbeConfig, ProbeData
 from capacity_advisor.training.manifest import DEFAULT_MIX
@@ -53,7 +53,7 @@ def load_predictor(path: str | None):
 class ProbePlan:
     """A probe's settings, where each came from, and how they stand against the predictor's recipe."""
 
-    recipe: ProbeRecipe
+    recipe: Recipe
     sources: dict  # recipe setting -> where its value came from
     fitted: Fitted | None = None
     departing: frozenset = frozenset()  # settings the user's flags (or a small pool) moved
@@ -113,7 +113,7 @@ class ProbePlan:
         return lines, bool(moved)
 
     def probe_config(self, **run) -> ProbeConfig:
-        return ProbeConfig.from_recipe(self.recipe, **run)
+        return ProbeConfig(self.recipe, **run)
 
 
 def plan_probe(model: str, fitted: Fitted | None = None, given: dict | None = None) -> ProbePlan:
@@ -126,7 +126,8 @@ def plan_probe(model: str, fitted: Fitted | None = None, given: dict | None = No
     sources = {k: "lab default" if own.kind == "lab" else "default for real students" for k in RECIPE_FLAGS}
     recipe = own
     if fitted is not None:
-        take = [k for k in fitted.stated if fitted.recipe.kind == own.kind or k not in LENGTHS]
+        lengths = {field_of(k) for k in LENGTHS}
+        take = [k for k in fitted.stated if fitted.recipe.kind == own.kind or k not in lengths]
         recipe = recipe.with_(**{k: getattr(fitted.recipe, k) for k in take})
         sources.update({k: FROM_PREDICTOR for k in take})
     recipe = recipe.with_(**given)
@@ -148,7 +149,7 @@ def check_given(given: dict) -> None:
     for k, v in given.items():
         if k not in RECIPE_FLAGS:
             raise InputError(f"{k} is not a probe setting")
-        low = 0 if k == "warmup_steps" else 8 if k in ("max_length", "score_length") else 1
+        low = 0 if k == "warmup_steps" else 8 if k in ("train_length", "score_length") else 1
         if not whole(v, low):
             bad.append(f"{flag(k)} {v} must be at least {low}")
     if bad:
@@ -177,17 +178,18 @@ class Split:
 
 def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None, checker: str = metrics.CHECKER_DEFAULT,
                      mix: float = DEFAULT_MIX, score: str = DEFAULT_RANKING) -> Split:
-    if len(pool) < cfg.eval_problems + cfg.batch_size:
+    r = cfg.recipe
+    if len(pool) < r.eval_problems + r.batch_size:
         raise InputError(
             f"the pool has {len(pool)} rankable problems; a probe needs {flag('eval_problems')} "
-            f"({cfg.eval_problems}) held out plus at least {flag('batch_size')} ({cfg.batch_size}) to train on: "
+            f"({r.eval_problems}) held out plus at least {flag('batch_size')} ({r.batch_size}) to train on: "
             "use a larger pool or smaller settings"
         )
     high = select(pool, scores, SelectConfig("high", score=score))
     low = select(pool, scores, SelectConfig("low", score=score))
     mixed = select(pool, scores, SelectConfig("mixed", mix=mix, seed=cfg.seed, score=score))
     ids = [p.id for p in pool.problems]
-    held = set(random.Random(cfg.seed).sample(ids, cfg.eval_problems))
+    held = set(random.Random(cfg.seed).sample(ids, r.eval_problems))
     eval_ids = [i for i in ids if i in held]
     train_ids = [i for i in ids if i not in held]
 
@@ -278,7 +280,7 @@ class ProbeStage:
 
 def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_dir, scores: dict | None = None,
                checker: str = metrics.CHECKER_DEFAULT, score: str = DEFAULT_RANKING, mix: float = DEFAULT_MIX,
-               max_length: int = REAL.score_length,
+               score_length: int = REAL.score_length,
                backend: str = "hf", run: bool = True, say=None, progress=None, skip_tokens: int = 0,
                token_budget: int | None = None, shard_size: int = ScoreConfig.shard_size) -> ProbeStage:
     """Score the pool under the student (cached; unless `scores` are given), split it, and probe.
@@ -295,7 +297,7 @@ def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_di
     cfg.validate()
     if scores is None:
         say(f"scoring {pool.n_candidates:,} candidates under the student (cached)")
-        score_pool(pool, ScoreConfig(model, device=cfg.device, dtype=cfg.dtype, backend=backend, max_length=max_length,
+        score_pool(pool, ScoreConfig(model, device=cfg.device, dtype=cfg.dtype, backend=backend, score_length=score_length,
                                      token_budget=token_budget, shard_size=shard_size, skip_tokens=skip_tokens,
                                      local_window=LOCAL_WINDOW if score == "local" else 0),
                    score_dir, lm=lm if backend == "hf" else None)
@@ -360,7 +362,7 @@ def probe_job(job: ProbeJob, say=None, progress=None) -> dict:
         plan.recipe.learning_rate(job.model, lm.description["n_params"])
     cfg = plan.probe_config(**{**run, "learning_rate": rate[0]})
     stage = probe_pool(job.model, pool, cfg, lm, Path(job.out) / "score", job.out, scores=scores, checker=job.checker,
-                       score=job.score, max_length=plan.recipe.score_length, say=say, progress=progress)
+                       score=job.score, score_length=plan.recipe.score_length, say=say, progress=progress)
     notes, _ = plan.notes()
     if plan.fitted is not None and (job.learning_rate or job.lora_r):
         notes.append("the probe measured otherwise than the predictor's inputs were measured: "

@@ -186,6 +186,8 @@ def inputs_key(cfg: RecommendConfig, model_identity, recipe: dict) -> str:
         d.pop(informational)
     if d["probe_repeats"] == 1:  # folders made before the setting existed keep their key
         d.pop("probe_repeats")
+    # --train-length as folders made before the setting was named `train_length` keyed it
+    d["recipe"] = {("max_length" if k == "train_length" else k): v for k, v in d["recipe"].items()}
     return stable_hash({"config": d, "model": model_identity, "recipe": recipe})
 
 
@@ -235,7 +237,7 @@ def measure(cfg: RecommendConfig, pool, scores, plan: ProbePlan, settings: dict,
             tell = (lambda s, step, total, d=r + 1: progress(f"{s} (draw {d} of {cfg.probe_repeats})", step, total))
         stages.append(probe_pool(cfg.model, pool, pcfg, lm, out / "score", out / probe_folder(r),
                                  scores=stages[0].scores if stages else scores, checker=cfg.checker, score=cfg.score,
-                                 max_length=plan.recipe.score_length, skip_tokens=cfg.skip_tokens, backend=cfg.backend,
+                                 score_length=plan.recipe.score_length, skip_tokens=cfg.skip_tokens, backend=cfg.backend,
                                  run=not cfg.no_probe, say=say if not r else (lambda m, d=r + 1: say(f"{m} (draw {d} of {cfg.probe_repeats})")),
                                  progress=tell))
     return stages

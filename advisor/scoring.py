@@ -21,7 +21,7 @@ and writes the outputs. The result is the same file a single process writes.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import InitVar, asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -39,7 +39,7 @@ class ScoreConfig:
     device: str = "auto"  # --device auto|cpu|cuda
     dtype: str = "auto"  # --dtype auto|float32|bfloat16|float16 (auto: bf16 on GPU, fp32 on CPU)
     backend: str = "hf"  # --backend
-    max_length: int = REAL.score_length  # --score-length: prompt + response tokens; longer responses are cut and flagged
+    score_length: int = REAL.score_length  # --score-length: prompt + response tokens; longer responses are cut and flagged
     token_budget: int | None = None  # --token-budget: padded tokens per forward batch (None: the backend's default, models.backends)
     shard_size: int = 512  # --shard-size: candidates per cached shard (the unit of resume)
     seed: int = 0  # --seed (scoring is deterministic; recorded for provenance)
@@ -49,22 +49,32 @@ class ScoreConfig:
     dp_size: int = 1  # --dp-size: processes sharing the pool's shards (data parallelism)
     skip_tokens: int = 0  # --skip-tokens: leave each response's first N tokens out of its score
     local_window: int = 0  # --local-window: also score every step with only this many tokens of context (LALP)
+    # The scoring length as callers written before it was `score_length` name it (and as files do)
+    max_length: InitVar[int | None] = None
+
+    def __post_init__(self, max_length: int | None) -> None:
+        if max_length is not None:
+            self.score_length = max_length
+
+    def settings(self) -> dict:
+        """The settings as the score folder's config.json has always named them (`max_length`)."""
+        return {("max_length" if k == "score_length" else k): v for k, v in asdict(self).items()}
 
     def validate(self) -> None:
         problems = []
         if self.backend not in BACKENDS:
             problems.append(f"--backend {self.backend!r} is not available: use one of {', '.join(BACKENDS)}")
-        if self.max_length < 2:
-            problems.append(f"--score-length {self.max_length} is too small: it must leave room for prompt and response")
-        if self.token_budget is not None and self.token_budget < self.max_length:
-            problems.append(f"--token-budget {self.token_budget} is below --score-length {self.max_length}: one sequence must fit a batch")
+        if self.score_length < 2:
+            problems.append(f"--score-length {self.score_length} is too small: it must leave room for prompt and response")
+        if self.token_budget is not None and self.token_budget < self.score_length:
+            problems.append(f"--token-budget {self.token_budget} is below --score-length {self.score_length}: one sequence must fit a batch")
         if self.shard_size < 1:
             problems.append(f"--shard-size {self.shard_size} must be at least 1")
         if self.skip_tokens < 0:
             problems.append(f"--skip-tokens {self.skip_tokens} must be at least 0")
-        elif self.skip_tokens >= self.max_length - 1:  # the prompt takes a token at least
+        elif self.skip_tokens >= self.score_length - 1:  # the prompt takes a token at least
             problems.append(f"--skip-tokens {self.skip_tokens} leaves nothing to score within --score-length "
-                            f"{self.max_length}: lower --skip-tokens")
+                            f"{self.score_length}: lower --skip-tokens")
         if self.local_window < 0:
             problems.append(f"--local-window {self.local_window} must be at least 0 (0: no step-local score)")
         if self.dp_size < 1 or not 0 <= self.dp_rank < self.dp_size:
@@ -104,7 +114,7 @@ def cache_parts(description: dict, pool: Pool, template: str, cfg: ScoreConfig) 
         "model": description["fingerprint"],
         "pool": pool.fingerprint(),
         "template": template,
-        "max_length": cfg.max_length,
+        "max_length": cfg.score_length,  # the key every cache folder was named with
         "dtype": description["dtype"],
         "format": FORMAT_VERSION,
     }
@@ -208,7 +218,7 @@ def shard_scorer(cfg: ScoreConfig, lm, backends: dict, advance: Advance | None):
             backends["score"] = backend_for(cfg, lm)
         backend = backends["score"]
         pairs = [(p, r) for _, _, p, r in shard]
-        encoded = backend.encode(pairs, cfg.max_length)
+        encoded = backend.encode(pairs, cfg.score_length)
         check_skip_tokens(cfg.skip_tokens, shard, encoded)
         results = backend.score_encoded(encoded, progress=advance)
         if cfg.local_window:
@@ -216,7 +226,7 @@ def shard_scorer(cfg: ScoreConfig, lm, backends: dict, advance: Advance | None):
 
             if "local" not in backends:  # steps are scored whole
                 backends["local"] = backend_for(ScoreConfig(**{**asdict(cfg), "skip_tokens": 0}), lm)
-            for row, lalp in zip(results, local_logprobs(backends["local"], lm.tokenizer, pairs, cfg.max_length,
+            for row, lalp in zip(results, local_logprobs(backends["local"], lm.tokenizer, pairs, cfg.score_length,
                                                          cfg.local_window)):
                 row["logprob_local"] = lalp
         return [{"id": pid, "k": k, **res} for (pid, k, _, _), res in zip(shard, results)]
@@ -231,7 +241,7 @@ def write_scores(out: Path, rows: list[dict], cfg: ScoreConfig, pool: Pool, desc
             (out / name).unlink(missing_ok=True)
     write_jsonl(out / "scores.jsonl", rows)
     write_json(out / "config.json", {
-        "stage": "score", "versions": versions(), "settings": asdict(cfg),
+        "stage": "score", "versions": versions(), "settings": cfg.settings(),
         "pool": pool.summary(), "pool_path": pool.source, "model": description, "template": tmpl, "cache_key": key,
     })
     return out / "scores.jsonl"

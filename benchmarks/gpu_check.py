@@ -252,12 +252,12 @@ def _recommend(run: Run, folder: Path, workdir: Path) -> None:
 def student_part(run: Run) -> None:
     """The students in turn, the end-to-end run after the one --e2e names; each part only if it fits."""
     from capacity_advisor.advisor.calibrate_cost import PEAK_TFLOPS
-    from capacity_advisor.probes.recipe import REAL
+    from capacity_advisor.probes.recipe import REAL, field_of
     from capacity_advisor.probes.run import ProbeConfig
     from capacity_advisor.training.trainer_settings import precision
 
     a, res = run.args, run.res
-    run.recipe = REAL.with_(**QUICK_LENGTHS) if a.quick else REAL
+    run.recipe = REAL.with_(**{field_of(k): v for k, v in QUICK_LENGTHS.items()}) if a.quick else REAL
     run.score_max_length = QUICK_SCORE_MAX_LENGTH if a.quick else REAL.score_length
     base_pool = QUICK_POOL if a.quick else PoolAssumption()
     run.pool = PoolAssumption(**{k: getattr(a, k) if getattr(a, k) is not None else v for k, v in asdict(base_pool).items()})

@@ -33,7 +33,7 @@ RACE_FRACTION = 0.5
 
 def _eval_seconds(m: dict, recipe, prompt_tokens: int, problems: int) -> float:
     """One evaluation on `problems` held-out problems: generation to the cap, two scoring passes."""
-    generated = min(prompt_tokens + recipe.max_new_tokens, recipe.max_length)
+    generated = min(prompt_tokens + recipe.max_new_tokens, recipe.train_length)
     return (problems * recipe.max_new_tokens / m["generation"]["new_tokens_per_s"]
             + problems * 2 * generated / m["scoring"]["forward_tokens_per_s"])
 
@@ -77,7 +77,7 @@ def dry_run(m: dict, recipe, pool, score_max_length: int, probe: dict, run: dict
     from capacity_advisor.advisor.calibrate_cost import DECODE_MFU, PEAK_TFLOPS, TRAIN_MFU, flops_and_hours
 
     n = m["params"]
-    L = recipe.max_length
+    L = recipe.train_length
     trained = (probe["sets"] * probe["steps_per_set"] * recipe.batch_size + sets * run["steps"] * recipe.train_batch) * L
     eval_points = probe["evaluations"] + sets * run["evaluations"]
     eval_rows = probe["evaluations"] * probe["eval_problems"] + sets * run["evaluations"] * run_eval

@@ -240,7 +240,7 @@ def probe_spec(lm, student: Student, recipe, device: str, workdir: Path):
     """The TrainingSpec of a probe run (probes.run.manifest_for, the real-student recipe)."""
     from capacity_advisor.probes.run import ProbeConfig, ProbeData, manifest_for
 
-    cfg = ProbeConfig.from_recipe(recipe, lora_r=student.lora_r, device=device, dtype="auto")
+    cfg = ProbeConfig(recipe, lora_r=student.lora_r, device=device, dtype="auto")
     stub = ProbeData(train={}, eval_prompts=[], eval_answers=[], teacher_high=[], teacher_low=[], checker="math")
     lr = recipe.learning_rate(lm.spec, lm.description["n_params"])[0]
     return manifest_for("high", cfg, stub, {"spec": lm.spec}, lr, workdir).training

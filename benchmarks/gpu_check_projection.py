@@ -27,8 +27,8 @@ def project(measured: dict, recipe, pool: PoolAssumption, score_max_length: int,
     evals = n_evaluations(recipe, strategies)
     # what each evaluation point scores (training.evaluate): the answer after each generation and
     # base_drift of each generation (prompt + generation), and both held-out teacher responses
-    generated = min(pool.prompt_tokens + recipe.max_new_tokens, recipe.max_length)
-    reference = min(pool.prompt_tokens + pool.response_tokens, recipe.max_length)
+    generated = min(pool.prompt_tokens + recipe.max_new_tokens, recipe.train_length)
+    reference = min(pool.prompt_tokens + pool.response_tokens, recipe.train_length)
     eval_forward = recipe.eval_problems * (2 * generated + 2 * reference)
     seconds = {
         "scoring": pool.problems * pool.candidates * scored / sc["response_tokens_per_s"],
@@ -46,6 +46,6 @@ def project(measured: dict, recipe, pool: PoolAssumption, score_max_length: int,
 
 def recipe_of(inputs: dict):
     """The probe recipe a result's projection used (its `projection_inputs`)."""
-    from capacity_advisor.probes.recipe import ProbeRecipe
+    from capacity_advisor.probes.recipe import Recipe, field_of
 
-    return ProbeRecipe(**inputs["recipe"])
+    return Recipe(**{field_of(k): v for k, v in inputs["recipe"].items()})

@@ -29,7 +29,7 @@ STUDENTS = {
 # --quick: each student keeps its tying and its probe mode; the rest shrinks to what a CPU runs in seconds
 QUICK_SHAPE = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
                    num_key_value_heads=2, vocab_size=4096)
-QUICK_LENGTHS = dict(max_length=64, max_new_tokens=16)  # the probe recipe's lengths under --quick
+QUICK_LENGTHS = dict(max_length=64, max_new_tokens=16)  # the probe recipe's lengths under --quick, as results name them
 QUICK_SCORE_MAX_LENGTH = 128
 # the agreement model's settings (the first part), full and under --quick
 AGREEMENT = dict(vocab=151_936, hidden=1024, layers=12, pairs=256, min_response=256, max_response=2048,
@@ -52,7 +52,7 @@ class PoolAssumption:
     problems: int = 12_000
     candidates: int = 4  # teacher responses per problem, all scored
     prompt_tokens: int = 128
-    response_tokens: int = 4_000  # long reasoning traces: cut at scoring's and the probe's max_length
+    response_tokens: int = 4_000  # long reasoning traces: cut at the scoring and the training length
 
 
 QUICK_POOL = PoolAssumption(prompt_tokens=16, response_tokens=120)

@@ -74,7 +74,7 @@ def run_size(cal: Path, out: Path, task: str, size: str, seed: int, short: int, 
     spec = replace(lab_unit(cfg, unit), folder=folder)  # the unit's student, pool and held-out set; its runs go here
     pool = read_pool(spec.pool.path)
     if not (folder / "score" / "scores.jsonl").exists():
-        score_pool(pool, ScoreConfig(model=f"lab:{size}", device="cpu", dtype="float32", max_length=96, token_budget=8192,
+        score_pool(pool, ScoreConfig(model=f"lab:{size}", device="cpu", dtype="float32", score_length=96, token_budget=8192,
                                      local_window=LOCAL_WINDOW), out_dir=folder / "score", lm=lm)
     scores = {(str(r["id"]), int(r["k"])): r for r in read_jsonl(folder / "score" / "scores.jsonl")}
     compute_path = folder / "score" / "compute.jsonl"

@@ -2,12 +2,14 @@
 
     from capacity_advisor.probes.recipe import recipe_for
     r = recipe_for("lab:m")                        # the lab's recipe
-    cfg = ProbeConfig.from_recipe(r, seed=0, device="cpu")  # probes.run: a probe measuring exactly that way
+    cfg = ProbeConfig(r, seed=0, device="cpu")     # probes.run: a probe measuring exactly that way
 
-`advisor probe`, `advisor recommend` and `advisor calibrate` take their probe settings from here,
+`advisor probe`, `advisor recommend` and both calibrations take their probe settings from here,
 and a fitted predictor stores the recipe its inputs were measured with (`as_dict()`, under
 `meta.recipe`; `fitted_recipe` reads it back), so a probe measured another way is reported rather
-than silently read as if it matched.
+than silently read as if it matched. Two lengths: `train_length` (prompt + response tokens of a
+training sequence, the probe's and the full run's) and `score_length` (of a scored candidate).
+Files name the training length `max_length`, as a manifest's `training` and TRL's SFTConfig do.
 
 Two kinds: `lab` (the embedded lab's students, whose responses are under a hundred characters)
 and `real` (everything else: reasoning traces of thousands of tokens). The step count and the
@@ -17,7 +19,7 @@ the best (experiments/probe_cost.py, docs/results.md section 5); the rest follow
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from capacity_advisor.models.backends import SCORE_LENGTH
 from capacity_advisor.models.lab.ladder import MAX_LENGTH as LAB_CONTEXT
@@ -28,10 +30,12 @@ from capacity_advisor.training.manifest import TrainingSpec
 DEFAULT_STEPS = 25
 DEFAULT_EVAL_PROBLEMS = 64
 FULL_RUN_EVAL_PROBLEMS = 200  # held-out problems at each evaluation of a calibration's full runs (lab and own pool)
-# The fields that shape a probe's measurements: a predictor fitted on one recipe reads features
-# measured with another only if these agree.
+# The settings that shape a probe's measurements, as files name them (a predictor's meta.recipe, a
+# record's settings.probe, a probe report's settings): a predictor fitted on one recipe reads
+# features measured with another only if these agree.
 MEASURING = ("steps", "batch_size", "eval_every", "eval_problems", "max_new_tokens", "max_length", "warmup_steps")
 LENGTHS = ("max_new_tokens", "max_length")  # bounds that follow the kind of student, not the predictor
+FIELDS = {"max_length": "train_length"}  # a file's name of a setting -> the Recipe field, where they differ
 MAX_SETTING = 1_000_000  # no recipe setting is larger; a file that says otherwise is refused
 
 
@@ -46,8 +50,8 @@ RECIPE_FLAGS = {
     "warmup_steps": ("--probe-warmup-steps", "Linear warm-up steps of the probe, then a constant rate."),
     "max_new_tokens": ("--max-new-tokens", "New tokens per evaluation generation: the probe's, and the full run's "
                                            "(recommend's manifest)."),
-    "max_length": ("--train-length", "Training: prompt + response tokens, the probe's and the full run's "
-                                     "(recommend's manifest)."),
+    "train_length": ("--train-length", "Training: prompt + response tokens, the probe's and the full run's "
+                                       "(recommend's manifest)."),
     "score_length": ("--score-length", "Scoring: prompt + response tokens of each candidate (longer ones are cut "
                                        "and flagged)."),
 }
@@ -56,13 +60,18 @@ RECIPE_FLAGS = {
 # scoring length in another).
 OLD_FLAGS = {
     "probe": {"steps": "--steps", "batch_size": "--batch-size", "eval_every": "--eval-every",
-              "eval_problems": "--eval-problems", "warmup_steps": "--warmup-steps", "max_length": "--max-length"},
-    "recommend": {"max_length": "--probe-max-length", "score_length": "--max-length"},
+              "eval_problems": "--eval-problems", "warmup_steps": "--warmup-steps", "train_length": "--max-length"},
+    "recommend": {"train_length": "--probe-max-length", "score_length": "--max-length"},
     "score": {"score_length": "--max-length"},
 }
 
 def flag(setting: str) -> str:
     return RECIPE_FLAGS[setting][0]
+
+
+def field_of(name: str) -> str:
+    """The Recipe field a measuring setting is, from the name files give it (MEASURING)."""
+    return FIELDS.get(name, name)
 
 
 def setting_name(setting: str) -> str:
@@ -72,14 +81,17 @@ def setting_name(setting: str) -> str:
 
 
 @dataclass(frozen=True)
-class ProbeRecipe:
+class Recipe:
+    """How a probe measures, and the lengths, batch and new tokens of the full run it advises on;
+    the configs that run it hold one (`ProbeConfig.recipe`), rather than copies of its settings."""
+
     kind: str  # "lab" or "real"
     steps: int = DEFAULT_STEPS  # optimizer steps per set
     batch_size: int = 8  # sequences per step
     eval_every: int = 25  # steps between evaluation points
     eval_problems: int = DEFAULT_EVAL_PROBLEMS  # held-out problems generated on at each point
     max_new_tokens: int = 2048  # generation bound at each evaluation (the probe's and the full run's)
-    max_length: int = TrainingSpec.max_length  # prompt + response tokens in probe training (and the full run's)
+    train_length: int = TrainingSpec.max_length  # prompt + response tokens in probe training (and the full run's)
     warmup_steps: int = 10  # linear warm-up, then a constant rate (a shorter probe is a prefix of a longer one)
     token_budget: int | None = None  # padded tokens per evaluation batch (None: the backend's default)
     score_length: int = SCORE_LENGTH  # scoring: prompt + response tokens of each candidate (longer ones are cut and flagged)
@@ -99,29 +111,24 @@ class ProbeRecipe:
             return build["lr"] * 0.5, "lab recipe (half the pretraining peak its build.json states)"
         return size_learning_rate(n_params), "size default"
 
-    @property
-    def train_length(self) -> int:
-        """Prompt + response tokens of training: the probe's and every full run's (recommend's manifest,
-        calibration's runs; `full_run_manifest`). Files name it `max_length`."""
-        return self.max_length
-
     def as_dict(self) -> dict:
-        """What a predictor stores as `meta.recipe`: the kind and every measuring setting."""
-        return {k: v for k, v in asdict(self).items() if k in ("kind", *MEASURING)}
+        """What a predictor stores as `meta.recipe` (and a record as `settings.probe`): the kind and
+        every measuring setting, as files name them."""
+        return {"kind": self.kind, **{k: getattr(self, field_of(k)) for k in MEASURING}}
 
-    def with_(self, **changes) -> "ProbeRecipe":
+    def with_(self, **changes) -> "Recipe":
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
-    def capped(self, context: int | None) -> "ProbeRecipe":
+    def capped(self, context: int | None) -> "Recipe":
         """The recipe within a model's context: training and scoring length at most `context`, new
         tokens at most three quarters of it (prompt and generation share it)."""
         if not context or context < 16:
             return self
-        return replace(self, max_length=min(self.max_length, context), score_length=min(self.score_length, context),
+        return replace(self, train_length=min(self.train_length, context), score_length=min(self.score_length, context),
                        max_new_tokens=min(self.max_new_tokens, max(8, context * 3 // 4)))
 
 
-def full_run_manifest(recipe: ProbeRecipe, *, epochs: float, learning_rate: float, seed: int, eval: dict,
+def full_run_manifest(recipe: Recipe, *, epochs: float, learning_rate: float, seed: int, eval: dict,
                       training: dict | None = None, **fields):
     """The training manifest of a full run under `recipe`, the one builder of recommend's manifest
     and of calibration's runs (the lab's and the user's own): the recipe's training length, full-run
@@ -140,12 +147,12 @@ def full_run_manifest(recipe: ProbeRecipe, *, epochs: float, learning_rate: floa
 
 
 # The lab's students train and score at their whole context (`ladder.MAX_LENGTH`, every task's longest pair).
-LAB = ProbeRecipe("lab", max_new_tokens=72, max_length=LAB_CONTEXT, token_budget=16384, score_length=LAB_CONTEXT,
-                  train_batch=32)
+LAB = Recipe("lab", max_new_tokens=72, train_length=LAB_CONTEXT, token_budget=16384, score_length=LAB_CONTEXT,
+             train_batch=32)
 # Reasoning traces run to thousands of tokens; 64 held-out generations of up to 2,048 tokens at
 # each of the 3 evaluation points (the base, then each set after its steps) is the probe's largest
 # cost on a GPU.
-REAL = ProbeRecipe("real")
+REAL = Recipe("real")
 RECIPES = {r.kind: r for r in (LAB, REAL)}
 
 
@@ -184,7 +191,7 @@ def unread_build(model: str) -> str | None:
         "learning rate for its size, not as a lab build; rewrite or remove that file")
 
 
-def recipe_for(model: str) -> ProbeRecipe:
+def recipe_for(model: str) -> Recipe:
     """The lab recipe for the lab's students, named (`lab:NAME`) or as the folder of a lab build;
     the real one for everything else."""
     return LAB if lab_size(model) is not None or lab_build(model) is not None else REAL
@@ -220,6 +227,12 @@ def check_recipe(raw) -> dict:
     return out
 
 
+def read_recipe(raw: dict) -> Recipe:
+    """The recipe a file states (`as_dict()`'s form: its kind, and measuring settings by their files'
+    names), its kind's defaults for the settings it leaves out."""
+    return RECIPES[raw["kind"]].with_(**{field_of(k): raw[k] for k in MEASURING if k in raw})
+
+
 PROBE_STATES = ("steps", "eval_problems")  # what a predictor file's older `meta.probe` states
 
 
@@ -227,8 +240,8 @@ PROBE_STATES = ("steps", "eval_problems")  # what a predictor file's older `meta
 class Fitted:
     """The recipe a predictor's inputs were measured with, and which of its settings the file states."""
 
-    recipe: ProbeRecipe
-    stated: tuple[str, ...]  # measuring settings the predictor file gives; the rest are its kind's defaults
+    recipe: Recipe
+    stated: tuple[str, ...]  # the Recipe fields of the measuring settings the predictor file gives; the rest are its kind's
 
 
 def fitted_recipe(meta) -> Fitted | None:
@@ -239,8 +252,7 @@ def fitted_recipe(meta) -> Fitted | None:
     meta = meta if isinstance(meta, dict) else {}
     if meta.get("recipe") is not None:
         raw = check_recipe(meta["recipe"])
-        stated = tuple(k for k in MEASURING if k in raw)
-        return Fitted(replace(RECIPES[raw["kind"]], **{k: raw[k] for k in stated}), stated)
+        return Fitted(read_recipe(raw), tuple(field_of(k) for k in MEASURING if k in raw))
     p = meta.get("probe")
     if p is None:
         return None

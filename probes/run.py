@@ -1,7 +1,7 @@
 """Probe runs: short SFT from the same base weights on D_high, D_low (and D_mixed), measured as they go.
 
     from capacity_advisor.probes.run import ProbeConfig, ProbeData, run_probe
-    report = run_probe("lab:s", data, ProbeConfig(steps=100), out_dir="runs/probe")
+    report = run_probe("lab:s", data, ProbeConfig(REAL.with_(steps=100)), out_dir="runs/probe")
 
 A probe is the full training run stopped early: each strategy is trained by `training.sft.run_sft`
 — the trainer, schedule code, evaluation and loop detector `advisor train` and calibration use —
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import io
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
 from typing import Callable, Sequence
@@ -32,7 +32,7 @@ from typing import Callable, Sequence
 from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, versions, write_json, write_jsonl
-from capacity_advisor.probes.recipe import REAL, ProbeRecipe, flag, recipe_for
+from capacity_advisor.probes.recipe import REAL, Recipe, flag, recipe_for
 from capacity_advisor.training.manifest import SETS, schedule_of
 
 METRICS = ("train_loss", "teacher_nll", "teacher_nll_high", "teacher_nll_low", "answer_logprob", "accuracy",
@@ -41,17 +41,11 @@ METRICS = ("train_loss", "teacher_nll", "teacher_nll_high", "teacher_nll_low", "
 
 @dataclass
 class ProbeConfig:
-    """Settings of a probe run; each field is the CLI flag of the same name. The measuring settings
-    default to the recipe for real students; `ProbeConfig.from_recipe()` builds one for any recipe."""
+    """A probe run: the recipe it measures with (`probes.recipe`), and the run's own settings; each
+    field is the CLI flag of the same name. The recipe defaults to the real students'."""
 
-    steps: int = REAL.steps  # --probe-steps: optimizer steps per strategy
-    batch_size: int = REAL.batch_size  # --probe-batch: sequences per step (over all processes)
+    recipe: Recipe = REAL  # steps, batch, warm-up, evaluation points, held-out problems, new tokens, lengths
     learning_rate: float | None = None  # --learning-rate; None: the recipe's rule (probes.recipe)
-    warmup_steps: int = REAL.warmup_steps  # --probe-warmup-steps: linear warm-up, then constant
-    eval_every: int = REAL.eval_every  # --probe-eval-every: steps between evaluation points
-    eval_problems: int = REAL.eval_problems  # --probe-eval-problems: held-out problems for generations and teacher NLL
-    max_new_tokens: int = REAL.max_new_tokens  # --max-new-tokens: generation bound at each evaluation
-    max_length: int = REAL.max_length  # --train-length: prompt + response tokens in training
     strategies: tuple[str, ...] = ("high", "low")  # --strategies: add "mixed" to probe D_mixed too
     lora_r: int = 0  # --lora-r: 0 = full fine-tuning; > 0 = LoRA of that rank (peft)
     seed: int = 0  # --seed: data order
@@ -59,34 +53,35 @@ class ProbeConfig:
     dtype: str = "auto"  # --dtype
     teacher: str | None = None  # --teacher: a teacher model, for teacher_view
     per_problem: bool = False  # keep per-problem results (calibration: replay cheaper probes)
-    token_budget: int | None = REAL.token_budget  # padded tokens per evaluation batch (None: the backend's default)
 
-    @classmethod
-    def from_recipe(cls, recipe: ProbeRecipe, **kw) -> "ProbeConfig":
-        """A probe measuring exactly as `recipe` says; `kw` sets the run's other fields (seed, device, ...)."""
-        return cls(steps=recipe.steps, batch_size=recipe.batch_size, warmup_steps=recipe.warmup_steps,
-                   eval_every=recipe.eval_every, eval_problems=recipe.eval_problems,
-                   max_new_tokens=recipe.max_new_tokens, max_length=recipe.max_length,
-                   token_budget=recipe.token_budget, **kw)
+    def settings(self) -> dict:
+        """What the probe report and its config.json state, as they always have: the recipe's
+        settings by their files' names, among the run's (`advisor lab replay` reads them)."""
+        r = self.recipe
+        return {"steps": r.steps, "batch_size": r.batch_size, "learning_rate": self.learning_rate,
+                "warmup_steps": r.warmup_steps, "eval_every": r.eval_every, "eval_problems": r.eval_problems,
+                "max_new_tokens": r.max_new_tokens, "max_length": r.train_length, "strategies": list(self.strategies),
+                "lora_r": self.lora_r, "seed": self.seed, "device": self.device, "dtype": self.dtype,
+                "teacher": self.teacher, "per_problem": self.per_problem, "token_budget": r.token_budget}
 
     def validate(self) -> None:
-        bad = []
-        if self.steps < 1:
-            bad.append(f"{flag('steps')} {self.steps} must be at least 1")
-        if self.batch_size < 1:
-            bad.append(f"{flag('batch_size')} {self.batch_size} must be at least 1")
-        if self.eval_every < 1 or self.eval_every > self.steps:
-            bad.append(f"{flag('eval_every')} {self.eval_every} must be between 1 and {flag('steps')} ({self.steps})")
-        if self.warmup_steps < 0:
-            bad.append(f"{flag('warmup_steps')} {self.warmup_steps} must be at least 0")
+        r, bad = self.recipe, []
+        if r.steps < 1:
+            bad.append(f"{flag('steps')} {r.steps} must be at least 1")
+        if r.batch_size < 1:
+            bad.append(f"{flag('batch_size')} {r.batch_size} must be at least 1")
+        if r.eval_every < 1 or r.eval_every > r.steps:
+            bad.append(f"{flag('eval_every')} {r.eval_every} must be between 1 and {flag('steps')} ({r.steps})")
+        if r.warmup_steps < 0:
+            bad.append(f"{flag('warmup_steps')} {r.warmup_steps} must be at least 0")
         if self.learning_rate is not None and not self.learning_rate > 0:
             bad.append(f"--learning-rate {self.learning_rate} must be positive")
-        if self.eval_problems < 1:
-            bad.append(f"{flag('eval_problems')} {self.eval_problems} must be at least 1")
-        if self.max_new_tokens < 1:
-            bad.append(f"--max-new-tokens {self.max_new_tokens} must be at least 1")
-        if self.max_length < 8:
-            bad.append(f"{flag('max_length')} {self.max_length} must be at least 8")
+        if r.eval_problems < 1:
+            bad.append(f"{flag('eval_problems')} {r.eval_problems} must be at least 1")
+        if r.max_new_tokens < 1:
+            bad.append(f"--max-new-tokens {r.max_new_tokens} must be at least 1")
+        if r.train_length < 8:
+            bad.append(f"{flag('train_length')} {r.train_length} must be at least 8")
         unknown = [s for s in self.strategies if s not in SETS]
         if unknown or not self.strategies:
             bad.append(f"--strategies {','.join(self.strategies)}: use high, low and/or mixed")
@@ -132,13 +127,14 @@ def manifest_for(strategy: str, cfg: ProbeConfig, data: ProbeData, model: dict, 
     """The training manifest of one strategy's probe run (files under OUT/data/)."""
     from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
 
+    r = cfg.recipe
     return Manifest(
         model=model, dataset=f"data/{strategy}.jsonl", strategy=strategy, mix=schedule_of(strategy)[1],
-        eval=EvalSpec(path="data/eval.jsonl", checker=data.checker, max_new_tokens=cfg.max_new_tokens, limit=None,
-                      teacher=cfg.teacher, base_drift=True, per_problem=cfg.per_problem, token_budget=cfg.token_budget),
-        training=TrainingSpec(epochs=1, learning_rate=lr, batch_size=cfg.batch_size, max_length=cfg.max_length,
-                              lr_scheduler="constant_with_warmup", warmup_steps=cfg.warmup_steps,
-                              max_steps=cfg.steps, eval_every=cfg.eval_every, seed=cfg.seed, save_total_limit=1,
+        eval=EvalSpec(path="data/eval.jsonl", checker=data.checker, max_new_tokens=r.max_new_tokens, limit=None,
+                      teacher=cfg.teacher, base_drift=True, per_problem=cfg.per_problem, token_budget=r.token_budget),
+        training=TrainingSpec(epochs=1, learning_rate=lr, batch_size=r.batch_size, max_length=r.train_length,
+                              lr_scheduler="constant_with_warmup", warmup_steps=r.warmup_steps,
+                              max_steps=r.steps, eval_every=r.eval_every, seed=cfg.seed, save_total_limit=1,
                               lora={"r": cfg.lora_r} if cfg.lora_r else None),
         base_dir=str(out),
     )
@@ -172,7 +168,7 @@ def run_probe(model_spec: str, data: ProbeData, cfg: ProbeConfig, out_dir: str |
 
         def on_step_end(self, args, state, control, **kw):
             if progress is not None:
-                progress(self.strategy, state.global_step, cfg.steps)
+                progress(self.strategy, state.global_step, cfg.recipe.steps)
 
     curves: dict[str, list[dict]] = {}
     records: dict[str, dict] = {}
@@ -184,13 +180,14 @@ def run_probe(model_spec: str, data: ProbeData, cfg: ProbeConfig, out_dir: str |
         curves[s] = _curve(out / s / "eval.jsonl")
         step0 = step0 or curves[s][0]
     # sequences trained x the set's mean length: the same count whether the probe resumed or not
-    train_tokens = round(sum(_mean_tokens(base.tokenizer, data.train[s], cfg.max_length) * cfg.steps * cfg.batch_size
+    r = cfg.recipe
+    train_tokens = round(sum(_mean_tokens(base.tokenizer, data.train[s], r.train_length) * r.steps * r.batch_size
                              for s in cfg.strategies))
     report = {
         "version": 2,
         "model": base.description | {"spec": model_spec},
         "teacher": cfg.teacher,
-        "settings": {**asdict(cfg), "learning_rate": lr, "strategies": list(cfg.strategies)},
+        "settings": {**cfg.settings(), "learning_rate": lr},
         "checker": data.checker if data.checker != "math" else metrics.math_checker_name(),
         "context": data.context,
         "curves": curves,
@@ -206,13 +203,13 @@ def run_probe(model_spec: str, data: ProbeData, cfg: ProbeConfig, out_dir: str |
     return report
 
 
-def _mean_tokens(tokenizer, pairs: list[tuple[str, str]], max_length: int, sample: int = 512) -> float:
+def _mean_tokens(tokenizer, pairs: list[tuple[str, str]], train_length: int, sample: int = 512) -> float:
     """Mean tokens of a training sequence (prompt, response, EOS) over an evenly spaced sample: the
     probe's training tokens are steps x batch x this, the same whether or not it was resumed."""
     from capacity_advisor.models.template import encode_pair
 
     picked = pairs[:: max(1, len(pairs) // sample)][:sample]
-    return mean(len(encode_pair(tokenizer, p, r, max_length, add_eos=True).input_ids) for p, r in picked)
+    return mean(len(encode_pair(tokenizer, p, r, train_length, add_eos=True).input_ids) for p, r in picked)
 
 
 def _curve(path: Path) -> list[dict]:

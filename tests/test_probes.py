@@ -13,6 +13,7 @@ from capacity_advisor.advisor.select import load_scores
 from capacity_advisor.models import metrics
 from capacity_advisor.models.loading import load_model
 from capacity_advisor.models.template import encode_pair
+from capacity_advisor.probes.recipe import REAL
 from capacity_advisor.probes.run import ProbeConfig, run_probe, truncate
 
 LOOP = "First 3+4=7. Then 7*2=14. Then 14-1=13. Then 13-1=12. Then 12-1=11. " + "Then 11-1=10. " * 8
@@ -57,8 +58,12 @@ def _pool(tmp_path, n=24):
     return read_pool(path)
 
 
-CFG = dict(steps=8, batch_size=4, eval_every=4, eval_problems=6, max_new_tokens=12, learning_rate=3e-3, device="cpu",
-           warmup_steps=2)
+RECIPE = dict(steps=8, batch_size=4, eval_every=4, eval_problems=6, max_new_tokens=12, warmup_steps=2)
+
+
+def probe_config(**recipe) -> ProbeConfig:
+    """A probe of the real students' recipe changed by RECIPE and then by `recipe`."""
+    return ProbeConfig(REAL.with_(**{**RECIPE, **recipe}), learning_rate=3e-3, device="cpu")
 
 
 def _data(tiny_llama, tmp_path, cfg):
@@ -69,7 +74,7 @@ def _data(tiny_llama, tmp_path, cfg):
 
 
 def test_probe_report_numbers(tiny_llama, tmp_path):
-    cfg = ProbeConfig(**{**CFG, "steps": 16})
+    cfg = probe_config(steps=16)
     lm, data = _data(tiny_llama, tmp_path, cfg)
     assert data.checker == "math" and len(data.train["high"]) == 18 and len(data.eval_prompts) == 6
     report = run_probe(tiny_llama, data, cfg, tmp_path / "probe", lm=lm)
@@ -112,7 +117,7 @@ class _Killed(Exception):
 
 @pytest.mark.slow
 def test_killed_probe_resumes_to_the_same_report(tiny_llama, tmp_path):
-    cfg = ProbeConfig(**CFG)
+    cfg = probe_config()
     lm, data = _data(tiny_llama, tmp_path, cfg)
     whole = run_probe(tiny_llama, data, cfg, tmp_path / "whole", lm=lm)
 
@@ -134,7 +139,7 @@ def test_killed_probe_resumes_to_the_same_report(tiny_llama, tmp_path):
 def test_probe_folder_of_another_model_is_refused(tiny_llama, tiny_qwen, tmp_path):
     from capacity_advisor.models.errors import InputError
 
-    cfg = ProbeConfig(**{**CFG, "steps": 4})
+    cfg = probe_config(steps=4)
     lm, data = _data(tiny_llama, tmp_path, cfg)
     run_probe(tiny_llama, data, cfg, tmp_path / "p", lm=lm)
     other = load_model(tiny_qwen, device="cpu")
@@ -183,10 +188,10 @@ def test_probe_with_scores_of_another_pool_says_what_to_do(tiny_llama, tmp_path)
 
 def test_probe_caps_new_tokens_and_length_at_the_models_context(tmp_path):
     from capacity_advisor.advisor.probe import plan_probe
-    from capacity_advisor.probes.recipe import LAB, REAL, Fitted
+    from capacity_advisor.probes.recipe import LAB, Fitted
 
     plan = plan_probe(str(tmp_path)).within(512)
-    assert plan.recipe.max_new_tokens == 384 and plan.recipe.max_length == 512 and plan.recipe.score_length == 512
+    assert plan.recipe.max_new_tokens == 384 and plan.recipe.train_length == 512 and plan.recipe.score_length == 512
     assert plan.settings()["max_new_tokens"]["source"] == "default for real students, capped at the model's context (512 positions)"
     assert plan.within(None).recipe == plan.recipe and plan_probe(str(tmp_path)).recipe == REAL
     # a lab-fitted predictor: a real student takes its steps and held-out problems, and its own kind's lengths

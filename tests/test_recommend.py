@@ -92,7 +92,7 @@ def test_the_predictor_says_how_its_inputs_were_probed_and_recommend_probes_so(l
     said = [{**r, "settings": {**(r.get("settings") or {}), "probe": {"steps": 6, "eval_problems": 16}}} for r in recs]
     assert probe_of(said) == {"steps": 6, "eval_problems": 16}  # only what they state: no kind is invented
     from capacity_advisor.probes.recipe import LAB, MEASURING
-    whole = {"kind": "lab", **{k: getattr(LAB, k) for k in MEASURING}, "steps": 6, "eval_problems": 16}
+    whole = {"kind": "lab", **{k: LAB.as_dict()[k] for k in MEASURING}, "steps": 6, "eval_problems": 16}
     stated = [{**r, "settings": {"probe": whole}} for r in recs]
     assert probe_of(stated) == whole
     assert probe_of(said[:-1] + [{**said[-1], "settings": {"probe": {"steps": 7, "eval_problems": 16}}}]) is None
@@ -335,7 +335,7 @@ def test_probe_and_recommend_measure_a_lab_student_with_the_predictors_recipe(sm
     p = run("probe", *common, "--out", tmp_path / "probe")
     r = run("recommend", *common, "--budget", 2, "--out", tmp_path / "rec")
     assert p.exit_code == r.exit_code == 0, p.stderr + r.stderr
-    want = {k: getattr(LAB.with_(**SMALL), k) for k in MEASURING}
+    want = {k: LAB.with_(**SMALL).as_dict()[k] for k in MEASURING}
     assert measured_with(tmp_path / "probe" / "probe.json") == measured_with(tmp_path / "rec" / "probe" / "probe.json") == want
     by_probe = json.loads((tmp_path / "probe" / "probe.json").read_text())["features"]
     by_recommend = json.loads((tmp_path / "rec" / "probe" / "probe.json").read_text())["features"]
@@ -351,17 +351,17 @@ def test_probe_and_recommend_measure_a_lab_student_with_the_predictors_recipe(sm
 def test_advisor_probe_measures_a_lab_student_as_the_shipped_predictor_states(lab_home, tmp_path):
     from importlib import resources
 
-    from capacity_advisor.probes.recipe import LAB, MEASURING, RECIPES
+    from capacity_advisor.probes.recipe import LAB, MEASURING, read_recipe
 
     meta = json.loads((resources.files("capacity_advisor.advisor") / "predictor_data" / "predictor.json").read_text())["meta"]
     if meta.get("recipe"):
-        want = RECIPES[meta["recipe"]["kind"]].with_(**meta["recipe"])
+        want = read_recipe(meta["recipe"])
     else:  # a file from before meta.recipe states only the probe's steps and held-out problems
         want = LAB.with_(**meta.get("probe", {}))
     pool = lab_pool(tmp_path / "pool.jsonl", 2 * (want.eval_problems + want.batch_size))
     r = run("probe", "--model", "lab:xs", "--pool", pool, "--out", tmp_path / "probe", "--device", "cpu")
     assert r.exit_code == 0, r.stderr
-    assert measured_with(tmp_path / "probe" / "probe.json") == {k: getattr(want, k) for k in MEASURING}
+    assert measured_with(tmp_path / "probe" / "probe.json") == {k: want.as_dict()[k] for k in MEASURING}
 
 
 def test_a_flag_that_measures_otherwise_is_said_and_lowers_confidence(small_lab_pool, tmp_path, synthetic_predictor):

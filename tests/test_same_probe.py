@@ -34,7 +34,7 @@ def test_the_shipped_predictor_states_the_recipe_its_records_share():
     assert fitted is not None and fitted.recipe.kind == "lab"
     # the records' probes differ only in their generation length (48 tokens in recipe 1, 72 in 2)
     assert "max_new_tokens" not in fitted.stated
-    for k in ("steps", "batch_size", "eval_every", "eval_problems", "max_length", "warmup_steps"):
+    for k in ("steps", "batch_size", "eval_every", "eval_problems", "train_length", "warmup_steps"):
         assert k in fitted.stated and getattr(fitted.recipe, k) == getattr(LAB, k), k
 
 

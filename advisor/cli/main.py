@@ -109,7 +109,7 @@ from capacity_advisor.training.manifest import STRATEGIES  # noqa: E402
 @device_options
 @field_option(ScoreConfig, "backend", type=click.Choice(tuple(BACKENDS)),
               help="hf: transformers, any device. vllm: GPUs, in its own environment (docs/vllm.md).")
-@field_option(ScoreConfig, "max_length", "--score-length",
+@field_option(ScoreConfig, "score_length", "--score-length",
               help="Scoring: prompt + response tokens of each candidate; longer ones are cut and flagged.")
 @retired_flags("score")
 @field_option(ScoreConfig, "token_budget",

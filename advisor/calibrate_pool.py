@@ -38,6 +38,7 @@ from capacity_advisor.models.numbers import number
 from capacity_advisor.training.manifest import SETS
 from capacity_advisor.models.metrics import CHECKER_DEFAULT
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
+from capacity_advisor.probes.student import student_of
 
 MAX_STUDENTS = 16
 
@@ -157,12 +158,12 @@ def make_plan(cfg: PoolCalibrateConfig, run: bool = True) -> Plan:
     train = replace(pool, problems=[p for p in pool.problems if p.id not in held])
     students = []
     for spec in cfg.students:
-        desc = descriptions[spec]
-        plan = predictor_plan(spec, predictor, cfg.recipe).for_pool(len(train)).within(
-            desc.get("max_position_embeddings"))
-        lr, lr_source = plan.recipe.learning_rate(spec, desc["n_params"])
-        students.append({"spec": spec, "name": student_name(spec), "description": desc, "plan": plan,
-                         "learning_rate": lr, "learning_rate_source": lr_source})
+        student = student_of(spec, descriptions[spec])
+        plan = predictor_plan(student, predictor, cfg.recipe).for_pool(len(train)).within(
+            student.description.get("max_position_embeddings"))
+        lr, lr_source = student.learning_rate()
+        students.append({"spec": spec, "name": student_name(spec), "description": student.description, "plan": plan,
+                         "learning_rate": lr, "learning_rate_source": lr_source, "student": student})
     fingerprint = pool.fingerprint()
     key = stable_hash({"students": [(s["name"], s["description"]["fingerprint"]) for s in students],
                        "pool": fingerprint, "settings": {k: v for k, v in asdict(cfg).items()
@@ -176,7 +177,7 @@ def make_plan(cfg: PoolCalibrateConfig, run: bool = True) -> Plan:
     target = None
     if cfg.target:
         desc = describe_config(cfg.target)
-        target = {"description": desc, "plan": predictor_plan(cfg.target, predictor, cfg.recipe).for_pool(
+        target = {"description": desc, "plan": predictor_plan(student_of(cfg.target, desc), predictor, cfg.recipe).for_pool(
             len(train)).within(desc.get("max_position_embeddings"))}
     return Plan(pool, train, [p.id for p in pool.problems if p.id in held], checker, fingerprint, students, key, target)
 
@@ -246,7 +247,7 @@ def pool_units(cfg: PoolCalibrateConfig, plan: Plan) -> list[Unit]:
     log-probability, with the learning rate and recipe the plan chose for it."""
     pool = UnitPool(Path(cfg.pool), Path(cfg.out) / "eval.jsonl", plan.checker, cfg.task or plan.fingerprint, cfg.teacher,
                     problems=plan.train, fingerprint=plan.fingerprint)
-    return [Unit(s["spec"], s["name"], s["plan"].recipe, s["learning_rate"], pool, seed, "sum",
+    return [Unit(s["student"], s["name"], s["plan"].recipe, s["learning_rate"], pool, seed, "sum",
                  Path(cfg.out) / "units" / f"{s['name'].replace('/', '--')}-s{seed}", tuple(Run(o, o) for o in SETS),
                  f"{s['name']} seed {seed}")
             for s in plan.students for seed in cfg.seeds]

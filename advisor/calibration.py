@@ -35,6 +35,7 @@ from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, write_jsonl
 from capacity_advisor.probes.recipe import Recipe
+from capacity_advisor.probes.student import Student
 from capacity_advisor.training.manifest import schedule_of
 
 EVAL_SEED = 10_000  # the full runs' held-out problems: one draw, the same for every student, seed and run
@@ -82,7 +83,7 @@ class UnitPool:
 class Unit:
     """One student on one pool at one seed under one ranking: a probe, then the full runs `runs`."""
 
-    student: str  # what loads it: a model folder, a hub id, lab:NAME
+    student: Student
     name: str  # how its records name it (no machine path)
     recipe: Recipe  # its probe, and the lengths, batch and new tokens of its full runs
     learning_rate: float  # its probe's and its full runs'
@@ -118,7 +119,7 @@ def run_unit(unit: Unit, cal: Calibration, lm=None) -> str:
     from capacity_advisor.models.loading import load_model
 
     t0 = time.time()
-    lm = lm or load_model(unit.student, device=cal.device, dtype=cal.dtype)
+    lm = lm or load_model(unit.student.spec, device=cal.device, dtype=cal.dtype)
     problems, fingerprint = unit.pool.read()
     scores, features = measure(unit, cal, lm, problems)
     for run in unit.runs:
@@ -173,7 +174,7 @@ def full_run(unit: Unit, cal: Calibration, run: Run, lm, problems: Pool, scores:
               "base_drift": True, **cal.eval},
         training={"evals_per_epoch": cal.evals_per_epoch, "save_total_limit": 1, "switch_epoch": switch,
                   "rerank": rerank},
-        model={**model, "spec": unit.student}, dataset=dataset, strategy=strategy,
+        model={**model, "spec": unit.student.spec}, dataset=dataset, strategy=strategy,
         mix=mix if strategy == "mixed" else 0.0, features=features, pool=unit.pool.about(ranking, fingerprint),
         base_dir=str(unit.folder))
     train(m.to_json(unit.folder / f"{run.name}.manifest.json"), run_dir, unit, cal, run, lm)

@@ -29,9 +29,10 @@ from capacity_advisor.advisor.select import SelectConfig, select
 from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.probes.recipe import (
-    LENGTHS, REAL, RECIPE_FLAGS, Fitted, Recipe, field_of, fitted_recipe, flag, recipe_for, setting_name, unread_build,
+    LENGTHS, REAL, RECIPE_FLAGS, Fitted, Recipe, field_of, fitted_recipe, flag, setting_name,
 )
 from capacity_advisor.probes.run import ProbeConfig, ProbeData
+from capacity_advisor.probes.student import Student, student_of
 from capacity_advisor.training.manifest import DEFAULT_MIX
 from capacity_advisor.models.ranking import DEFAULT_RANKING
 
@@ -57,7 +58,7 @@ class ProbePlan:
     sources: dict  # recipe setting -> where its value came from
     fitted: Fitted | None = None
     departing: frozenset = frozenset()  # settings the user's flags (or a small pool) moved
-    build_note: str | None = None  # the model folder's build.json was not read (`recipe.unread_build`)
+    build_note: str | None = None  # the model folder's build.json was not read (`Student.note`)
 
     def settings(self) -> dict:
         """{name: {"value", "source"}} for every recipe setting, named after its flag."""
@@ -116,12 +117,13 @@ class ProbePlan:
         return ProbeConfig(self.recipe, **run)
 
 
-def plan_probe(model: str, fitted: Fitted | None = None, given: dict | None = None) -> ProbePlan:
-    """The probe's settings before the model is read: the predictor's recipe where it states one
-    (its lengths only for students of its own kind), else the recipe for the student's kind; then
-    the flags in `given` ({recipe setting: value})."""
+def plan_probe(student: Student, fitted: Fitted | None = None, given: dict | None = None) -> ProbePlan:
+    """The probe's settings before the model's context and the pool are known (`ProbePlan.within`,
+    `ProbePlan.for_pool`): the predictor's recipe where it states one (its lengths only for students
+    of its own kind), else the recipe for the student's kind; then the flags in `given` ({recipe
+    setting: value})."""
     given = {k: v for k, v in (given or {}).items() if v is not None}
-    own = recipe_for(model)
+    own = student.recipe
     check_given(given)
     sources = {k: "lab default" if own.kind == "lab" else "default for real students" for k in RECIPE_FLAGS}
     recipe = own
@@ -141,7 +143,7 @@ def plan_probe(model: str, fitted: Fitted | None = None, given: dict | None = No
         sources["eval_every"] = "capped at the probe steps"
         if "steps" in given:
             departing.add("eval_every")
-    return ProbePlan(recipe, sources, fitted, frozenset(departing), unread_build(model))
+    return ProbePlan(recipe, sources, fitted, frozenset(departing), student.note)
 
 
 def check_given(given: dict) -> None:
@@ -156,9 +158,9 @@ def check_given(given: dict) -> None:
         raise InputError("; ".join(bad))
 
 
-def predictor_plan(model: str, predictor, given: dict | None = None) -> ProbePlan:
+def predictor_plan(student: Student, predictor, given: dict | None = None) -> ProbePlan:
     """`plan_probe` with the recipe a loaded predictor states (checked: its file is user input)."""
-    return plan_probe(model, fitted_recipe(predictor.meta), given)
+    return plan_probe(student, fitted_recipe(predictor.meta), given)
 
 
 # ---- the held-out split and the sets --------------------------------------------------------
@@ -278,7 +280,7 @@ class ProbeStage:
     report: dict | None  # None when the probe was not run
 
 
-def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_dir, scores: dict | None = None,
+def probe_pool(student: Student, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_dir, scores: dict | None = None,
                checker: str = metrics.CHECKER_DEFAULT, score: str = DEFAULT_RANKING, mix: float = DEFAULT_MIX,
                score_length: int = REAL.score_length,
                backend: str = "hf", run: bool = True, say=None, progress=None, skip_tokens: int = 0,
@@ -297,7 +299,7 @@ def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_di
     cfg.validate()
     if scores is None:
         say(f"scoring {pool.n_candidates:,} candidates under the student (cached)")
-        score_pool(pool, ScoreConfig(model, device=cfg.device, dtype=cfg.dtype, backend=backend, score_length=score_length,
+        score_pool(pool, ScoreConfig(student.spec, device=cfg.device, dtype=cfg.dtype, backend=backend, score_length=score_length,
                                      token_budget=token_budget, shard_size=shard_size, skip_tokens=skip_tokens,
                                      local_window=LOCAL_WINDOW if score == "local" else 0),
                    score_dir, lm=lm if backend == "hf" else None)
@@ -306,7 +308,7 @@ def probe_pool(model: str, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_di
     report = None
     if run:
         say(f"probing {', '.join(f'D_{s}' for s in cfg.strategies)}")
-        report = run_probe(model, split.data, cfg, probe_dir, lm=lm, progress=progress)
+        report = run_probe(student, split.data, cfg, probe_dir, lm=lm, progress=progress)
     return ProbeStage(scores, split, report)
 
 
@@ -346,7 +348,8 @@ def probe_job(job: ProbeJob, say=None, progress=None) -> dict:
     say = say or (lambda message: None)
     run = dict(learning_rate=job.learning_rate, strategies=tuple(job.strategies), lora_r=job.lora_r, seed=job.seed,
                device=job.device, dtype=job.dtype, teacher=job.teacher)
-    plan = predictor_plan(job.model, load_predictor(job.predictor), job.recipe)
+    student = student_of(job.model)
+    plan = predictor_plan(student, load_predictor(job.predictor), job.recipe)
     plan.probe_config(**run).validate()
     check_model_spec(job.model)
     from capacity_advisor.models.files import refuse_overwrite
@@ -357,11 +360,11 @@ def probe_job(job: ProbeJob, say=None, progress=None) -> dict:
     scores = given_scores(job.scores, pool, job.score) if job.scores else None
     say(f"loading {job.model}")
     lm = load_model(job.model, device=job.device, dtype=job.dtype)
+    student = student.described(lm.description)
     plan = plan.within(lm.description.get("max_position_embeddings"))
-    rate = (job.learning_rate, "--learning-rate") if job.learning_rate else \
-        plan.recipe.learning_rate(job.model, lm.description["n_params"])
+    rate = (job.learning_rate, "--learning-rate") if job.learning_rate else student.learning_rate()
     cfg = plan.probe_config(**{**run, "learning_rate": rate[0]})
-    stage = probe_pool(job.model, pool, cfg, lm, Path(job.out) / "score", job.out, scores=scores, checker=job.checker,
+    stage = probe_pool(student, pool, cfg, lm, Path(job.out) / "score", job.out, scores=scores, checker=job.checker,
                        score=job.score, score_length=plan.recipe.score_length, say=say, progress=progress)
     notes, _ = plan.notes()
     if plan.fitted is not None and (job.learning_rate or job.lora_r):

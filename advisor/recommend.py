@@ -31,15 +31,13 @@ from capacity_advisor.advisor.draws import (
 )
 from capacity_advisor.advisor.lab.pool import describe_student, lab_identity
 from capacity_advisor.advisor.predictor.advice import Advice
-from capacity_advisor.advisor.probe import ProbePlan, check_given, load_predictor, predictor_plan  # noqa: F401
-from capacity_advisor.advisor.recommendation import (
-    BUDGET_GRID, Recommendation, recommendation, write_advice, write_manifest,
-)
+from capacity_advisor.advisor.probe import LOCAL_WINDOW, ProbePlan, check_given, load_predictor, predictor_plan  # noqa: F401
+from capacity_advisor.advisor.recommendation import BUDGET_GRID, Recommendation, recommendation, write_advice, write_manifest
 from capacity_advisor.advisor.select import RANKINGS
 from capacity_advisor.models.backends import BACKENDS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, stable_hash, versions, write_json, write_jsonl
-from capacity_advisor.probes.recipe import lab_size
+from capacity_advisor.probes.student import Student, student_of
 from capacity_advisor.training.manifest import SETS
 from capacity_advisor.models.metrics import CHECKER_DEFAULT
 from capacity_advisor.models.ranking import DEFAULT_RANKING
@@ -71,7 +69,7 @@ class RecommendConfig:
     probe_repeats: int = 1  # --probe-repeats: probes from N draws (held-out slice and data order: seeds seed..seed+N-1), inputs averaged
     pool_options: dict = field(default_factory=dict)
 
-    def validate(self) -> None:
+    def validate(self, student: Student) -> None:
         from capacity_advisor.models.lab import FAMILIES
 
         bad = []
@@ -95,7 +93,7 @@ class RecommendConfig:
             bad.append("--probe-repeats repeats the probe, and --no-probe runs none: drop one of them")
         if self.lab_task not in FAMILIES:
             bad.append(f"--lab-task {self.lab_task!r} is unknown: use one of {', '.join(FAMILIES)}")
-        if not self.pool and lab_size(self.model) is None and not self.no_probe:
+        if not self.pool and student.size is None and not self.no_probe:
             bad.append(f"--pool is needed to probe {self.model} (only lab students have a built-in pool); "
                        "or pass --no-probe for advice from the parameter count alone")
         try:
@@ -111,9 +109,9 @@ class Checked:
     """What recommend reads before any work, every part of it checked."""
 
     predictor: object  # the Predictor
-    plan: ProbePlan  # the probe's settings before the model's context is known
+    plan: ProbePlan  # the probe's settings, within a described student's context and the user's pool
     key: str  # what the out folder is made from
-    description: dict | None  # the student's config; None for a lab student (describing it may pretrain it)
+    student: Student  # not yet described for a lab student (describing it may pretrain it)
     pool: object | None  # the user's pool, sampled; None: the lab pool, taken when the work starts
     pool_size: int  # problems of the user's pool before --sample drew from it
     scores: dict | None  # the user's --scores, checked against the pool
@@ -125,14 +123,17 @@ def recommend(cfg: RecommendConfig, status=None, progress=None) -> Recommendatio
     say = status or (lambda message: None)
     t0 = time.time()
     checked = check_inputs(cfg)
-    desc = checked.description or describe_student(cfg.model, say)
+    student, plan = checked.student, checked.plan
+    if student.description is None:  # a lab student: built, and so its context known, only now
+        student = student.described(describe_student(cfg.model, say))
+        plan = plan.within(student.description.get("max_position_embeddings"))
     if cfg.no_probe and not cfg.pool:
-        return advise_only(cfg, checked, desc, t0)
+        return advise_only(cfg, checked, student, plan, t0)
     pool, whole = (checked.pool, checked.pool_size) if checked.pool is not None else take_pool(cfg, say)
-    plan = checked.plan.for_pool(len(pool)).within(desc.get("max_position_embeddings"))
-    settings = chosen_settings(cfg, plan, desc)
-    stages = measure(cfg, pool, checked.scores, plan, settings, say, progress)
-    rec = advise(cfg, checked.predictor, desc, settings, stages, plan, pool.fingerprint())
+    plan = plan if checked.pool is not None else plan.for_pool(len(pool))
+    settings = chosen_settings(cfg, plan, student)
+    stages = measure(cfg, student, pool, checked.scores, plan, settings, say, progress)
+    rec = advise(cfg, checked.predictor, student.description, settings, stages, plan, pool.fingerprint())
     return write_outputs(cfg, rec, pool, whole, stages[0], checked, plan.recipe, t0)
 
 
@@ -143,7 +144,8 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
     from capacity_advisor.models.files import check_writable_dir, refuse_overwrite
     from capacity_advisor.models.loading import check_model_spec, describe_config
 
-    cfg.validate()
+    student = student_of(cfg.model)
+    cfg.validate(student)
     check_model_spec(cfg.model)
     check_writable_dir(cfg.out, "--out")
     out = Path(cfg.out)
@@ -153,15 +155,17 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
                                                      "report.png", "score",
                                                      *(probe_folder(r) for r in range(cfg.probe_repeats))))], "--out")
     predictor = load_predictor(cfg.predictor)
-    plan = predictor_plan(cfg.model, predictor, cfg.recipe)
-    desc = None if lab_size(cfg.model) is not None else describe_config(cfg.model)
-    scoring = (plan.within(desc.get("max_position_embeddings")) if desc else plan).recipe.score_length
+    plan = predictor_plan(student, predictor, cfg.recipe)
+    desc = None if student.size is not None else describe_config(cfg.model)
+    key = inputs_key(cfg, desc["fingerprint"] if desc else lab_identity(cfg.model), plan.recipe.as_dict())
+    if desc is not None:
+        student, plan = student.described(desc), plan.within(desc.get("max_position_embeddings"))
+    scoring = plan.recipe.score_length
     if cfg.skip_tokens >= scoring - 1 and not (cfg.no_probe and not cfg.pool):  # the prompt takes a token at least
         raise InputError(f"--skip-tokens {cfg.skip_tokens} leaves nothing to score within --score-length {scoring} "
                          "(the scoring length): lower --skip-tokens")
     if cfg.no_probe and (desc is None or desc["n_params"] < PAPER_FROM):  # the lab prior will answer
         check_lab_prior(predictor.meta.get("lab_prior"), predictor.options)
-    key = inputs_key(cfg, desc["fingerprint"] if desc else lab_identity(cfg.model), plan.recipe.as_dict())
     check_out(Path(cfg.out), key)
     pool = scores = None
     whole = 0
@@ -175,7 +179,7 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
             from capacity_advisor.advisor.probe import given_scores
 
             scores = given_scores(cfg.scores, pool, cfg.score, cfg.skip_tokens)
-    return Checked(predictor, plan, key, desc, pool, whole, scores)
+    return Checked(predictor, plan, key, student, pool, whole, scores)
 
 
 def inputs_key(cfg: RecommendConfig, model_identity, recipe: dict) -> str:
@@ -209,24 +213,24 @@ def take_pool(cfg: RecommendConfig, say) -> tuple:
     return pool, pool.whole_problems or len(pool)
 
 
-def chosen_settings(cfg: RecommendConfig, plan: ProbePlan, desc: dict) -> dict:
+def chosen_settings(cfg: RecommendConfig, plan: ProbePlan, student: Student) -> dict:
     """Every setting recommend chose, {name: {"value", "source"}}: the probe's, then the run's."""
-    lr, lr_source = plan.recipe.learning_rate(cfg.model, desc["n_params"])
+    lr, lr_source = student.learning_rate()
     kind = "lab default" if plan.recipe.kind == "lab" else "default for real students"
     return {**plan.settings(), "learning_rate": {"value": lr, "source": lr_source},
             "train_batch": {"value": plan.recipe.train_batch, "source": kind},
             "score": {"value": cfg.score, "source": "--score" if cfg.score != "sum" else "default (the paper's ranking)"}}
 
 
-def measure(cfg: RecommendConfig, pool, scores, plan: ProbePlan, settings: dict, say, progress) -> list:
+def measure(cfg: RecommendConfig, student: Student, pool, scores, plan: ProbePlan, settings: dict, say, progress) -> list:
     """Load the student, score the pool (or take --scores), split off the held-out slice, probe;
     with --probe-repeats N, N probes, the r-th from seed + r (its own held-out slice, mixed set and
     data order; the pool's scores are shared). One stage per draw, the first being --seed's."""
     from capacity_advisor.advisor.probe import probe_pool
     from capacity_advisor.models.loading import load_model
 
-    say(f"loading {cfg.model}")
-    lm = load_model(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    say(f"loading {student.spec}")
+    lm = load_model(student.spec, device=cfg.device, dtype=cfg.dtype)
     out = Path(cfg.out)
     stages = []
     for r in range(cfg.probe_repeats):
@@ -235,7 +239,7 @@ def measure(cfg: RecommendConfig, pool, scores, plan: ProbePlan, settings: dict,
         tell = progress
         if r and progress is not None:
             tell = (lambda s, step, total, d=r + 1: progress(f"{s} (draw {d} of {cfg.probe_repeats})", step, total))
-        stages.append(probe_pool(cfg.model, pool, pcfg, lm, out / "score", out / probe_folder(r),
+        stages.append(probe_pool(student, pool, pcfg, lm, out / "score", out / probe_folder(r),
                                  scores=stages[0].scores if stages else scores, checker=cfg.checker, score=cfg.score,
                                  score_length=plan.recipe.score_length, skip_tokens=cfg.skip_tokens, backend=cfg.backend,
                                  run=not cfg.no_probe, say=say if not r else (lambda m, d=r + 1: say(f"{m} (draw {d} of {cfg.probe_repeats})")),
@@ -312,12 +316,12 @@ def measured_advice(cfg: RecommendConfig, predictor, desc: dict, plan: ProbePlan
     return advice, curve, draws, race_plan(predictor, decision.race)
 
 
-def advise_only(cfg: RecommendConfig, checked: Checked, desc: dict, t0: float) -> Recommendation:
+def advise_only(cfg: RecommendConfig, checked: Checked, student: Student, plan: ProbePlan, t0: float) -> Recommendation:
     """`--no-probe` without a pool: advice from the parameter count, nothing scored, no weights read."""
     from capacity_advisor.advisor.report_figure import write_figure
 
-    plan = checked.plan.within(desc.get("max_position_embeddings"))
-    settings = chosen_settings(cfg, plan, desc)
+    desc = student.description
+    settings = chosen_settings(cfg, plan, student)
     advice, curve = prior(cfg, desc["n_params"], checked.predictor)
     rec = replace(recommendation(advice, curve, checked.predictor, desc, settings, cfg.budget, cfg.score),
                   seconds=round(time.time() - t0, 1))
@@ -385,8 +389,6 @@ def sample_note(cfg: RecommendConfig, rec: Recommendation, train_rows: int, whol
     if cfg.skip_tokens:
         scoring += f" --skip-tokens {cfg.skip_tokens}"
     if cfg.score == "local":
-        from capacity_advisor.advisor.probe import LOCAL_WINDOW
-
         scoring += f" --local-window {LOCAL_WINDOW}"
     ranking = f" --score {cfg.score}" if cfg.score != "sum" else ""
     return (f"train.jsonl holds the {cfg.sample} problems --sample drew, less the probe's {held} held out "

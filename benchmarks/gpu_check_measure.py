@@ -239,10 +239,11 @@ class StepClock:
 def probe_spec(lm, student: Student, recipe, device: str, workdir: Path):
     """The TrainingSpec of a probe run (probes.run.manifest_for, the real-student recipe)."""
     from capacity_advisor.probes.run import ProbeConfig, ProbeData, manifest_for
+    from capacity_advisor.probes.student import student_of
 
     cfg = ProbeConfig(recipe, lora_r=student.lora_r, device=device, dtype="auto")
     stub = ProbeData(train={}, eval_prompts=[], eval_answers=[], teacher_high=[], teacher_low=[], checker="math")
-    lr = recipe.learning_rate(lm.spec, lm.description["n_params"])[0]
+    lr = student_of(lm.spec, lm.description).learning_rate()[0]
     return manifest_for("high", cfg, stub, {"spec": lm.spec}, lr, workdir).training
 
 
@@ -250,8 +251,9 @@ def full_run_spec(lm, student: Student, recipe, epochs: float):
     """The TrainingSpec of the full run recommend's manifest describes (probes.recipe.full_run_manifest:
     the full-run batch, the training length), with LoRA where the student is probed with it."""
     from capacity_advisor.probes.recipe import full_run_manifest
+    from capacity_advisor.probes.student import student_of
 
-    lr = recipe.learning_rate(lm.spec, lm.description["n_params"])[0]
+    lr = student_of(lm.spec, lm.description).learning_rate()[0]
     m = full_run_manifest(recipe, epochs=epochs, learning_rate=lr, seed=0, eval={},
                           training={"lora": {"r": student.lora_r}} if student.lora_r else None,
                           model={"spec": lm.spec}, dataset="train.jsonl")

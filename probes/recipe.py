@@ -1,8 +1,8 @@
 """The probe recipe: how a probe is run for each kind of student, defined once.
 
-    from capacity_advisor.probes.recipe import recipe_for
-    r = recipe_for("lab:m")                        # the lab's recipe
-    cfg = ProbeConfig(r, seed=0, device="cpu")     # probes.run: a probe measuring exactly that way
+    from capacity_advisor.probes.recipe import LAB
+    cfg = ProbeConfig(LAB.with_(steps=50), seed=0, device="cpu")  # probes.run: a probe measuring exactly that way
+    student_of("lab:m").recipe                     # probes.student: the recipe for the student's kind
 
 `advisor probe`, `advisor recommend` and both calibrations take their probe settings from here,
 and a fitted predictor stores the recipe its inputs were measured with (`as_dict()`, under
@@ -97,20 +97,6 @@ class Recipe:
     score_length: int = SCORE_LENGTH  # scoring: prompt + response tokens of each candidate (longer ones are cut and flagged)
     train_batch: int = TrainingSpec.batch_size  # sequences per optimizer step of the full run the manifest describes
 
-    def learning_rate(self, model: str, n_params: int) -> tuple[float, str]:
-        """(rate, where it comes from) of a probe and the full run it advises on: half a ladder
-        student's pretraining peak; for any other model the full-fine-tuning rate SFT recipes use
-        at its size."""
-        from capacity_advisor.models.lab import LADDER
-
-        size = lab_size(model)
-        if self.kind == "lab" and size in LADDER:
-            return LADDER[size].lr * 0.5, "lab recipe (half the pretraining peak)"
-        build = lab_build(model) if self.kind == "lab" else None
-        if build is not None:
-            return build["lr"] * 0.5, "lab recipe (half the pretraining peak its build.json states)"
-        return size_learning_rate(n_params), "size default"
-
     def as_dict(self) -> dict:
         """What a predictor stores as `meta.recipe` (and a record as `settings.probe`): the kind and
         every measuring setting, as files name them."""
@@ -154,47 +140,6 @@ LAB = Recipe("lab", max_new_tokens=72, train_length=LAB_CONTEXT, token_budget=16
 # cost on a GPU.
 REAL = Recipe("real")
 RECIPES = {r.kind: r for r in (LAB, REAL)}
-
-
-def lab_size(model: str) -> str | None:
-    """The ladder name of `lab:NAME[+bBUILD][@STEPS]`, or None for any other model (or a malformed name)."""
-    if not isinstance(model, str) or not model.startswith("lab:"):
-        return None
-    from capacity_advisor.models.lab.ladder import parse_name
-
-    try:
-        return parse_name(model[len("lab:"):]).name
-    except InputError:
-        return model[len("lab:"):]
-
-
-def lab_build(model: str) -> dict | None:
-    """The lab build a model folder holds (its `build.json`: the ladder name and pretraining rate),
-    or None for `lab:NAME` specs, hub ids and any other folder."""
-    if not isinstance(model, str) or lab_size(model) is not None:
-        return None
-    from capacity_advisor.models.lab.ladder import build_of
-
-    return build_of(model)
-
-
-def unread_build(model: str) -> str | None:
-    """A note when the folder `model` holds a build.json that was not read, so that the folder is
-    probed as a real student although it may be a lab build; None otherwise."""
-    if not isinstance(model, str) or lab_size(model) is not None:
-        return None
-    from capacity_advisor.models.lab.ladder import read_build
-
-    why = read_build(model)[1]
-    return None if why is None else (
-        f"{model}/build.json was not read ({why}): the folder is probed with the real students' recipe and the "
-        "learning rate for its size, not as a lab build; rewrite or remove that file")
-
-
-def recipe_for(model: str) -> Recipe:
-    """The lab recipe for the lab's students, named (`lab:NAME`) or as the folder of a lab build;
-    the real one for everything else."""
-    return LAB if lab_size(model) is not None or lab_build(model) is not None else REAL
 
 
 def size_learning_rate(n_params: int) -> float:

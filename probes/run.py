@@ -1,7 +1,7 @@
 """Probe runs: short SFT from the same base weights on D_high, D_low (and D_mixed), measured as they go.
 
     from capacity_advisor.probes.run import ProbeConfig, ProbeData, run_probe
-    report = run_probe("lab:s", data, ProbeConfig(REAL.with_(steps=100)), out_dir="runs/probe")
+    report = run_probe(student_of("lab:s"), data, ProbeConfig(LAB.with_(steps=100)), out_dir="runs/probe")
 
 A probe is the full training run stopped early: each strategy is trained by `training.sft.run_sft`
 — the trainer, schedule code, evaluation and loop detector `advisor train` and calibration use —
@@ -32,7 +32,8 @@ from typing import Callable, Sequence
 from capacity_advisor.models import metrics
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, versions, write_json, write_jsonl
-from capacity_advisor.probes.recipe import REAL, Recipe, flag, recipe_for
+from capacity_advisor.probes.recipe import REAL, Recipe, flag
+from capacity_advisor.probes.student import Student
 from capacity_advisor.training.manifest import SETS, schedule_of
 
 METRICS = ("train_loss", "teacher_nll", "teacher_nll_high", "teacher_nll_low", "answer_logprob", "accuracy",
@@ -140,12 +141,13 @@ def manifest_for(strategy: str, cfg: ProbeConfig, data: ProbeData, model: dict, 
     )
 
 
-def run_probe(model_spec: str, data: ProbeData, cfg: ProbeConfig, out_dir: str | Path,
+def run_probe(student: Student, data: ProbeData, cfg: ProbeConfig, out_dir: str | Path,
               progress: Progress | None = None, lm=None, log: io.TextIOBase | None = None) -> dict:
     """Run (or resume) the probe and write OUT/probe.json and OUT/probe.png; returns the report.
 
-    `lm`: the base student already loaded (else loaded from `model_spec`). `log`: where the
-    trainer's progress lines go (default: discarded; `progress` reports steps instead).
+    `lm`: the base student already loaded (else loaded from its spec); without `cfg.learning_rate`,
+    the student's rate. `log`: where the trainer's progress lines go (default: discarded;
+    `progress` reports steps instead).
     """
     from transformers import TrainerCallback
 
@@ -155,9 +157,9 @@ def run_probe(model_spec: str, data: ProbeData, cfg: ProbeConfig, out_dir: str |
     cfg.validate()
     data.validate(cfg.strategies)
     out = Path(out_dir)
-    base = lm or load_model(model_spec, device=cfg.device, dtype=cfg.dtype)
-    lr = cfg.learning_rate or recipe_for(model_spec).learning_rate(model_spec, base.description["n_params"])[0]
-    model = {**base.description, "spec": model_spec}
+    base = lm or load_model(student.spec, device=cfg.device, dtype=cfg.dtype)
+    lr = cfg.learning_rate or student.described(base.description).learning_rate()[0]
+    model = {**base.description, "spec": student.spec}
     write_jsonl(out / "data" / "eval.jsonl", data.eval_rows())
     for s in cfg.strategies:
         write_jsonl(out / "data" / f"{s}.jsonl", [{"prompt": p, "completion": r} for p, r in data.train[s]])
@@ -185,7 +187,7 @@ def run_probe(model_spec: str, data: ProbeData, cfg: ProbeConfig, out_dir: str |
                              for s in cfg.strategies))
     report = {
         "version": 2,
-        "model": base.description | {"spec": model_spec},
+        "model": base.description | {"spec": student.spec},
         "teacher": cfg.teacher,
         "settings": {**cfg.settings(), "learning_rate": lr},
         "checker": data.checker if data.checker != "math" else metrics.math_checker_name(),
@@ -197,7 +199,7 @@ def run_probe(model_spec: str, data: ProbeData, cfg: ProbeConfig, out_dir: str |
         "versions": versions(),
     }
     write_json(out / "probe.json", finite(report))  # NaN (a metric that does not apply) is null in the file
-    write_json(out / "config.json", {"stage": "probe", "settings": report["settings"], "model": model_spec,
+    write_json(out / "config.json", {"stage": "probe", "settings": report["settings"], "model": student.spec,
                                      "versions": versions()})
     plot(report, out / "probe.png")
     return report

@@ -15,6 +15,7 @@ from capacity_advisor.models.loading import load_model
 from capacity_advisor.models.template import encode_pair
 from capacity_advisor.probes.recipe import REAL
 from capacity_advisor.probes.run import ProbeConfig, run_probe, truncate
+from capacity_advisor.probes.student import student_of
 
 LOOP = "First 3+4=7. Then 7*2=14. Then 14-1=13. Then 13-1=12. Then 12-1=11. " + "Then 11-1=10. " * 8
 CLEAN = "First 3+4=7. Then 7*2=14. Then 14-1=13. So the answer is \\boxed{13}."
@@ -77,7 +78,7 @@ def test_probe_report_numbers(tiny_llama, tmp_path):
     cfg = probe_config(steps=16)
     lm, data = _data(tiny_llama, tmp_path, cfg)
     assert data.checker == "math" and len(data.train["high"]) == 18 and len(data.eval_prompts) == 6
-    report = run_probe(tiny_llama, data, cfg, tmp_path / "probe", lm=lm)
+    report = run_probe(student_of(tiny_llama), data, cfg, tmp_path / "probe", lm=lm)
     saved = json.loads((tmp_path / "probe" / "probe.json").read_text())
     assert saved["curves"].keys() == {"high", "low"} and (tmp_path / "probe" / "probe.png").stat().st_size > 1000
     for curve in report["curves"].values():
@@ -119,18 +120,18 @@ class _Killed(Exception):
 def test_killed_probe_resumes_to_the_same_report(tiny_llama, tmp_path):
     cfg = probe_config()
     lm, data = _data(tiny_llama, tmp_path, cfg)
-    whole = run_probe(tiny_llama, data, cfg, tmp_path / "whole", lm=lm)
+    whole = run_probe(student_of(tiny_llama), data, cfg, tmp_path / "whole", lm=lm)
 
     def kill(strategy, step, total):
         if strategy == "low" and step == 6:  # after the checkpoint at step 4
             raise _Killed
 
     with pytest.raises(_Killed):
-        run_probe(tiny_llama, data, cfg, tmp_path / "resumed", lm=lm, progress=kill)
+        run_probe(student_of(tiny_llama), data, cfg, tmp_path / "resumed", lm=lm, progress=kill)
     assert (tmp_path / "resumed" / "high" / "record.json").exists()
     assert (tmp_path / "resumed" / "low" / "checkpoint-4").is_dir()
     assert not (tmp_path / "resumed" / "probe.json").exists()
-    resumed = run_probe(tiny_llama, data, cfg, tmp_path / "resumed", lm=lm)
+    resumed = run_probe(student_of(tiny_llama), data, cfg, tmp_path / "resumed", lm=lm)
     same = lambda a, b: json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # NaN-safe equality
     assert same(resumed["curves"], whole["curves"])
     assert same(resumed["features"], whole["features"])
@@ -141,10 +142,10 @@ def test_probe_folder_of_another_model_is_refused(tiny_llama, tiny_qwen, tmp_pat
 
     cfg = probe_config(steps=4)
     lm, data = _data(tiny_llama, tmp_path, cfg)
-    run_probe(tiny_llama, data, cfg, tmp_path / "p", lm=lm)
+    run_probe(student_of(tiny_llama), data, cfg, tmp_path / "p", lm=lm)
     other = load_model(tiny_qwen, device="cpu")
     with pytest.raises(InputError, match="another manifest"):
-        run_probe(tiny_qwen, data, cfg, tmp_path / "p", lm=other)
+        run_probe(student_of(tiny_qwen), data, cfg, tmp_path / "p", lm=other)
 
 
 def test_probe_cli_bad_settings(tiny_llama, tmp_path):
@@ -190,14 +191,14 @@ def test_probe_caps_new_tokens_and_length_at_the_models_context(tmp_path):
     from capacity_advisor.advisor.probe import plan_probe
     from capacity_advisor.probes.recipe import LAB, Fitted
 
-    plan = plan_probe(str(tmp_path)).within(512)
+    plan = plan_probe(student_of(str(tmp_path))).within(512)
     assert plan.recipe.max_new_tokens == 384 and plan.recipe.train_length == 512 and plan.recipe.score_length == 512
     assert plan.settings()["max_new_tokens"]["source"] == "default for real students, capped at the model's context (512 positions)"
-    assert plan.within(None).recipe == plan.recipe and plan_probe(str(tmp_path)).recipe == REAL
+    assert plan.within(None).recipe == plan.recipe and plan_probe(student_of(str(tmp_path))).recipe == REAL
     # a lab-fitted predictor: a real student takes its steps and held-out problems, and its own kind's lengths
-    fitted = plan_probe("x/y", Fitted(LAB.with_(steps=6), ("steps", "max_new_tokens")))
+    fitted = plan_probe(student_of("x/y"), Fitted(LAB.with_(steps=6), ("steps", "max_new_tokens")))
     assert fitted.recipe.steps == 6 and fitted.recipe.max_new_tokens == REAL.max_new_tokens
     notes, departs = fitted.notes()
     assert not departs and "measured on lab students" in notes[0] and "max_new_tokens 2,048" in notes[0]
-    assert plan_probe("x/y", given={"max_new_tokens": 100}).within(64).settings()["max_new_tokens"] == {
+    assert plan_probe(student_of("x/y"), given={"max_new_tokens": 100}).within(64).settings()["max_new_tokens"] == {
         "value": 48, "source": "--max-new-tokens, capped at the model's context (64 positions)"}

@@ -8,23 +8,25 @@ import json
 import pytest
 from helpers import run
 
-from capacity_advisor.probes.recipe import LAB, REAL, fitted_recipe, lab_build, recipe_for
+from capacity_advisor.probes.recipe import LAB, REAL, fitted_recipe
+from capacity_advisor.probes.student import student_of
 
 
 def test_a_lab_build_folder_is_probed_with_the_lab_recipe_and_its_own_rate(lab_home, tmp_path):
     from capacity_advisor.models.lab import LADDER, student_path
 
     folder = str(student_path("xs"))
-    assert lab_build(folder) == {"name": "xs", "lr": LADDER["xs"].lr}
-    assert recipe_for(folder) is LAB and recipe_for("lab:xs") is LAB
-    assert LAB.learning_rate(folder, 3840) == (LADDER["xs"].lr * 0.5, pytest.approx(LAB.learning_rate(folder, 1)[1]))
-    assert LAB.learning_rate(folder, 1)[0] == LAB.learning_rate("lab:xs", 1)[0]
+    assert student_of(folder).build == {"name": "xs", "lr": LADDER["xs"].lr}
+    assert student_of(folder).recipe is LAB and student_of("lab:xs").recipe is LAB
+    rate = lambda spec, n_params: student_of(spec, {"n_params": n_params}).learning_rate()  # noqa: E731
+    assert rate(folder, 3840) == (LADDER["xs"].lr * 0.5, pytest.approx(rate(folder, 1)[1]))
+    assert rate(folder, 1)[0] == rate("lab:xs", 1)[0]
     # any other folder, a hub id, and folders whose build.json is damaged or not a lab build's
-    assert recipe_for(str(tmp_path)) is REAL and recipe_for("Qwen/Qwen2.5-0.5B") is REAL
+    assert student_of(str(tmp_path)).recipe is REAL and student_of("Qwen/Qwen2.5-0.5B").recipe is REAL
     for text in ("{", "[]", json.dumps({"recipe": {"student": {"name": "x", "lr": "1e-3"}}}),
                  json.dumps({"recipe": {"student": {"name": "x", "lr": float("inf")}}}), "x" * (2 << 20)):
         (tmp_path / "build.json").write_text(text)
-        assert lab_build(str(tmp_path)) is None and recipe_for(str(tmp_path)) is REAL
+        assert student_of(str(tmp_path)).build is None and student_of(str(tmp_path)).recipe is REAL
 
 
 def test_the_shipped_predictor_states_the_recipe_its_records_share():

@@ -35,6 +35,7 @@ from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit, run_names,
 from capacity_advisor.models.files import read_jsonl, versions, write_json, write_jsonl
 from capacity_advisor.models.lab.ladder import RECIPE_VERSION
 from capacity_advisor.probes.recipe import LAB
+from capacity_advisor.probes.student import student_of
 
 Log = Callable[[str], None]
 
@@ -94,13 +95,6 @@ def probe_recipe(cfg: CalibrateConfig):
                      eval_problems=cfg.probe_eval_problems, max_new_tokens=cfg.max_new_tokens, train_batch=cfg.batch)
 
 
-def lab_learning_rate(size: str) -> float:
-    """The lab's SFT rate (probes and full runs alike): the probe recipe's rule."""
-    from capacity_advisor.models.lab import n_params
-
-    return LAB.learning_rate(f"lab:{size}", n_params(size))[0]
-
-
 def pool_paths(cfg: CalibrateConfig, task: str, seed: int) -> tuple[Path, Path]:
     """(pool file, eval-set file) of one task and seed: where `teacher_pool` writes them."""
     folder = Path(cfg.out) / task / "pools"
@@ -126,8 +120,9 @@ def lab_unit(cfg: CalibrateConfig, unit: Unit) -> calibration.Unit:
     pool_path, eval_path = pool_paths(cfg, unit.task, unit.seed)
     record = {"task": unit.task, "score": unit.score, "size": unit.size, "seed": unit.seed, "teacher": cfg.teacher,
               "temperature": cfg.temperature, "lab": RECIPE_VERSION, **({"build": unit.build} if unit.build else {})}
+    student = student_of(unit.model)
     return calibration.Unit(
-        unit.model, unit.model, probe_recipe(cfg), lab_learning_rate(unit.size),
+        student, unit.model, probe_recipe(cfg), student.learning_rate()[0],
         UnitPool(pool_path, eval_path, "lab", unit.task, cfg.teacher, cfg.temperature), unit.seed, unit.score,
         unit.folder(Path(cfg.out)), tuple(Run(*r) for r in unit_runs(cfg, unit)), f"{unit.task} {unit.score} {unit.name}",
         record)

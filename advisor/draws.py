@@ -13,27 +13,29 @@ from __future__ import annotations
 
 import math
 
+from capacity_advisor.probes.run import ProbeReport
+
 
 def probe_folder(draw: int) -> str:
     """OUT/probe for the first draw, OUT/probe-2, OUT/probe-3, ... for the repeats."""
     return "probe" if draw == 0 else f"probe-{draw + 1}"
 
 
-def mean_features(reports: list[dict]) -> dict:
+def mean_features(reports: list[ProbeReport]) -> dict:
     """The draws' probe inputs averaged, each over the draws that measured it (NaN where none did)."""
     out = {}
-    for k in reports[0]["features"]:
-        vals = [float(v) for v in (r["features"].get(k) for r in reports)
+    for k in reports[0].features:
+        vals = [float(v) for v in (r.features.get(k) for r in reports)
                 if isinstance(v, (int, float)) and math.isfinite(v)]
         out[k] = sum(vals) / len(vals) if vals else float("nan")
     return out
 
 
-def combined_cost(reports: list[dict]) -> dict:
+def combined_cost(reports: list[ProbeReport]) -> dict:
     """The probe cost of every draw together, against the same full run."""
-    cost = dict(reports[0]["cost"])
+    cost = dict(reports[0].cost)
     for k in ("probe_train_tokens", "probe_eval_tokens", "probe_tokens"):
-        cost[k] = sum(r["cost"][k] for r in reports)
+        cost[k] = sum(r.cost[k] for r in reports)
     per_epoch = cost.get("full_run_tokens_per_epoch")
     cost["share_of_full_run"] = {e: cost["probe_tokens"] / (per_epoch * int(e)) for e in cost["share_of_full_run"]} \
         if per_epoch else {}
@@ -97,14 +99,14 @@ def by_proxy_rule(cfg, predictor, calibrated: dict, advice, notes: list):
     return advice
 
 
-def draw_advice(cfg, predictor, policy, desc: dict, context: dict, reports: list[dict]) -> list[dict]:
+def draw_advice(cfg, predictor, policy, desc: dict, context: dict, reports: list[ProbeReport]) -> list[dict]:
     """What each probe draw alone would have advised (`cfg`: recommend's settings — seed, budget,
     ranking, model): its seed, the policy's set, who answered, and the predictor's probabilities
     on that draw's inputs."""
     out = []
     for r, report in enumerate(reports):
         given = {"likelihood_gap_per_token": context["likelihood_gap_per_token"],
-                 "length_ratio_low_high": context["length_ratio_low_high"], **report["features"]}
+                 "length_ratio_low_high": context["length_ratio_low_high"], **report.features}
         measured = {k: float("nan") if v is None else v for k, v in given.items()}
         d = policy.decide(predictor, measured, desc["n_params"], cfg.budget, cfg.score, student=cfg.model)
         out.append({"seed": cfg.seed + r, "strategy": d.strategy, "answered_by": d.answered_by,

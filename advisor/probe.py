@@ -31,7 +31,7 @@ from capacity_advisor.models.errors import InputError
 from capacity_advisor.probes.recipe import (
     LENGTHS, REAL, RECIPE_FLAGS, Fitted, Recipe, field_of, fitted_recipe, flag, setting_name,
 )
-from capacity_advisor.probes.run import ProbeConfig, ProbeData
+from capacity_advisor.probes.run import ProbeConfig, ProbeData, ProbeReport
 from capacity_advisor.probes.student import Student, student_of
 from capacity_advisor.training.manifest import DEFAULT_MIX
 from capacity_advisor.models.ranking import DEFAULT_RANKING
@@ -277,7 +277,7 @@ def scores_skip_tokens(path: str, scores: dict) -> int | None:
 class ProbeStage:
     scores: dict  # (problem id, k) -> score row
     split: Split
-    report: dict | None  # None when the probe was not run
+    report: ProbeReport | None  # None when the probe was not run
 
 
 def probe_pool(student: Student, pool: Pool, cfg: ProbeConfig, lm, score_dir, probe_dir, scores: dict | None = None,
@@ -373,4 +373,4 @@ def probe_job(job: ProbeJob, say=None, progress=None) -> dict:
                                              f"--lora-r {job.lora_r}" if job.lora_r else "") if x)
                      + " (the predictor's were measured at the recipe's rate, with full fine-tuning)")
     chosen = {**plan.settings(), "learning_rate": {"value": rate[0], "source": rate[1]}}
-    return {**stage.report, "chosen": chosen, "notes": notes}
+    return {**stage.report.as_dict(), "chosen": chosen, "notes": notes}

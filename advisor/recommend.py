@@ -279,7 +279,7 @@ def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stages: 
         advice, curve, draws, race = measured_advice(cfg, predictor, desc, plan, measured, calibrated,
                                                      context if len(stages) > 1 else None, reports)
     probe = stage.report if len(stages) == 1 or stage.report is None else \
-        {**stage.report, "cost": combined_cost([st.report for st in stages])}
+        replace(stage.report, cost=combined_cost([st.report for st in stages]))
     return recommendation(advice, curve, predictor, desc, settings, cfg.budget, cfg.score, measurements=measured,
                           draws=draws, calibrated_on=calibrated, probe=probe, race=race)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from capacity_advisor.advisor.predictor.labels import model_inputs
 from capacity_advisor.advisor.schedule import Schedule
 from capacity_advisor.models.files import finite, write_json
+from capacity_advisor.probes.run import ProbeReport
 from capacity_advisor.training.manifest import SETS
 
 BUDGET_GRID = tuple(x / 4 for x in range(2, 41))  # 0.5 .. 10 epochs, for the crossover
@@ -69,7 +70,7 @@ class Recommendation:
     reasons: list[str] = field(default_factory=list)  # the inputs that moved the answer most
     prior: str | None = None  # "lab" or "paper" when a prior answered
     paper_prior: dict | None = None  # the paper's finding for students of this size, beside a measurement
-    probe: dict | None = None  # the probe report (curves, features, cost)
+    probe: ProbeReport | None = None  # the probe report (curves, features, cost)
     selection: dict | None = None  # the selected set's summary
     train_rows: int = 0
     eval_rows: int = 0
@@ -106,7 +107,7 @@ class Recommendation:
 
     @property
     def probe_cost(self) -> dict | None:
-        return self.probe["cost"] if self.probe else None
+        return self.probe.cost if self.probe else None
 
     @property
     def probe_share(self) -> float | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED  # inputs that are settings of the run
 from capacity_advisor.advisor.recommendation import BUDGET_GRID, Recommendation
+from capacity_advisor.probes.run import ProbeReport
 
 DPI = 100
 FONT = 10  # points: the smallest text on the figure
@@ -62,8 +63,8 @@ def _budgets(ax, rec: Recommendation) -> None:
     ax.legend()
 
 
-def _probe(ax, probe: dict) -> None:
-    for s, c in probe["curves"].items():
+def _probe(ax, probe: ProbeReport) -> None:
+    for s, c in probe.curves.items():
         key = "answer_logprob" if c[-1].get("answer_logprob") is not None else "teacher_nll"
         ax.plot([p["step"] for p in c], [p[key] for p in c], marker="o", ms=4, label=f"D_{s}", color=COLORS.get(s))
         ax.set_ylabel(key)

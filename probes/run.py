@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import io
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from statistics import mean
 from typing import Callable, Sequence
@@ -122,6 +122,29 @@ class ProbeData:
 
 
 Progress = Callable[[str, int, int], None]  # (strategy, step, total)
+REPORT_VERSION = 2  # the layout of probe.json
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """What a probe measured; OUT/probe.json is `as_dict()`. `features` are what the predictor
+    reads, `curves` the evaluation rows per set (step 0, then every `eval_every` steps), `cost` its
+    tokens against the full run's."""
+
+    version: int
+    model: dict  # the base student's description, with its spec
+    teacher: str | None
+    settings: dict  # the probe's settings as files name them (`ProbeConfig.settings`), with its learning rate
+    checker: str
+    context: dict  # the pool and the selection: sizes, likelihood gap, length ratio
+    curves: dict[str, list[dict]]
+    features: dict
+    cost: dict
+    seconds: float
+    versions: dict
+
+    def as_dict(self) -> dict:
+        return asdict(self)
 
 
 def manifest_for(strategy: str, cfg: ProbeConfig, data: ProbeData, model: dict, lr: float, out: Path):
@@ -142,7 +165,7 @@ def manifest_for(strategy: str, cfg: ProbeConfig, data: ProbeData, model: dict, 
 
 
 def run_probe(student: Student, data: ProbeData, cfg: ProbeConfig, out_dir: str | Path,
-              progress: Progress | None = None, lm=None, log: io.TextIOBase | None = None) -> dict:
+              progress: Progress | None = None, lm=None, log: io.TextIOBase | None = None) -> "ProbeReport":
     """Run (or resume) the probe and write OUT/probe.json and OUT/probe.png; returns the report.
 
     `lm`: the base student already loaded (else loaded from its spec); without `cfg.learning_rate`,
@@ -185,21 +208,13 @@ def run_probe(student: Student, data: ProbeData, cfg: ProbeConfig, out_dir: str 
     r = cfg.recipe
     train_tokens = round(sum(_mean_tokens(base.tokenizer, data.train[s], r.train_length) * r.steps * r.batch_size
                              for s in cfg.strategies))
-    report = {
-        "version": 2,
-        "model": base.description | {"spec": student.spec},
-        "teacher": cfg.teacher,
-        "settings": {**cfg.settings(), "learning_rate": lr},
-        "checker": data.checker if data.checker != "math" else metrics.math_checker_name(),
-        "context": data.context,
-        "curves": curves,
-        "features": features(curves, data.context),
-        "cost": cost(train_tokens, _eval_tokens(curves), data.context),
-        "seconds": round(sum(r["provenance"]["seconds"] for r in records.values()), 2),
-        "versions": versions(),
-    }
-    write_json(out / "probe.json", finite(report))  # NaN (a metric that does not apply) is null in the file
-    write_json(out / "config.json", {"stage": "probe", "settings": report["settings"], "model": student.spec,
+    report = ProbeReport(
+        REPORT_VERSION, base.description | {"spec": student.spec}, cfg.teacher, {**cfg.settings(), "learning_rate": lr},
+        data.checker if data.checker != "math" else metrics.math_checker_name(), data.context, curves,
+        features(curves, data.context), cost(train_tokens, _eval_tokens(curves), data.context),
+        round(sum(r["provenance"]["seconds"] for r in records.values()), 2), versions())
+    write_json(out / "probe.json", finite(report.as_dict()))  # NaN (a metric that does not apply) is null in the file
+    write_json(out / "config.json", {"stage": "probe", "settings": report.settings, "model": student.spec,
                                      "versions": versions()})
     plot(report, out / "probe.png")
     return report
@@ -308,7 +323,7 @@ def cost(train_tokens: int, eval_tokens: int, context: dict) -> dict:
     return out
 
 
-def plot(report: dict, path: Path) -> None:
+def plot(report: ProbeReport, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -316,7 +331,7 @@ def plot(report: dict, path: Path) -> None:
 
     from capacity_advisor.models.files import atomic_path
 
-    curves = report["curves"]
+    curves = report.curves
     keys = [k for k in METRICS if any(p.get(k) is not None and not _isnan(p.get(k)) for c in curves.values() for p in c)]
     cols = 3
     rows = max(1, math.ceil(len(keys) / cols))
@@ -333,7 +348,7 @@ def plot(report: dict, path: Path) -> None:
     for ax in list(axes.flat)[len(keys):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    m = report["model"]
+    m = report.model
     fig.suptitle(f"probe: {m['spec']} ({m['n_params']:,} params)", fontsize=10)
     fig.tight_layout()
     with atomic_path(path) as tmp:

@@ -71,6 +71,8 @@ def test_draws_that_disagree_lower_confidence_and_say_so(pool, tmp_path, monkeyp
 
 
 def test_draws_line_and_mean_features():
+    from types import SimpleNamespace
+
     from capacity_advisor.advisor.draws import draws_line, mean_features
 
     same = [{"seed": 0, "strategy": "high", "probabilities": {"low": 0.2}},
@@ -79,8 +81,8 @@ def test_draws_line_and_mean_features():
     assert agree and line.startswith("the 2 probe draws agree")
     _, agree = draws_line([same[0], {**same[1], "strategy": "low"}], "high")
     assert not agree
-    got = mean_features([{"features": {"a": 1.0, "b": None, "c": float("nan")}},
-                         {"features": {"a": 3.0, "b": 2.0, "c": None}}])
+    got = mean_features([SimpleNamespace(features={"a": 1.0, "b": None, "c": float("nan")}),  # probe reports' features
+                         SimpleNamespace(features={"a": 3.0, "b": 2.0, "c": None})])
     assert got["a"] == 2.0 and got["b"] == 2.0 and math.isnan(got["c"])
 
 

@@ -81,7 +81,7 @@ def test_probe_report_numbers(tiny_llama, tmp_path):
     report = run_probe(student_of(tiny_llama), data, cfg, tmp_path / "probe", lm=lm)
     saved = json.loads((tmp_path / "probe" / "probe.json").read_text())
     assert saved["curves"].keys() == {"high", "low"} and (tmp_path / "probe" / "probe.png").stat().st_size > 1000
-    for curve in report["curves"].values():
+    for curve in report.curves.values():
         assert [p["step"] for p in curve] == [0, 4, 8, 12, 16]
         losses = [p["train_loss"] for p in curve[1:]]
         assert losses[-1] < losses[0]  # the pool's responses are learnable: the loss falls
@@ -94,11 +94,11 @@ def test_probe_report_numbers(tiny_llama, tmp_path):
         with torch.no_grad():
             logp = lm.model(ids).logits.float().log_softmax(-1)[0]
         direct.append(-logp[e.n_prompt - 1:-1].gather(1, ids[0, e.n_prompt:, None]).mean().item())
-    start = report["curves"]["high"][0]
+    start = report.curves["high"][0]
     assert start["teacher_nll"] == pytest.approx(sum(direct) / len(direct), abs=1e-4)
-    assert start == report["curves"]["low"][0]  # same base, same point
-    f = report["features"]
-    end = report["curves"]["high"][-1]["teacher_nll"]
+    assert start == report.curves["low"][0]  # same base, same point
+    f = report.features
+    end = report.curves["high"][-1]["teacher_nll"]
     assert f["high_teacher_nll_drop_rel"] == pytest.approx((start["teacher_nll"] - end) / start["teacher_nll"])
     assert f["high_teacher_nll_drop_rel"] > 0  # training on teacher responses moves the student toward them
     assert math.isfinite(f["gap_teacher_nll_drop_rel"]) and "log10_params" not in f and "n_params" not in f
@@ -106,9 +106,9 @@ def test_probe_report_numbers(tiny_llama, tmp_path):
     # base drift at step 0 is the base model's own NLL of its generations; it rises as training moves away
     assert start["base_drift"] > 0 and math.isfinite(f["high_drift_rel"])
     assert start["answer_logprob"] < 0 and math.isfinite(f["high_answer_logprob_gain"])
-    assert report["cost"]["probe_train_tokens"] > 0 and report["cost"]["share_of_full_run"]["5"] > 0
+    assert report.cost["probe_train_tokens"] > 0 and report.cost["share_of_full_run"]["5"] > 0
     # a shorter probe is the prefix of a longer one: its features come from the truncated curves
-    short = truncate(report["curves"], 8)
+    short = truncate(report.curves, 8)
     assert [p["step"] for p in short["low"]] == [0, 4, 8]
 
 
@@ -133,8 +133,8 @@ def test_killed_probe_resumes_to_the_same_report(tiny_llama, tmp_path):
     assert not (tmp_path / "resumed" / "probe.json").exists()
     resumed = run_probe(student_of(tiny_llama), data, cfg, tmp_path / "resumed", lm=lm)
     same = lambda a, b: json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)  # NaN-safe equality
-    assert same(resumed["curves"], whole["curves"])
-    assert same(resumed["features"], whole["features"])
+    assert same(resumed.curves, whole.curves)
+    assert same(resumed.features, whole.features)
 
 
 def test_probe_folder_of_another_model_is_refused(tiny_llama, tiny_qwen, tmp_path):

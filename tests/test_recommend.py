@@ -485,6 +485,7 @@ def test_the_figure_is_readable_and_every_panel_has_a_legend(synthetic_predictor
     from capacity_advisor.advisor.recommendation import BUDGET_GRID, Recommendation
     from capacity_advisor.advisor.report_figure import DPI, build_figure
     from capacity_advisor.advisor.schedule import Schedule
+    from capacity_advisor.probes.run import ProbeReport
 
     pred = Predictor.load(synthetic_predictor)
     measured = {k: pred.range[k]["mean"] for k in pred.features if k in pred.range}
@@ -495,8 +496,10 @@ def test_the_figure_is_readable_and_every_panel_has_a_legend(synthetic_predictor
                          model={"spec": "lab:xs", "n_params": 4000}, budget=2.0, score="sum", settings={},
                          curve={s: [p] * len(BUDGET_GRID) for s, p in (("high", 0.6), ("low", 0.3), ("mixed", 0.1))},
                          measurements=measured, reasons=[f"{feature} = 0.1 (moves P(D_high) by +0.10)"],
-                         probe={"curves": {"high": [point(0, -2.0), point(4, -1.5)], "low": [point(0, -2.0), point(4, -1.8)]},
-                                "cost": {}})
+                         probe=ProbeReport(version=2, model={}, teacher=None, settings={}, checker="none", context={},
+                                           curves={"high": [point(0, -2.0), point(4, -1.5)],
+                                                   "low": [point(0, -2.0), point(4, -1.8)]},
+                                           features={}, cost={}, seconds=0.0, versions={}))
     fig = build_figure(rec, pred)
     try:
         assert DPI >= 100 and len(fig.axes) == 3

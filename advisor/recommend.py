@@ -37,6 +37,7 @@ from capacity_advisor.advisor.select import RANKINGS
 from capacity_advisor.models.backends import BACKENDS
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import finite, stable_hash, versions, write_json, write_jsonl
+from capacity_advisor.probes.recipe import file_name
 from capacity_advisor.probes.student import Student, student_of
 from capacity_advisor.training.manifest import SETS
 from capacity_advisor.models.metrics import CHECKER_DEFAULT
@@ -68,6 +69,11 @@ class RecommendConfig:
     seed: int = 0
     probe_repeats: int = 1  # --probe-repeats: probes from N draws (held-out slice and data order: seeds seed..seed+N-1), inputs averaged
     pool_options: dict = field(default_factory=dict)
+
+    def settings(self) -> dict:
+        """The settings as config.json and the inputs key have always named them (a recipe flag by
+        the name files give its setting: --train-length's is `max_length`)."""
+        return {**asdict(self), "recipe": {file_name(k): v for k, v in self.recipe.items()}}
 
     def validate(self, student: Student) -> None:
         from capacity_advisor.models.lab import FAMILIES
@@ -141,7 +147,7 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
     """Flags, model, out folder, predictor, pool and scores: every input recommend reads, checked
     before any work (a lab student is not pretrained, no file is written)."""
     from capacity_advisor.advisor.predictor.priors import PAPER_FROM, check_lab_prior
-    from capacity_advisor.models.files import check_writable_dir, refuse_overwrite
+    from capacity_advisor.models.files import check_writable_dir, recorded_key, refuse_overwrite
     from capacity_advisor.models.loading import check_model_spec, describe_config
 
     student = student_of(cfg.model)
@@ -166,7 +172,9 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
                          "(the scoring length): lower --skip-tokens")
     if cfg.no_probe and (desc is None or desc["n_params"] < PAPER_FROM):  # the lab prior will answer
         check_lab_prior(predictor.meta.get("lab_prior"), predictor.options)
-    check_out(Path(cfg.out), key)
+    if recorded_key(out, "inputs_key") not in (None, key):
+        raise InputError(f"{out} holds a recommendation made from other inputs (model, pool or settings); "
+                         "pass a new --out, or delete that folder to start over")
     pool = scores = None
     whole = 0
     if cfg.pool:
@@ -185,22 +193,12 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
 def inputs_key(cfg: RecommendConfig, model_identity, recipe: dict) -> str:
     """What a recommendation folder was made from (the flags, the model, and the probe recipe the
     predictor states); a folder is reused only for the same inputs."""
-    d = asdict(cfg)
+    d = cfg.settings()
     for informational in ("out", "predictor", "device"):
         d.pop(informational)
     if d["probe_repeats"] == 1:  # folders made before the setting existed keep their key
         d.pop("probe_repeats")
-    # --train-length as folders made before the setting was named `train_length` keyed it
-    d["recipe"] = {("max_length" if k == "train_length" else k): v for k, v in d["recipe"].items()}
     return stable_hash({"config": d, "model": model_identity, "recipe": recipe})
-
-
-def check_out(out: Path, key: str) -> None:
-    from capacity_advisor.models.files import recorded_key
-
-    if recorded_key(out, "inputs_key") not in (None, key):
-        raise InputError(f"{out} holds a recommendation made from other inputs (model, pool or settings); "
-                         "pass a new --out, or delete that folder to start over")
 
 
 def take_pool(cfg: RecommendConfig, say) -> tuple:
@@ -377,7 +375,7 @@ def write_outputs(cfg: RecommendConfig, rec: Recommendation, pool, whole: int, s
 
 
 def write_config(cfg: RecommendConfig, key: str, settings: dict) -> None:
-    write_json(Path(cfg.out) / "config.json", finite({"stage": "recommend", "inputs_key": key, "settings": asdict(cfg),
+    write_json(Path(cfg.out) / "config.json", finite({"stage": "recommend", "inputs_key": key, "settings": cfg.settings(),
                                                       "chosen": settings, "versions": versions()}))
 
 

@@ -74,6 +74,11 @@ def field_of(name: str) -> str:
     return FIELDS.get(name, name)
 
 
+def file_name(setting: str) -> str:
+    """The name files give a recipe setting (a Recipe field): `field_of` turned round."""
+    return next((name for name, f in FIELDS.items() if f == setting), setting)
+
+
 def setting_name(setting: str) -> str:
     """How reports and config.json name a recipe setting: after its flag."""
     return flag(setting)[2:].replace("-", "_")

@@ -15,7 +15,8 @@ import click
 from capacity_advisor.advisor.calibrate_pool import PoolCalibrateConfig
 from capacity_advisor.advisor.cli import report
 from capacity_advisor.advisor.cli.options import (
-    checker_option, device_options, field_option, floats, ints, json_option, names, pool_options, pool_settings, take,
+    checker_option, device_options, field_option, floats, ints, json_option, names, pool_options, pool_settings, stack,
+    take,
 )
 from capacity_advisor.advisor.lab.units import CalibrateConfig
 from capacity_advisor.models.errors import InputError
@@ -33,30 +34,21 @@ OWN_ONLY = {"dry_run": "--dry-run", "target": "--target", "predictor": "--predic
             "nproc": "--nproc", "launcher": "--launcher", **{k: RECIPE_FLAGS[k][0] for k in OWN_RECIPE}}
 
 
-def _stack(options):
-    def apply(f):
-        for option in reversed(options):
-            f = option(f)
-        return f
-
-    return apply
-
-
 def _given(ctx, name: str) -> bool:
     return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
 
 
 def _flag(name: str) -> str:
-    return RECIPE_FLAGS[name][0] if name in RECIPE_FLAGS else f"--{name.replace('_', '-')}"
+    return f"--{name.replace('_', '-')}"
 
 
-own_recipe_options = _stack([click.option(RECIPE_FLAGS[k][0], k, default=None, type=int,
-                                          help=f"{RECIPE_FLAGS[k][1]} Default: the predictor's recipe at the proxy's kind.")
-                             for k in OWN_RECIPE])
+own_recipe_options = stack(*[click.option(RECIPE_FLAGS[k][0], k, default=None, type=int,
+                                           help=f"{RECIPE_FLAGS[k][1]} Default: the predictor's recipe at the proxy's kind.")
+                              for k in OWN_RECIPE])
 # Hidden: given, each is one error line naming `advisor lab calibrate` (taken as text, so a value of any kind is)
-lab_sweep_flags = _stack([click.option(_flag(k), f"lab_{k}", hidden=True, expose_value=True,
-                                       **({"is_flag": True} if k == "quick" else {"default": None}))
-                          for k in LAB_ONLY])
+lab_sweep_flags = stack(*[click.option(_flag(k), f"lab_{k}", hidden=True, expose_value=True,
+                                        **({"is_flag": True} if k == "quick" else {"default": None}))
+                           for k in LAB_ONLY])
 
 
 @click.command()

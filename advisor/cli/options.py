@@ -81,7 +81,7 @@ def recipe_options(verb: str) -> Callable:
     student's kind. The names `verb` took before (`OLD_FLAGS`) are refused with the one to use."""
     from capacity_advisor.probes.recipe import RECIPE_FLAGS
 
-    return _stack(*(click.option(flag, setting, default=None, type=int,
+    return stack(*(click.option(flag, setting, default=None, type=int,
                                  help=f"{help_text} Default: the recipe (the predictor's, else by kind of student).")
                     for setting, (flag, help_text) in RECIPE_FLAGS.items()), retired_flags(verb))
 
@@ -99,7 +99,7 @@ def retired_flags(verb: str) -> Callable:
 
         return callback
 
-    return _stack(*(click.option(old, f"retired_{setting}", default=None, hidden=True, expose_value=False,
+    return stack(*(click.option(old, f"retired_{setting}", default=None, hidden=True, expose_value=False,
                                  callback=refuse(setting))
                     for setting, old in OLD_FLAGS.get(verb, {}).items()))
 
@@ -112,7 +112,9 @@ def recipe_given(kw: dict) -> dict:
     return {k: v for k, v in given.items() if v is not None}
 
 
-def _stack(*options) -> Callable:
+def stack(*options) -> Callable:
+    """One decorator applying `options` in order (the first is the first flag in --help)."""
+
     def apply(f):
         for option in reversed(options):
             f = option(f)
@@ -125,7 +127,7 @@ device_option = click.option("--device", default="auto", type=click.Choice(DEVIC
                              help="auto: a CUDA GPU when one is visible, else the CPU.")
 dtype_option = click.option("--dtype", default="auto", type=click.Choice(DTYPES), show_default=True,
                             help="auto: bf16 on GPUs that support it (else fp16), fp32 on CPUs.")
-device_options = _stack(device_option, dtype_option)
+device_options = stack(device_option, dtype_option)
 
 
 def seed_option(help_text: str = "Random seed.") -> Callable:
@@ -150,12 +152,12 @@ def checker_option(f):
 
 POOL_FIELDS = ("prompt_field", "responses_field", "answer_field", "correct_field", "id_field", "all_candidates", "strict",
                "split", "subset", "revision")
-dataset_options = _stack(
+dataset_options = stack(
     click.option("--split", default=None, help="Hub dataset or dataset folder: the split to read (default: train, or its only one)."),
     click.option("--subset", default=None, help="Hub dataset or dataset folder: its configuration name."),
     click.option("--revision", default=None, help="Hub dataset: a branch, tag or commit."),
 )
-pool_options = _stack(
+pool_options = stack(
     click.option("--prompt-field", default=None, help="Field holding the problem text (auto-detected)."),
     click.option("--responses-field", default=None,
                  help="Field holding the candidates: a list (grouped) or one response per row (flat)."),
@@ -175,13 +177,13 @@ def pool_settings(kw: dict):
     return PoolOptions(**{k: kw.pop(k) for k in POOL_FIELDS})
 
 
-vllm_options = _stack(
+vllm_options = stack(
     click.option("--tensor-parallel-size", default=1, show_default=True, help="vllm: GPUs one model is split over."),
     click.option("--gpu-memory-utilization", default=None, type=Finite(0, 1),
                  help=f"vllm: share of each GPU's memory vLLM may take (default {VLLM_DEFAULTS.gpu_memory_utilization:g}; "
                       f"on vLLM's CPU build, {VLLM_DEFAULTS.cpu_memory_utilization:g} of system memory)."),
 )
-dp_options = _stack(
+dp_options = stack(
     click.option("--dp-rank", default=0, show_default=True, help="This process's index among --dp-size processes."),
     click.option("--dp-size", default=1, show_default=True,
                  help="Processes sharing the work's shards; the last to finish writes the outputs."),

@@ -139,18 +139,20 @@ def read_records(path: str | Path) -> list[dict]:
     NaN feature or accuracy would reach the fit as a measurement (our writers store null)."""
     p = Path(path)
     if not p.exists():
-        raise InputError(f"records file {path} does not exist: run `advisor calibrate` or `advisor train` first")
+        raise InputError(f"records file {path} does not exist: run `advisor calibrate`, `advisor lab calibrate` or "
+                         "`advisor train` first")
     try:
         records = read_jsonl(p, strict=True)
     except (ValueError, RecursionError) as e:
         raise InputError(f"{str(e)[:200]}: remove the damaged line from the records file") from None
     if not records:
         raise InputError(f"records file {path} holds no records (it is empty or blank): name a records file written "
-                         "by `advisor calibrate` or `advisor train`, or leave this one out")
+                         "by `advisor calibrate`, `advisor lab calibrate` or `advisor train`, or leave this one out")
     for n, rec in enumerate(records, 1):
         why = _record_problem(rec)
         if why:
-            raise InputError(f"{path} line {n}: {why}; is this a records file written by `advisor calibrate` or `advisor train`?")
+            raise InputError(f"{path} line {n}: {why}; is this a records file written by `advisor calibrate`, "
+                             "`advisor lab calibrate` or `advisor train`?")
     return records
 
 

@@ -89,3 +89,37 @@ def test_no_import_circles():
 
 def test_no_private_name_is_imported_across_modules():
     assert graph()[1] == []
+
+
+def advisor_levels(edges: dict[str, set[str]]) -> dict[int, list[str]]:
+    """{level: advisor modules}: the longest chain of imports below each module of `advisor/`
+    (the predictor package counted as one module, a subpackage's `__init__` as the package)."""
+    def unit(m: str) -> str | None:
+        if not m.startswith("advisor.") or m.startswith("advisor.predictor_data"):
+            return None
+        rest = m[len("advisor."):]
+        return "predictor" if rest.startswith("predictor") else rest
+
+    deps: dict[str, set[str]] = {}
+    for m, targets in edges.items():
+        u = unit(m)
+        if u is not None:
+            deps.setdefault(u, set()).update(t for t in map(unit, targets) if t is not None and t != u)
+    level: dict[str, int] = {}
+
+    def depth(u: str) -> int:
+        if u not in level:
+            level[u] = 1 + max((depth(d) for d in deps.get(u, ())), default=-1)
+        return level[u]
+
+    out: dict[int, list[str]] = {}
+    for u in deps:
+        out.setdefault(depth(u), []).append(u)
+    return {k: sorted(v) for k, v in sorted(out.items())}
+
+
+def test_the_architectures_level_table_is_the_one_the_imports_give():
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = [line.split()[1:] for line in text.splitlines() if line.startswith("level ")]
+    stated = {int(row[0]): sorted(row[1:]) for row in table}
+    assert stated == advisor_levels(graph()[0]), "redraw docs/architecture.md's level table from the imports"

@@ -128,8 +128,9 @@ def lab_unit(cfg: CalibrateConfig, unit: Unit) -> calibration.Unit:
         record)
 
 
-def run_unit(cfg: CalibrateConfig, unit: Unit) -> str:
-    """Score, probe and train one unit (resumable), in a process of one torch thread; a one-line summary."""
+def sweep_unit(cfg: CalibrateConfig, unit: Unit) -> str:
+    """One unit of the sweep through the protocol (`calibration.run_unit`), in a process of one torch
+    thread (the sweep runs several at once); a one-line summary."""
     import torch
 
     torch.set_num_threads(1)
@@ -154,7 +155,7 @@ def run_calibration(cfg: CalibrateConfig, log: Log = print) -> dict:
     todo = [u for u in units(cfg) if not all((u.folder(out) / s / "record.json").exists() for s in run_names(cfg, u))]
     log(f"{len(todo)} of {len(units(cfg))} units to run, {cfg.jobs} at a time")
     jobs = Parallel(n_jobs=cfg.jobs, backend="loky", return_as="generator_unordered") if cfg.jobs > 1 else None
-    calls = [delayed(run_unit)(cfg, u) for u in todo]
+    calls = [delayed(sweep_unit)(cfg, u) for u in todo]
     for line in (jobs(calls) if jobs else (f(*a, **k) for f, a, k in calls)):
         log(line)
     records = collect_records(cfg)

@@ -66,7 +66,7 @@ $(VLLM_CPU_VENV)/.installed: pyproject.toml Makefile
 
 # The tests marked `vllm_engine`, against vLLM's real engine on CPU (docs/vllm.md).
 test-vllm: $(VLLM_CPU_VENV)/.installed
-	$(VLLM_CPU_VENV)/bin/python -m pytest -q -m vllm_engine tests/test_vllm_engine.py
+	$(VLLM_CPU_VENV)/bin/python -m pytest -q -m vllm_engine tests/e2e/test_vllm_engine.py
 
 gpu-check: vllm-env
 	$(VLLM_VENV)/bin/python -m benchmarks.gpu_check

@@ -2,7 +2,7 @@
 folder, then `benchmarks/gpu_check.py --hf-only`, its files written into one folder.
 
     python3 -m benchmarks.gpu_check_bare OUT           # one CUDA GPU (H200-class); sized for 8 minutes, untimed yet
-    python3 -m benchmarks.gpu_check_bare OUT --quick   # the same path at tiny shapes on a CPU (tests/test_gpu_check_bare.py)
+    python3 -m benchmarks.gpu_check_bare OUT --quick   # the same path at tiny shapes on a CPU (tests/e2e/test_gpu_check_bare.py)
     make gpu-check-bare OUT=runs/gpu-check             # the first, with the Makefile's python
 
 Needs a python with torch, transformers 5 or newer, accelerate and peft, and one CUDA GPU unless

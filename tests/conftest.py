@@ -4,8 +4,7 @@ with the smallest lab student or the tiny teacher, and a cache home of its own f
 `tiny_llama`: Llama, no chat template (plain prompt/response join, BOS added by the tokenizer).
 `tiny_qwen`: Qwen2, with a chat template.
 
-The helpers the test files share are in tests/helpers.py; the names below imported from there are
-the ones some test files import from conftest.
+The helpers the test files share are in tests/helpers.py; no test file imports from here.
 """
 
 from __future__ import annotations
@@ -18,20 +17,7 @@ import pytest
 # one process spin against each other (a lab probe took twice as long). OMP_NUM_THREADS overrides.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from helpers import (  # noqa: E402,F401  (imported from conftest by some test files)
-    CHAT_TEMPLATE,
-    CORPUS,
-    addition_pool,
-    advisor_home,
-    build_tiny,
-    descendants,
-    home_with,
-    kill_tree,
-    make_tokenizer,
-    stored_numbers,
-    tiny_teacher_home,
-    tiny_teacher_spec,
-)
+from helpers import build_tiny, home_with, tiny_teacher_home, tiny_teacher_spec  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,4 +1,4 @@
-"""One process of the FSDP check in tests/test_fsdp.py.
+"""One process of the FSDP check in tests/unit/test_fsdp.py.
 
 accelerate enables FSDP only for GPU processes, so on CPU processes `advisor train` with
 configs/accelerate_fsdp.yaml trains data-parallel (docs/training.md, "FSDP on CPU"). This is the

@@ -9,9 +9,14 @@ conftest.py holds the fixtures, and imports from here the names some test files 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import math
 import os
+import random
 from pathlib import Path
+
+from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data"
@@ -55,6 +60,11 @@ def lab_pool(path: Path, n: int, *more) -> Path:
     r = run("lab", "pool", "--n", n, "--out", path, *more)
     assert r.exit_code == 0, r.stderr
     return path
+
+
+def check_one_error_line(result, fragment, out=None):
+    """helpers.one_error_line with nothing on stdout either, `out` absent (the CLI-error and vLLM tests)."""
+    return one_error_line(result, fragment, *([out] if out is not None else []), quiet=True)
 
 
 # ---- files ----------------------------------------------------------------------------------------
@@ -181,7 +191,7 @@ def home_with(tmp_path_factory, name: str, *models: str):
 
 # The lab teacher's recipe (its corpus: every procedure of every family; its rate and batch) at the
 # shape of student `s` and a 40-step budget: 27,744 parameters, 113 kB of weights. Its build is kept in
-# tests/data/lab/ (made by `pretrain_tiny_teacher`; tests/test_tiny_teacher.py pretrains it again and
+# tests/data/lab/ (made by `pretrain_tiny_teacher`; tests/unit/test_tiny_teacher.py pretrains it again and
 # compares), so a test that needs a teacher loads it instead of pretraining one.
 TINY_TEACHER_SHAPE = dict(hidden=32, layers=2, heads=4, ffn=96, steps=40)
 TINY_TEACHER_BUILDS = DATA / "lab"
@@ -270,7 +280,7 @@ def kill_tree(proc) -> None:
 # Three pool sources (both recipe generations, a scripted and a sampled teacher) and five students
 # (three proxies below the proxy split's cut of 2e5 parameters, two targets above it): 105 of the 906
 # committed records, every seed, ranking and budget of those. A fit with cross-validation on them takes
-# seconds where the whole table takes minutes; tests/test_stored_cv.py checks the whole table.
+# seconds where the whole table takes minutes; tests/stored/test_stored_cv.py checks the whole table.
 SUBSET_SOURCES = ("lab1:modchain/program", "lab2:addition/lab:teacher@T1", "lab2:listmax/program")
 SUBSET_STUDENTS = ("lab:xs", "lab:s", "lab:m", "lab:l", "lab:xl")
 
@@ -286,3 +296,126 @@ def record_subset() -> list[str]:
             lines.append(line)
     assert lines, "the committed records hold none of the subset's sources and students"
     return lines
+
+
+# ---- synthetic records with a known rule (the predictor's and recommend's tests) -------------------
+
+# capacity in "lab units": students below 6 cannot use low-likelihood data; at 6 and above they can
+SIZES = {f"s{i}": 10 ** lp for i, lp in enumerate((4.0, 4.5, 5.0, 5.5, 6.5, 7.0, 7.5, 8.0))}
+
+
+def rule_curve(strategy, capable, rng, epochs=5):
+    """Accuracy per quarter epoch. High: fast rise to a ceiling. Low: slow start, higher ceiling when capable."""
+    out = [{"epoch": 0.0, "step": 0, "accuracy": 0.0}]
+    for q in range(1, 4 * epochs + 1):
+        e = q / 4
+        if strategy == "high":
+            acc = 0.5 * (1 - math.exp(-2.0 * e))
+        elif strategy == "low":
+            acc = (0.8 if capable else 0.3) * (1 - math.exp(-0.45 * e))
+        else:
+            acc = 0.45 * (1 - math.exp(-1.0 * e))
+        out.append({"epoch": e, "step": q * 10, "accuracy": round(acc + rng.uniform(-0.005, 0.005), 4)})
+    return out
+
+
+def probe_features(lp, rng):
+    """What a probe would see: low data moves capable students' answers, small ones repeat."""
+    c = lp - 4
+    return {"gap_answer_logprob_area_gain": 0.3 * (c - 2) + rng.uniform(-0.05, 0.05),
+            "low_repetition_area": max(0.0, 0.6 - 0.15 * c) + rng.uniform(0, 0.02),
+            "low_teacher_nll_drop_rel": 0.05 * c + rng.uniform(-0.01, 0.01),
+            "likelihood_gap_per_token": 0.5 + rng.uniform(-0.1, 0.1)}
+
+
+def make_records(seeds=(0, 1)):
+    recs = []
+    for name, n in SIZES.items():
+        lp = math.log10(n)
+        for seed in seeds:
+            rng = random.Random(f"{name}-{seed}")
+            feats = probe_features(lp, rng)
+            for s in ("high", "low", "mixed"):
+                recs.append({"model": {"spec": f"lab:{name}", "n_params": int(n), "hidden_size": 64, "n_layers": 2},
+                             "pool": {"fingerprint": "p", "task": "synthetic", "score": "sum"},
+                             "settings": {"seed": seed}, "strategy": s, "features": feats,
+                             "evals": rule_curve(s, lp >= 6, rng)})
+    return recs
+
+
+# ---- manifests: one set; D_high against D_low; races' curves -------------------------------------
+
+def write_data(folder: Path, n_train: int = 16, n_eval: int = 4) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "train.jsonl", "w") as f:
+        for i in range(n_train):
+            f.write(json.dumps({"id": str(i), "k": 0, "prompt": f"Question: what is 12 + {i}? Answer:",
+                                "completion": f" Let us think step by step. \\boxed{{{12 + i}}}"}) + "\n")
+    with open(folder / "eval.jsonl", "w") as f:
+        for i in range(n_eval):
+            f.write(json.dumps({"prompt": f"Question: what is 35 + {i}? Answer:", "answer": str(35 + i)}) + "\n")
+
+
+def make_manifest(folder: Path, model: str, **training) -> Path:
+    write_data(folder)
+    t = dict(epochs=2, learning_rate=1e-3, batch_size=4, evals_per_epoch=4, save_total_limit=2, warmup_ratio=0.0)
+    t.update(training)
+    m = Manifest(model={"spec": model}, dataset="train.jsonl", strategy="high",
+                 eval=EvalSpec(path="eval.jsonl", checker="math", max_new_tokens=8),
+                 training=TrainingSpec(**t), features={"probe_feature": 1.0}, pool={"problems": 16})
+    return m.to_json(folder / "recommendation.json")
+
+
+def write_set(path: Path, answer: int, n: int = 16) -> None:
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": str(i), "k": 0, "prompt": f"Question: what is 12 + {i}? Answer:",
+                                "completion": f" \\boxed{{{answer}}}"}) + "\n")
+
+
+def race_manifest(folder: Path, model: str, high: int = 7, low: int = 3, **changes) -> Path:
+    """A manifest of D_high (dataset, strategy high) that names D_low under sets; 2 epochs of 4 steps."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_set(folder / "train-high.jsonl", high)
+    write_set(folder / "train-low.jsonl", low)
+    with open(folder / "eval.jsonl", "w") as f:
+        for i in range(8):
+            f.write(json.dumps({"prompt": f"Question: what is 35 + {i}? Answer:", "answer": "7"}) + "\n")
+    m = Manifest(model={"spec": model}, dataset="train-high.jsonl", strategy="high", sets={"low": "train-low.jsonl"},
+                 eval=EvalSpec(path="eval.jsonl", checker="math", max_new_tokens=8),
+                 training=TrainingSpec(epochs=2, learning_rate=3e-3, batch_size=4, evals_per_epoch=4,
+                                       save_total_limit=2, warmup_ratio=0.0))
+    for key, value in changes.items():
+        setattr(m, key, value)
+    return m.to_json(folder / "recommendation.json")
+
+
+def race_curve(correct: list[list[int]]) -> list[dict]:
+    rows = [{"step": 0, "epoch": 0.0, "accuracy": 0.0}]
+    for i, c in enumerate(correct, 1):
+        rows.append({"step": i, "epoch": i / 4, "accuracy": sum(c) / len(c), "per_problem": {"correct": [bool(x) for x in c]}})
+    return rows
+
+
+RACE_MANIFEST = Manifest(model={"spec": "lab:s"}, dataset="train.jsonl", training=TrainingSpec(epochs=2, evals_per_epoch=4))
+
+
+# ---- prompt/response pairs the scorers are checked on ---------------------------------------------
+
+PAIRS = [
+    ("what is 12 + 35?", "Answer: 47."),
+    ("Let us think", " step by step. First add the tens, then the units. " * 4),
+    ("Question: 1", "0123456789"),
+    ("quick brown fox", "jumps over the lazy dog"),
+    ("x", "y"),
+]
+
+
+# ---- predictor files ------------------------------------------------------------------------------
+
+
+def resign(raw: dict) -> dict:
+    """A predictor file's body (any `sha256` in it dropped) with the checksum Predictor.load checks,
+    so that a test's change to the body is refused for what it changed, not for the checksum."""
+    body = {k: v for k, v in raw.items() if k != "sha256"}
+    return {"sha256": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(), **body}

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-ROOT = Path(__file__).parents[1]
 LEFT_OUT = ("models/lab/weights/", "calibration/", "docs/lab/")  # what a GPU machine does not receive
 HIDDEN = ("lightgbm", "datasets", "math_verify", "trl", "vllm", "matplotlib", "pyarrow")
 # Imported first by every python started with this folder on PYTHONPATH: the hidden packages are not

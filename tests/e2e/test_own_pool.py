@@ -6,7 +6,7 @@ answers with that policy. And the proxy split itself: its folds and what `fit --
 import json
 
 import pytest
-from helpers import RECORDS, ROOT, lab_pool, read_jsonl, record_subset, run, write_jsonl
+from helpers import RECORDS, ROOT, lab_pool, read_jsonl, record_subset, resign, run, write_jsonl
 
 from capacity_advisor.advisor.predictor import PROXY_CUT, Predictor, label_rows, proxy_folds, read_records, unit_of
 from capacity_advisor.advisor.predictor.labels import ranking_sum
@@ -129,14 +129,10 @@ def test_recommend_on_a_calibrated_pool_says_so_and_uses_its_policy(lab_home, tm
     {"races": [{"method": "race", "fraction": None, "regret": "low", "decision_accuracy": 0.5, "overhead": 0.5}]},
 ])
 def test_a_damaged_own_calibration_in_a_predictor_is_refused_at_load(bad, tmp_path):
-    import hashlib
-
-    raw = json.loads((SHIPPED / "predictor.json").read_text())
-    body = {k: v for k, v in raw.items() if k != "sha256"}
+    body = json.loads((SHIPPED / "predictor.json").read_text())
     body["meta"] = {**body["meta"], **bad}
-    digest = hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
     (tmp_path / "pred").mkdir()
-    (tmp_path / "pred" / "predictor.json").write_text(json.dumps({"sha256": digest, **body}))
+    (tmp_path / "pred" / "predictor.json").write_text(json.dumps(resign(body)))
     r = run("recommend", "--model", "lab:xs", "--budget", 2, "--predictor", tmp_path / "pred", "--out", tmp_path / "rec")
     assert r.exit_code == 2 and r.stderr.count("error:") == 1 and "predictor" in r.stderr
     assert not (tmp_path / "rec").exists()

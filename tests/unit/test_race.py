@@ -14,34 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
+from capacity_advisor.training.manifest import EvalSpec
 from capacity_advisor.training.race import RaceRule, decide, race_manifests, run_race
+from helpers import RACE_MANIFEST, race_curve, race_manifest
 
 EVAL_FIELDS = ("step", "epoch", "accuracy", "repetition_rate", "answer_rate", "per_problem")
-
-
-def write_set(path: Path, answer: int, n: int = 16) -> None:
-    with open(path, "w") as f:
-        for i in range(n):
-            f.write(json.dumps({"id": str(i), "k": 0, "prompt": f"Question: what is 12 + {i}? Answer:",
-                                "completion": f" \\boxed{{{answer}}}"}) + "\n")
-
-
-def race_manifest(folder: Path, model: str, high: int = 7, low: int = 3, **changes) -> Path:
-    """A manifest of D_high (dataset, strategy high) that names D_low under sets; 2 epochs of 4 steps."""
-    folder.mkdir(parents=True, exist_ok=True)
-    write_set(folder / "train-high.jsonl", high)
-    write_set(folder / "train-low.jsonl", low)
-    with open(folder / "eval.jsonl", "w") as f:
-        for i in range(8):
-            f.write(json.dumps({"prompt": f"Question: what is 35 + {i}? Answer:", "answer": "7"}) + "\n")
-    m = Manifest(model={"spec": model}, dataset="train-high.jsonl", strategy="high", sets={"low": "train-low.jsonl"},
-                 eval=EvalSpec(path="eval.jsonl", checker="math", max_new_tokens=8),
-                 training=TrainingSpec(epochs=2, learning_rate=3e-3, batch_size=4, evals_per_epoch=4,
-                                       save_total_limit=2, warmup_ratio=0.0))
-    for key, value in changes.items():
-        setattr(m, key, value)
-    return m.to_json(folder / "recommendation.json")
 
 
 def invoke(*args):
@@ -167,49 +144,39 @@ def test_a_killed_race_resumes_to_the_same_decision(tmp_path, tiny_llama, monkey
 
 
 # ---- the decision on handmade evaluations ----------------------------------------------------
-def curve(correct: list[list[int]]) -> list[dict]:
-    rows = [{"step": 0, "epoch": 0.0, "accuracy": 0.0}]
-    for i, c in enumerate(correct, 1):
-        rows.append({"step": i, "epoch": i / 4, "accuracy": sum(c) / len(c), "per_problem": {"correct": [bool(x) for x in c]}})
-    return rows
-
-
-M = Manifest(model={"spec": "lab:s"}, dataset="train.jsonl", training=TrainingSpec(epochs=2, evals_per_epoch=4))
-
-
 def test_a_lead_counts_only_in_a_row_and_beyond_its_noise():
     rule = RaceRule(fraction=1.0, k=2, margin=0.05)
     ten = lambda n: [1] * n + [0] * (10 - n)  # noqa: E731
     # every problem flips (far beyond the noise) at evaluations 1, 3 and 4, level at 2: the run of two ends at 4
-    flips = {"high": curve([ten(0), ten(5), ten(0), ten(0), ten(0)]), "low": curve([ten(10), ten(5), ten(10), ten(10), ten(10)])}
-    comps, stop = decide(flips, rule, M)
+    flips = {"high": race_curve([ten(0), ten(5), ten(0), ten(0), ten(0)]), "low": race_curve([ten(10), ten(5), ten(10), ten(10), ten(10)])}
+    comps, stop = decide(flips, rule, RACE_MANIFEST)
     assert [c["leader"] for c in comps] == ["low", None, "low", "low"]
     assert stop["reason"] == "lead" and stop["winner"] == "low" and stop["evaluation"] == 4 and stop["step"] == 4
     assert comps[0]["mean_difference"] == -1 and comps[0]["standard_error"] == 0
     # 2 of 10 problems better under D_high: 0.2 is past the margin but within 1.96 standard errors (0.26)
-    comps, stop = decide({"high": curve([ten(4)] * 3), "low": curve([ten(2)] * 3)}, rule, M)
+    comps, stop = decide({"high": race_curve([ten(4)] * 3), "low": race_curve([ten(2)] * 3)}, rule, RACE_MANIFEST)
     assert [c["leader"] for c in comps] == [None, None, None] and stop is None
     assert comps[0]["mean_difference"] == pytest.approx(0.2) and 1.96 * comps[0]["standard_error"] > 0.2
     # 20 of 100 are beyond it (1.96 standard errors: 0.08)
     hundred = lambda n: [1] * n + [0] * (100 - n)  # noqa: E731
-    comps, stop = decide({"high": curve([hundred(40)] * 2), "low": curve([hundred(20)] * 2)}, rule, M)
+    comps, stop = decide({"high": race_curve([hundred(40)] * 2), "low": race_curve([hundred(20)] * 2)}, rule, RACE_MANIFEST)
     assert [c["leader"] for c in comps] == ["high", "high"] and stop["winner"] == "high"
     # a difference under the margin is no lead, however steady
     wide = RaceRule(fraction=1.0, k=1, margin=0.5)
-    comps, stop = decide({"high": curve([ten(0)]), "low": curve([ten(4)])}, wide, M)
+    comps, stop = decide({"high": race_curve([ten(0)]), "low": race_curve([ten(4)])}, wide, RACE_MANIFEST)
     assert comps[0]["leader"] is None and stop is None
     # when neither run can go on, their last evaluation ends the race
-    _, stop = decide({"high": curve([ten(0)]), "low": curve([ten(4)])}, wide, M, finished=True)
+    _, stop = decide({"high": race_curve([ten(0)]), "low": race_curve([ten(4)])}, wide, RACE_MANIFEST, finished=True)
     assert stop["reason"] == "fraction" and stop["winner"] == "low"
 
 
 def test_at_the_share_the_best_accuracy_so_far_wins_and_high_wins_ties():
     rule = RaceRule(fraction=0.5, k=2)
     ten = lambda n: [1] * n + [0] * (10 - n)  # noqa: E731
-    _, stop = decide({"high": curve([ten(3), ten(4), ten(4), ten(4)]), "low": curve([ten(5), ten(3), ten(3), ten(3)])},
-                     rule, M)
+    _, stop = decide({"high": race_curve([ten(3), ten(4), ten(4), ten(4)]), "low": race_curve([ten(5), ten(3), ten(3), ten(3)])},
+                     rule, RACE_MANIFEST)
     assert stop["reason"] == "fraction" and stop["winner"] == "low" and stop["share"] == 0.5 and stop["step"] == 4
-    _, stop = decide({"high": curve([ten(4)] * 4), "low": curve([ten(4)] * 4)}, rule, M)
+    _, stop = decide({"high": race_curve([ten(4)] * 4), "low": race_curve([ten(4)] * 4)}, rule, RACE_MANIFEST)
     assert stop["winner"] == "high"
 
 

@@ -6,18 +6,17 @@ probabilities, the policy's set, who answered and the race its gate plans (or no
 with tests/data/shipped_advice.json,
 so a refit, a change to the policy or to how a row is read shows here as changed advice, not
 silently. After a deliberate refit (`advisor fit ... --out advisor/predictor_data`), store the new
-advice with: ADVISOR_STORE_NUMBERS=1 pytest tests/test_stored_advice.py
+advice with: ADVISOR_STORE_NUMBERS=1 pytest tests/stored/test_stored_advice.py
 """
 
-from pathlib import Path
 
 import pytest
-from conftest import stored_numbers
+from helpers import stored_numbers
 
 from capacity_advisor.advisor.predictor import Policy, label_rows, read_records
 from capacity_advisor.advisor.probe import load_predictor
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 STORE = ROOT / "tests" / "data" / "shipped_advice.json"
 BUDGETS = (1, 5)
 

@@ -11,8 +11,7 @@ import math
 from pathlib import Path
 
 import pytest
-from helpers import run
-from test_race import M, curve, race_manifest
+from helpers import RACE_MANIFEST, ROOT, race_curve, race_manifest, run
 
 from capacity_advisor.advisor.predictor import Policy, Predictor
 from capacity_advisor.advisor.predictor.gate import CAP, Gate, choose_gate, gated_picks, judged_on_other_repeats
@@ -20,7 +19,6 @@ from capacity_advisor.advisor.predictor.races import race, with_curves
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.training.race import RaceRule, decide, gaining
 
-ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "advisor" / "predictor_data"
 ALWAYS_HIGH = Policy(margin=2.0)  # the policy's set is D_high wherever the gate stays shut
 
@@ -107,10 +105,10 @@ def test_a_race_waits_for_a_slow_starter_that_is_gaining():
     assert not gaining([0.2, 0.2, 0.2], [0.1, 0.2, 0.3])  # not behind: nothing to wait for
     # the live race reads the same: per-problem rows, D_low behind at the share, then ahead
     ten = lambda n: [1] * n + [0] * (10 - n)  # noqa: E731
-    curves = {"high": curve([ten(5)] * 6), "low": curve([ten(1), ten(2), ten(3), ten(4), ten(6), ten(7)])}
-    _, stop = decide(curves, RaceRule(fraction=0.5, k=None, wait=1.0), M)
+    curves = {"high": race_curve([ten(5)] * 6), "low": race_curve([ten(1), ten(2), ten(3), ten(4), ten(6), ten(7)])}
+    _, stop = decide(curves, RaceRule(fraction=0.5, k=None, wait=1.0), RACE_MANIFEST)
     assert stop["reason"] == "wait" and stop["winner"] == "low" and stop["step"] == 5
-    _, stop = decide(curves, RaceRule(fraction=0.5, k=None), M)
+    _, stop = decide(curves, RaceRule(fraction=0.5, k=None), RACE_MANIFEST)
     assert stop["reason"] == "fraction" and stop["winner"] == "high" and stop["step"] == 4
     with pytest.raises(InputError, match="wait 0.4"):
         RaceRule(fraction=0.5, wait=0.4).check()

@@ -6,7 +6,7 @@ import re
 
 import pytest
 from click.testing import CliRunner
-from helpers import one_error_line, run
+from helpers import check_one_error_line, run
 
 from capacity_advisor.advisor.cli.main import cli
 
@@ -39,11 +39,6 @@ USAGE = [
     (["recommend", "-m", "lab:xs", "-b", "nan", "-o", "OUT"], "'nan' is not a finite number"),
     (["probe", "-m", "m", "-p", "p", "-o", "OUT", "--learning-rate", "inf"], "'inf' is not a finite number"),
 ]
-
-
-def check_one_error_line(result, fragment, out=None):
-    """helpers.one_error_line with nothing on stdout either, `out` absent (test_vllm.py imports it)."""
-    return one_error_line(result, fragment, *([out] if out is not None else []), quiet=True)
 
 
 FIXTURES = {"afile", "pool.jsonl", "empty", "bad.jsonl", "scores.jsonl", "no-model.json", "no-lab.json", "lab.json"}

@@ -5,13 +5,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, addition_pool, build_tiny, lab_pool, read_jsonl, run, write_jsonl
+from helpers import ROOT, addition_pool, build_tiny, lab_pool, make_records, read_jsonl, resign, run, write_jsonl
 
 from capacity_advisor.advisor.fit import FitSettings, fit_and_save
 from capacity_advisor.advisor.predictor import Predictor
 from capacity_advisor.training.manifest import load_manifest
 
-from test_predictor import make_records
 
 
 PAPER = ROOT / "benchmarks" / "paper_students"
@@ -109,12 +108,11 @@ def test_the_predictor_says_how_its_inputs_were_probed_and_recommend_probes_so(l
     probe = json.loads((tmp_path / "rec" / "probe" / "probe.json").read_text())
     assert max(p["step"] for p in probe["curves"]["high"]) == 6
 
-    from test_predictor import _resign
 
     raw = json.loads((tmp_path / "p6" / "predictor.json").read_text())  # a crafted file must not hang the run
     raw["meta"]["probe"] = {"steps": 10**9, "eval_problems": 16}  # (save() refuses it, so it is written by hand)
     (tmp_path / "pbig").mkdir()
-    (tmp_path / "pbig" / "predictor.json").write_text(json.dumps(_resign(raw)))
+    (tmp_path / "pbig" / "predictor.json").write_text(json.dumps(resign(raw)))
     r = run("recommend", "--predictor", tmp_path / "pbig", "--out", tmp_path / "rec2", *common)
     assert r.exit_code == 2 and "meta.probe" in r.stderr and not (tmp_path / "rec2").exists()
 
@@ -383,12 +381,11 @@ def test_a_flag_that_measures_otherwise_is_said_and_lowers_confidence(small_lab_
     ([1, 2], "must be an object"),
 ])
 def test_a_crafted_meta_recipe_is_one_error_line(lab_home, tmp_path, synthetic_predictor, recipe, fragment):
-    from test_predictor import _resign
 
     raw = json.loads((synthetic_predictor / "predictor.json").read_text())
     raw["meta"] = {**raw.get("meta", {}), "recipe": recipe}  # save() refuses it, so craft the file by hand
     (tmp_path / "pred").mkdir()
-    (tmp_path / "pred" / "predictor.json").write_text(json.dumps(_resign(raw)))
+    (tmp_path / "pred" / "predictor.json").write_text(json.dumps(resign(raw)))
     for verb in (["recommend", "--budget", 2], ["probe", "--pool", tmp_path / "nopool.jsonl"]):
         r = run(*verb, "--model", "lab:xs", "--predictor", tmp_path / "pred", "--out", tmp_path / "out")
         assert r.exit_code == 2 and r.stderr.count("\n") == 1 and fragment in r.stderr, r.stderr

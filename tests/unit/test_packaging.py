@@ -3,9 +3,7 @@
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import ROOT
 
 
 def test_wheel_holds_one_namespace_and_coexists_with_a_package_named_models(tmp_path):

@@ -1,7 +1,7 @@
 """Property test of the pool reader: every layout, every file kind, corrupted any way gives either
 a clean pool or the project's own InputError with a one-line message, never another exception.
 
-    ADVISOR_FUZZ_EXAMPLES=2000 .venv/bin/python -m pytest tests/test_pool_fuzz.py   # a long run
+    ADVISOR_FUZZ_EXAMPLES=2000 .venv/bin/python -m pytest tests/unit/test_pool_fuzz.py   # a long run
 
 `make test` runs a small, fixed (derandomized) sample so the suite stays fast and repeatable.
 """

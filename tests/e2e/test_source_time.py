@@ -6,11 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
 
 
 def _run(model: str, wall: float, scoring: float, every: int = 1, options=("high",)) -> dict:

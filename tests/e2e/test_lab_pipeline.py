@@ -14,8 +14,8 @@ from pathlib import Path
 
 from capacity_advisor.advisor.cli.main import main
 from capacity_advisor.advisor.lab import published
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 CALIBRATION = ROOT / "calibration"
 SOURCES = sorted(p.parent for p in CALIBRATION.glob("**/" + published.RECORDS))
 SMALL = CALIBRATION / "lab2" / "modchain-program-builds"  # the smallest committed source

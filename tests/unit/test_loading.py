@@ -16,7 +16,7 @@ def advisor(args, tmp_path, **env):
     env = {**os.environ, "ADVISOR_HOME": str(tmp_path / "home"), "HF_HOME": str(tmp_path / "hf"), **env}
     r = subprocess.run([sys.executable, "-m", "capacity_advisor.advisor.cli.main", *args, "-p", str(tmp_path / "pool.jsonl"),
                         "-o", str(tmp_path / "out"), "--device", "cpu"],
-                       capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).parent.parent)
+                       capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).parents[2])
     return r
 
 

@@ -2,7 +2,7 @@
 values committed in tests/data/tiny_scores.json. A change to scoring, templates or the tokenizer
 path that moves any score shows here, even when every other test still passes.
 
-To store new numbers after a deliberate change: ADVISOR_STORE_NUMBERS=1 pytest tests/test_stored_numbers.py
+To store new numbers after a deliberate change: ADVISOR_STORE_NUMBERS=1 pytest tests/stored/test_stored_numbers.py
 """
 
 from pathlib import Path
@@ -13,7 +13,7 @@ from helpers import read_jsonl, stored_numbers, write_jsonl
 from capacity_advisor.advisor.pool import read_pool
 from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
 
-STORED = Path(__file__).parent / "data" / "tiny_scores.json"
+STORED = Path(__file__).parents[1] / "data" / "tiny_scores.json"
 FIELDS = ("n_tokens", "n_scored", "logprob_sum", "logprob_mean", "rank_mean", "truncated")
 POOL = [
     {"id": "p0", "problem": "what is 12 + 35?", "answer": "47",

@@ -6,7 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
+
 PACKAGES = ("advisor", "models", "probes", "training")
 
 
@@ -123,3 +124,17 @@ def test_the_architectures_level_table_is_the_one_the_imports_give():
     table = [line.split()[1:] for line in text.splitlines() if line.startswith("level ")]
     stated = {int(row[0]): sorted(row[1:]) for row in table}
     assert stated == advisor_levels(graph()[0]), "redraw docs/architecture.md's level table from the imports"
+
+
+def test_the_tests_share_helpers_only():
+    """A test file imports what it shares from tests/helpers.py, never from another test file or from
+    conftest (whose fixtures pytest hands over by name); each sits in one of the four groups."""
+    groups = {"unit", "cli", "e2e", "stored"}
+    crossing = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        assert path.parent.name in groups and path.parent.parent == ROOT / "tests", path
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            crossing += [f"{path.name}: {n}" for n in names if n.split(".")[0].startswith("test_") or n == "conftest"]
+    assert not crossing, crossing

@@ -24,49 +24,7 @@ from capacity_advisor.advisor.predictor import (
 )
 from capacity_advisor.advisor.predictor.labels import model_inputs
 from capacity_advisor.models.errors import InputError
-
-# capacity in "lab units": students below 6 cannot use low-likelihood data; at 6 and above they can
-SIZES = {f"s{i}": 10 ** lp for i, lp in enumerate((4.0, 4.5, 5.0, 5.5, 6.5, 7.0, 7.5, 8.0))}
-
-
-def curve(strategy, capable, rng, epochs=5):
-    """Accuracy per quarter epoch. High: fast rise to a ceiling. Low: slow start, higher ceiling when capable."""
-    out = [{"epoch": 0.0, "step": 0, "accuracy": 0.0}]
-    for q in range(1, 4 * epochs + 1):
-        e = q / 4
-        if strategy == "high":
-            acc = 0.5 * (1 - math.exp(-2.0 * e))
-        elif strategy == "low":
-            acc = (0.8 if capable else 0.3) * (1 - math.exp(-0.45 * e))
-        else:
-            acc = 0.45 * (1 - math.exp(-1.0 * e))
-        out.append({"epoch": e, "step": q * 10, "accuracy": round(acc + rng.uniform(-0.005, 0.005), 4)})
-    return out
-
-
-def probe_features(lp, rng):
-    """What a probe would see: low data moves capable students' answers, small ones repeat."""
-    c = lp - 4
-    return {"gap_answer_logprob_area_gain": 0.3 * (c - 2) + rng.uniform(-0.05, 0.05),
-            "low_repetition_area": max(0.0, 0.6 - 0.15 * c) + rng.uniform(0, 0.02),
-            "low_teacher_nll_drop_rel": 0.05 * c + rng.uniform(-0.01, 0.01),
-            "likelihood_gap_per_token": 0.5 + rng.uniform(-0.1, 0.1)}
-
-
-def make_records(seeds=(0, 1)):
-    recs = []
-    for name, n in SIZES.items():
-        lp = math.log10(n)
-        for seed in seeds:
-            rng = random.Random(f"{name}-{seed}")
-            feats = probe_features(lp, rng)
-            for s in ("high", "low", "mixed"):
-                recs.append({"model": {"spec": f"lab:{name}", "n_params": int(n), "hidden_size": 64, "n_layers": 2},
-                             "pool": {"fingerprint": "p", "task": "synthetic", "score": "sum"},
-                             "settings": {"seed": seed}, "strategy": s, "features": feats,
-                             "evals": curve(s, lp >= 6, rng)})
-    return recs
-
+from helpers import make_records, probe_features, resign
 
 FEATS = ("budget", "gap_answer_logprob_area_gain", "low_repetition_area", "low_teacher_nll_drop_rel",
          "likelihood_gap_per_token")
@@ -185,13 +143,6 @@ def _saved(tmp_path, kind="lightgbm"):
     return tmp_path / "p" / "predictor.json"
 
 
-def _resign(raw: dict) -> dict:
-    import hashlib
-
-    body = {k: v for k, v in raw.items() if k != "sha256"}
-    return {"sha256": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(), **body}
-
-
 class Runaway(BaseException):
     """Raised into code that ran past its bound of Python lines (no `except Exception` catches it)."""
 
@@ -242,8 +193,8 @@ def test_crafted_predictor_files_are_refused_without_crash_or_hang(tmp_path):
     cases = {
         "not json": "{oops",
         "wrong digest": json.dumps({**good, "kind": "logistic"}),
-        "empty members": json.dumps(_resign({**good, "members": []})),
-        "no state": json.dumps(_resign({**good, "members": [{}]})),
+        "empty members": json.dumps(resign({**good, "members": []})),
+        "no state": json.dumps(resign({**good, "members": [{}]})),
         "nested deep": "[" * 100000 + "]" * 100000,
         "format 1": json.dumps({"format": 1, "kind": "lightgbm", "features": ["a"], "classes": ["high"], "state": {}}),
     }
@@ -251,13 +202,13 @@ def test_crafted_predictor_files_are_refused_without_crash_or_hang(tmp_path):
     cyc = json.loads(json.dumps(good))
     t = cyc["members"][0]["trees"][0]
     t["left"][0] = 0  # a node that points at itself would loop forever in a naive walker
-    cases["cyclic tree"] = json.dumps(_resign(cyc))
+    cases["cyclic tree"] = json.dumps(resign(cyc))
     big = json.loads(json.dumps(good))
     big["members"][0]["trees"][0]["feature"][0] = 10 ** 9
-    cases["feature out of range"] = json.dumps(_resign(big))
+    cases["feature out of range"] = json.dumps(resign(big))
     nan = json.loads(json.dumps(good))
     nan["members"][0]["trees"][0]["threshold"] = ["x"] * len(tree["threshold"])
-    cases["text thresholds"] = json.dumps(_resign(nan))
+    cases["text thresholds"] = json.dumps(resign(nan))
     for name, text in cases.items():
         path.write_text(text)
         assert path.stat().st_size <= MAX_FILE_BYTES, name  # read and parsed, not refused for its size
@@ -298,7 +249,7 @@ def test_shipped_predictor_loads_and_answers():
     assert abs(p.sum() - 1) < 1e-6 and shipped.advise(feats, 3, "sum").confidence in ("high", "medium", "low")
     # what it predicts on the committed records it was fitted on: it has learnt them (in-sample, so
     # this says the file holds the fit of these records, not how well it transfers; cv_table does that)
-    records = read_records(Path(__file__).resolve().parents[1] / "calibration" / "records.jsonl")
+    records = read_records(Path(__file__).resolve().parents[2] / "calibration" / "records.jsonl")
     assert shipped.meta["records"] == len(records)
     rows = label_rows(records)
     probs = shipped.predict_proba(rows)
@@ -462,15 +413,15 @@ def test_a_crafted_predictor_with_a_matching_checksum_is_one_input_error(tmp_pat
     tree = raw["members"][0]["trees"][0]
     text = None
     if case == "nan threshold":
-        text = json.dumps(_resign(raw)).replace('"threshold": [', '"threshold": [NaN, ', 1)
+        text = json.dumps(resign(raw)).replace('"threshold": [', '"threshold": [NaN, ', 1)
     elif case == "infinity leaf":
-        text = json.dumps(_resign(raw)).replace('"value": [', '"value": [Infinity, ', 1)
+        text = json.dumps(resign(raw)).replace('"value": [', '"value": [Infinity, ', 1)
     elif case == "nan in meta":
         raw["meta"] = {"tie_margin": float("nan")}
     elif case == "huge integer":
-        text = json.dumps(_resign(raw)).replace('"format": 2', '"format": ' + "9" * 5000, 1)
+        text = json.dumps(resign(raw)).replace('"format": 2', '"format": ' + "9" * 5000, 1)
     elif case == "overflowing float":
-        text = json.dumps(_resign(raw)).replace('"typical_distance": ', '"typical_distance": 1e999999, "x": ', 1)
+        text = json.dumps(resign(raw)).replace('"typical_distance": ', '"typical_distance": 1e999999, "x": ', 1)
     elif case == "classes as lists":
         raw["members"][0]["classes"] = [["high"], ["low"]]
     elif case == "feature an int":
@@ -489,7 +440,7 @@ def test_a_crafted_predictor_with_a_matching_checksum_is_one_input_error(tmp_pat
     elif case == "typical distance text":
         raw["typical_distance"] = "far"
     elif case == "nan typical distance":
-        text = json.dumps(_resign(raw)).replace('"typical_distance": ', '"typical_distance": NaN, "x": ', 1)
+        text = json.dumps(resign(raw)).replace('"typical_distance": ', '"typical_distance": NaN, "x": ', 1)
     elif case == "chained tree":  # 20,001 nodes in a chain: a walk of 20,000 steps per prediction
         n = 20_001
         raw["members"][0]["trees"][0] = {
@@ -517,7 +468,7 @@ def test_a_crafted_predictor_with_a_matching_checksum_is_one_input_error(tmp_pat
         raw["units"][0].pop("student")
     elif case == "many members":
         raw["members"] = [{"kind": "constant", "classes": ["high"], "proba": [1.0]}] * 200_000
-    path.write_text(text if text is not None else json.dumps(_resign(raw), allow_nan=True))
+    path.write_text(text if text is not None else json.dumps(resign(raw), allow_nan=True))
     with pytest.raises(InputError, match="damaged|format|refit"):
         Predictor.load(path.parent)
 

@@ -8,11 +8,9 @@ import shutil
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +23,7 @@ def two_sources(tmp_path_factory, lab_cache):
     from capacity_advisor.advisor.lab.calibrate import run_calibration
     from capacity_advisor.advisor.lab.publish import publish
     from capacity_advisor.advisor.lab.units import CalibrateConfig
-    from conftest import advisor_home
+    from helpers import advisor_home
 
     home = tmp_path_factory.mktemp("sweep-home") / "home"
     shutil.copytree(lab_cache, home)
@@ -83,9 +81,9 @@ def test_a_lab_runs_evaluations_are_the_stored_ones(two_sources):
     NLL to 1e-5. A change to how a run trains or evaluates (the evaluator's cache of the fixed
     models' scores among them) that would move a label shows here.
 
-    To store new numbers after a deliberate change: ADVISOR_STORE_NUMBERS=1 pytest tests/test_sweep.py"""
+    To store new numbers after a deliberate change: ADVISOR_STORE_NUMBERS=1 pytest tests/e2e/test_sweep.py"""
     from capacity_advisor.advisor.lab.published import evaluations
-    from conftest import stored_numbers
+    from helpers import stored_numbers
 
     runs = dict(evaluations(two_sources / "modchain"))
     exact, close = ("accuracy", "answer_rate", "repetition_rate", "eval_tokens"), ("base_drift", "teacher_nll")

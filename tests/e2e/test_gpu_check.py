@@ -1,16 +1,15 @@
 """benchmarks.gpu_check's student part, projection, roofline and GPU-hours, run with --quick on a CPU
-(the end-to-end `advisor recommend` part runs in tests/test_gpu_check_bare.py, from a bare checkout)."""
+(the end-to-end `advisor recommend` part runs in tests/e2e/test_gpu_check_bare.py, from a bare checkout)."""
 
 import json
 import math
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 COMMAND = [sys.executable, "-m", "benchmarks.gpu_check"]  # run from ROOT
 
 

@@ -19,7 +19,7 @@ from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.hf import HFBackend
 from capacity_advisor.models.loading import load_model
 import fake_vllm
-from test_scoring import PAIRS
+from helpers import PAIRS, check_one_error_line, doubling_pool
 
 
 @pytest.fixture
@@ -52,10 +52,9 @@ def test_missing_gpu_is_one_clear_error(tiny_llama, fake, monkeypatch):
 
 
 def test_cli_without_vllm_exits_2_and_writes_nothing(tiny_llama, tmp_path, monkeypatch):
-    from test_cli import write_pool
 
     monkeypatch.setitem(sys.modules, "vllm", None)
-    pool = write_pool(tmp_path / "pool.jsonl")
+    pool = doubling_pool(tmp_path / "pool.jsonl")
     r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(pool), "-o", str(tmp_path / "out"), "--backend", "vllm"])
     assert r.exit_code == 2
     assert r.output.count("error:") == 1 and "vllm" in r.output
@@ -140,9 +139,8 @@ def test_generation_layout_matches_hf(model_path, fake):
 
 
 def test_cli_score_with_vllm_backend(tiny_qwen, fake, tmp_path):
-    from test_cli import write_pool
 
-    pool = write_pool(tmp_path / "pool.jsonl")
+    pool = doubling_pool(tmp_path / "pool.jsonl")
     runner = CliRunner()
     r = runner.invoke(cli, ["score", "-m", tiny_qwen, "-p", str(pool), "-o", str(tmp_path / "v"), "--backend", "vllm",
                             "--tensor-parallel-size", "2", "--device", "cpu", "--json"])
@@ -159,18 +157,16 @@ def test_cli_score_with_vllm_backend(tiny_qwen, fake, tmp_path):
 
 
 def test_tensor_parallel_needs_vllm(tiny_llama, tmp_path):
-    from test_cli import write_pool
 
-    pool = write_pool(tmp_path / "pool.jsonl")
+    pool = doubling_pool(tmp_path / "pool.jsonl")
     r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(pool), "-o", str(tmp_path / "o"),
                                  "--tensor-parallel-size", "2"])
     assert r.exit_code == 2 and "applies to --backend vllm only" in r.output
 
 
 def test_data_parallel_ranks_write_the_single_process_file(tiny_llama, tmp_path, monkeypatch):
-    from test_cli import write_pool
 
-    pool = read_pool(write_pool(tmp_path / "pool.jsonl"))
+    pool = read_pool(doubling_pool(tmp_path / "pool.jsonl"))
     lm = load_model(tiny_llama, device="cpu")
     single = score_pool(pool, ScoreConfig(tiny_llama, device="cpu", shard_size=5), tmp_path / "single", lm=lm)
     monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "dp-home"))  # a cold cache shared by the ranks
@@ -202,7 +198,7 @@ def test_gpu_check_says_what_is_missing(capsys):
     from pathlib import Path
 
     r = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check"], capture_output=True, text=True,
-                       cwd=Path(__file__).parents[1])
+                       cwd=Path(__file__).parents[2])
     assert r.returncode == 2 and r.stderr.startswith("gpu_check: ") and ("CUDA" in r.stderr or "vllm" in r.stderr)
 
 
@@ -259,11 +255,9 @@ def test_on_the_cpu_build_the_backend_picks_what_starts(tiny_llama, cpu_build, m
 
 
 def test_a_head_size_the_cpu_kernels_lack_is_one_line_before_any_engine(tiny_llama, cpu_build, tmp_path, monkeypatch):
-    from test_cli import write_pool
-    from test_cli_errors import check_one_error_line
 
     monkeypatch.setattr(cpu_build, "cpu_head_sizes", lambda: [32, 64])  # the tiny model's heads are 8 wide
-    r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(write_pool(tmp_path / "pool.jsonl")), "-o",
+    r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(doubling_pool(tmp_path / "pool.jsonl")), "-o",
                                  str(tmp_path / "out"), "--backend", "vllm"])
     check_one_error_line(r, "vLLM's CPU attention does not support head size 8 (this model's); it takes 32, 64; "
                             "use --backend hf", tmp_path / "out")
@@ -324,8 +318,6 @@ ENGINE_FAILURES = [
 def test_an_engine_that_fails_is_one_error_line(tiny_llama, fake, tmp_path, monkeypatch, cause, cpu, fragment, when):
     """Whether it fails as it starts or at its first request, the user reads one line, saying what
     the engine process said, with nothing on stdout; its output is in vLLM's log."""
-    from test_cli import write_pool
-    from test_cli_errors import check_one_error_line
 
     from capacity_advisor.models import vllm as backend, vllm_engine
 
@@ -334,7 +326,7 @@ def test_an_engine_that_fails_is_one_error_line(tiny_llama, fake, tmp_path, monk
             monkeypatch.setattr(module, "on_cpu_build", lambda: True)
             monkeypatch.setattr(module, "cpu_head_sizes", lambda: [8, 32])
     monkeypatch.setattr(fake, "LLM", failing_engine(cause, when))
-    r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(write_pool(tmp_path / "pool.jsonl")), "-o",
+    r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(doubling_pool(tmp_path / "pool.jsonl")), "-o",
                                  str(tmp_path / "out"), "--backend", "vllm", "--json"])
     check_one_error_line(r, fragment, tmp_path / "out")
     if "could not start" in r.stderr:
@@ -345,10 +337,9 @@ def test_an_engine_that_fails_is_one_error_line(tiny_llama, fake, tmp_path, monk
 
 
 def test_vllm_output_stays_off_stdout_with_json(tiny_llama, fake, tmp_path, monkeypatch):
-    from test_cli import write_pool
 
     monkeypatch.setattr(fake, "LLM", failing_engine(None, "never"))  # an engine process that talks on stdout
-    r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(write_pool(tmp_path / "pool.jsonl")), "-o",
+    r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(doubling_pool(tmp_path / "pool.jsonl")), "-o",
                                  str(tmp_path / "out"), "--backend", "vllm", "--json"])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)  # all of it
@@ -357,14 +348,13 @@ def test_vllm_output_stays_off_stdout_with_json(tiny_llama, fake, tmp_path, monk
 
 
 def test_a_bug_is_not_dressed_as_an_engine_failure(tiny_llama, fake, tmp_path, monkeypatch):
-    from test_cli import write_pool
 
     class Broken(fake_vllm.LLM):
         def __init__(self, model, **kwargs):
             raise TypeError("LLM.__init__() got an unexpected keyword argument 'bogus'")
 
     monkeypatch.setattr(fake, "LLM", Broken)
-    r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(write_pool(tmp_path / "pool.jsonl")), "-o",
+    r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(doubling_pool(tmp_path / "pool.jsonl")), "-o",
                                  str(tmp_path / "out"), "--backend", "vllm"])
     assert r.exit_code == 1 and isinstance(r.exception, TypeError)  # a traceback, for whoever fixes it
 

@@ -387,7 +387,7 @@ def test_quick_calibration_report(shared_home, tmp_path):
 @pytest.fixture
 def quick_teacher(tiny_teacher):
     """The lab teacher's recipe at a tiny shape, 40 steps (tests/data/lab/): loaded, not pretrained
-    (tests/test_tiny_teacher.py checks that pretraining it gives the same weights)."""
+    (tests/unit/test_tiny_teacher.py checks that pretraining it gives the same weights)."""
     return tiny_teacher
 
 
@@ -539,7 +539,7 @@ def test_the_small_kept_builds_ship_in_the_wheel_and_a_stash_keeps_them_there(tm
     import capacity_advisor.models.lab.ladder as ladder
     from capacity_advisor.models.lab import committed
 
-    data = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]["setuptools"]
+    data = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert data["package-data"]["capacity_advisor.models.lab"] == [f"weights/{committed.SHIPPED}/*/*"]
     assert data["include-package-data"] is False
     shipped = committed.WEIGHTS / committed.SHIPPED

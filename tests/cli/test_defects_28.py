@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import one_error_line, run, write_jsonl
+from helpers import one_error_line, resign, run, write_jsonl
 
 
 def manifest(folder: Path, spec: str, **training) -> Path:
@@ -102,19 +102,15 @@ def test_out_a_broken_link_is_refused_before_scoring(tiny_llama, tmp_path, monke
 
 
 def _predictor_without(folder: Path, tmp_path: Path, change) -> Path:
-    import hashlib
-
-    raw = json.loads((folder / "predictor.json").read_text())
-    body = {k: v for k, v in raw.items() if k != "sha256"}
+    body = json.loads((folder / "predictor.json").read_text())
     change(body)
     out = tmp_path / "predictor"
     out.mkdir()
-    digest = hashlib.sha256(json.dumps(body, sort_keys=True, allow_nan=False).encode()).hexdigest()
-    (out / "predictor.json").write_text(json.dumps({"sha256": digest, **body}))
+    (out / "predictor.json").write_text(json.dumps(resign(body)))
     return out
 
 
-SHIPPED = Path(__file__).resolve().parent.parent / "advisor" / "predictor_data"
+SHIPPED = Path(__file__).resolve().parents[2] / "advisor" / "predictor_data"
 
 
 def test_recommend_without_a_lab_prior_is_refused_before_scoring(lab_home, tmp_path):

@@ -2,16 +2,14 @@
 different advice. On synthetic records the answer is known; on the committed records the shipped
 policy's advice for the seeds of one unit is reported and counted."""
 
-from pathlib import Path
-
 import pytest
 
 from capacity_advisor.advisor.fit import compact
 from capacity_advisor.advisor.predictor import (
     Policy, cross_validate, flips, label_rows, read_records, seed_advice, seed_spread,
 )
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 STUDENTS = {f"s{i}": 10_000 * (i + 1) for i in range(6)}
 INPUT = "gap_train_loss_drop_rel"
 

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from helpers import doubling_pool as write_pool  # noqa: F401  (test_vllm.py imports write_pool from here)
+from helpers import doubling_pool as write_pool
 from helpers import read_jsonl, run
 
 from capacity_advisor.advisor.pool import read_pool
@@ -131,7 +131,7 @@ def test_transformers_floor_is_one_number(monkeypatch):
     from capacity_advisor.models import loading
     from capacity_advisor.models.errors import InputError
 
-    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     floor = re.search(r'"transformers>=([\d.]+)"', text).group(1)
     assert tuple(int(x) for x in floor.split(".")) == loading.MIN_TRANSFORMERS
     monkeypatch.setattr("importlib.metadata.version", lambda name: "4.46.0")

@@ -6,15 +6,7 @@ import torch
 from capacity_advisor.models.hf import HFBackend, length_batches, token_logprobs
 from capacity_advisor.models.loading import load_model
 from capacity_advisor.models.template import encode_pair
-
-PAIRS = [
-    ("what is 12 + 35?", "Answer: 47."),
-    ("Let us think", " step by step. First add the tens, then the units. " * 4),
-    ("Question: 1", "0123456789"),
-    ("quick brown fox", "jumps over the lazy dog"),
-    ("x", "y"),
-]
-
+from helpers import PAIRS
 
 def reference(lm, prompt, response, max_length=4096):
     """Full forward, full fp32 log-softmax, one example at a time."""

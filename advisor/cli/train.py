@@ -28,6 +28,7 @@ from capacity_advisor.models.errors import InputError
 from capacity_advisor.advisor.cli.options import field_option, json_option, take
 from capacity_advisor.training.launch import LAUNCHERS
 from capacity_advisor.training.race import RaceRule
+from capacity_advisor.training.record import best_checkpoint
 from capacity_advisor.training.run_manifest import RunRequest, run_manifest
 from capacity_advisor.training.sft_cli import run_options
 
@@ -84,6 +85,14 @@ def planned_race(manifest: str) -> RaceRule | None:
     return None if race is None else RaceRule(fraction=float(race["fraction"]), k=None, wait=race.get("wait"))
 
 
+def shown_best(best: dict | None) -> str | None:
+    """The best checkpoint as one line of a report: the folder to load, and what it measured."""
+    if not best:
+        return None
+    where = best["path"] or "(its checkpoint was not kept)"
+    return f"{where} (step {best['step']}, epoch {best['epoch']:.2f}, accuracy {best['accuracy']:.3g})"
+
+
 def _export(req: RunRequest, export_dir: str, formats: str, as_json: bool) -> None:
     """`--export DIR`: the data and the launchers' configs with the manifest's settings, no training."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, quiet_libraries
@@ -124,11 +133,13 @@ def _train(req: RunRequest, dry_run: bool, as_json: bool) -> None:
     summary = {"record": str(Path(req.out) / "record.json"), "curve": str(Path(req.out) / "curve.png"),
                "best_accuracy": record.get("best_accuracy"), "final_accuracy": record.get("final_accuracy"),
                "evaluations": len(record.get("evals", [])), "seconds": record["provenance"]["seconds"],
-               "final_checkpoint": record["provenance"]["final_checkpoint"]}
+               "final_checkpoint": record["provenance"]["final_checkpoint"],
+               "best_checkpoint": best_checkpoint(Path(req.out), record)}
     if as_json:
         emit_json(summary)
     else:
-        console.print(kv_table(f"Run: {m.model_spec} on {m.strategy} data, {m.training.epochs:g} epochs", summary))
+        console.print(kv_table(f"Run: {m.model_spec} on {m.strategy} data, {m.training.epochs:g} epochs",
+                               {**summary, "best_checkpoint": shown_best(summary["best_checkpoint"])}))
 
 
 def _race(req: RunRequest, rule: RaceRule, export_dir: str | None, dry_run: bool, as_json: bool,
@@ -172,8 +183,9 @@ def _race(req: RunRequest, rule: RaceRule, export_dir: str | None, dry_run: bool
     shown = {"winner": summary["winner"], "stopped": summary["stopped"]["reason"],
              "stopped_at_step": summary["stopped"]["step"], "share_of_budget": summary["stopped"]["share"],
              "record": summary["record"], "race": summary["race_file"],
-             "best_accuracy": summary["best_accuracy"], "final_accuracy": summary["final_accuracy"]}
+             "best_accuracy": summary["best_accuracy"], "final_accuracy": summary["final_accuracy"],
+             "best_checkpoint": summary.get("best_checkpoint")}
     if as_json:
         emit_json(shown)
     else:
-        console.print(kv_table("Race: D_high against D_low", shown))
+        console.print(kv_table("Race: D_high against D_low", {**shown, "best_checkpoint": shown_best(shown["best_checkpoint"])}))

@@ -187,6 +187,9 @@ def test_train_runs_the_planned_race_and_keeps_the_leader_and_its_best_checkpoin
     kept = record["best_checkpoint"]
     assert kept["folder"] == "best" and kept["accuracy"] == record["best_accuracy"]
     assert (out / "race" / winner / "best" / "model.safetensors").is_file()
+    # the report names the folder to load and what it measured
+    assert shown["best_checkpoint"] == {"path": str(out / "race" / winner / "best"), "step": kept["step"],
+                                        "epoch": kept["epoch"], "accuracy": record["best_accuracy"]}
     assert all(isinstance(e.get("correct"), str) for e in record["evals"][1:])  # per-problem correctness kept
     assert stop["share"] < 1 and stop["evaluation"] < len(record["evals"]) - 1  # the race ended before the run
     assert not (out / "race" / ("low" if winner == "high" else "high") / "record.json").exists()

@@ -156,6 +156,9 @@ def test_single_process_run_writes_checkpoints_evals_and_record(tmp_path, tiny_q
     record = json.loads((run / "record.json").read_text())
     check_run(run, record)
     assert record["settings"]["template"] == "chat" and record["settings"]["processes"] == 1
+    best = record["best_checkpoint"]  # the summary names the folder to load
+    assert json.loads(r.stdout)["best_checkpoint"] == {"path": str(run / "best"), "step": best["step"],
+                                                       "epoch": best["epoch"], "accuracy": best["accuracy"]}
     store = advisor_home() / "records.jsonl"
     assert [json.loads(x)["run_id"] for x in store.read_text().splitlines()] == [record["run_id"]]
     losses = [e["train_loss"] for e in record["evals"][1:]]

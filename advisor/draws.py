@@ -136,7 +136,7 @@ def race_note(predictor, out) -> str | None:
     high = races.get("always high")
     if race is None or high is None:
         return None
-    return (f"a race instead: advisor train {out}/recommendation.json --race {RACE_FRACTION:g} trains D_high and D_low "
+    return (f"a race instead: advisor train {out}/recommendation.json --out RUN --race {RACE_FRACTION:g} trains D_high and D_low "
             f"side by side for {RACE_FRACTION:.0%} of the budget and keeps the leader, {race['overhead']:.0%} more training "
             f"than one run; replayed on the {race['rows']} rows of this predictor's calibration records it lost "
             f"{race['regret']:.2f} points of accuracy on average, always-high {high['regret']:.2f}")
@@ -158,17 +158,18 @@ def race_plan(predictor, race: dict | None) -> dict | None:
 
 
 def race_headline(plan: dict) -> str:
-    """The report's first line for a planned race."""
+    """The report's first line for a planned race: this race's own cost, then what racing only where
+    the gate opens cost and lost on average over held-out pool sources (most of them raced nothing)."""
     f, w = plan["fraction"], plan.get("wait")
     if f >= 1:
-        line = "Race D_high against D_low: train both to the end of your budget and keep the better"
+        line = "Race D_high against D_low: train both to the end of your budget and keep the better (a second full run)"
     else:
-        line = (f"Race D_high against D_low for up to {f:.0%} of your budget"
-                + (f" ({w:.0%} while D_low is behind and gaining)" if w else "") + ", then keep the leader")
+        line = (f"Race D_high against D_low for {f:.0%} of your budget"
+                + (f" ({w:.0%} while D_low is behind and gaining)" if w else "")
+                + f", then keep the leader (about {f:.0%}" + (f" to {w:.0%}" if w else "") + " more training than one run)")
     e = plan.get("expected")
     if e:
-        line += (f": about {e['overhead']:.0%} more training on average over held-out pool sources, expected loss "
-                 f"{e['regret']:.1f} points "
-                 f"({plan['always_high_regret']:.1f} without the race)")
+        line += (f"; racing only where the gate opens cost {e['overhead']:.0%} more training on average over held-out "
+                 f"pool sources, expected loss {e['regret']:.1f} points ({plan['always_high_regret']:.1f} without races)")
     return line
 

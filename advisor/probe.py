@@ -216,8 +216,9 @@ def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None,
 
         prompt_tokens = mean(len(prompt_ids(tokenizer, p.prompt)) for p in pool.problems)
         resp = (context["mean_tokens_high"] + context["mean_tokens_low"]) / 2
-        # one epoch of the full SFT over every problem of the pool, at the mean of the two sets' lengths
-        context["full_run_tokens_per_epoch"] = len(pool) * (prompt_tokens + resp)
+        # one epoch of the full SFT over the pool's problems less the held-out ones (recommend's train.jsonl),
+        # at the mean of the two sets' lengths
+        context["full_run_tokens_per_epoch"] = max(1, len(pool) - len(eval_ids)) * (prompt_tokens + resp)
     data = ProbeData(
         train={"high": pairs(high, keep), "low": pairs(low, keep), "mixed": pairs(mixed, keep)},
         eval_prompts=[pool.get(i).prompt for i in eval_ids],

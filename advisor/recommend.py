@@ -40,6 +40,7 @@ from capacity_advisor.models.files import finite, stable_hash, versions, write_j
 from capacity_advisor.probes.recipe import file_name
 from capacity_advisor.probes.student import Student, student_of
 from capacity_advisor.training.manifest import SETS
+from capacity_advisor.training.manifest_checks import MAX_EPOCHS
 from capacity_advisor.models.metrics import CHECKER_DEFAULT
 from capacity_advisor.models.ranking import DEFAULT_RANKING
 
@@ -79,8 +80,9 @@ class RecommendConfig:
         from capacity_advisor.models.lab import FAMILIES
 
         bad = []
-        if not (isinstance(self.budget, (int, float)) and math.isfinite(self.budget) and self.budget > 0):
-            bad.append(f"--budget {self.budget} must be a positive number of epochs")
+        if not (isinstance(self.budget, (int, float)) and math.isfinite(self.budget) and 0 < self.budget <= MAX_EPOCHS):
+            bad.append(f"--budget {self.budget} must be a positive number of epochs, at most {MAX_EPOCHS:,} "
+                       "(the manifest's training.epochs)")
         if self.scores and not self.pool:
             bad.append("--scores needs the --pool they were computed on")
         if self.score not in RANKINGS:

@@ -79,15 +79,21 @@ def save_steps(m: Manifest, n_rows: int) -> int:
     return max(1, round(per_epoch / m.training.evals_per_epoch))
 
 
-def export(m: Manifest, out: str | Path, formats=FORMATS, manifest_path: str | os.PathLike | None = None) -> list[Path]:
+def export(m: Manifest, out: str | Path, formats=FORMATS, manifest_path: str | os.PathLike | None = None,
+           dry_run: bool = False) -> list[Path]:
     """Write the dataset and the launchers' configs into `out` (see the module docstring);
-    `manifest_path`: the manifest's file, which must not be written over either."""
+    `manifest_path`: the manifest's file, which must not be written over either. Every check comes
+    before the first write; `dry_run` makes them all and returns what would be written, writing nothing."""
+    from capacity_advisor.models.files import check_writable_dir, check_writable_file
+
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise InputError(f"--format {','.join(bad)} is unknown: use {', '.join(FORMATS)} or all")
-    out = Path(out)
+    out = check_writable_dir(out, "--export")
     refuse_overwrite([m.dataset_path, m.eval_path, m.candidates_path, manifest_path, *map(m.resolve, m.sets.values())],
                      [out / name for name in OUTPUTS], "--export")
+    for name in OUTPUTS:  # a folder (or a link to nothing) where a file goes is refused now, not half-way
+        check_writable_file(out / name, f"--export {out}: its file")
     rows = read_sft_rows(m.dataset_path)
     st = read_student(m)
     if st.chat and st.tokenizer is not None:
@@ -97,6 +103,8 @@ def export(m: Manifest, out: str | Path, formats=FORMATS, manifest_path: str | o
     # every rendering before anything is written, so a template that fails on one writes nothing
     lf_template = llamafactory_template(st) if "llamafactory" in formats else None
     bos_eos = bos_eos_text(st.tokenizer) if not st.chat and st.tokenizer is not None else None
+    if dry_run:
+        return [out / name for name in _planned(m, formats, st.chat, bos_eos is not None)]
     out.mkdir(parents=True, exist_ok=True)
     phase = [({"phase": r["phase"]} if "phase" in r else {}) for r in rows]
     train = out / "train.jsonl"
@@ -111,6 +119,16 @@ def export(m: Manifest, out: str | Path, formats=FORMATS, manifest_path: str | o
         if fmt in formats:
             written += write(_Job(st, out, train, rows, phase, t, per_device, steps, note, lf_template, bos_eos))
     return written
+
+
+def _planned(m: Manifest, formats, chat: bool, bos_eos: bool) -> list[str]:
+    """The names `export` writes, in its order: what a dry run reports."""
+    names = ["train.jsonl", *(["train-high.jsonl", "train-low.jsonl"] if m.race is not None else [])]
+    by_format = {"trl": [*(["train_chat.jsonl"] if chat else []), "trl_sft.py"],
+                 "llamafactory": [*(["train_llamafactory.jsonl"] if bos_eos else []), "dataset_info.json",
+                                  "llamafactory_sft.yaml"],
+                 "axolotl": [*(["train_messages.jsonl"] if chat else []), "axolotl_sft.yaml", "axolotl_train.sh"]}
+    return names + [n for fmt in FORMATS if fmt in formats for n in by_format[fmt]]
 
 
 def _race_sets(m: Manifest, out: Path) -> list[Path]:

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import write_json
+from capacity_advisor.models.files import stable_hash, write_json
 from capacity_advisor.training.manifest import SETS, Manifest, load_manifest
 from capacity_advisor.training.record import best_checkpoint
 
@@ -97,7 +97,7 @@ def race_manifests(m: Manifest) -> dict[str, Manifest]:
     files = set_files(m)
     missing = [f"D_{s} (sets.{s})" for s, f in files.items() if not f]
     if missing:
-        raise InputError(f"--race needs both D_high and D_low, and the manifest names no {' or '.join(missing)}: "
+        raise InputError(f"a race needs both D_high and D_low, and the manifest names no {' or '.join(missing)}: "
                          "rerun `advisor recommend` (it writes train-high.jsonl and train-low.jsonl) or add "
                          '"sets": {"high": FILE, "low": FILE} to the manifest')
     paths = {s: m.resolve(f) for s, f in files.items()}
@@ -105,8 +105,9 @@ def race_manifests(m: Manifest) -> dict[str, Manifest]:
         raise InputError(f"D_high and D_low are the same file ({files['high']}): a race needs the two sets' own data; "
                          "rerun `advisor recommend`, or point sets.high / sets.low at the two files")
     if m.eval_path is None or m.eval.checker == "none":
-        raise InputError("--race compares the sets on held-out problems, and the manifest has no eval.path with a "
-                         "checker (lab or math)")
+        raise InputError("a race compares the sets on held-out problems, and the manifest has no eval.path with a "
+                         "checker (lab or math): give the manifest an eval set and eval.checker, or train one set "
+                         "(--no-race where the recommendation planned the race)")
     out = {}
     for s, f in files.items():
         training = replace(m.training, switch_epoch=None)
@@ -191,6 +192,9 @@ def run_race(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, rul
     m, runs, folders, checked = check_race(manifest, out, rule, device, dtype, epochs, max_steps,
                                            world=(launch or {}).get("nproc", 1))
     out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "config.json", {"stage": "race", "race_key": race_key(checked, rule), "rule": asdict(rule),
+                                     "runs": {s: str(folders[s]) for s in RACED}})
     segment = Segments(m, runs, folders, checked, launch, manifest,
                        dict(device=device, dtype=dtype, threads=threads, epochs=epochs, max_steps=max_steps), stream)
     while True:
@@ -292,7 +296,25 @@ def check_race(manifest, out, rule: RaceRule, device: str, dtype: str, epochs, m
     runs = race_manifests(m)
     folders = {s: Path(out) / "race" / s for s in RACED}
     checked = {s: check_run(runs[s], folders[s], world=world, device=device, dtype=dtype) for s in RACED}
+    check_race_folder(Path(out), race_key(checked, rule))
     return m, runs, folders, checked
+
+
+def race_key(checked: dict, rule: RaceRule) -> str:
+    """Identifies a race: both runs (their run keys: manifest, data, schedule) and the rule that
+    decides between them. OUT/config.json records it; a folder holding another is refused."""
+    return stable_hash({"runs": {s: checked[s].key for s in RACED}, "rule": asdict(rule)})
+
+
+def check_race_folder(out: Path, key: str) -> None:
+    """OUT is resumed only by the race that made it: the same manifest, data and race rule. A folder
+    another command made (a run, a recommendation) records another key, or none under race_key."""
+    from capacity_advisor.models.files import recorded_key
+
+    if recorded_key(out, "race_key") not in (None, key):
+        raise InputError(f"{out} holds something other than this race (a race of another manifest, data or rule "
+                         "(--race, --race-k, --race-margin), or another command's output); pass a new --out "
+                         "(or delete that folder to start over)")
 
 
 def describe(m: Manifest, rule: RaceRule, folders: dict, comps: list[dict], stop: dict | None, out: Path) -> dict:

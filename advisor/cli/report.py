@@ -111,10 +111,26 @@ def probe(report: dict, out: str) -> None:
         console.print(f"[bold]measured[/bold]: {line}", highlight=False)
     c = report["cost"]
     share = c["share_of_full_run"]
-    line = f"probe cost: {c['probe_tokens']:,} tokens"
+    line = f"probe cost: {probe_tokens(c)}"
     if share:
-        line += " = " + ", ".join(f"{100 * v:.1f}% of a {e}-epoch full run" for e, v in share.items())
+        line += (" = " + ", ".join(f"{100 * v:.1f}% of a {e}-epoch full run's training tokens" for e, v in share.items())
+                 + training_alone(c, [int(e) for e in share]))
     console.print(line + f"; checker {report.get('checker', '—')}. Wrote {Path(out) / 'probe.json'} and probe.png.")
+
+
+def probe_tokens(cost: dict) -> str:
+    """The probe's tokens, trained and generated apart: a generated token is not a trained one."""
+    return (f"{cost['probe_tokens']:,} tokens ({cost['probe_train_tokens']:,} trained + "
+            f"{cost['probe_eval_tokens']:,} generated in its evaluations)")
+
+
+def training_alone(cost: dict, budgets: list[float]) -> str:
+    """The probe's trained tokens alone against the full run's: the like-for-like share."""
+    per_epoch = cost.get("full_run_tokens_per_epoch")
+    if not per_epoch:
+        return ""
+    shares = ", ".join(f"{cost['probe_train_tokens'] / (per_epoch * b):.1%}" for b in budgets)
+    return f" (its training alone: {shares})"
 
 
 def settings(chosen: dict) -> None:
@@ -334,20 +350,25 @@ def written(rec, out: str) -> None:
     spent = f"{rec.seconds}s"
     cost = rec.probe_cost
     if cost:
-        spent += f"; probe {cost['probe_tokens']:,} tokens"
+        spent += f"; probe {probe_tokens(cost)}"
         share = rec.probe_share
         if share is not None:
-            spent += f" = {share:.1%} of the {rec.budget:g}-epoch full run"
+            spent += f" = {share:.1%} of the {rec.budget:g}-epoch full run's training tokens" + training_alone(cost, [rec.budget])
     if rec.race and rec.race.get("expected"):
-        console.print(f"[bold]race[/bold]: the expected loss and training are the gated race's, measured "
-                      f"on {rec.race['measured_on']}; the race itself trains up to {rec.race['fraction']:.0%} of the "
-                      "budget more than one run", highlight=False)
+        extra = rec.race.get("wait") or rec.race["fraction"]
+        console.print(f"[bold]race[/bold]: the average training and expected loss are the gated race's, measured "
+                      f"on {rec.race['measured_on']}; this race trains the losing set for "
+                      f"{'the whole budget' if extra >= 1 else f'about {extra:.0%} of the budget'} beside the winner's "
+                      "full run", highlight=False)
     if rec.pool is not None:
         nxt = (f"advisor train {out}/recommendation.json --out RUN (it races D_high against D_low and keeps the "
                f"leader; --no-race trains D_{rec.strategy} alone)" if rec.race else
                f"advisor train {out}/recommendation.json --out RUN")
         console.print(f"compute: {spent}. Checker {rec.checker}. Wrote {out}/recommendation.json, train.jsonl "
-                      f"({rec.train_rows} rows)" + (", eval.jsonl" if rec.eval_rows else "") + ", report.png. "
+                      f"({rec.train_rows} rows), "
+                      + ", ".join(f"train-{n}.jsonl" for n in ("high", "low") if n != rec.schedule.strategy)
+                      + " (for a race)"
+                      + (", eval.jsonl" if rec.eval_rows else "") + ", report.png. "
                       + f"Next: {nxt}", highlight=False)
     else:
         console.print(f"compute: {spent}. Wrote {out}/recommendation.json (advice only) and report.png; "

@@ -20,6 +20,7 @@ the launch command is printed, and `--dry-run` makes exactly those, so what it a
 
 from __future__ import annotations
 
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import click
@@ -64,10 +65,23 @@ def train(ctx, manifest, dry_run, export_dir, formats, fraction, k, margin, no_r
         if fraction is not None and no_race:
             raise InputError("--race and --no-race contradict each other: give one")
         planned = None if (no_race or fraction is not None or export_dir) else planned_race(req.manifest)
+        stops = {name: value for name, value in (("k", k), ("margin", margin))
+                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT}
+        if stops and fraction is None and planned is None:
+            shown = " and ".join("--race-k" if n == "k" else "--race-margin" for n in stops)
+            why = ("--no-race trains one set" if no_race else "--export trains nothing" if export_dir
+                   else "this manifest plans no race; --race F starts one")
+            raise InputError(f"{shown} {'set' if len(stops) > 1 else 'sets'} when a race stops, and this command runs "
+                             f"none ({why}): drop {'them' if len(stops) > 1 else 'it'}")
+        if planned is not None and stops:
+            if planned.k is None and "k" not in stops:
+                raise InputError("--race-margin sets what counts as a lead, and the planned race stops on none: "
+                                 "give --race-k N too (stop once one set leads N evaluations in a row)")
+            planned = replace(planned, **stops)  # a planned race, stopped early on a lead as asked
         if fraction is not None:
             _race(req, RaceRule(fraction=fraction, k=k, margin=margin), export_dir, dry_run, as_json)
         elif export_dir:
-            _export(req, export_dir, formats, as_json)
+            _export(req, export_dir, formats, as_json, dry_run)
         elif planned is not None:
             _race(req, planned, None, dry_run, as_json, planned=True)
         else:
@@ -93,7 +107,7 @@ def shown_best(best: dict | None) -> str | None:
     return f"{where} (step {best['step']}, epoch {best['epoch']:.2f}, accuracy {best['accuracy']:.3g})"
 
 
-def _export(req: RunRequest, export_dir: str, formats: str, as_json: bool) -> None:
+def _export(req: RunRequest, export_dir: str, formats: str, as_json: bool, dry_run: bool = False) -> None:
     """`--export DIR`: the data and the launchers' configs with the manifest's settings, no training."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, quiet_libraries
     from capacity_advisor.training.export import FORMATS, export
@@ -103,7 +117,14 @@ def _export(req: RunRequest, export_dir: str, formats: str, as_json: bool) -> No
     quiet_libraries()
     chosen = FORMATS if formats == "all" else tuple(f.strip() for f in formats.split(",") if f.strip())
     m = with_overrides(load_manifest(req.manifest), epochs=req.epochs, max_steps=req.max_steps)
-    written = export(m, export_dir, chosen, manifest_path=req.manifest)
+    written = export(m, export_dir, chosen, manifest_path=req.manifest, dry_run=dry_run)
+    if dry_run:
+        if as_json:
+            emit_json({"would_write": [str(p) for p in written]})
+        else:
+            click.echo(f"export checked; it would write {len(written)} files in {export_dir}: "
+                       + ", ".join(p.name for p in written), err=True)
+        return
     note = None
     if m.race is not None:
         note = (f"the recommendation plans a race of D_high against D_low (train-high.jsonl, train-low.jsonl here); "
@@ -127,8 +148,11 @@ def _train(req: RunRequest, dry_run: bool, as_json: bool) -> None:
     if not req.out:
         raise InputError("--out is required (the run folder), unless --export is given")
     m = with_overrides(load_manifest(req.manifest), epochs=req.epochs, max_steps=req.max_steps)
-    record = run_manifest(req, dry_run, say=lambda line: click.echo(line, err=True))
-    if record is None:
+    said: list[str] = []
+    record = run_manifest(req, dry_run, say=lambda line: (said.append(line), click.echo(line, err=True)))
+    if record is None:  # a dry run: every check passed
+        if as_json:
+            emit_json({"dry_run": True, "out": req.out, "would_run": said})
         return
     summary = {"record": str(Path(req.out) / "record.json"), "curve": str(Path(req.out) / "curve.png"),
                "best_accuracy": record.get("best_accuracy"), "final_accuracy": record.get("final_accuracy"),
@@ -172,11 +196,14 @@ def _race(req: RunRequest, rule: RaceRule, export_dir: str | None, dry_run: bool
     if dry_run:
         stop = (f", or when one set leads by more than {rule.margin:g} (and its noise) at {rule.k} evaluations in a row"
                 if rule.k is not None else "")
-        wait = f" (up to {rule.wait:g} while D_low is behind and gaining)" if rule.wait else ""
-        click.echo(f"race of D_high against D_low in {req.out}: stop at {rule.fraction:g} of the budget{wait}{stop}"
+        wait = f" (up to {rule.wait:.0%} while D_low is behind and gaining)" if rule.wait else ""
+        click.echo(f"race of D_high against D_low in {req.out}: stop at {rule.fraction:.0%} of the budget{wait}{stop}"
                    + (f"; each run launched over {req.nproc} processes ({req.launcher})" if launch else "")
                    + ("; planned by the recommendation (--no-race trains the recommended set alone)" if planned else ""),
                    err=True)
+        if as_json:
+            emit_json({"dry_run": True, "out": req.out, "race": asdict(rule), "planned": planned,
+                       "launch": launch})
         return
     summary = run_race(req.manifest, req.out, rule, records=req.records, device=req.device, dtype=req.dtype,
                        threads=req.threads, epochs=req.epochs, max_steps=req.max_steps, launch=launch)

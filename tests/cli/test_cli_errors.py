@@ -171,6 +171,7 @@ BAD_INPUT = [
     (["train", "MANIFEST", "-o", "FILE/run"], "--out"),
     (["train", "MANIFEST", "-o", "FILE/run", "--dry-run"], "--out"),
     (["recommend", "-m", "lab:xs", "-b", "-1", "-o", "OUT", "--no-probe"], "--budget -1.0 must be a positive"),
+    (["recommend", "-m", "lab:xs", "-b", "10001", "-o", "OUT"], "at most 10,000"),  # before scoring, not at the manifest
     (["recommend", "-m", "EMPTY", "-b", "2", "-o", "OUT", "--no-probe"], "has no config.json"),
     (["probe", "-m", "EMPTY", "-p", "POOL", "-o", "OUT"], "has no config.json"),
     (["recommend", "-m", "lab:xs", "-b", "2", "-o", "OUT", "--predictor", "EMPTY"], "no predictor at"),

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 import pytest
-from helpers import RACE_MANIFEST, ROOT, race_curve, race_manifest, run
+from helpers import RACE_MANIFEST, ROOT, one_error_line, race_curve, race_manifest, run
 
 from capacity_advisor.advisor.predictor import Policy, Predictor
 from capacity_advisor.advisor.predictor.gate import CAP, Gate, choose_gate, gated_picks, judged_on_other_repeats
@@ -148,7 +148,9 @@ def planned(tmp_path_factory, lab_cache):
 
 def test_recommend_plans_the_race_where_the_gate_opens(planned):
     root, report, _ = planned
-    assert "Race D_high against D_low for up to 50% of your budget, then keep the leader" in report
+    # this race's own cost first, then the average of racing only where the gate opens
+    assert ("Race D_high against D_low for 50% of your budget, then keep the leader (about 50% more training than "
+            "one run)") in " ".join(report.split())
     assert "P(D_low)" in report and "--no-race trains" in report
     m = json.loads((root / "rec" / "recommendation.json").read_text())
     assert m["race"]["fraction"] == 0.5 and m["race"]["wait"] is None and m["race"]["why"].startswith("P(D_low)")
@@ -163,6 +165,9 @@ def test_a_shut_gate_costs_nothing_extra(planned, lab_cache, monkeypatch):
     monkeypatch.setenv("ADVISOR_HOME", str(lab_cache))
     r = run("train", root / "rec-shut" / "recommendation.json", "--out", root / "run-shut", "--dry-run")
     assert r.exit_code == 0 and "race" not in r.output  # one run of the recommended set
+    r = run("train", root / "rec-shut" / "recommendation.json", "--out", root / "run-shut", "--dry-run", "--json")
+    shown = json.loads(r.stdout)
+    assert r.exit_code == 0 and shown["dry_run"] is True and "capacity_advisor.training.sft" in shown["would_run"][0]
     assert not (root / "run-shut").exists()
 
 
@@ -196,11 +201,34 @@ def test_train_runs_the_planned_race_and_keeps_the_leader_and_its_best_checkpoin
     # --no-race trains the recommended set alone
     r = run("train", root / "rec" / "recommendation.json", "--out", root / "alone", "--no-race", "--dry-run")
     assert r.exit_code == 0 and "race of D_high" not in r.output
+    # the race folder is resumed only by this race: not under another rule, not by a plain run
+    before = ((out / "race.json").read_bytes(), (root / "records.jsonl").read_bytes())
+    for args, words in ((("--race", 0.8), "holds something other than this race"),
+                        (("--race-k", 2), "holds something other than this race"),
+                        (("--no-race",), "holds a run of another manifest")):
+        r = run("train", root / "rec" / "recommendation.json", "--out", out, "--threads", 1, "--records",
+                root / "records.jsonl", *args)
+        one_error_line(r, words)
+    assert ((out / "race.json").read_bytes(), (root / "records.jsonl").read_bytes()) == before
+    # a stop flag where no race runs is refused, not ignored
+    r = run("train", root / "rec" / "recommendation.json", "--out", root / "alone", "--no-race", "--race-k", 3)
+    one_error_line(r, "--race-k sets when a race stops, and this command runs none (--no-race trains one set)")
+    assert not (root / "alone").exists()
 
 
 def test_export_of_a_planned_race_writes_both_sets(planned, lab_cache, monkeypatch):
     root, _, _ = planned
     monkeypatch.setenv("ADVISOR_HOME", str(lab_cache))
+    r = run("train", root / "rec" / "recommendation.json", "--export", root / "export", "--format", "trl", "--dry-run",
+            "--json")
+    assert r.exit_code == 0, r.output  # a dry run checks and lists, and writes nothing
+    assert [Path(p).name for p in json.loads(r.stdout)["would_write"]][:3] == ["train.jsonl", "train-high.jsonl",
+                                                                               "train-low.jsonl"]
+    assert not (root / "export").exists()
+    (root / "blocked" / "trl_sft.py").mkdir(parents=True)  # a folder where a file goes: refused before any write
+    one_error_line(run("train", root / "rec" / "recommendation.json", "--export", root / "blocked", "--format", "trl"),
+                   "trl_sft.py is a folder")
+    assert [p.name for p in (root / "blocked").iterdir()] == ["trl_sft.py"]
     r = run("train", root / "rec" / "recommendation.json", "--export", root / "export", "--format", "trl", "--json")
     assert r.exit_code == 0, r.output
     shown = json.loads(r.stdout)

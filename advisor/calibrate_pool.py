@@ -80,8 +80,15 @@ class PoolCalibrateConfig:
             seen[key] = spec
         if not (isinstance(self.epochs, (int, float)) and math.isfinite(self.epochs) and 0 < self.epochs <= 100):
             bad.append(f"--epochs {self.epochs} must be a number of epochs above 0, at most 100")
-        if not self.seeds or any(s < 0 for s in self.seeds):
-            bad.append("--seeds must name at least one seed, each at least 0")
+        if not self.seeds or any(not 0 <= s < 2 ** 31 for s in self.seeds):
+            bad.append(f"--seeds must name at least one seed, each from 0 to {2 ** 31 - 1}")
+        elif len(set(self.seeds)) < len(self.seeds):
+            bad.append("--seeds names a seed more than once: name each once (each seed is a unit of runs)")
+        if self.checker == "none":
+            bad.append("--checker none: a calibration's labels are the full runs' held-out accuracies, so it needs a "
+                       "checker (auto, lab or math) and a pool with reference answers")
+        if self.launcher != "torchrun" and self.nproc < 2:
+            bad.append(f"--launcher {self.launcher} launches several processes: give --nproc 2 or more with it")
         if self.n_eval < 1:
             bad.append(f"--n-eval {self.n_eval} must be at least 1")
         if not 1 <= self.evals_per_epoch <= 100:
@@ -173,6 +180,10 @@ def make_plan(cfg: PoolCalibrateConfig, run: bool = True) -> Plan:
     if recorded_key(cfg.out, "inputs_key") not in (None, key):
         raise InputError(f"{cfg.out} holds a calibration made from other inputs (proxies, pool or settings); pass a "
                          "new --out, or delete that folder to start over")
+    out = Path(cfg.out)
+    if recorded_key(out, "inputs_key") is None and out.is_dir() and any(out.iterdir()):
+        raise InputError(f"{out} holds files but no calibration's config.json (a published calibration, or another "
+                         "command's folder): pass a new --out, so that nothing in it is replaced")
     checker = pick_checker(pool, cfg.checker)
     target = None
     if cfg.target:

@@ -23,7 +23,6 @@ machine path) and says which probe recipe their features were measured with.
 from __future__ import annotations
 
 import io
-import json
 import os
 import shutil
 import time
@@ -33,12 +32,14 @@ from typing import Iterable
 
 from capacity_advisor.advisor.pool import Pool
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import finite, write_jsonl
+from capacity_advisor.models.files import finite, json_object, write_jsonl
 from capacity_advisor.probes.recipe import Recipe
 from capacity_advisor.probes.student import Student
 from capacity_advisor.training.manifest import schedule_of
 
 EVAL_SEED = 10_000  # the full runs' held-out problems: one draw, the same for every student, seed and run
+# what to do about a damaged file of a unit (its probe report, a run's record): the unit runs again when it is gone
+RERUN_UNIT = "delete that run's folder (or the unit's probe/ folder) and run the same command again to redo it"
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,10 @@ def measure(unit: Unit, cal: Calibration, lm, problems: Pool) -> tuple[dict, dic
     stage = probe_pool(unit.student, problems, cfg, lm, unit.folder / "score", unit.folder / "probe",
                        scores=load_scores(kept) if kept.is_file() else None, checker=unit.pool.checker,
                        score=unit.ranking, score_length=unit.recipe.score_length, run=not report.is_file(), **cal.scoring)
-    return stage.scores, json.loads(report.read_text())["features"]
+    features = json_object(report, RERUN_UNIT).get("features")
+    if not isinstance(features, dict):
+        raise InputError(f"{report} holds no probe features: {RERUN_UNIT}")
+    return stage.scores, features
 
 
 def full_run(unit: Unit, cal: Calibration, run: Run, lm, problems: Pool, scores: dict, features: dict,
@@ -206,7 +210,7 @@ def collect(units: Iterable[Unit], source: str) -> list[dict]:
         for run in unit.runs:
             path = unit.folder / run.name / "record.json"
             if path.exists():
-                records.append(portable(json.loads(path.read_text()), unit, source))
+                records.append(portable(json_object(path, RERUN_UNIT), unit, source))
     return records
 
 

@@ -360,6 +360,19 @@ def finite(obj):
     return obj
 
 
+def json_object(path: str | os.PathLike, fix: str) -> dict:
+    """A JSON object a command of the tool wrote (a record, a probe report, a config.json), read back;
+    one InputError naming the file and `fix` (what to do about it) where it is unreadable, not JSON
+    or not an object."""
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        raise InputError(f"{path} is not readable JSON ({type(e).__name__}): {fix}") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{path} is not a JSON object: {fix}")
+    return obj
+
+
 def recorded_key(folder: str | os.PathLike, field: str) -> str | None:
     """The key `folder/config.json` records under `field` (what produced the folder), or None when
     there is no such file or it cannot be read: resumable folders compare it with their own."""

@@ -91,7 +91,8 @@ def calibrate(ctx, as_json, dry_run, **kw):
     quiet_libraries()
     lab_only = [_flag(k) for k in LAB_ONLY if _given(ctx, f"lab_{k}")]
     if lab_only:
-        raise InputError(f"{', '.join(lab_only)} belong to the lab sweep: run it with `advisor lab calibrate`; "
+        raise InputError(f"{', '.join(lab_only)} {'belong' if len(lab_only) > 1 else 'belongs'} to the lab sweep: "
+                         "run it with `advisor lab calibrate`; "
                          "`advisor calibrate` takes your proxies (--students), your --pool, --epochs, --seeds and --n-eval")
     if not kw["students"] or not kw["pool"]:
         own = [flag for k, flag in OWN_ONLY.items() if _given(ctx, k)]
@@ -152,6 +153,11 @@ def lab_calibrate(ctx, as_json, **kw):
     from capacity_advisor.models.files import check_writable_dir
 
     quiet_libraries()
+    theirs = sorted(flag for flag in USER_ONLY if kw.pop(USER_ONLY[flag]) not in (None, False))
+    if theirs:
+        raise InputError(f"{', '.join(theirs)} {'belong' if len(theirs) > 1 else 'belongs'} to `advisor calibrate` "
+                         "(your pool, your proxy students): `advisor lab calibrate` is the lab sweep, on the lab's "
+                         "teacher pools and students")
     for name, parse in (("sizes", names), ("seeds", ints), ("builds", ints), ("mean_seeds", ints), ("tasks", names),
                         ("budget_runs", floats), ("schedules", names)):
         kw[name] = parse(kw[name], f"--{name.replace('_', '-')}")
@@ -166,3 +172,16 @@ def lab_calibrate(ctx, as_json, **kw):
         emit_json(result)
     else:
         console.print(f"{result['records']} records in {result['path']} ({result['seconds']}s)")
+
+
+# `advisor calibrate`'s own flags, given to the lab sweep: each accepted by a hidden option, then refused
+# with a pointer to the verb that takes it (click alone would say "no such option", or guess another).
+_LAB_FLAGS = {opt for param in lab_calibrate.params for opt in param.opts}
+USER_ONLY = {opt: f"user_{opt[2:].replace('-', '_')}" for param in calibrate.params
+             if isinstance(param, click.Option) and not param.hidden for opt in param.opts
+             if opt.startswith("--") and opt not in _LAB_FLAGS}
+for _param in calibrate.params:
+    for _opt in _param.opts:
+        if _opt in USER_ONLY:
+            lab_calibrate.params.append(click.Option([_opt, USER_ONLY[_opt]], is_flag=getattr(_param, "is_flag", False),
+                                                     default=None, hidden=True))

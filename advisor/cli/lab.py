@@ -166,6 +166,7 @@ def stash(sizes, sources, work, stash_dir, as_json):
     its latest pretraining checkpoint) and the finished units of the sweep's sources, so a fresh clone
     uses or resumes them instead of starting over."""
     from capacity_advisor.advisor.cli.ui import console, emit_json
+    from capacity_advisor.advisor.lab.calibrate import check_sweep_folder
     from capacity_advisor.advisor.lab.sources import config, source_names
     from capacity_advisor.advisor.lab.stash import stash as stash_source
     from capacity_advisor.models.files import check_writable_dir
@@ -175,7 +176,12 @@ def stash(sizes, sources, work, stash_dir, as_json):
     models = _sizes(sizes or "teacher,teacher-xl", teacher=True) if sizes or not sources else []
     names = source_names(sources) if sources else []
     if names:
+        if not Path(work).is_dir():
+            raise InputError(f"--work {work} is not a folder: name the folder `advisor lab sweep --work` ran in")
         check_writable_dir(stash_dir, "--stash-dir")
+        for name in names:  # a source's folder made with other settings would be stashed as this source
+            if (Path(work) / name / "config.json").is_file():
+                check_sweep_folder(config(name, Path(work), 1), "--work")
     rows = []
     for name in models:
         final = folder_of(name)

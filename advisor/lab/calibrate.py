@@ -23,8 +23,9 @@ parallel processes of one torch thread each.
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import asdict, replace
+from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
 from typing import Callable
 
@@ -32,7 +33,8 @@ from capacity_advisor.advisor import calibration
 from capacity_advisor.advisor.calibration import EVAL_SEED, Calibration, Run, UnitPool
 from capacity_advisor.advisor.lab.pool import ON_CPU
 from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit, run_names, unit_runs, units
-from capacity_advisor.models.files import read_jsonl, versions, write_json, write_jsonl
+from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import json_object, read_jsonl, versions, write_json, write_jsonl
 from capacity_advisor.models.lab.ladder import RECIPE_VERSION
 from capacity_advisor.probes.recipe import LAB
 from capacity_advisor.probes.student import student_of
@@ -146,6 +148,7 @@ def run_calibration(cfg: CalibrateConfig, log: Log = print) -> dict:
 
     cfg.validate()
     out = Path(cfg.out)
+    check_sweep_folder(cfg)
     write_json(out / "config.json", {"stage": "calibrate", "settings": asdict(cfg), "versions": versions()})
     t_all = time.time()
     build_models(cfg.models, cfg.jobs, log)
@@ -163,6 +166,34 @@ def run_calibration(cfg: CalibrateConfig, log: Log = print) -> dict:
     if cfg.budget_runs:
         write_jsonl(out / "budget-records.jsonl", collect_records(cfg, budget_runs=True))
     return {"records": len(records), "path": str(out / "records.jsonl"), "seconds": round(time.time() - t_all, 1)}
+
+
+RESUMED_AS_IS = ("out", "jobs")  # settings a sweep may be resumed with changed: where it is, how many units at once
+
+
+def check_sweep_folder(cfg: CalibrateConfig, flag: str = "--out") -> None:
+    """OUT is resumed only by the sweep that made it: its config.json must hold this sweep's settings
+    (a setting it lacks, from an older version, counts as that setting's default); a folder another
+    command made, or one holding files but no config.json (a published or committed calibration
+    folder), is refused, so that its records.jsonl is never replaced."""
+    out = Path(cfg.out)
+    if not (out / "config.json").exists():
+        if out.is_dir() and any(out.iterdir()):
+            raise InputError(f"{out} holds files but no sweep's config.json (a published calibration, or another "
+                             f"command's folder): pass a new {flag}, so that nothing in it is replaced")
+        return
+    theirs = json_object(out / "config.json", f"pass a new {flag}, or delete that folder to start over")
+    if theirs.get("stage") != "calibrate" or not isinstance(theirs.get("settings"), dict) or "inputs_key" in theirs:
+        raise InputError(f"{out} holds another command's output (not an `advisor lab calibrate` sweep): pass a new {flag}")
+    mine = json.loads(json.dumps(asdict(cfg)))
+    defaults = {f.name: json.loads(json.dumps(None if f.default is MISSING else f.default))
+                for f in fields(CalibrateConfig)}
+    changed = [k for k, v in mine.items() if k not in RESUMED_AS_IS and theirs["settings"].get(k, defaults[k]) != v]
+    if changed:
+        shown = ", ".join(f"--{k.replace('_', '-')} {theirs['settings'].get(k, defaults[k])!r} there, {mine[k]!r} now"
+                          for k in changed[:3])
+        raise InputError(f"{out} holds a sweep of other settings ({shown}): rerun with its settings to resume it, "
+                         f"or pass a new {flag}")
 
 
 def build_models(names: list[str], jobs: int, log: Log) -> None:

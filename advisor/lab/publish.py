@@ -14,14 +14,15 @@ with the sweep's current state.
 
 from __future__ import annotations
 
-import json
+from dataclasses import replace
 from pathlib import Path
 
 from capacity_advisor.advisor.lab.calibrate import collect_records
-from capacity_advisor.advisor.lab.published import BUDGET_RECORDS, EVALS, PROBES, RECORDS, path_order, write_rows
+from capacity_advisor.advisor.lab.published import (BUDGET_RECORDS, EVALS, PROBES, RECORDS, is_published, path_order,
+                                                    write_rows)
 from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import check_writable_dir, refuse_overwrite, write_json
+from capacity_advisor.models.files import check_writable_dir, json_object, refuse_overwrite, write_json
 from capacity_advisor.models.jsonl import read_jsonl_input
 
 
@@ -40,9 +41,18 @@ def finished_runs(sweep: Path) -> list[tuple[str, Path]]:
 def check_publish(sweep: Path, dest: Path) -> CalibrateConfig:
     """The sweep's settings, once SWEEP is a sweep with finished runs and DEST a folder outside it
     that can be written; else one InputError, before anything is written."""
+    if is_published(sweep):
+        raise InputError(f"{sweep} is a published calibration already: publish takes the sweep's own folder "
+                         "(`advisor lab calibrate --out`); copy a published folder as it is")
     cfg = CalibrateConfig.from_folder(sweep)
     check_writable_dir(dest, "DEST")
     refuse_overwrite([sweep], [dest], "DEST")
+    if (dest / "config.json").is_file():  # publishing again replaces the same sweep's files, no other's
+        theirs = CalibrateConfig.from_folder(dest)
+        if replace(theirs, out=cfg.out, jobs=cfg.jobs) != cfg:
+            raise InputError(f"DEST {dest} holds the publication of a sweep of other settings: pass a new DEST")
+    elif dest.is_dir() and any(dest.iterdir()):
+        raise InputError(f"DEST {dest} holds files but no published sweep's config.json: pass a new or empty DEST")
     if not finished_runs(sweep):
         raise InputError(f"{sweep} holds no finished runs (RUN/record.json and RUN/eval.jsonl): let "
                          f"`advisor lab calibrate --out {sweep}` finish a unit first")
@@ -67,6 +77,8 @@ def publish(sweep: str | Path, dest: str | Path) -> dict:
     for kind, rows in kinds.items():
         if rows is not None:
             write_rows(dest / kind, rows)
+        else:  # a kind this sweep has none of: a file of an earlier publication would be read as its
+            (dest / kind).unlink(missing_ok=True)
     return {"runs": len(runs), "records": len(kinds[RECORDS]), "dest": str(dest)}
 
 
@@ -75,10 +87,4 @@ _RUN_AGAIN = "; the sweep's file is damaged: delete its run (or unit) folder and
 
 def _json_object(path: Path) -> dict:
     """A JSON object the sweep wrote (a probe report, its config.json), or one InputError."""
-    try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as e:
-        raise InputError(f"{path} is not readable JSON ({type(e).__name__}){_RUN_AGAIN}") from None
-    if not isinstance(obj, dict):
-        raise InputError(f"{path} is not a JSON object{_RUN_AGAIN}")
-    return obj
+    return json_object(path, _RUN_AGAIN.removeprefix("; "))

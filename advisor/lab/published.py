@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import atomic_path, finite
+from capacity_advisor.models.files import atomic_path, finite, json_object
 from capacity_advisor.models.jsonl import MAX_LINE_BYTES
 from capacity_advisor.models.numbers import strict_loads
 
@@ -108,7 +108,8 @@ def probes(folder: str | Path) -> dict[str, dict]:
     """{TASK/RANKING/UNIT: its probe report} of a published or a sweep folder."""
     folder = Path(folder)
     if not is_published(folder):
-        return {p.parent.parent.relative_to(folder).as_posix(): json.loads(p.read_text(encoding="utf-8"))
+        return {p.parent.parent.relative_to(folder).as_posix(): json_object(p, "delete that unit's probe/ folder "
+                                                                              "and run the sweep again to redo it")
                 for p in sorted(folder.glob("*/*/*/probe/probe.json"))}
     out = {}
     for n, row in enumerate(read_rows(folder / PROBES), 1):

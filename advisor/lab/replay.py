@@ -17,6 +17,7 @@ predictor's training set, is the replay of the committed sources at the default 
 from __future__ import annotations
 
 from dataclasses import dataclass
+import os
 from pathlib import Path
 from statistics import mean
 
@@ -63,6 +64,10 @@ def load_calibration(folders) -> tuple[list[tuple[Key, dict]], dict[Key, dict]]:
             if not isinstance(u, dict):
                 raise InputError(f"{folder}: a record names no calibration unit (run {rec.get('run_id')!r}): name "
                                  "folders of `advisor lab calibrate` or `advisor lab publish`")
+            lacking = [k for k in ("task", "score", "size", "seed") if k not in u]
+            if lacking:
+                raise InputError(f"{folder}: a record's unit (run {rec.get('run_id')!r}) lacks {', '.join(lacking)}: "
+                                 "publish the sweep again (`advisor lab publish`), or name the sweep's own folder")
             unit = Unit(u["task"], u["score"], u["size"], u["seed"], u.get("build", 0))
             key = (str(folder), unit.task, unit.score, unit.size, unit.seed, unit.build)
             records.append((key, rec))
@@ -121,6 +126,12 @@ class ReplayJob:
             if not Path(f).is_dir():
                 raise InputError(f"{f} is not a folder: name calibration folders (e.g. calibration/lab2/NAME)")
         check_writable_file(self.out, "--out")
+        seen: dict[str, str] = {}
+        for f in self.folders:  # one folder named twice (or by two names) would replay its records twice
+            real = os.path.realpath(f)
+            if real in seen:
+                raise InputError(f"{f} is named twice (as {seen[real]} too): name each calibration folder once")
+            seen[real] = f
         refuse_overwrite(self.folders, [self.out], "--out")
         records, probes = load_calibration(self.folders)
         if not records:

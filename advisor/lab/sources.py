@@ -114,16 +114,20 @@ def run_sources(names: list[str], work: Path, jobs: int, publish_to: Path | None
     """Run (or resume) each source in turn, publishing each into PUBLISH/NAME as it completes.
     Every source's settings, the publish folder and the stashes to restore are checked, and the
     stashes unpacked, before the first source starts."""
-    from capacity_advisor.advisor.lab.calibrate import run_calibration
+    from capacity_advisor.advisor.lab.calibrate import check_sweep_folder, run_calibration
     from capacity_advisor.advisor.lab.publish import publish
     from capacity_advisor.advisor.lab.stash import restore_sources
-    from capacity_advisor.models.files import check_writable_dir
+    from capacity_advisor.models.files import check_writable_dir, refuse_overwrite
 
     configs = {name: config(name, work, jobs) for name in names}
     for cfg in configs.values():
         cfg.validate()
     if publish_to is not None:
         check_writable_dir(publish_to, "--publish")
+        for name, cfg in configs.items():  # publishing into a sweep's own folder would fail after its hours of work
+            refuse_overwrite([cfg.out], [publish_to / name], "--publish")
+    for cfg in configs.values():  # a work folder of other settings, before the first source starts
+        check_sweep_folder(cfg, "--work")
     if restore_from is not None:
         for name in restore_sources(restore_from, work, names):
             log(f"{name}: restored the finished units stashed in {restore_from}")

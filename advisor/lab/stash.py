@@ -10,7 +10,8 @@ teacher pools and every finished unit's records, evaluations and probe report, n
 checkpoints, datasets or score caches, and no pool summary's cache folder, which names the
 machine). Restoring unpacks it into WORK/NAME when WORK/NAME does not exist yet, so the sweep skips
 the finished units. It is whole or not at all: every member is checked from its header (a plain
-file whose normalised path lies inside NAME/, of at most MEMBER_BYTES, STASH_BYTES in all) and the
+file whose normalised path lies inside NAME/, of at most MEMBER_BYTES, STASH_BYTES in all, at most
+MAX_MEMBERS of them, the whole archive read through once first to bound what it unpacks to) and the
 archive is unpacked into a temporary folder renamed into place, so an archive refused or damaged
 part way leaves nothing a later run would take for a restored source.
 """
@@ -34,6 +35,12 @@ from capacity_advisor.models.errors import InputError
 # larger members are a damaged or hostile archive, refused before their bytes are read.
 MEMBER_BYTES = 64 << 20
 STASH_BYTES = 256 << 20
+# The archive unpacked, headers included, is read through once in small pieces before tarfile sees
+# it: tarfile reads a long-name (GNU or pax) header whole into memory, before any member's size can be
+# checked, so only this bound keeps a small hostile archive from taking gigabytes. And a stash holds
+# a few files per finished unit, so more members than this is not one.
+ARCHIVE_BYTES = STASH_BYTES + (16 << 20)
+MAX_MEMBERS = 20_000
 
 
 def stash_files(work: Path, cfg: CalibrateConfig, name: str) -> tuple[list[Path], int]:
@@ -82,6 +89,7 @@ def restore(stashed: Path, work: Path, name: str) -> bool:
     tmp = work / f".{name}.restore-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
+        check_unpacked_size(archive)
         with tarfile.open(archive, "r:gz") as tar:
             members = stashed_members(tar, archive, name)
             tar.extractall(tmp, members=members, filter="data")
@@ -94,6 +102,18 @@ def restore(stashed: Path, work: Path, name: str) -> bool:
     return True
 
 
+def check_unpacked_size(archive: Path) -> None:
+    """InputError where the archive unpacks to more than ARCHIVE_BYTES, found by reading it through a
+    megabyte at a time (no more is held)."""
+    total = 0
+    with gzip.open(archive, "rb") as f:
+        while chunk := f.read(1 << 20):
+            total += len(chunk)
+            if total > ARCHIVE_BYTES:
+                raise InputError(f"{archive} unpacks to more than {ARCHIVE_BYTES >> 20} MiB, far more than a stash "
+                                 "is: it is damaged or not a stash; delete it to start the source over")
+
+
 def stashed_members(tar, archive: Path, name: str) -> list:
     """The members of a stash of source `name`, each checked as its header is read: a plain file
     whose normalised path lies inside NAME/, of at most MEMBER_BYTES (STASH_BYTES in all)."""
@@ -101,7 +121,8 @@ def stashed_members(tar, archive: Path, name: str) -> list:
     for m in tar:
         path = posixpath.normpath(m.name)
         if not m.isfile() or path.split("/")[0] != name or path == name:
-            kind = ("a file" if m.isfile() else "a link" if m.issym() or m.islnk() else "a device" if m.isdev()
+            kind = ("a file" if m.isfile() else "a link" if m.issym() or m.islnk() else "a pipe" if m.isfifo()
+                    else "a device" if m.isdev()
                     else "a folder" if m.isdir() else "an entry")
             raise InputError(f"{archive} holds {kind} {m.name[:120]!r}, not a file inside {name}/: a stash holds only "
                              "the source's plain files; delete it to start the source over")
@@ -111,6 +132,9 @@ def stashed_members(tar, archive: Path, name: str) -> list:
                              f"({MEMBER_BYTES >> 20} MiB a file, {STASH_BYTES >> 20} MiB in all); delete it to start "
                              "the source over")
         members.append(m.replace(name=path, deep=False))
+        if len(members) > MAX_MEMBERS:
+            raise InputError(f"{archive} holds more than {MAX_MEMBERS:,} files, far more than a stash of one source: "
+                             "it is damaged or not a stash; delete it to start the source over")
     if not members:
         raise InputError(f"{archive} holds no files of source {name}: delete it to start the source over")
     return members

@@ -4,7 +4,6 @@ units (one student build, seed, task and ranking each) and the run folders a fin
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from capacity_advisor.training.manifest import SETS, schedule_of
 
 @dataclass
 class CalibrateConfig:
-    out: str = "calibration"  # --out: folder (resumable); records go to OUT/records.jsonl
+    out: str = "runs/lab-calibration"  # --out: folder (resumable); records go to OUT/records.jsonl
     sizes: tuple[str, ...] = ()  # --sizes: ladder names (empty: the whole ladder)
     seeds: tuple[int, ...] = (0, 1, 2)  # --seeds: pool draw, data order
     builds: tuple[int, ...] = (0,)  # --builds: each student's pretraining builds (0: the ladder's own; b: `lab:NAME+bB`)
@@ -76,8 +75,20 @@ class CalibrateConfig:
                 continue
             if switch is not None and switch >= self.epochs:
                 bad.append(f"--schedules {option}: the switch must come before the last epoch ({self.epochs})")
-        if self.teacher != "program" and not self.teacher.startswith("lab:"):
-            bad.append(f"--teacher {self.teacher!r}: name a lab model (lab:teacher) or 'program' for the scripted teacher")
+        from capacity_advisor.models.lab.ladder import TEACHERS
+
+        if self.teacher != "program" and not (self.teacher.startswith("lab:")
+                                               and self.teacher[len("lab:"):] in {**LADDER, **TEACHERS}):
+            bad.append(f"--teacher {self.teacher!r}: name a lab model ({', '.join('lab:' + t for t in TEACHERS)}) or "
+                       "'program' for the scripted teacher")
+        for flag, values in (("--seeds", self.seeds), ("--mean-seeds", self.mean_seeds), ("--builds", self.builds),
+                             ("--sizes", self.sizes), ("--tasks", self.tasks), ("--budget-runs", self.budget_runs),
+                             ("--schedules", self.schedules)):
+            twice = sorted({str(v) for v in values if list(values).count(v) > 1})
+            if twice:
+                bad.append(f"{flag} names {', '.join(twice)} more than once: name each once")
+        if any(not 0 <= s < 2 ** 31 for s in (*self.seeds, *self.mean_seeds)):
+            bad.append(f"--seeds / --mean-seeds must lie in 0 .. {2 ** 31 - 1}")
         if not 0 < self.temperature <= 2:
             bad.append(f"--temperature {self.temperature} must be in (0, 2]")
         if any(not 0 < b < self.epochs for b in self.budget_runs):
@@ -114,9 +125,19 @@ class CalibrateConfig:
         path = Path(out) / "config.json"
         if not path.is_file():
             raise InputError(f"{out} has no config.json: name a folder written by `advisor lab calibrate --out`")
-        settings = json.loads(path.read_text())["settings"]
+        from capacity_advisor.models.files import json_object
+
+        saved = json_object(path, "name a folder written by `advisor lab calibrate --out`")
+        if "inputs_key" in saved:
+            raise InputError(f"{out} is an `advisor calibrate` folder (your own pool): give its records.jsonl to "
+                             "`advisor fit --records`; this command takes `advisor lab calibrate` sweeps")
+        settings = saved.get("settings")
+        if not isinstance(settings, dict):
+            raise InputError(f"{path} holds no sweep settings: name a folder written by `advisor lab calibrate --out`")
         kw = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items() if k in cls.__dataclass_fields__}
-        return cls(**{**kw, "out": str(out)})
+        cfg = cls(**{**kw, "out": str(out)})
+        cfg.validate()  # settings of the wrong type or out of range: one error, not a failure later
+        return cfg
 
     @property
     def source(self) -> str:

@@ -141,6 +141,12 @@ def read_records(path: str | Path) -> list[dict]:
     if not p.exists():
         raise InputError(f"records file {path} does not exist: run `advisor calibrate`, `advisor lab calibrate` or "
                          "`advisor train` first")
+    if p.is_dir():
+        raise InputError(f"{path} is a folder: name its records file (e.g. {p / 'records.jsonl'}); a published "
+                         "calibration folder is read by `advisor lab replay FOLDER --out FILE`")
+    if p.suffix in (".xz", ".gz", ".bz2", ".zst"):
+        raise InputError(f"{path} is compressed: a published calibration's files are replayed into a records file by "
+                         "`advisor lab replay FOLDER --out FILE`; name that file")
     try:
         records = read_jsonl(p, strict=True)
     except (ValueError, RecursionError) as e:

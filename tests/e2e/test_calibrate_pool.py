@@ -156,7 +156,7 @@ def test_calibrate_on_folders_resumes_and_its_records_refit_beside_the_lab(pool,
 @pytest.mark.parametrize("args, words", [
     (["--students", "nowhere/model"], "nowhere/model"),
     (["--pool", "POOL"], "needs both --students"),
-    (["--students", "TINY", "--pool", "POOL", "--sizes", "xs"], "--sizes belong to the lab sweep"),
+    (["--students", "TINY", "--pool", "POOL", "--sizes", "xs"], "--sizes belongs to the lab sweep"),
     (["--students", "TINY,TINY", "--pool", "POOL"], "names a model twice"),
     (["--students", "TINY", "--pool", "POOL", "--n-eval", 40], "--n-eval 40 holds out more than a quarter"),
     (["--dry-run"], "go with --students"),

@@ -380,6 +380,25 @@ def test_quick_calibration_report(shared_home, tmp_path):
         replay_records(ReplayJob((str(tmp_path / folder),), str(tmp_path / f"{folder}.jsonl"), steps=2, eval_problems=4))
     assert (tmp_path / "cal.jsonl").read_bytes() == (tmp_path / "pub.jsonl").read_bytes()
 
+    # publishing again replaces the same sweep's files, and a kind this sweep has none of goes
+    from dataclasses import replace
+
+    (tmp_path / "pub" / published.BUDGET_RECORDS).write_bytes(b"from an earlier publication")
+    publish(tmp_path / "cal", tmp_path / "pub")
+    assert not (tmp_path / "pub" / published.BUDGET_RECORDS).exists()
+    # the sweep folder is resumed with its own settings only; its records stay as they were
+    kept = (tmp_path / "cal" / "records.jsonl").read_bytes()
+    with pytest.raises(InputError, match=r"holds a sweep of other settings \(--epochs 1 there, 2 now\)"):
+        run_calibration(replace(CalibrateConfig.quick_settings(str(tmp_path / "cal")), epochs=2), log=lambda m: None)
+    assert (tmp_path / "cal" / "records.jsonl").read_bytes() == kept
+    # a damaged record of a finished run: one error naming it, on resume and on publish alike
+    (tmp_path / "cal" / "modchain" / "sum" / "xs-s0" / "high" / "record.json").write_text('{"run_id": ')
+    for job in (lambda: run_calibration(CalibrateConfig.quick_settings(str(tmp_path / "cal")), log=lambda m: None),
+                lambda: publish(tmp_path / "cal", tmp_path / "pub3")):
+        with pytest.raises(InputError, match="high/record.json is not readable JSON"):
+            job()
+    assert not (tmp_path / "pub3").exists()
+
 
 # ---------------------------------------------------------------- the teacher
 

@@ -178,13 +178,15 @@ def test_sweep_stash_and_restore_refuse_bad_inputs_before_any_work(capsys, tmp_p
 
 
 def test_a_source_is_stashed_and_restored_through_the_verbs(capsys, tmp_path):
+    from dataclasses import asdict
+
     from capacity_advisor.advisor.lab.sources import config
     from capacity_advisor.advisor.lab.units import run_names, units
 
     name, work = "listmax-program", tmp_path / "work"
     cfg = config(name, work, 1)
     (work / name / "listmax" / "pools").mkdir(parents=True)
-    (work / name / "config.json").write_text('{"stage": "calibrate"}\n')
+    (work / name / "config.json").write_text(json.dumps({"stage": "calibrate", "settings": asdict(cfg)}) + "\n")
     (work / name / "listmax" / "pools" / "s0.jsonl").write_text('{"id": "q0"}\n')
     unit = units(cfg)[0]
     for r in run_names(cfg, unit):

@@ -9,7 +9,7 @@ import tarfile
 from dataclasses import asdict, replace
 
 import pytest
-from helpers import ROOT, one_error_line, run
+from helpers import RECORDS, ROOT, one_error_line, run
 
 from capacity_advisor.advisor.lab.units import CalibrateConfig
 
@@ -74,6 +74,8 @@ def test_calibrate_refuses_a_folder_of_files_it_did_not_make_and_repeated_seeds(
     one_error_line(run(*args, "--out", tmp_path / "c", "--seeds", "0,0"), "--seeds names a seed more than once",
                    tmp_path / "c")
     one_error_line(run(*args, "--out", tmp_path / "c", "--checker", "none"), "needs a checker", tmp_path / "c")
+    one_error_line(run(*args, "--out", tmp_path / "c", "--launcher", "accelerate"), "give --nproc 2 or more",
+                   tmp_path / "c")
 
 
 def test_publish_takes_a_sweep_into_its_own_or_a_new_dest(tmp_path):
@@ -99,6 +101,11 @@ def test_replay_and_fit_point_to_what_they_take(tmp_path):
                    "is compressed: a published calibration's files are replayed", tmp_path / "p")
     one_error_line(run("fit", "--records", SMALL, "--out", tmp_path / "p"), "is a folder: name its records file",
                    tmp_path / "p")
+    sweep = tmp_path / "sweep"  # a record whose unit lacks its fields: named, not a KeyError
+    sweep_folder(sweep)
+    record = json.loads(RECORDS.read_text().splitlines()[0])
+    (sweep / "records.jsonl").write_text(json.dumps({**record, "run_id": "r1", "unit": {"task": "modchain"}}) + "\n")
+    one_error_line(run("lab", "replay", sweep, "--out", out), "(run 'r1') lacks score, size, seed", out)
 
 
 def test_stash_refuses_a_work_folder_that_is_not_there_or_of_other_settings(tmp_path):

@@ -3,7 +3,7 @@ ranking — is scored, probed and trained on each set, and its runs' RunRecords 
 `advisor fit`.
 
     advisor calibrate --students ./qwen2.5-0.5b,./qwen2.5-1.5b --pool openr1.parquet --out runs/cal   # your pool
-    advisor lab calibrate --out calibration --jobs 2                                                # the lab sweep
+    advisor lab calibrate --out runs/cal --jobs 2                                                   # the lab sweep
 
 Two callers make the units: `advisor.calibrate_pool` (the user's pool and proxy students, the
 full runs' held-out problems drawn once with `EVAL_SEED`) and `advisor.lab.calibrate` (the lab

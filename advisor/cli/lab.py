@@ -4,7 +4,7 @@ calibration sweep, and the pipeline that makes the committed calibration and the
     advisor lab list
     advisor lab build --sizes xs,s
     advisor lab pool --task modchain --n 200 --out pool.jsonl
-    advisor lab calibrate --out calibration --jobs 2
+    advisor lab calibrate --out runs/cal --jobs 2
     advisor lab report calibration/teacher
     advisor lab sweep --work runs/sources --publish calibration/lab2 --jobs 2
     advisor lab publish runs/cal-teacher calibration/teacher

@@ -1,6 +1,6 @@
 """`advisor lab calibrate`: measured runs on the embedded lab — the predictor's training data.
 
-    advisor lab calibrate --out calibration --jobs 2          # the full sweep (about two hours on 2 CPU cores)
+    advisor lab calibrate --out runs/cal --jobs 2             # the full sweep (about two hours on 2 CPU cores)
     advisor lab calibrate --out /tmp/cal --quick              # a minute or two: one tiny student, one seed, one epoch
 
 Per task family and seed, the lab teacher (`lab:teacher`, a model) samples `candidates` responses

@@ -139,7 +139,7 @@ def make_plan(cfg: PoolCalibrateConfig, run: bool = True) -> Plan:
     from configs alone)."""
     from capacity_advisor.advisor.pool import PoolOptions, read_pool
     from capacity_advisor.advisor.probe import load_predictor, pick_checker, predictor_plan
-    from capacity_advisor.models.files import check_writable_dir, recorded_key
+    from capacity_advisor.models.files import check_writable_dir, recorded_key, unclaimed_files
     from capacity_advisor.models.loading import check_loadable, check_model_spec, describe_config
 
     cfg.validate()
@@ -180,9 +180,8 @@ def make_plan(cfg: PoolCalibrateConfig, run: bool = True) -> Plan:
     if recorded_key(cfg.out, "inputs_key") not in (None, key):
         raise InputError(f"{cfg.out} holds a calibration made from other inputs (proxies, pool or settings); pass a "
                          "new --out, or delete that folder to start over")
-    out = Path(cfg.out)
-    if recorded_key(out, "inputs_key") is None and out.is_dir() and any(out.iterdir()):
-        raise InputError(f"{out} holds files but no calibration's config.json (a published calibration, or another "
+    if unclaimed_files(cfg.out):
+        raise InputError(f"{cfg.out} holds files but no calibration's config.json (a published calibration, or another "
                          "command's folder): pass a new --out, so that nothing in it is replaced")
     checker = pick_checker(pool, cfg.checker)
     target = None

@@ -373,6 +373,13 @@ def json_object(path: str | os.PathLike, fix: str) -> dict:
     return obj
 
 
+def unclaimed_files(folder: str | os.PathLike) -> bool:
+    """True where `folder` holds files but no config.json: no resumable command of the tool made it
+    (a published calibration, a user's own files), so none may resume into it and replace them."""
+    p = Path(folder)
+    return not (p / "config.json").exists() and p.is_dir() and any(p.iterdir())
+
+
 def recorded_key(folder: str | os.PathLike, field: str) -> str | None:
     """The key `folder/config.json` records under `field` (what produced the folder), or None when
     there is no such file or it cannot be read: resumable folders compare it with their own."""

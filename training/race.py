@@ -189,11 +189,11 @@ def run_race(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, rul
     from capacity_advisor.training.callbacks import read_curve
 
     stream = stream or sys.stderr
-    m, runs, folders, checked = check_race(manifest, out, rule, device, dtype, epochs, max_steps,
-                                           world=(launch or {}).get("nproc", 1))
+    m, runs, folders, checked, key = check_race(manifest, out, rule, device, dtype, epochs, max_steps,
+                                                world=(launch or {}).get("nproc", 1))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "config.json", {"stage": "race", "race_key": race_key(checked, rule), "rule": asdict(rule),
+    write_json(out / "config.json", {"stage": "race", "race_key": key, "rule": asdict(rule),
                                      "runs": {s: str(folders[s]) for s in RACED}})
     segment = Segments(m, runs, folders, checked, launch, manifest,
                        dict(device=device, dtype=dtype, threads=threads, epochs=epochs, max_steps=max_steps), stream)
@@ -286,8 +286,8 @@ def finished_in_race(folder: Path, note: dict, records: str | None) -> dict | No
 
 
 def check_race(manifest, out, rule: RaceRule, device: str, dtype: str, epochs, max_steps, world: int = 1):
-    """(manifest, run manifests, run folders, check_run of each): every refusal before any work
-    (`world`: the processes each run is launched over)."""
+    """(manifest, run manifests, run folders, check_run of each, the race's key): every refusal before
+    any work (`world`: the processes each run is launched over)."""
     from capacity_advisor.training.run_check import check_run, with_overrides
 
     rule.check()
@@ -296,8 +296,9 @@ def check_race(manifest, out, rule: RaceRule, device: str, dtype: str, epochs, m
     runs = race_manifests(m)
     folders = {s: Path(out) / "race" / s for s in RACED}
     checked = {s: check_run(runs[s], folders[s], world=world, device=device, dtype=dtype) for s in RACED}
-    check_race_folder(Path(out), race_key(checked, rule))
-    return m, runs, folders, checked
+    key = race_key(checked, rule)
+    check_race_folder(Path(out), key)
+    return m, runs, folders, checked, key
 
 
 def race_key(checked: dict, rule: RaceRule) -> str:

@@ -34,7 +34,7 @@ from capacity_advisor.advisor.calibration import EVAL_SEED, Calibration, Run, Un
 from capacity_advisor.advisor.lab.pool import ON_CPU
 from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit, run_names, unit_runs, units
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import json_object, read_jsonl, versions, write_json, write_jsonl
+from capacity_advisor.models.files import json_object, read_jsonl, unclaimed_files, versions, write_json, write_jsonl
 from capacity_advisor.models.lab.ladder import RECIPE_VERSION
 from capacity_advisor.probes.recipe import LAB
 from capacity_advisor.probes.student import student_of
@@ -177,10 +177,10 @@ def check_sweep_folder(cfg: CalibrateConfig, flag: str = "--out") -> None:
     command made, or one holding files but no config.json (a published or committed calibration
     folder), is refused, so that its records.jsonl is never replaced."""
     out = Path(cfg.out)
+    if unclaimed_files(out):
+        raise InputError(f"{out} holds files but no sweep's config.json (a published calibration, or another "
+                         f"command's folder): pass a new {flag}, so that nothing in it is replaced")
     if not (out / "config.json").exists():
-        if out.is_dir() and any(out.iterdir()):
-            raise InputError(f"{out} holds files but no sweep's config.json (a published calibration, or another "
-                             f"command's folder): pass a new {flag}, so that nothing in it is replaced")
         return
     theirs = json_object(out / "config.json", f"pass a new {flag}, or delete that folder to start over")
     if theirs.get("stage") != "calibrate" or not isinstance(theirs.get("settings"), dict) or "inputs_key" in theirs:

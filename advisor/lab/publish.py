@@ -22,7 +22,7 @@ from capacity_advisor.advisor.lab.published import (BUDGET_RECORDS, EVALS, PROBE
                                                     write_rows)
 from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import check_writable_dir, json_object, refuse_overwrite, write_json
+from capacity_advisor.models.files import check_writable_dir, json_object, refuse_overwrite, unclaimed_files, write_json
 from capacity_advisor.models.jsonl import read_jsonl_input
 
 
@@ -51,7 +51,7 @@ def check_publish(sweep: Path, dest: Path) -> CalibrateConfig:
         theirs = CalibrateConfig.from_folder(dest)
         if replace(theirs, out=cfg.out, jobs=cfg.jobs) != cfg:
             raise InputError(f"DEST {dest} holds the publication of a sweep of other settings: pass a new DEST")
-    elif dest.is_dir() and any(dest.iterdir()):
+    elif unclaimed_files(dest):
         raise InputError(f"DEST {dest} holds files but no published sweep's config.json: pass a new or empty DEST")
     if not finished_runs(sweep):
         raise InputError(f"{sweep} holds no finished runs (RUN/record.json and RUN/eval.jsonl): let "

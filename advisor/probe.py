@@ -37,6 +37,9 @@ from capacity_advisor.training.manifest import DEFAULT_MIX
 from capacity_advisor.models.ranking import DEFAULT_RANKING
 
 FROM_PREDICTOR = "the predictor (its inputs were measured so)"
+RESPONSE_BOUND = 1.5  # a real student's new tokens: this many times the pool's 99th-percentile response
+MIN_NEW_TOKENS = 64
+RESPONSES_READ = 4000  # candidates whose tokens bound the new tokens (a seeded sample of a larger pool)
 SHIPPED = "predictor_data"  # package folder of the default predictor
 
 
@@ -89,6 +92,24 @@ class ProbePlan:
                              f"held out plus at least {batch_flag} ({r.batch_size}) to train on: use a larger pool or "
                              "smaller settings")
         return plan
+
+    def for_responses(self, lengths: list[int]) -> "ProbePlan":
+        """The plan bounded by the pool's own responses (`lengths`: their tokens under the student):
+        a real student's evaluations generate at most RESPONSE_BOUND x the 99th percentile of those
+        (rounded up to 16, at least MIN_NEW_TOKENS), unless a flag set the new tokens. A student
+        that learned the pool's style stops within it; one that rambles or loops is cut there, so
+        the probe's cost is what it trains, not what it generates."""
+        r = self.recipe
+        if r.kind != "real" or not lengths or self.sources["max_new_tokens"] == flag("max_new_tokens"):
+            return self
+        ordered = sorted(lengths)
+        p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+        bound = max(MIN_NEW_TOKENS, -(-int(RESPONSE_BOUND * (p99 + 1)) // 16) * 16)
+        if bound >= r.max_new_tokens:
+            return self
+        why = (f"bounded by the pool's responses: {RESPONSE_BOUND:g} x their 99th percentile ({p99:,} tokens), "
+               f"from {r.max_new_tokens:,}")
+        return replace(self, recipe=replace(r, max_new_tokens=bound), sources={**self.sources, "max_new_tokens": why})
 
     def notes(self) -> tuple[list[str], bool]:
         """Lines saying that the folder's build.json was not read, and where this probe measures
@@ -144,6 +165,28 @@ def plan_probe(student: Student, fitted: Fitted | None = None, given: dict | Non
         if "steps" in given:
             departing.add("eval_every")
     return ProbePlan(recipe, sources, fitted, frozenset(departing), student.note)
+
+
+def response_lengths(pool: Pool, tokenizer, seed: int = 0) -> list[int]:
+    """Tokens of the pool's usable candidates under `tokenizer` (with the EOS a trained student
+    writes): all of them, or a seeded sample of RESPONSES_READ of a larger pool."""
+    from capacity_advisor.models.template import response_ids
+
+    texts = [c.text for p in pool.problems for c in p.candidates]
+    if len(texts) > RESPONSES_READ:
+        texts = random.Random(seed).sample(texts, RESPONSES_READ)
+    return [len(response_ids(tokenizer, t, add_eos=True)) for t in texts]
+
+
+def bound_by_responses(plan: ProbePlan, pool: Pool, spec: str, seed: int = 0) -> ProbePlan:
+    """`plan.for_responses` with the pool's candidates read under `spec`'s tokenizer (a real
+    student's only: the lab's recipe has its own bound)."""
+    if plan.recipe.kind != "real" or plan.sources["max_new_tokens"] == flag("max_new_tokens"):
+        return plan
+    from capacity_advisor.models.loading import hub_options, load_tokenizer, resolve_model_path
+
+    path = resolve_model_path(spec)
+    return plan.for_responses(response_lengths(pool, load_tokenizer(path, hub_options(path)), seed))
 
 
 def check_given(given: dict) -> None:
@@ -357,7 +400,7 @@ def probe_job(job: ProbeJob, say=None, progress=None) -> dict:
 
     refuse_overwrite([job.pool, job.scores, job.predictor], [job.out], "--out")
     pool = read_pool(job.pool, PoolOptions(**job.pool_options))
-    plan = plan.for_pool(len(pool))
+    plan = bound_by_responses(plan.for_pool(len(pool)), pool, job.model, job.seed)
     scores = given_scores(job.scores, pool, job.score) if job.scores else None
     say(f"loading {job.model}")
     lm = load_model(job.model, device=job.device, dtype=job.dtype)

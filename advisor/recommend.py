@@ -31,7 +31,9 @@ from capacity_advisor.advisor.draws import (
 )
 from capacity_advisor.advisor.lab.pool import describe_student, lab_identity
 from capacity_advisor.advisor.predictor.advice import Advice
-from capacity_advisor.advisor.probe import LOCAL_WINDOW, ProbePlan, check_given, load_predictor, predictor_plan  # noqa: F401
+from capacity_advisor.advisor.probe import (  # noqa: F401
+    LOCAL_WINDOW, ProbePlan, bound_by_responses, check_given, load_predictor, predictor_plan,
+)
 from capacity_advisor.advisor.recommendation import BUDGET_GRID, Recommendation, recommendation, write_advice, write_manifest
 from capacity_advisor.advisor.select import RANKINGS
 from capacity_advisor.models.backends import BACKENDS
@@ -185,6 +187,8 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
         pool = read_pool(cfg.pool, PoolOptions(**cfg.pool_options), sample=cfg.sample, seed=cfg.seed)
         whole = pool.whole_problems or len(pool)
         plan = plan.for_pool(len(pool))
+        if desc is not None:  # a real student's evaluations are bounded by the pool's own responses
+            plan = bound_by_responses(plan, pool, cfg.model, cfg.seed)
         if cfg.scores:
             from capacity_advisor.advisor.probe import given_scores
 

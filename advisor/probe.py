@@ -277,6 +277,12 @@ def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None,
 # ---- scores, then the probe -----------------------------------------------------------------
 
 LOCAL_WINDOW = 32  # tokens of context each step is scored with under --score local
+SCORING = "scoring"  # what `probe_pool`'s progress names the scoring by (its other names are the probed sets)
+
+
+def progress_label(name: str, prefix: str = "probe ") -> str:
+    """How a progress display names one of `probe_pool`'s counts: the scoring, or a probed set."""
+    return "scoring candidates" if name == SCORING or name.startswith(SCORING + " ") else f"{prefix}D_{name}"
 
 
 def given_scores(path: str, pool: Pool, score: str = DEFAULT_RANKING, skip_tokens: int | None = None) -> dict:
@@ -333,7 +339,7 @@ def probe_pool(student: Student, pool: Pool, cfg: ProbeConfig, lm, score_dir, pr
 
     The one path from a pool to probe measurements, for `advisor probe`, `advisor recommend` and
     both calibrations. `say(message)` reports the stage; `progress(strategy, step, total)` the
-    probe's steps; `token_budget` and `shard_size` are the scoring's (`ScoreConfig`).
+    probe's steps, and `progress(SCORING, done, total)` the candidates scored; `token_budget` and `shard_size` are the scoring's (`ScoreConfig`).
     """
     from capacity_advisor.advisor.scoring import score_pool
     from capacity_advisor.advisor.select import load_scores
@@ -343,10 +349,21 @@ def probe_pool(student: Student, pool: Pool, cfg: ProbeConfig, lm, score_dir, pr
     cfg.validate()
     if scores is None:
         say(f"scoring {pool.n_candidates:,} candidates under the student (cached)")
+        counted = [0, 0]  # done, total
+
+        def on_start(total: int, done: int) -> None:
+            counted[:] = [done, total]
+            progress(SCORING, done, total)
+
+        def advance(n: int) -> None:
+            counted[0] += n
+            progress(SCORING, *counted)
+
         score_pool(pool, ScoreConfig(student.spec, device=cfg.device, dtype=cfg.dtype, backend=backend, score_length=score_length,
                                      token_budget=token_budget, shard_size=shard_size, skip_tokens=skip_tokens,
                                      local_window=LOCAL_WINDOW if score == "local" else 0),
-                   score_dir, lm=lm if backend == "hf" else None)
+                   score_dir, lm=lm if backend == "hf" else None,
+                   on_start=on_start if progress else None, advance=advance if progress else None)
         scores = load_scores(Path(score_dir) / "scores.jsonl")
     split = build_probe_data(pool, scores, cfg, tokenizer=lm.tokenizer, checker=checker, mix=mix, score=score)
     report = None

@@ -38,6 +38,8 @@ TASKS = {"linear": "algebra__linear_1d", "place": "numbers__place_value"}
 SPLITS = {"pool": 300, "teacher": 600, "spare": 200}  # problems per task in each split
 SEED = 2026
 STYLES = ("answer", "equations", "prose", "explore")
+SPARE_FOR_POOLS = 150  # spare problems a neural pool may use beyond the pool split (the rest check the teacher)
+TEACHER_STYLES = 2  # styles per problem in the neural teacher's fine-tuning data
 
 
 def _generators():
@@ -231,16 +233,17 @@ def scripted_pool(rows: list[dict], task: str, seed: int = SEED) -> list[dict]:
 
 
 def teacher_data(rows: list[dict], seed: int = SEED) -> list[dict]:
-    """TRL prompt/completion rows for the neural teacher: every correct style of every problem of
-    the `teacher` split, both tasks, shuffled."""
+    """TRL prompt/completion rows for the neural teacher: two correct styles, drawn at random, of
+    every problem of the `teacher` split, both tasks, shuffled."""
     rng = random.Random(f"{seed}-teacher")
     out = []
     for r in rows:
         if r["split"] != "teacher":
             continue
         texts, ok, _ = scripted_candidates(r, rng)
-        out += [{"id": f"{r['id']}-{i}", "prompt": r["problem"], "completion": t} for i, (t, good) in enumerate(zip(texts, ok))
-                if good]
+        good = [t for t, right in zip(texts, ok) if right]
+        out += [{"id": f"{r['id']}-{i}", "prompt": r["problem"], "completion": t}
+                for i, t in enumerate(rng.sample(good, TEACHER_STYLES))]
     rng.shuffle(out)
     return out
 
@@ -259,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("teacher-data", help="the neural teacher's fine-tuning rows (the teacher split)")
     c.add_argument("problems")
     c.add_argument("--out", required=True)
-    d = sub.add_parser("neural-problems", help="the pool split of one task as a problems file for advisor generate")
+    d = sub.add_parser("neural-problems", help="the pool split and the first spare problems of one task, a problems file for advisor generate")
     d.add_argument("problems")
     d.add_argument("--task", required=True, choices=sorted(TASKS))
     d.add_argument("--out", required=True)
@@ -278,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {n} rows to {args.out}")
     else:
         rows = [{"id": r["id"], "problem": r["problem"], "answer": r["answer"], "task": r["task"]}
-                for r in read_jsonl(args.problems) if r["task"] == args.task and r["split"] == "pool"]
+                for r in read_jsonl(args.problems) if r["task"] == args.task and r["split"] in ("pool", "spare")
+                and int(r["id"].rsplit("-", 1)[1]) < SPARE_FOR_POOLS + (SPLITS["pool"] if r["split"] == "pool" else 0)]
         n = write_jsonl(args.out, rows)
         print(f"wrote {n} problems to {args.out}")
     return 0

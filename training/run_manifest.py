@@ -36,14 +36,15 @@ class RunRequest:
 
 
 def run_manifest(req: RunRequest, dry_run: bool = False, say: Callable[[str], None] = lambda s: None, *,
-                 lm=None, store: bool = True, stream=None) -> dict | None:
+                 lm=None, store: bool = True, stream=None, step0_row: dict | None = None) -> dict | None:
     """The run's RunRecord (None for a dry run); `say` hears the launch command and any note
     about it, before the run starts. Everything refused is refused before `say` is called.
 
     A run in this process (one process, no accelerate config) also takes `lm`, the base student
     already loaded (a copy is trained: calibration trains several runs from one base), `store`
-    (False keeps the record out of the records store) and `stream` (where the trainer's progress
-    lines go), as `training.sft.run_sft` does; a launched run stores its record as `advisor train` does."""
+    (False keeps the record out of the records store), `stream` (where the trainer's progress
+    lines go) and `step0_row` (the base's evaluation another run of the same base and eval set
+    made), as `training.sft.run_sft` does; a launched run stores its record as `advisor train` does."""
     from capacity_advisor.models.files import check_writable_dir, check_writable_file, refuse_overwrite
     from capacity_advisor.training.launch import fsdp_on_cpu_note, launch_command, sft_args, shown
     from capacity_advisor.training.manifest import load_manifest
@@ -80,4 +81,4 @@ def run_manifest(req: RunRequest, dry_run: bool = False, say: Callable[[str], No
         return None
     from capacity_advisor.training.sft import run_sft
 
-    return run_sft(req.manifest, req.out, lm=lm, store=store, stream=stream, **run)
+    return run_sft(req.manifest, req.out, lm=lm, store=store, stream=stream, step0_row=step0_row, **run)

@@ -89,7 +89,7 @@ from capacity_advisor.advisor.cli.options import (  # noqa: E402
 )
 from capacity_advisor.advisor.compute import PROBLEM_FILTERS  # noqa: E402
 from capacity_advisor.advisor.generate import GenerateConfig  # noqa: E402
-from capacity_advisor.advisor.probe import ProbeJob  # noqa: E402
+from capacity_advisor.advisor.probe import ProbeJob, progress_label  # noqa: E402
 from capacity_advisor.advisor.fit import MAX_JOBS, MAX_MEMBERS, FitSettings  # noqa: E402
 from capacity_advisor.advisor.predictor import FEATURE_SETS  # noqa: E402
 from capacity_advisor.advisor.recommend import RecommendConfig  # noqa: E402
@@ -210,7 +210,7 @@ def probe(strategies, as_json, **kw):
                pool_options=vars(pool_settings(kw)))
     check_writable_dir(job.out, "--out")
     with work("steps") as w:
-        result = probe_job(job, say=w.status, progress=lambda s, step, total: w.steps(f"D_{s}", step, total))
+        result = probe_job(job, say=w.status, progress=lambda s, step, total: w.steps(progress_label(s, ""), step, total))
     if as_json:
         emit_json({"features": result["features"], "cost": result["cost"], "chosen": result["chosen"],
                    "notes": result["notes"], "probe": str(Path(job.out) / "probe.json")})
@@ -325,7 +325,7 @@ def recommend(as_json, **kw):
     quiet_libraries()
     cfg = take(RecommendConfig, kw, recipe=recipe_given(kw), pool_options=vars(pool_settings(kw)))
     with work("steps") as w:
-        result = run(cfg, status=w.status, progress=lambda s, step, total: w.steps(f"probe D_{s}", step, total))
+        result = run(cfg, status=w.status, progress=lambda s, step, total: w.steps(progress_label(s), step, total))
     if as_json:
         emit_json(result.as_dict())
     else:

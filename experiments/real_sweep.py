@@ -1,0 +1,62 @@
+"""The real student's truth: `advisor calibrate` of lab:smollm2-135m on every real-task pool source,
+one source after another, each resumable (a killed sweep goes on where it stopped).
+
+    python -m experiments.real_sweep --out runs/real                 # every source, seeds 0 and 1
+    python -m experiments.real_sweep --out runs/real --sources linear-scripted --seeds 0
+
+Each source is one `advisor calibrate` folder, OUT/SOURCE, made exactly as a user's own calibration
+is: the student scores every candidate, the probe `advisor recommend` runs measures it, and full
+runs of D_high, D_low and D_mixed train `--epochs` epochs, evaluated twice an epoch on 64
+held-out problems with each problem's correctness kept. `advisor lab publish OUT/SOURCE
+calibration/real/SOURCE` then keeps what it measured in the repository.
+
+The pools are calibration/real/pools/TASK-TEACHER.jsonl (`experiments.real_pools`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+POOLS = Path("calibration/real/pools")
+STUDENT = "lab:smollm2-135m"
+SOURCES = ("linear-scripted", "place-scripted", "linear-neural", "place-neural")
+TEACHERS = {"scripted": "scripted", "neural": "smollm2-135m-ft@T1"}  # the records' name of each teacher
+EPOCHS = 3
+N_EVAL = 64
+EVALS_PER_EPOCH = 2
+
+
+def config(source: str, out: Path, seeds: tuple[int, ...], device: str = "cpu"):
+    from capacity_advisor.advisor.calibrate_pool import PoolCalibrateConfig
+
+    task, _, teacher = source.partition("-")
+    return PoolCalibrateConfig(students=(STUDENT,), pool=str(POOLS / f"{source}.jsonl"), out=str(out / source),
+                               epochs=EPOCHS, seeds=seeds, n_eval=N_EVAL, evals_per_epoch=EVALS_PER_EPOCH,
+                               teacher=TEACHERS[teacher], task=task, device=device, dtype="float32")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from capacity_advisor.advisor.calibrate_pool import run_pool_calibration
+
+    ap = argparse.ArgumentParser(prog="python -m experiments.real_sweep", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--sources", default=",".join(SOURCES))
+    ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args(argv)
+    seeds = tuple(int(s) for s in args.seeds.split(","))
+    for source in args.sources.split(","):
+        if not (POOLS / f"{source}.jsonl").is_file():
+            print(f"{source}: no pool yet ({POOLS / f'{source}.jsonl'}), skipped", flush=True)
+            continue
+        t0 = time.time()
+        result = run_pool_calibration(config(source, Path(args.out), seeds, args.device),
+                                      log=lambda m: print(f"{source}: {m}", flush=True))
+        print(f"{source}: {result['records']} records in {time.time() - t0:.0f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -248,6 +248,14 @@ def teacher_data(rows: list[dict], seed: int = SEED) -> list[dict]:
     return out
 
 
+def neural_pool(generated: list[dict], size: int = SPLITS["pool"]) -> list[dict]:
+    """The first `size` problems (in the problems' order) on which the teacher wrote two correct
+    candidates or more: a problem needs two to be ranked. Its wrong and unfinished samples stay in
+    the row, marked so, as a pool from a real teacher holds them."""
+    keep = [r for r in generated if sum(bool(c) for c in r.get("correctness") or []) >= 2]
+    return keep[:size]
+
+
 def main(argv: list[str] | None = None) -> int:
     from capacity_advisor.models.files import read_jsonl, write_jsonl
 
@@ -266,6 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("problems")
     d.add_argument("--task", required=True, choices=sorted(TASKS))
     d.add_argument("--out", required=True)
+    e = sub.add_parser("neural-pool", help="the neural teacher's pool: problems with two correct samples or more")
+    e.add_argument("generated", help="what `advisor generate` wrote")
+    e.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     if args.cmd == "problems":
         n = write_jsonl(args.out, make_problems(args.seed))
@@ -279,6 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.cmd == "teacher-data":
         n = write_jsonl(args.out, teacher_data(read_jsonl(args.problems)))
         print(f"wrote {n} rows to {args.out}")
+    elif args.cmd == "neural-pool":
+        rows = neural_pool(read_jsonl(args.generated))
+        n = write_jsonl(args.out, rows)
+        print(f"wrote {n} problems to {args.out}")
     else:
         rows = [{"id": r["id"], "problem": r["problem"], "answer": r["answer"], "task": r["task"]}
                 for r in read_jsonl(args.problems) if r["task"] == args.task and r["split"] in ("pool", "spare")

@@ -39,6 +39,14 @@ def combined_cost(reports: list[ProbeReport]) -> dict:
     per_epoch = cost.get("full_run_tokens_per_epoch")
     cost["share_of_full_run"] = {e: cost["probe_tokens"] / (per_epoch * int(e)) for e in cost["share_of_full_run"]} \
         if per_epoch else {}
+    if all(r.cost.get("probe_generated_tokens") is not None for r in reports):
+        cost["probe_generated_tokens"] = sum(r.cost["probe_generated_tokens"] for r in reports)
+        work = cost["probe_train_tokens"] + cost["probe_generated_tokens"]
+        cost["share_trained_generated"] = {e: work / (per_epoch * int(e)) for e in cost["share_of_full_run"]} \
+            if per_epoch else {}
+    else:
+        cost.pop("probe_generated_tokens", None)
+        cost.pop("share_trained_generated", None)
     cost["draws"] = len(reports)
     return cost
 

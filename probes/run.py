@@ -211,7 +211,8 @@ def run_probe(student: Student, data: ProbeData, cfg: ProbeConfig, out_dir: str 
     report = ProbeReport(
         REPORT_VERSION, base.description | {"spec": student.spec}, cfg.teacher, {**cfg.settings(), "learning_rate": lr},
         data.checker if data.checker != "math" else metrics.math_checker_name(), data.context, curves,
-        features(curves, data.context), cost(train_tokens, _eval_tokens(curves), data.context),
+        features(curves, data.context),
+        cost(train_tokens, _eval_tokens(curves), data.context, _eval_tokens(curves, "generated_tokens")),
         round(sum(r["provenance"]["seconds"] for r in records.values()), 2), versions())
     write_json(out / "probe.json", finite(report.as_dict()))  # NaN (a metric that does not apply) is null in the file
     write_json(out / "config.json", {"stage": "probe", "settings": report.settings, "model": student.spec,
@@ -306,20 +307,31 @@ def features(curves: dict[str, list[dict]], context: dict) -> dict:
     return f
 
 
-def _eval_tokens(curves: dict[str, list[dict]]) -> int:
-    """The base evaluation is shared by all strategies, so it is counted once."""
+def _eval_tokens(curves: dict[str, list[dict]], key: str = "eval_tokens") -> int | None:
+    """The evaluations' tokens of `key` (all they read, or those generated); the base evaluation
+    is shared by all strategies, so it is counted once. None where rows predate the count."""
     first = next(iter(curves.values()))[0]
-    return int(first.get("eval_tokens") or 0) + sum(int(p.get("eval_tokens") or 0) for c in curves.values() for p in c[1:])
+    rows = [first] + [p for c in curves.values() for p in c[1:]]
+    if any(p.get(key) is None for p in rows):
+        return None
+    return sum(int(p[key]) for p in rows)
 
 
-def cost(train_tokens: int, eval_tokens: int, context: dict) -> dict:
-    """Tokens the probe processed against the tokens of the full SFT it advises on."""
+def cost(train_tokens: int, eval_tokens: int, context: dict, generated_tokens: int | None = None) -> dict:
+    """Tokens the probe processed against the tokens of the full SFT it advises on: all of them
+    (`share_of_full_run`), and those it trained on or generated, the work a probe adds where its
+    evaluations' scoring is not counted (`share_trained_generated`)."""
     per_epoch = context.get("full_run_tokens_per_epoch")
     out = {"probe_train_tokens": train_tokens, "probe_eval_tokens": eval_tokens,
            "probe_tokens": train_tokens + eval_tokens, "full_run_tokens_per_epoch": per_epoch, "share_of_full_run": {}}
+    if generated_tokens is not None:
+        out["probe_generated_tokens"] = generated_tokens
+        out["share_trained_generated"] = {}
     if per_epoch:
         for epochs in (1, 3, 5):
             out["share_of_full_run"][str(epochs)] = (train_tokens + eval_tokens) / (per_epoch * epochs)
+            if generated_tokens is not None:
+                out["share_trained_generated"][str(epochs)] = (train_tokens + generated_tokens) / (per_epoch * epochs)
     return out
 
 

@@ -30,7 +30,8 @@ model, never reads scores it did not make. Once a student's greedy generations s
 one evaluation to the next and are not scored again (`python -m experiments.run_profile` measures it).
 
 It also counts the forward tokens an evaluation reads (`eval_tokens`, cached scores included, so
-the count is the protocol's, the same in any process), for cost reports. With
+the count is the protocol's, the same in any process), and of them those it generated
+(`generated_tokens`), for cost reports. With
 `per_problem`, the row also keeps each problem's correctness, answer log-likelihood and loop
 flag, so a cheaper evaluation (fewer problems) can be replayed from a richer one.
 """
@@ -149,6 +150,7 @@ class Evaluator:
                 if self.checker != "none" else None,
             }
         spent = sum(int(g["n_tokens"]) for g in gens)
+        row["generated_tokens"] = spent
         if not scores:
             row.update(dict.fromkeys(SCORED), eval_tokens=spent)
             return row

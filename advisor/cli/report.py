@@ -119,18 +119,28 @@ def probe(report: dict, out: str) -> None:
 
 
 def probe_tokens(cost: dict) -> str:
-    """The probe's tokens, trained and generated apart: a generated token is not a trained one."""
-    return (f"{cost['probe_tokens']:,} tokens ({cost['probe_train_tokens']:,} trained + "
-            f"{cost['probe_eval_tokens']:,} generated in its evaluations)")
+    """The probe's tokens, trained, generated and scored apart: a generated or scored token is not
+    a trained one."""
+    generated = cost.get("probe_generated_tokens")
+    if generated is None:  # a report from before generated tokens were counted apart
+        return (f"{cost['probe_tokens']:,} tokens ({cost['probe_train_tokens']:,} trained + "
+                f"{cost['probe_eval_tokens']:,} read by its evaluations)")
+    return (f"{cost['probe_tokens']:,} tokens ({cost['probe_train_tokens']:,} trained, {generated:,} generated, "
+            f"{cost['probe_eval_tokens'] - generated:,} more read to score its evaluations)")
 
 
 def training_alone(cost: dict, budgets: list[float]) -> str:
-    """The probe's trained tokens alone against the full run's: the like-for-like share."""
+    """The probe's trained tokens (and with what it generated) against the full run's trained
+    tokens: the like-for-like shares."""
     per_epoch = cost.get("full_run_tokens_per_epoch")
     if not per_epoch:
         return ""
     shares = ", ".join(f"{cost['probe_train_tokens'] / (per_epoch * b):.1%}" for b in budgets)
-    return f" (its training alone: {shares})"
+    generated = cost.get("probe_generated_tokens")
+    if generated is None:
+        return f" (its training alone: {shares})"
+    work = ", ".join(f"{(cost['probe_train_tokens'] + generated) / (per_epoch * b):.1%}" for b in budgets)
+    return f" (its training and generation: {work}; its training alone: {shares})"
 
 
 def settings(chosen: dict) -> None:

@@ -202,3 +202,27 @@ def test_probe_caps_new_tokens_and_length_at_the_models_context(tmp_path):
     assert not departs and "measured on lab students" in notes[0] and "max_new_tokens 2,048" in notes[0]
     assert plan_probe(student_of("x/y"), given={"max_new_tokens": 100}).within(64).settings()["max_new_tokens"] == {
         "value": 48, "source": "--max-new-tokens, capped at the model's context (64 positions)"}
+
+
+def test_a_real_students_new_tokens_are_bounded_by_the_pools_responses(tiny_llama, tmp_path):
+    """1.5 x the 99th-percentile response (with its EOS), rounded up to 16, at least 64; the source
+    says so; a flag, a lab student and a bound above the recipe's leave the plan as it was."""
+    from capacity_advisor.advisor.probe import bound_by_responses, plan_probe, response_lengths
+    from capacity_advisor.models.loading import load_tokenizer
+    from capacity_advisor.probes.recipe import LAB
+    from helpers import doubling_pool
+
+    plan = plan_probe(student_of(tiny_llama))
+    assert plan.for_responses([10] * 99 + [200]).recipe.max_new_tokens == 304  # p99 = 200: 1.5 x 201 = 301.5 -> 304
+    bounded = plan.for_responses([10] * 200)
+    assert bounded.recipe.max_new_tokens == 64  # 1.5 x 11 = 16.5, below the floor
+    assert bounded.settings()["max_new_tokens"]["source"].startswith("bounded by the pool's responses: 1.5 x their "
+                                                                      "99th percentile (10 tokens), from 2,048")
+    assert plan.for_responses([5000]).recipe == plan.recipe  # above the recipe's own bound
+    assert plan_probe(student_of(tiny_llama), given={"max_new_tokens": 900}).for_responses([10]).recipe.max_new_tokens == 900
+    assert plan_probe(student_of("lab:s")).for_responses([10]).recipe == LAB
+    pool = read_pool(doubling_pool(tmp_path / "pool.jsonl", 12))
+    tok = load_tokenizer(tiny_llama)
+    lengths = response_lengths(pool, tok)
+    assert len(lengths) == 36 and min(lengths) >= 2  # the three right candidates of 12 problems, each with its EOS
+    assert bound_by_responses(plan, pool, tiny_llama).recipe.max_new_tokens == 64

@@ -3,7 +3,8 @@
     advisor lab publish runs/cal-teacher calibration/teacher
     advisor lab report calibration/teacher --out docs/lab/teacher
 
-SWEEP is an `advisor lab calibrate --out` folder. DEST receives the layout of `advisor.lab.published`:
+SWEEP is an `advisor lab calibrate --out` folder, or an `advisor calibrate --out` folder
+(`advisor.lab.publish_pool`: a calibration on a pool of one's own, the real student's among them). DEST receives the layout of `advisor.lab.published`:
 the sweep's settings without its folder; every finished run's record, made portable the way the
 sweep's records.jsonl is (the runs of --budget-runs apart); every finished run's evaluations; and
 every unit's probe report, whose curves keep each held-out problem's result (what `advisor lab
@@ -20,6 +21,7 @@ from pathlib import Path
 from capacity_advisor.advisor.lab.calibrate import collect_records
 from capacity_advisor.advisor.lab.published import (BUDGET_RECORDS, EVALS, PROBES, RECORDS, is_published, path_order,
                                                     write_rows)
+from capacity_advisor.advisor.lab.publish_pool import is_pool_calibration, publish_pool
 from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.models.files import check_writable_dir, json_object, refuse_overwrite, unclaimed_files, write_json
@@ -63,6 +65,8 @@ def publish(sweep: str | Path, dest: str | Path) -> dict:
     """Write DEST from SWEEP (see the module doc); what was written. Everything is read first, so a
     damaged file of the sweep leaves DEST as it was."""
     sweep, dest = Path(sweep), Path(dest)
+    if is_pool_calibration(sweep):  # an `advisor calibrate` folder: its own layout
+        return publish_pool(sweep, dest)
     cfg = check_publish(sweep, dest)
     runs = finished_runs(sweep)
     units = sorted({name.rpartition("/")[0] for name, _ in runs}, key=path_order)

@@ -121,6 +121,12 @@ def probes(folder: str | Path) -> dict[str, dict]:
     return out
 
 
+def unit_path(task: str, ranking: str, student: str, seed) -> str:
+    """TASK/RANKING/UNIT of a unit of `advisor calibrate` as a publication names it: UNIT is the
+    unit's folder (`STUDENT-sSEED`, a `/` in the student's name written `--`)."""
+    return f"{task}/{ranking}/{student.replace('/', '--')}-s{seed}"
+
+
 def path_order(name: str) -> tuple[str, ...]:
     """The order of a run's or unit's path among its folder's: part by part, as sorted paths are."""
     return tuple(name.split("/"))

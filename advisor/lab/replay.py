@@ -61,9 +61,19 @@ def load_calibration(folders) -> tuple[list[tuple[Key, dict]], dict[Key, dict]]:
         reports = published.probes(folder)
         for rec in published.records(folder):
             u = rec.get("unit")
+            if u is None and (own := pool_unit(rec)) is not None:  # a calibration on a pool of one's own
+                key = (str(folder), *own)
+                records.append((key, rec))
+                if key not in probes:
+                    probe = reports.get(published.unit_path(*own))
+                    if probe is None:
+                        raise InputError(f"{folder}: unit {published.unit_path(*own)} has records but no probe report: publish "
+                                         "the calibration again, or let it finish")
+                    probes[key] = probe
+                continue
             if not isinstance(u, dict):
                 raise InputError(f"{folder}: a record names no calibration unit (run {rec.get('run_id')!r}): name "
-                                 "folders of `advisor lab calibrate` or `advisor lab publish`")
+                                 "folders of `advisor lab calibrate`, `advisor calibrate` or `advisor lab publish`")
             lacking = [k for k in ("task", "score", "size", "seed") if k not in u]
             if lacking:
                 raise InputError(f"{folder}: a record's unit (run {rec.get('run_id')!r}) lacks {', '.join(lacking)}: "
@@ -78,6 +88,18 @@ def load_calibration(folders) -> tuple[list[tuple[Key, dict]], dict[Key, dict]]:
                                      "report: publish the sweep again, or let its probe finish")
                 probes[key] = probe
     return records, probes
+
+
+def pool_unit(rec: dict) -> tuple | None:
+    """(task, ranking, student, seed) of a record of `advisor calibrate` (it names its pool, student
+    and seed, not a lab unit); None where it does not."""
+    pool, model, settings = rec.get("pool"), rec.get("model"), rec.get("settings")
+    if not (isinstance(pool, dict) and isinstance(model, dict) and isinstance(settings, dict)):
+        return None
+    task, spec, seed = pool.get("task"), model.get("spec"), settings.get("seed")
+    if not (isinstance(task, str) and isinstance(spec, str) and isinstance(seed, int)):
+        return None
+    return task, str(pool.get("score", "sum")), spec, seed
 
 
 def replay(records, probes, steps: int, n_eval: int) -> list[dict] | None:
@@ -98,7 +120,8 @@ def replayed(records, probes, steps: int, n_eval: int) -> list[dict]:
     out = []
     for key, rec in records:
         probe = probes[key]
-        recipe = {"kind": "lab", **{k: probe["settings"][k] for k in MEASURING if k in probe["settings"]},
+        kind = ((rec.get("settings") or {}).get("probe") or {}).get("kind", "lab")  # a real student's stays real
+        recipe = {"kind": kind, **{k: probe["settings"][k] for k in MEASURING if k in probe["settings"]},
                   "steps": steps, "eval_problems": n_eval}
         recipe["eval_every"] = min(recipe.get("eval_every", steps), steps)
         settings = {**rec.get("settings", {}), "probe": recipe,

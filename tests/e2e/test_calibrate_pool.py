@@ -151,6 +151,26 @@ def test_calibrate_on_folders_resumes_and_its_records_refit_beside_the_lab(pool,
     from capacity_advisor.advisor.pool import read_pool
 
     assert info["fingerprints"] == [read_pool(pool).fingerprint()]
+    # published as a lab sweep is (`advisor lab publish`), and replayed at its own probe: the same records
+    dest = tmp_path / "published"
+    r = run("lab", "publish", out, dest, "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["records"] == 6 and json.loads((dest / "config.json").read_text())["stage"] == "calibrate-pool"
+    assert str(tmp_path) not in (dest / "config.json").read_text()
+    r = run("lab", "replay", dest, "--probe-steps", 2, "--probe-eval-problems", 4, "--out", tmp_path / "replayed.jsonl")
+    assert r.exit_code == 0, r.stderr
+    replayed = read_jsonl(tmp_path / "replayed.jsonl")
+    assert [x["run_id"] for x in replayed] == [x["run_id"] for x in records]
+    for got, rec in zip(replayed, records):
+        assert got["features"] == pytest.approx(rec["features"], nan_ok=True) and got["evals"] == rec["evals"]
+        assert got["settings"]["probe"]["kind"] == rec["settings"]["probe"]["kind"] == "real"
+    # publishing again into the same DEST replaces its files; another calibration's DEST is refused
+    assert run("lab", "publish", out, dest).exit_code == 0
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"stage": "calibrate-pool", "inputs_key": "x", "settings": {}}))
+    r = run("lab", "publish", out, other)
+    assert r.exit_code == 2 and "another calibration" in r.stderr
 
 
 @pytest.mark.parametrize("args, words", [

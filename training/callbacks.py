@@ -59,6 +59,26 @@ def barrier() -> None:
         dist.barrier()
 
 
+def end_process_group() -> None:
+    """Tear the process group down while the interpreter is alive: the last call of a process that
+    trained under torchrun / accelerate launch, once every rank has passed the run's last barrier.
+
+    A gloo worker thread drops its finished collective after the caller has returned from it; that
+    collective still holds Python tensors (all_gather_object's), whose release takes the GIL. Left
+    to the interpreter's exit, a thread asking for the GIL during finalization is ended in the
+    middle of a C++ destructor: "terminate called without an active exception", SIGABRT, and the
+    launcher reports the run failed. The group is freed here instead: cycles holding the wrapped
+    model (and through it the group) are collected first, then destroy_process_group drops the
+    last reference, whose destructor joins the worker threads."""
+    import gc
+
+    import torch.distributed as dist
+
+    if dist_ready():
+        gc.collect()
+        dist.destroy_process_group()
+
+
 def gather_to_main(obj):
     """Every rank's `obj`, in rank order, on every rank (small Python objects only)."""
     import torch.distributed as dist

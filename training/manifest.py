@@ -251,7 +251,12 @@ class Manifest:
             found = path.is_file()
         except OSError as err:  # e.g. a name longer than the filesystem allows
             return [f"{name}: {show(value)} cannot be a file here ({err.strerror})"]
-        return [] if found else [f"{name}: file {show(str(path))} not found"]
+        if found:
+            return []
+        from capacity_advisor.models.files import special_kind
+
+        kind = special_kind(path)  # a folder, a FIFO or a device where the file should be
+        return [f"{name}: {show(str(path))} is {kind}, not a file" if kind else f"{name}: file {show(str(path))} not found"]
 
     def validate(self, check_files: bool = True, where: str = "manifest") -> "Manifest":
         bad = self.problems(check_files)

@@ -44,7 +44,7 @@ def run_manifest(req: RunRequest, dry_run: bool = False, say: Callable[[str], No
     already loaded (a copy is trained: calibration trains several runs from one base), `store`
     (False keeps the record out of the records store) and `stream` (where the trainer's progress
     lines go), as `training.sft.run_sft` does; a launched run stores its record as `advisor train` does."""
-    from capacity_advisor.models.files import check_writable_dir, check_writable_file, refuse_overwrite
+    from capacity_advisor.models.files import check_writable_dir, check_writable_file, folder_lock, refuse_overwrite
     from capacity_advisor.training.launch import fsdp_on_cpu_note, launch_command, sft_args, shown
     from capacity_advisor.training.manifest import load_manifest
     from capacity_advisor.training.run_check import check_run
@@ -71,7 +71,8 @@ def run_manifest(req: RunRequest, dry_run: bool = False, say: Callable[[str], No
             say(note)
         if dry_run:
             return None
-        rc = subprocess.run(cmd).returncode
+        with folder_lock(req.out):  # held by this process while the launched ones write there
+            rc = subprocess.run(cmd).returncode
         if rc:
             raise InputError(f"training exited with status {rc} (see the messages above); rerun the same command to resume")
         return json.loads((Path(req.out) / "record.json").read_text(encoding="utf-8"))
@@ -80,4 +81,5 @@ def run_manifest(req: RunRequest, dry_run: bool = False, say: Callable[[str], No
         return None
     from capacity_advisor.training.sft import run_sft
 
-    return run_sft(req.manifest, req.out, lm=lm, store=store, stream=stream, **run)
+    with folder_lock(req.out):
+        return run_sft(req.manifest, req.out, lm=lm, store=store, stream=stream, **run)

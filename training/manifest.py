@@ -256,7 +256,7 @@ class Manifest:
         from capacity_advisor.models.files import special_kind
 
         kind = special_kind(path)  # a folder, a FIFO or a device where the file should be
-        return [f"{name}: {show(str(path))} is {kind}, not a file" if kind else f"{name}: file {show(str(path))} not found"]
+        return [f"{name}: {show(value)} is {kind}, not a file" if kind else f"{name}: file {show(str(path))} not found"]
 
     def validate(self, check_files: bool = True, where: str = "manifest") -> "Manifest":
         bad = self.problems(check_files)

@@ -37,11 +37,12 @@ def iter_jsonl(path: str | os.PathLike, strict: bool = False, torn: list | None 
     `torn`, where otherwise it would be a bad line."""
     loads = strict_loads if strict else json.loads
     try:
-        regular = stat.S_ISREG(os.stat(path).st_mode)
+        mode = os.stat(path).st_mode
     except OSError:
-        regular = True  # a missing file: open() below says so
-    if not regular:
-        raise JSONLError(f"{path} is not a regular file (a folder, FIFO or device): pass a JSONL file")
+        mode = stat.S_IFREG  # a missing file: open() below says so
+    if not stat.S_ISREG(mode):  # the file as it is, not a damaged line: no caller's advice on lines applies
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise InputError(f"{path} is {kind}, not a regular file: pass a JSONL file")
     with open(path, "rb") as f:
         for lineno, raw in enumerate(iter(lambda: f.readline(MAX_LINE_BYTES + 1), b""), 1):
             if len(raw) > MAX_LINE_BYTES:

@@ -324,9 +324,13 @@ class Manifest:
 
 def load_manifest(path: str | os.PathLike) -> Manifest:
     """Read and validate a manifest; every problem is named in one InputError."""
+    from capacity_advisor.models.files import special_kind
+
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"manifest {p} not found: pass the recommendation.json written by `advisor recommend`")
+        kind = special_kind(p)
+        raise InputError(f"manifest {p} {f'is {kind}' if kind else 'not found'}: pass the recommendation.json written "
+                         "by `advisor recommend`")
     try:
         d = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:

@@ -146,6 +146,12 @@ def read_records(path: str | Path) -> list[dict]:
     if p.is_dir():
         raise InputError(f"{path} is a folder: name its records file (e.g. {p / 'records.jsonl'}); a published "
                          "calibration folder is read by `advisor lab replay FOLDER --out FILE`")
+    from capacity_advisor.models.files import special_kind
+
+    kind = special_kind(p)
+    if kind is not None:
+        raise InputError(f"records file {path} is {kind}, not a regular file: name a records file written by "
+                         "`advisor calibrate`, `advisor lab calibrate` or `advisor train`")
     if p.suffix in (".xz", ".gz", ".bz2", ".zst"):
         raise InputError(f"{path} is compressed: a published calibration's files are replayed into a records file by "
                          "`advisor lab replay FOLDER --out FILE`; name that file")

@@ -260,3 +260,28 @@ def test_11_the_bare_gpu_check_refused_without_cuda_leaves_no_folders(tmp_path):
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert p.returncode == 2 and "no CUDA GPU is visible" in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "a").exists()
+
+
+# ---- past the list: special files and numbers out of range against the other verbs -----------
+
+@pytest.mark.parametrize("args, words", [
+    (["train", "<fifo>", "-o", "<out>"], "fifo is a FIFO: pass the recommendation.json"),
+    (["fit", "-r", "<fifo>", "-o", "<out>"], "fifo is a FIFO, not a regular file"),
+    (["select", "-p", "<pool>", "-s", "<pool>", "-o", "<out>/s.jsonl"], "pool.jsonl is a FIFO, not a regular file"),
+    (["score", "-m", "lab:xs", "-p", "<zero>", "-o", "<out>"], "zero.jsonl is a device or socket, not a regular file"),
+    (["recommend", "-m", "lab:xs", "-b", 1, "-p", "<pool>", "-o", "<out>"], "pool.jsonl is a FIFO, not a regular file"),
+    (["train", "<manifest>", "-o", "<out>", "--nproc", 2, "--launcher", "accelerate", "--accelerate-config", "<fifo>"],
+     "fifo is a FIFO, not a config file"),
+    (["lab", "pool", "--n", 10 ** 14, "--out", "<out>/p.jsonl"], "--n must be from 1 to 1,000,000 problems"),
+])
+def test_a_special_file_where_a_verb_reads_a_file_or_a_count_past_any_use_is_one_error_line(tmp_path, monkeypatch,
+                                                                                              args, words):
+    no_loading(monkeypatch)
+    names = {"<fifo>": tmp_path / "fifo", "<pool>": tmp_path / "pool.jsonl", "<zero>": tmp_path / "zero.jsonl",
+             "<manifest>": make_manifest(tmp_path / "rec", "lab:s"), "<out>": tmp_path / "out"}
+    os.mkfifo(names["<fifo>"])
+    os.mkfifo(names["<pool>"])
+    os.symlink("/dev/zero", names["<zero>"])
+    for key, path in names.items():
+        args = [str(a).replace(key, str(path)) for a in args]
+    one_error_line(run(*args), words, tmp_path / "out")

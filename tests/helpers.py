@@ -231,6 +231,11 @@ def pretrain_tiny_teacher(home: Path) -> Path:
 
 # ---- stored numbers, processes --------------------------------------------------------------------
 
+# The `timeout` of every process a test starts and waits for: a guard that ends a test which would
+# never end (a hung launcher), not a measure of speed, so it lies far beyond what any of them takes
+# on a loaded machine; a test asserts what a process did, never how long it took.
+HANG_S = 1800
+
 
 def stored_numbers(path, key: str, got: dict):
     """The numbers stored under `key` in the JSON file `path`, to compare `got` with; with

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import build_tiny, frozen_at, kill_when_frozen, lab_pool, read_jsonl, record_subset, run
+from helpers import HANG_S, build_tiny, frozen_at, kill_when_frozen, lab_pool, read_jsonl, record_subset, run
 
 SMALL = ["--epochs", 1, "--n-eval", 8, "--probe-steps", 2, "--probe-batch", 4, "--probe-eval-problems", 4,
          "--max-new-tokens", 8, "--device", "cpu", "--dtype", "float32"]
@@ -220,7 +220,7 @@ def test_calibrate_over_two_processes_resumes_after_kill_9(lab_home, tiny_llama,
     assert not (out / "records.jsonl").exists()
     assert killed == {marker.parent.parent.name: int(marker.parent.name.split("-")[1])}, (killed, marker)
 
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-3000:]
     records = read_jsonl(out / "records.jsonl")
     assert sorted(r["strategy"] for r in records) == ["high", "low", "mixed"]

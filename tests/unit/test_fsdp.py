@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import ROOT, frozen_at, kill_when_frozen, make_manifest
+from helpers import HANG_S, ROOT, frozen_at, kill_when_frozen, make_manifest
 
 ADVISOR = str(Path(sys.executable).parent / "advisor")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -35,10 +35,10 @@ def test_fsdp_shards_over_two_cpu_processes_and_trains_and_evaluates_as_one_proc
     path = make_manifest(tmp_path / "rec", tiny_llama)
     worker = str(ROOT / "tests" / "fsdp_worker.py")
     one = subprocess.run([sys.executable, worker, str(path), str(tmp_path / "one")], env=ENV,
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=HANG_S)
     assert one.returncode == 0, one.stderr[-3000:]
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          worker, str(path), str(tmp_path / "two")], env=ENV, capture_output=True, text=True, timeout=300)
+                          worker, str(path), str(tmp_path / "two")], env=ENV, capture_output=True, text=True, timeout=HANG_S)
     assert two.returncode == 0, two.stderr[-3000:]
     a, b = (json.loads((tmp_path / d / "result.json").read_text()) for d in ("one", "two"))
     assert b["fsdp"] and b["world"] == 2
@@ -77,7 +77,7 @@ def test_the_shipped_fsdp_config_on_cpu_is_one_error_line_before_anything_runs(t
     run = tmp_path / "run"
     p = subprocess.run([ADVISOR, "train", str(path), "--out", str(run), "--nproc", "2", "--launcher", "accelerate",
                         "--accelerate-config", str(ROOT / "configs" / "accelerate_fsdp.yaml")],
-                       env=ENV, capture_output=True, text=True, timeout=120)
+                       env=ENV, capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 2, p.stderr
     lines = [x for x in p.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and "fsdp_sync_module_states: true" in lines[0]
@@ -85,7 +85,7 @@ def test_the_shipped_fsdp_config_on_cpu_is_one_error_line_before_anything_runs(t
     bad = tmp_path / "bad.yaml"
     bad.write_text("distributed_type: [FSDP\n")
     p = subprocess.run([ADVISOR, "train", str(path), "--out", str(run), "--nproc", "2", "--launcher", "accelerate",
-                        "--accelerate-config", str(bad)], env=ENV, capture_output=True, text=True, timeout=120)
+                        "--accelerate-config", str(bad)], env=ENV, capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 2 and p.stderr.startswith("error: --accelerate-config") and "YAML" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and not run.exists()
 
@@ -107,7 +107,7 @@ def test_the_documented_fsdp_config_on_cpu_trains_data_parallel_and_resumes_afte
     kill_when_frozen(p, flag)
     assert not (run / "record.json").exists() and not store.exists()
 
-    done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "runs an FSDP config on CPU processes as DDP" in done.stderr
     record = json.loads((run / "record.json").read_text())
@@ -132,6 +132,6 @@ def test_the_documented_fsdp_config_on_cpu_trains_data_parallel_and_resumes_afte
     bf16.mkdir()
     p = subprocess.run([ADVISOR, "train", str(path), "--out", str(bf16 / "run"), "--records", str(bf16 / "r.jsonl"),
                         "--nproc", "2", "--max-steps", "2", "--launcher", "accelerate",
-                        "--accelerate-config", str(cpu_config(bf16))], env=ENV, capture_output=True, text=True, timeout=300)
+                        "--accelerate-config", str(cpu_config(bf16))], env=ENV, capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads((bf16 / "run" / "record.json").read_text())["settings"]["bf16"] is True

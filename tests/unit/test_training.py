@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers import ROOT, make_manifest, read_jsonl, write_data, write_jsonl
+from helpers import HANG_S, ROOT, make_manifest, read_jsonl, write_data, write_jsonl
 
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.training import metrics
@@ -230,7 +230,7 @@ def test_torchrun_two_processes_on_cpu(tmp_path, tiny_llama):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "capacity_advisor.training.sft", "--manifest", str(path), "--out", str(run), "--records", str(store)]
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 0, p.stderr[-3000:]
     record = json.loads((run / "record.json").read_text())
     check_run(run, record)
@@ -273,7 +273,7 @@ def test_a_process_that_trained_under_torchrun_ends_its_process_group_before_the
     script.write_text(TEARDOWN)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+                        str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 0, p.stderr[-3000:]
     for rank in (0, 1):
         left = (tmp_path / f"rank-{rank}.txt").read_text()

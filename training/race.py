@@ -323,7 +323,8 @@ def run_length(m: Manifest, n_rows: int, per_device: int, world: int) -> tuple[i
 def check_rule_fits(rule: RaceRule, runs: dict, checked: dict, world: int) -> None:
     """InputError where the rule asks what these runs cannot hold: a share of the budget below one
     training step (the race would stop before either set trained), or a lead over more evaluations
-    in a row than a run has (it could never stop on one)."""
+    in a row than a run has (it could never stop on one; the default k, 2, stands on a run of one
+    evaluation: the race then stops at its share)."""
     lengths = [run_length(runs[s], len(checked[s].rows), checked[s].per_device, world)
                for s in RACED if not checked[s].complete]
     if not lengths:
@@ -332,7 +333,7 @@ def check_rule_fits(rule: RaceRule, runs: dict, checked: dict, world: int) -> No
     if rule.fraction * steps < 1:
         raise InputError(f"--race {rule.fraction!r} is a share of the budget below one training step (a run here is "
                          f"{steps} steps): give a share of at least {1 / steps:.3g}")
-    if rule.k is not None and rule.k > evals:
+    if rule.k is not None and rule.k > max(evals, RaceRule.k):
         raise InputError(f"--race-k {rule.k} asks for a lead at more evaluations in a row than a run here has "
                          f"({evals}): give at most {evals}")
 

@@ -449,7 +449,11 @@ def folder_lock(folder: str | os.PathLike, flag: str = "--out") -> Iterator[Path
         kind = special_kind(path)
         if kind is not None:
             raise InputError(f"{path} is {kind}, where the tool keeps its lock: remove it, or pass another {flag}")
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except OSError as e:  # a link planted there is not followed
+            raise InputError(f"{path} cannot be opened as the tool's lock ({e.strerror}): remove it, or pass another "
+                             f"{flag}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

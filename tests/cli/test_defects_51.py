@@ -151,8 +151,11 @@ def test_5_a_stash_that_is_no_archive_is_one_error_line_not_nothing_restored(tmp
 # ---- 6: repeated records in fit ---------------------------------------------------------------
 
 def test_6_repeated_records_count_once_in_the_fit_and_the_fit_says_how_many(tmp_path):
+    """B repeats 60 of A's records, and one file holds every record twice: each run counts once, the
+    fit says how many it dropped, and both fit what A alone holds."""
     lines = record_subset()
-    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
+    # a.jsonl as a records store left by a killed append: its last line cut short, no newline
+    (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n" + lines[0][:300])
     (tmp_path / "b.jsonl").write_text("\n".join(lines[:60]) + "\n")  # 60 of a's records again
     (tmp_path / "twice.jsonl").write_text("\n".join(lines + lines) + "\n")  # every record twice
     fit = ("--kinds", "logistic", "--members", 2, "--cv", "student")

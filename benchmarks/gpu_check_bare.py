@@ -59,7 +59,7 @@ def check_out(out: Path) -> None:
         while not os.path.lexists(at):
             at = at.parent
         if not at.is_dir():
-            problem(f"{out}: {at} is a file, so no folder can be made there; give a folder that can be written")
+            problem(f"{out}: cannot write there ({at} is a file); give a folder that can be written")
         probe = at / f".write-{os.getpid()}.tmp"
         probe.write_text("")
         probe.unlink()

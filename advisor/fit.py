@@ -67,10 +67,15 @@ def record_files(paths: Sequence[str]) -> tuple[list[dict], list[dict]]:
     """The records of every file in `paths`, and per file what `meta.record_files` states: its
     name (not its path), how many records, and the pool sources it holds. Refused: a file named
     twice, and files whose probes were measured otherwise than the first's (another recipe in any
-    setting but the lengths): the predictor would read their features as if measured alike."""
-    from capacity_advisor.advisor.predictor import read_records, unit_of
+    setting but the lengths): the predictor would read their features as if measured alike.
 
-    seen, records, files, first = set(), [], [], None
+    A record that repeats one read before (in the same file or an earlier one: the same run with the
+    same measurements, whatever its provenance says of when and where it ran) is dropped, so that no
+    run weighs twice in the fit or its held-out tables; the file's entry says how many (`repeated`)."""
+    from capacity_advisor.advisor.predictor import read_records, unit_of
+    from capacity_advisor.models.files import stable_hash
+
+    seen, records, files, first, known = set(), [], [], None, set()
     for path in paths:
         key = Path(path).resolve()
         if key in seen:
@@ -88,8 +93,15 @@ def record_files(paths: Sequence[str]) -> tuple[list[dict], list[dict]]:
                                  + "): replay them at one probe (`advisor lab replay FOLDER --out R`) or fit them apart")
         if first is None:
             first = (path, recipe)
-        records += recs
-        files.append({"file": Path(path).name, "records": len(recs), "sources": sorted({unit_of(r)["source"] for r in recs})})
+        kept = []
+        for rec in recs:
+            key = stable_hash({k: v for k, v in rec.items() if k != "provenance"}, 32)
+            if key not in known:
+                known.add(key)
+                kept.append(rec)
+        records += kept
+        files.append({"file": Path(path).name, "records": len(kept), "sources": sorted({unit_of(r)["source"] for r in kept}),
+                      **({"repeated": len(recs) - len(kept)} if len(kept) < len(recs) else {})})
     return records, files
 
 

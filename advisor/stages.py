@@ -161,4 +161,10 @@ def fit_file(records_path, out: str, settings, log=None) -> dict:
     check_writable_dir(out, "--out")
     paths = [records_path] if isinstance(records_path, str) else list(records_path or ())
     records, files = record_files(paths or [str(advisor_home() / "records.jsonl")])
-    return fit_and_save(records, out, settings, log=log, files=files)
+    repeated = sum(f.get("repeated", 0) for f in files)
+    if repeated and log:
+        log(f"dropped {repeated} repeated record{'s' if repeated > 1 else ''} ("
+            + ", ".join(f"{f['repeated']} in {f['file']}" for f in files if f.get("repeated"))
+            + "): each run counts once")
+    result = fit_and_save(records, out, settings, log=log, files=files)
+    return {**result, "repeated_records": repeated} if repeated else result

@@ -52,11 +52,24 @@ def problem(msg: str) -> None:
 
 
 def check_out(out: Path) -> None:
+    """OUT can be made and written, found by writing in the nearest folder that exists: nothing is
+    created until every check has passed (a refused check leaves no empty folders behind)."""
+    at = out.absolute()
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-{os.getpid()}.tmp"
+        while not os.path.lexists(at):
+            at = at.parent
+        if not at.is_dir():
+            problem(f"{out}: cannot write there ({at} is a file); give a folder that can be written")
+        probe = at / f".write-{os.getpid()}.tmp"
         probe.write_text("")
         probe.unlink()
+    except OSError as e:
+        problem(f"{out}: cannot write there ({e.strerror or e}); give a folder that can be written")
+
+
+def make_out(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         problem(f"{out}: cannot write there ({e.strerror or e}); give a folder that can be written")
 
@@ -153,12 +166,13 @@ def main(argv=None) -> int:
     budget = args.budget_s if args.budget_s is not None else (None if args.quick else BUDGET_S)
     kill_after = args.kill_after if args.kill_after is not None else (None if args.quick else KILL_AFTER_S)
     for flag, v in (("--budget-s", budget), ("--kill-after", kill_after)):
-        if v is not None and not v > 0:
-            problem(f"{flag} {v:g} must be a positive number of seconds")
+        if v is not None and not 0 < v <= 7 * 86400:
+            problem(f"{flag} {v:g} must be a positive number of seconds, at most a week")
     out = Path(args.out)
     check_out(out)
     env = {**os.environ, **OFFLINE}
     check_python(args.quick, env)
+    make_out(out)
     scratch = Path(tempfile.mkdtemp(prefix="gpu-check-bare-"))
     try:
         how = install(scratch)

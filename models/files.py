@@ -210,6 +210,9 @@ def check_writable_file(path: str | os.PathLike, flag: str = "--out") -> Path:
     p = Path(os.path.expanduser(path))
     if _exists(p, flag) and p.is_dir():
         raise InputError(f"{flag} {path} is a folder: give a file path")
+    kind = special_kind(p) if _exists(p, flag) else None
+    if kind is not None:  # a FIFO, a device or a socket: what is written there never lands in a file
+        raise InputError(f"{flag} {path} is {kind}, not a regular file: give a file path")
     _check_can_create_in(p.parent, path, flag)
     return p
 
@@ -375,15 +378,127 @@ def json_object(path: str | os.PathLike, fix: str) -> dict:
 
 def unclaimed_files(folder: str | os.PathLike) -> bool:
     """True where `folder` holds files but no config.json: no resumable command of the tool made it
-    (a published calibration, a user's own files), so none may resume into it and replace them."""
+    (a published calibration, a user's own files), so none may resume into it and replace them. The
+    lock a killed command left (`folder_lock`) is no file of anyone's."""
     p = Path(folder)
-    return not (p / "config.json").exists() and p.is_dir() and any(p.iterdir())
+    return not (p / "config.json").exists() and p.is_dir() and any(x.name != LOCK for x in p.iterdir())
+
+
+def special_kind(path: str | os.PathLike) -> str | None:
+    """What stands at `path` where a regular file (or nothing) is expected: "a folder", "a FIFO", "a
+    device", "a socket" or "a link to nothing"; None for a regular file (through links) or nothing.
+    Reading a FIFO waits for a writer and a device never ends, so a caller refuses these at once."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "a link to nothing" if os.path.islink(path) else None
+    except OSError as e:  # a loop of links, a name too long
+        return f"unreadable ({e.strerror})"
+    if stat.S_ISREG(st.st_mode):
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        return "a folder"
+    if stat.S_ISFIFO(st.st_mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(st.st_mode):
+        return "a socket"
+    return "a device"
+
+
+def refuse_special(folder: str | os.PathLike, names: Iterable[str], fix: str) -> None:
+    """InputError where one of the files `names` a command keeps in `folder` is anything but a regular
+    file (`special_kind`); `fix` says what to do (e.g. pass a new --out)."""
+    for name in names:
+        path = Path(folder) / name
+        kind = special_kind(path)
+        if kind is not None:
+            raise InputError(f"{path} is {kind}, where the command keeps a file: {fix}")
+
+
+# ---- one writer per folder ----------------------------------------------------------------------
+
+LOCK = ".advisor.lock"  # in a folder a command writes: the process writing there, while it runs
+_HELD: dict[str, list] = {}  # folders this process holds: [file descriptor, depth]
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike, flag: str = "--out") -> Iterator[Path]:
+    """Hold `folder` (created if need be) for this process while the block runs: a second command
+    writing there is one InputError naming the process that holds it. The lock is the kernel's
+    (flock on FOLDER/.advisor.lock, which holds the PID for the message), so a process that dies,
+    even of SIGKILL, holds nothing: a rerun after a kill takes the folder at once, whatever file the
+    killed one left. Taken again inside the block by this process, it is the same hold. Folders it
+    made are removed again when the block leaves them empty (a command refused inside it leaves
+    nothing behind)."""
+    import fcntl
+
+    folder = Path(os.path.expanduser(folder))
+    key = os.path.realpath(folder)
+    if key in _HELD:
+        _HELD[key][1] += 1
+        try:
+            yield folder
+        finally:
+            _HELD[key][1] -= 1
+        return
+    check_writable_dir(folder, flag)
+    made = [p for p in (folder.absolute(), *folder.absolute().parents) if not os.path.lexists(p)]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK
+    while True:
+        kind = special_kind(path)
+        if kind is not None:
+            raise InputError(f"{path} is {kind}, where the tool keeps its lock: remove it, or pass another {flag}")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except OSError as e:  # a link planted there is not followed
+            raise InputError(f"{path} cannot be opened as the tool's lock ({e.strerror}): remove it, or pass another "
+                             f"{flag}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise InputError(f"{flag} {folder} is in use by {holder} (another command writing there): let it "
+                             f"finish, or stop it, or pass another {flag}") from None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except OSError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the file was removed by the holder that just let go: take the one there now
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    _HELD[key] = [fd, 1]
+    try:
+        yield folder
+    finally:
+        _HELD.pop(key, None)
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # still held, so no other process can have taken this file
+        os.close(fd)
+        for p in made:  # deepest first; one that holds anything stays, and so do those above it
+            try:
+                os.rmdir(p)
+            except OSError:
+                break
+
+
+def _holder(fd: int) -> str:
+    try:
+        pid = os.pread(fd, 32, 0).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        pid = ""
+    return f"process {pid}" if pid.isdigit() else "another process"
 
 
 def recorded_key(folder: str | os.PathLike, field: str) -> str | None:
     """The key `folder/config.json` records under `field` (what produced the folder), or None when
-    there is no such file or it cannot be read: resumable folders compare it with their own."""
+    there is no such file or it cannot be read: resumable folders compare it with their own. A
+    config.json that is no regular file (a FIFO would never end the read) is an InputError."""
     path = Path(folder) / "config.json"
+    refuse_special(folder, ["config.json"], "remove it, or pass a new --out")
     if not path.exists():
         return None
     try:

@@ -97,8 +97,10 @@ def main(manifest: str, out: str) -> None:
                                                      "local_params": sharded, "full_params": full}))
     if world > 1:
         dist.barrier()
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
+    from capacity_advisor.training.callbacks import end_process_group
+
     main(sys.argv[1], sys.argv[2])
+    end_process_group()  # with main's model gone: the group freed and its threads joined before the interpreter exits

@@ -231,6 +231,11 @@ def pretrain_tiny_teacher(home: Path) -> Path:
 
 # ---- stored numbers, processes --------------------------------------------------------------------
 
+# The `timeout` of every process a test starts and waits for: a guard that ends a test which would
+# never end (a hung launcher), not a measure of speed, so it lies far beyond what any of them takes
+# on a loaded machine; a test asserts what a process did, never how long it took.
+HANG_S = 1800
+
 
 def stored_numbers(path, key: str, got: dict):
     """The numbers stored under `key` in the JSON file `path`, to compare `got` with; with
@@ -261,6 +266,56 @@ def descendants(pid: int) -> list[int]:
             out.append(c)
             todo.append(c)
     return out
+
+
+# sitecustomize for the processes of a run a test kills: right after a file whose path matches
+# ADVISOR_TEST_FREEZE_AT (a regular expression) is renamed into place (a checkpoint's marker, written last), rank 0 writes
+# ADVISOR_TEST_FREEZE_FLAG and stops there for good, so the test kills the run at that exact point,
+# however fast or slow the machine, instead of wherever its polling happens to catch it.
+FREEZE = """
+import os, re, time
+
+_replace = os.replace
+
+
+def _replace_then_freeze(src, dst, *args, **kwargs):
+    _replace(src, dst, *args, **kwargs)
+    flag = os.environ["ADVISOR_TEST_FREEZE_FLAG"]
+    if (re.fullmatch(os.environ["ADVISOR_TEST_FREEZE_AT"], os.fspath(dst)) and os.environ.get("RANK", "0") == "0"
+            and not os.path.exists(flag)):
+        with open(flag + ".tmp", "w") as f:
+            f.write(os.fspath(dst))
+        _replace(flag + ".tmp", flag)
+        while True:
+            time.sleep(3600)
+
+
+os.replace = _replace_then_freeze
+"""
+
+
+def frozen_at(folder: Path, pattern: str, env: dict) -> tuple[dict, Path]:
+    """(`env` for a run that stops for good right after rank 0 writes a file whose whole path matches
+    `pattern` (a regular expression), the flag file that says it has): the sitecustomize FREEZE in `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(FREEZE)
+    flag = folder / "frozen"
+    path = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
+    return {**env, "PYTHONPATH": path, "ADVISOR_TEST_FREEZE_AT": pattern, "ADVISOR_TEST_FREEZE_FLAG": str(flag)}, flag
+
+
+def kill_when_frozen(proc, flag: Path) -> str:
+    """Wait for a run started with `frozen_at`'s env to reach its point (or fail: the run ended first),
+    then kill it whole (kill_tree); the path it stopped after."""
+    import time
+
+    try:
+        while not flag.exists():
+            assert proc.poll() is None, (proc.stderr.read() if proc.stderr else "")[-3000:]
+            time.sleep(0.05)
+    finally:
+        kill_tree(proc)
+    return flag.read_text()
 
 
 def kill_tree(proc) -> None:

@@ -59,6 +59,26 @@ def barrier() -> None:
         dist.barrier()
 
 
+def end_process_group() -> None:
+    """Tear the process group down while the interpreter is alive: the last call of a process that
+    trained under torchrun / accelerate launch, once every rank has passed the run's last barrier.
+
+    A gloo worker thread drops its finished collective after the caller has returned from it; that
+    collective still holds Python tensors (all_gather_object's), whose release takes the GIL. Left
+    to the interpreter's exit, a thread asking for the GIL during finalization is ended in the
+    middle of a C++ destructor: "terminate called without an active exception", SIGABRT, and the
+    launcher reports the run failed. The group is freed here instead: cycles holding the wrapped
+    model (and through it the group) are collected first, then destroy_process_group drops the
+    last reference, whose destructor joins the worker threads."""
+    import gc
+
+    import torch.distributed as dist
+
+    if dist_ready():
+        gc.collect()
+        dist.destroy_process_group()
+
+
 def gather_to_main(obj):
     """Every rank's `obj`, in rank order, on every rank (small Python objects only)."""
     import torch.distributed as dist
@@ -88,8 +108,37 @@ def steps_per_epoch_of(dataloader, grad_accum: int) -> int:
 
 # ---- eval rows ---------------------------------------------------------------------------
 def read_curve(path: Path) -> list[dict]:
-    """The rows of a run's eval.jsonl (one per evaluation point), or none yet."""
-    return read_jsonl(path) if path.exists() else []
+    """The rows of a run's eval.jsonl (one per evaluation point), or none yet.
+
+    The file is written whole each time (atomically), so a torn last line is damage from outside (a
+    kill or a full disk while it was copied or appended to): it is dropped, not fatal. The row of
+    every complete checkpoint is in that checkpoint's marker, so a row missing from the file is put
+    back from there (an evaluation no marker holds is redone by the resumed run), and the file is
+    written back whole: a rerun after the damage finds the run as it was."""
+    if not path.exists():
+        return []
+    torn: list[int] = []
+    rows = read_jsonl(path, torn=torn)
+    restored = _marked_rows(path.parent, {r.get("step") for r in rows})
+    if restored:
+        rows = sorted(rows + restored, key=lambda r: r["step"])
+    if torn or restored:
+        write_jsonl(path, rows)
+    return rows
+
+
+def _marked_rows(run_dir: Path, steps: set) -> list[dict]:
+    """The evaluation rows the complete checkpoints of `run_dir` hold in their markers, for the
+    steps not in `steps`."""
+    out = []
+    for ckpt in run_dir.glob("checkpoint-*"):
+        if not ckpt.name[len("checkpoint-"):].isdigit() or not (ckpt / "trainer_state.json").is_file():
+            continue
+        step = int(ckpt.name[len("checkpoint-"):])
+        row = (marker_of(ckpt) or {}).get("eval")
+        if step not in steps and isinstance(row, dict) and row.get("step") == step:
+            out.append(row)
+    return out
 
 
 def upsert_eval_row(path: Path, row: dict) -> list[dict]:
@@ -369,10 +418,12 @@ def _hms(s: float) -> str:
 
 
 def marker_of(ckpt: Path) -> dict | None:
+    """A checkpoint's marker, or None where it has none (or none that reads as one)."""
     p = Path(ckpt) / MARKER
-    if not p.exists():
+    if not p.is_file():
         return None
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
+        marker = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
+    return marker if isinstance(marker, dict) else None

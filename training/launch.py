@@ -75,6 +75,12 @@ def check_accelerate_config(path: str, cuda: bool) -> dict:
     or an InputError; on a machine without CUDA, an FSDP config that would fail at wrap time."""
     import yaml
 
+    from capacity_advisor.models.files import special_kind
+
+    kind = special_kind(path)
+    if kind is not None:  # a FIFO would wait for a writer, a device never end
+        raise InputError(f"--accelerate-config {path} is {kind}, not a config file: pass an accelerate config file "
+                         "such as configs/accelerate_fsdp.yaml")
     try:
         with open(path, encoding="utf-8") as f:
             cfg = yaml.safe_load(f.read(1_000_000))

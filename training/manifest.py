@@ -251,7 +251,12 @@ class Manifest:
             found = path.is_file()
         except OSError as err:  # e.g. a name longer than the filesystem allows
             return [f"{name}: {show(value)} cannot be a file here ({err.strerror})"]
-        return [] if found else [f"{name}: file {show(str(path))} not found"]
+        if found:
+            return []
+        from capacity_advisor.models.files import special_kind
+
+        kind = special_kind(path)  # a folder, a FIFO or a device where the file should be
+        return [f"{name}: {show(value)} is {kind}, not a file" if kind else f"{name}: file {show(str(path))} not found"]
 
     def validate(self, check_files: bool = True, where: str = "manifest") -> "Manifest":
         bad = self.problems(check_files)
@@ -319,9 +324,13 @@ class Manifest:
 
 def load_manifest(path: str | os.PathLike) -> Manifest:
     """Read and validate a manifest; every problem is named in one InputError."""
+    from capacity_advisor.models.files import special_kind
+
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"manifest {p} not found: pass the recommendation.json written by `advisor recommend`")
+        kind = special_kind(p)
+        raise InputError(f"manifest {p} {f'is {kind}' if kind else 'not found'}: pass the recommendation.json written "
+                         "by `advisor recommend`")
     try:
         d = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:

@@ -185,18 +185,25 @@ def run_race(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, rul
     """Race, continue the winner to the end of the schedule, and return the race's summary (also
     OUT/race.json). Every input is checked before any training. `launch` ({"nproc", "launcher",
     "accelerate_config"}, nproc > 1; `manifest` then a file): each run's segments are launched over
-    that many processes (`python -m capacity_advisor.training.sft --race-set S ...`) instead of run here."""
-    from capacity_advisor.training.callbacks import read_curve
+    that many processes (`python -m capacity_advisor.training.sft --race-set S ...`) instead of run here.
+    A second race into OUT while this one runs is refused (`models.files.folder_lock`)."""
+    from capacity_advisor.models.files import folder_lock
 
     stream = stream or sys.stderr
     m, runs, folders, checked, key = check_race(manifest, out, rule, device, dtype, epochs, max_steps,
                                                 world=(launch or {}).get("nproc", 1))
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    with folder_lock(out):  # one race at a time in OUT: a second is refused while this one runs
+        return _run_race(m, runs, folders, checked, key, Path(out), rule, records, stream, launch, manifest,
+                         dict(device=device, dtype=dtype, threads=threads, epochs=epochs, max_steps=max_steps))
+
+
+def _run_race(m: Manifest, runs: dict, folders: dict, checked: dict, key: str, out: Path, rule: RaceRule,
+              records: str | None, stream, launch: dict | None, manifest, kw: dict) -> dict:
+    from capacity_advisor.training.callbacks import read_curve
+
     write_json(out / "config.json", {"stage": "race", "race_key": key, "rule": asdict(rule),
                                      "runs": {s: str(folders[s]) for s in RACED}})
-    segment = Segments(m, runs, folders, checked, launch, manifest,
-                       dict(device=device, dtype=dtype, threads=threads, epochs=epochs, max_steps=max_steps), stream)
+    segment = Segments(m, runs, folders, checked, launch, manifest, kw, stream)
     while True:
         curves = {s: read_curve(folders[s] / "eval.jsonl") for s in RACED}
         going = [s for s in RACED if not (folders[s] / "record.json").exists()]
@@ -296,9 +303,39 @@ def check_race(manifest, out, rule: RaceRule, device: str, dtype: str, epochs, m
     runs = race_manifests(m)
     folders = {s: Path(out) / "race" / s for s in RACED}
     checked = {s: check_run(runs[s], folders[s], world=world, device=device, dtype=dtype) for s in RACED}
+    check_rule_fits(rule, runs, checked, world)
     key = race_key(checked, rule)
     check_race_folder(Path(out), key)
     return m, runs, folders, checked, key
+
+
+def run_length(m: Manifest, n_rows: int, per_device: int, world: int) -> tuple[int, int]:
+    """(optimizer steps, scheduled evaluations) of a run of `m` on `n_rows` rows, as the Trainer
+    counts them: each process's batches per epoch over grad_accum, times the epochs (or max_steps)."""
+    from capacity_advisor.training.callbacks import eval_schedule
+
+    t = m.training
+    per_epoch = max(math.ceil(math.ceil(n_rows / max(per_device * world, 1)) / t.grad_accum), 1)
+    steps = t.max_steps or max(math.ceil(t.epochs * per_epoch), 1)
+    return steps, len(eval_schedule(per_epoch, steps, t.evals_per_epoch, t.eval_every))
+
+
+def check_rule_fits(rule: RaceRule, runs: dict, checked: dict, world: int) -> None:
+    """InputError where the rule asks what these runs cannot hold: a share of the budget below one
+    training step (the race would stop before either set trained), or a lead over more evaluations
+    in a row than a run has (it could never stop on one; the default k, 2, stands on a run of one
+    evaluation: the race then stops at its share)."""
+    lengths = [run_length(runs[s], len(checked[s].rows), checked[s].per_device, world)
+               for s in RACED if not checked[s].complete]
+    if not lengths:
+        return
+    steps, evals = min(n for n, _ in lengths), min(e for _, e in lengths)
+    if rule.fraction * steps < 1:
+        raise InputError(f"--race {rule.fraction!r} is a share of the budget below one training step (a run here is "
+                         f"{steps} steps): give a share of at least {1 / steps:.3g}")
+    if rule.k is not None and rule.k > max(evals, RaceRule.k):
+        raise InputError(f"--race-k {rule.k} asks for a lead at more evaluations in a row than a run here has "
+                         f"({evals}): give at most {evals}")
 
 
 def race_key(checked: dict, rule: RaceRule) -> str:
@@ -310,8 +347,9 @@ def race_key(checked: dict, rule: RaceRule) -> str:
 def check_race_folder(out: Path, key: str) -> None:
     """OUT is resumed only by the race that made it: the same manifest, data and race rule. A folder
     another command made (a run, a recommendation) records another key, or none under race_key."""
-    from capacity_advisor.models.files import recorded_key
+    from capacity_advisor.models.files import recorded_key, refuse_special
 
+    refuse_special(out, ("config.json", "race.json"), "remove it, or pass a new --out")
     if recorded_key(out, "race_key") not in (None, key):
         raise InputError(f"{out} holds something other than this race (a race of another manifest, data or rule "
                          "(--race, --race-k, --race-margin), or another command's output); pass a new --out "

@@ -93,17 +93,39 @@ def write_record(run_dir: Path, record: dict, store: str | os.PathLike | None) -
 
 
 def append_line(path: Path, obj: dict) -> None:
-    """One JSON line in one write(2) on an O_APPEND file, so concurrent runs do not interleave."""
-    from capacity_advisor.models.files import finite
+    """One JSON line in one write(2) on an O_APPEND file, under an exclusive flock, so concurrent runs
+    do not interleave. A last line a killed or failed append cut short (no newline) is cut off first:
+    it would otherwise run into this line, and its run, which wrote no record.json after it, appends
+    its record again when it is rerun."""
+    import fcntl
+
+    from capacity_advisor.models.files import finite, refuse_special
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    refuse_special(path.parent, [path.name], "name a records file (--records)")
     # NaN and infinities become null, as in every file we write: strict JSON readers refuse them
     data = (json.dumps(finite(obj), ensure_ascii=False, default=str, allow_nan=False) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            os.ftruncate(fd, _after_last_newline(fd, size))
         os.write(fd, data)
     finally:
         os.close(fd)
+
+
+def _after_last_newline(fd: int, size: int) -> int:
+    """The offset just past the file's last newline (0 where it has none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - (1 << 16))
+        at = os.pread(fd, end - start, start).rfind(b"\n")
+        if at >= 0:
+            return start + at + 1
+        end = start
+    return 0
 
 
 def plot_curve(eval_rows: list[dict], path: Path, title: str) -> None:

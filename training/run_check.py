@@ -20,6 +20,7 @@ from capacity_advisor.training.manifest import Manifest, load_manifest
 from capacity_advisor.training.trainer_settings import precision, require_peft
 
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+RUN_FILES = ("config.json", "eval.jsonl", "record.json", "curve.png")  # the files a run keeps in its folder
 
 
 def env_world_size() -> int:
@@ -40,8 +41,9 @@ def run_key(m: Manifest) -> str:
 
 def check_run_folder(run_dir: Path, key: str) -> None:
     """A run folder is resumed only by the run that made it (same manifest, same data files)."""
-    from capacity_advisor.models.files import recorded_key
+    from capacity_advisor.models.files import recorded_key, refuse_special
 
+    refuse_special(run_dir, RUN_FILES, "remove it, or pass a new --out")  # a FIFO would never end the read
     if recorded_key(run_dir, "run_key") not in (None, key):
         raise InputError(f"{run_dir} holds a run of another manifest or dataset; pass a new --out "
                          "(or delete that folder to start over)")
@@ -82,8 +84,6 @@ def check_run(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, wo
     --max-steps), the run folder, the batch split over `world` processes, the device and dtype,
     the data, eval and re-ranking files, LoRA's library. `run_sft` calls it, and so does
     `advisor train --dry-run`, so a dry run refuses exactly what the run would."""
-    import torch
-
     m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
     m = with_overrides(m, epochs=epochs, max_steps=max_steps)
     key = run_key(m)
@@ -95,16 +95,12 @@ def check_run(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, wo
     if t.batch_size % (t.grad_accum * world):
         raise InputError(f"training.batch_size {t.batch_size} must be divisible by training.grad_accum ({t.grad_accum}) "
                          f"x processes ({world}): change the batch size or the number of processes")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu or auto")
-    use_cpu = device == "cpu" or not torch.cuda.is_available()
-    chosen = precision(dtype, cuda=not use_cpu)
-    if t.lora:
-        require_peft()
     from capacity_advisor.models.loading import check_model_spec
     from capacity_advisor.training.data import SFTDataset, read_eval_set, read_sft_rows
 
-    check_model_spec(m.model_spec)
+    check_model_spec(m.model_spec)  # its path, not its weights
+    # every file the manifest names is read and checked before the device, the libraries or a model
+    # are touched: a damaged set is refused at once, whichever set of a race it is
     rows = read_sft_rows(m.dataset_path)
     train_set = SFTDataset(rows, t.switch_epoch, where=str(m.dataset_path))
     eval_rows = read_eval_set(m.eval_path, m.eval.limit) if m.eval_path else []
@@ -115,6 +111,14 @@ def check_run(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, wo
         from capacity_advisor.training.rerank import read_candidates
 
         candidates = read_candidates(m.candidates_path, {str(r.get("id")) for r in rows})
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda was asked for but no CUDA GPU is visible; use --device cpu or auto")
+    use_cpu = device == "cpu" or not torch.cuda.is_available()
+    chosen = precision(dtype, cuda=not use_cpu)
+    if t.lora:
+        require_peft()
     return Checked(m, key, False, rows, train_set, eval_rows, candidates, t.batch_size // (t.grad_accum * world),
                    use_cpu, chosen)
 

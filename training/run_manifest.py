@@ -45,7 +45,7 @@ def run_manifest(req: RunRequest, dry_run: bool = False, say: Callable[[str], No
     (False keeps the record out of the records store), `stream` (where the trainer's progress
     lines go) and `step0_row` (the base's evaluation another run of the same base and eval set
     made), as `training.sft.run_sft` does; a launched run stores its record as `advisor train` does."""
-    from capacity_advisor.models.files import check_writable_dir, check_writable_file, refuse_overwrite
+    from capacity_advisor.models.files import check_writable_dir, check_writable_file, folder_lock, refuse_overwrite
     from capacity_advisor.training.launch import fsdp_on_cpu_note, launch_command, sft_args, shown
     from capacity_advisor.training.manifest import load_manifest
     from capacity_advisor.training.run_check import check_run
@@ -72,7 +72,8 @@ def run_manifest(req: RunRequest, dry_run: bool = False, say: Callable[[str], No
             say(note)
         if dry_run:
             return None
-        rc = subprocess.run(cmd).returncode
+        with folder_lock(req.out):  # held by this process while the launched ones write there
+            rc = subprocess.run(cmd).returncode
         if rc:
             raise InputError(f"training exited with status {rc} (see the messages above); rerun the same command to resume")
         return json.loads((Path(req.out) / "record.json").read_text(encoding="utf-8"))
@@ -81,4 +82,5 @@ def run_manifest(req: RunRequest, dry_run: bool = False, say: Callable[[str], No
         return None
     from capacity_advisor.training.sft import run_sft
 
-    return run_sft(req.manifest, req.out, lm=lm, store=store, stream=stream, step0_row=step0_row, **run)
+    with folder_lock(req.out):
+        return run_sft(req.manifest, req.out, lm=lm, store=store, stream=stream, step0_row=step0_row, **run)

@@ -149,17 +149,22 @@ def _resume_point(run_dir: Path, is_main: bool):
     """The newest complete checkpoint (step, path), or None; rank 0 removes what a kill half-wrote."""
     from capacity_advisor.training import callbacks as cbs
 
-    ckpts = cbs.gather_to_main(checkpoints(run_dir) if is_main else None)[0]
-    complete = [c for c in ckpts if c[2]]
-    resume = complete[-1] if complete else None
+    resume = None
     if is_main:
+        ckpts = checkpoints(run_dir)
+        # the newest complete checkpoint whose evaluation is in eval.jsonl (read_curve puts back a row
+        # its marker holds): one whose row is lost resumes from the one before, redoing that evaluation
+        evaluated = {r.get("step") for r in cbs.read_curve(run_dir / "eval.jsonl")}
+        complete = [c for c in ckpts if c[2] and c[0] in evaluated]
+        resume = (complete[-1][0], complete[-1][1]) if complete else None
         for step, path, ok in ckpts:
-            if not ok or (resume and step > resume[0]):
-                shutil.rmtree(path, ignore_errors=True)  # half-written by a killed run
+            if not ok or not resume or step > resume[0]:
+                shutil.rmtree(path, ignore_errors=True)  # half-written by a killed run, or to be redone
         if resume:
             cbs.truncate_eval_rows(run_dir / "eval.jsonl", resume[0])
         elif (run_dir / "eval.jsonl").exists():
             (run_dir / "eval.jsonl").unlink()  # no checkpoint survives: start clean
+    resume = cbs.gather_to_main(resume)[0]
     cbs.barrier()
     return resume
 

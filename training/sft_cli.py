@@ -44,6 +44,7 @@ def run_options(f):
 @click.option("--pause-after-evals", type=click.IntRange(1, None), default=None, hidden=True)
 def main(manifest, out, records, device, dtype, threads, epochs, max_steps, race_set, pause_after_evals):
     """Full SFT from a manifest; the same command under torchrun / accelerate launch runs data-parallel."""
+    from capacity_advisor.training.callbacks import end_process_group
     from capacity_advisor.training.sft import run_sft
 
     try:
@@ -55,13 +56,16 @@ def main(manifest, out, records, device, dtype, threads, epochs, max_steps, race
             raced = race_manifests(with_overrides(load_manifest(manifest), epochs=epochs, max_steps=max_steps))
             run_sft(raced[race_set], out, device=device, dtype=dtype, threads=threads, store=False, keep_best=True,
                     pause_after_evals=pause_after_evals)
-            return
-        run_sft(manifest, out, records=records, device=device, dtype=dtype, threads=threads, epochs=epochs,
-                max_steps=max_steps)
+        else:
+            run_sft(manifest, out, records=records, device=device, dtype=dtype, threads=threads, epochs=epochs,
+                    max_steps=max_steps)
     except InputError as err:
         if int(os.environ.get("RANK", "0")) == 0:
             click.echo(f"error: {err}", err=True)
         sys.exit(2)
+    # every rank has passed the run's last barrier: the group goes before the interpreter does (a
+    # failed run exits at once instead, since a peer may never reach another collective)
+    end_process_group()
 
 
 if __name__ == "__main__":

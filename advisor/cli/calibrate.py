@@ -87,8 +87,11 @@ lab_sweep_flags = stack(*[click.option(_flag(k), f"lab_{k}", hidden=True, expose
 def calibrate(ctx, as_json, dry_run, **kw):
     """Calibrate on your own pool with your own small proxy students: probes and full high/low/mixed
     runs, RunRecords for `advisor fit` (the lab sweep: `advisor lab calibrate`)."""
+    import contextlib
+
     from capacity_advisor.advisor.calibrate_pool import run_pool_calibration
     from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries
+    from capacity_advisor.models.files import folder_lock
 
     quiet_libraries()
     lab_only = [_flag(k) for k in LAB_ONLY if _given(ctx, f"lab_{k}")]
@@ -111,7 +114,9 @@ def calibrate(ctx, as_json, dry_run, **kw):
     cfg = take(PoolCalibrateConfig, kw, students=names(kw.pop("students"), "--students"),
                seeds=ints(kw.pop("seeds"), "--seeds"), recipe=recipe, pool_options=vars(pool_settings(kw)))
     # soft_wrap: a message stays one line however long (rich would break a note at the console's width)
-    result = run_pool_calibration(cfg, log=lambda m: console.print(m, highlight=False, soft_wrap=True), dry_run=dry_run)
+    with contextlib.nullcontext() if dry_run else folder_lock(cfg.out):  # one writer in --out
+        result = run_pool_calibration(cfg, log=lambda m: console.print(m, highlight=False, soft_wrap=True),
+                                      dry_run=dry_run)
     if as_json:
         emit_json(result)
         return

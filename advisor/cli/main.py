@@ -203,13 +203,13 @@ def probe(strategies, as_json, **kw):
     """Short SFT runs on D_high and D_low from the same base: how does this student take to each?"""
     from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries, work
     from capacity_advisor.advisor.probe import probe_job
-    from capacity_advisor.models.files import check_writable_dir
+    from capacity_advisor.models.files import check_writable_dir, folder_lock
 
     quiet_libraries()
     job = take(ProbeJob, kw, strategies=names(strategies, "--strategies"), recipe=recipe_given(kw),
                pool_options=vars(pool_settings(kw)))
     check_writable_dir(job.out, "--out")
-    with work("steps") as w:
+    with folder_lock(job.out), work("steps") as w:  # one writer in --out
         result = probe_job(job, say=w.status, progress=lambda s, step, total: w.steps(progress_label(s, ""), step, total))
     if as_json:
         emit_json({"features": result["features"], "cost": result["cost"], "chosen": result["chosen"],
@@ -321,10 +321,11 @@ def recommend(as_json, **kw):
     """Score, select, probe, predict: train on high, low or mixed for this student and budget?"""
     from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries, work
     from capacity_advisor.advisor.recommend import recommend as run
+    from capacity_advisor.models.files import folder_lock
 
     quiet_libraries()
     cfg = take(RecommendConfig, kw, recipe=recipe_given(kw), pool_options=vars(pool_settings(kw)))
-    with work("steps") as w:
+    with folder_lock(cfg.out), work("steps") as w:  # one writer in --out
         result = run(cfg, status=w.status, progress=lambda s, step, total: w.steps(progress_label(s), step, total))
     if as_json:
         emit_json(result.as_dict())

@@ -34,7 +34,9 @@ from capacity_advisor.advisor.calibration import EVAL_SEED, Calibration, Run, Un
 from capacity_advisor.advisor.lab.pool import ON_CPU
 from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit, run_names, unit_runs, units
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import json_object, read_jsonl, unclaimed_files, versions, write_json, write_jsonl
+from capacity_advisor.models.files import (
+    folder_lock, json_object, read_jsonl, unclaimed_files, versions, write_json, write_jsonl,
+)
 from capacity_advisor.models.lab.ladder import RECIPE_VERSION
 from capacity_advisor.probes.recipe import LAB
 from capacity_advisor.probes.student import student_of
@@ -143,12 +145,18 @@ def sweep_unit(cfg: CalibrateConfig, unit: Unit) -> str:
 
 
 def run_calibration(cfg: CalibrateConfig, log: Log = print) -> dict:
-    """Run or resume the sweep; rebuild OUT/records.jsonl from every finished run."""
-    from joblib import Parallel, delayed
-
+    """Run or resume the sweep; rebuild OUT/records.jsonl from every finished run. A second sweep into
+    OUT while this one runs is refused (`models.files.folder_lock`)."""
     cfg.validate()
     out = Path(cfg.out)
     check_sweep_folder(cfg)
+    with folder_lock(out):  # one sweep at a time in OUT
+        return _run_calibration(cfg, out, log)
+
+
+def _run_calibration(cfg: CalibrateConfig, out: Path, log: Log) -> dict:
+    from joblib import Parallel, delayed
+
     write_json(out / "config.json", {"stage": "calibrate", "settings": asdict(cfg), "versions": versions()})
     t_all = time.time()
     build_models(cfg.models, cfg.jobs, log)

@@ -24,19 +24,28 @@ from capacity_advisor.advisor.lab.published import (BUDGET_RECORDS, EVALS, PROBE
 from capacity_advisor.advisor.lab.publish_pool import is_pool_calibration, publish_pool
 from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit
 from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import check_writable_dir, json_object, refuse_overwrite, unclaimed_files, write_json
+from capacity_advisor.models.files import (
+    check_writable_dir, json_object, refuse_overwrite, special_kind, unclaimed_files, write_json,
+)
 from capacity_advisor.models.jsonl import read_jsonl_input
 
 
 def finished_runs(sweep: Path) -> list[tuple[str, Path]]:
-    """(TASK/RANKING/UNIT/RUN, its folder) of every run with a record and evaluations, in path order."""
+    """(TASK/RANKING/UNIT/RUN, its folder) of every run with a record and evaluations, in path order.
+    A run of a unit that has its record but whose record or evaluations cannot be read as files (a
+    FIFO, a folder, a device, gone) is one InputError naming it: a publication never leaves a run out."""
     out = []
     for rec in sweep.glob("*/*/*/*/record.json"):
         run = rec.parent
         name = run.relative_to(sweep).as_posix()
         task, score, unit, _ = name.split("/")
-        if Unit.from_name(task, score, unit) is not None and (run / "eval.jsonl").is_file():
-            out.append((name, run))
+        if Unit.from_name(task, score, unit) is None:
+            continue
+        for file in ("record.json", "eval.jsonl"):
+            kind = special_kind(run / file) or (None if (run / file).exists() else "missing")
+            if kind is not None:
+                raise InputError(f"run {name} of {sweep}: its {file} is {kind}{_RUN_AGAIN}")
+        out.append((name, run))
     return sorted(out, key=lambda r: path_order(r[0]))
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from capacity_advisor.advisor.lab.units import CalibrateConfig, run_names, units
 from capacity_advisor.models.errors import InputError
+from capacity_advisor.models.files import check_writable_dir, special_kind
 
 # A stash is under a megabyte packed, its largest file (a pool) a megabyte or two unpacked; far
 # larger members are a damaged or hostile archive, refused before their bytes are read.
@@ -84,8 +85,12 @@ def restore(stashed: Path, work: Path, name: str) -> bool:
     """Unpack STASHED/NAME.tar.gz into WORK when WORK/NAME does not exist; True if it did (see the
     module doc: whole or not at all)."""
     archive = stashed / f"{name}.tar.gz"
-    if (work / name).exists() or not archive.is_file():
+    if (work / name).exists() or not os.path.lexists(archive):
         return False
+    kind = special_kind(archive)
+    if kind is not None:  # a folder would restore nothing, a FIFO wait for a writer, a device never end
+        raise InputError(f"{archive} is {kind}, not a stash archive: delete it, or stash the source again "
+                         "(`advisor lab stash`)")
     tmp = work / f".{name}.restore-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -145,4 +150,5 @@ def restore_sources(stashed: Path, work: Path, names: list[str]) -> list[str]:
     names restored. STASHED must be a folder (a mistyped one would restore nothing, silently)."""
     if not Path(stashed).is_dir():
         raise InputError(f"{stashed} is not a folder of stashes (NAME.tar.gz): name the folder `advisor lab stash` wrote")
+    check_writable_dir(work, "--work")  # where the sources are unpacked: refused before any is
     return [name for name in names if restore(Path(stashed), Path(work), name)]

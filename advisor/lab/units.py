@@ -67,6 +67,15 @@ class CalibrateConfig:
             bad.append(f"--jobs {self.jobs} must be at least 1")
         if self.measure_every < 1:
             bad.append(f"--measure-every {self.measure_every} must be at least 1 (1: every evaluation)")
+        from capacity_advisor.training.manifest_checks import MAX_COUNT
+
+        # the bounds the runs' manifests hold these to, so a value no run takes is refused before the
+        # sweep writes its settings (and a sane rerun is not then a sweep of other settings)
+        for name in ("epochs", "n_train", "n_eval", "evals_per_epoch", "batch", "probe_steps", "probe_batch",
+                     "probe_eval_every", "probe_eval_problems", "max_new_tokens", "measure_every", "jobs"):
+            value = getattr(self, name)
+            if value > MAX_COUNT:
+                bad.append(f"--{name.replace('_', '-')} {value} is beyond what a run takes (at most {MAX_COUNT:,})")
         for option in self.schedules:
             try:
                 strategy, _, switch = schedule_of(option)

@@ -136,7 +136,9 @@ def matrix(rows_or_inputs: Sequence[dict], features: Sequence[str]) -> np.ndarra
 
 def read_records(path: str | Path) -> list[dict]:
     """The records of one file, each checked (`_record_problem`). Every number must be finite: a
-    NaN feature or accuracy would reach the fit as a measurement (our writers store null)."""
+    NaN feature or accuracy would reach the fit as a measurement (our writers store null). A last
+    line cut short (a killed append to the records store: its run wrote no record.json, and appends
+    its record again when rerun) is left out."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"records file {path} does not exist: run `advisor calibrate`, `advisor lab calibrate` or "
@@ -144,11 +146,17 @@ def read_records(path: str | Path) -> list[dict]:
     if p.is_dir():
         raise InputError(f"{path} is a folder: name its records file (e.g. {p / 'records.jsonl'}); a published "
                          "calibration folder is read by `advisor lab replay FOLDER --out FILE`")
+    from capacity_advisor.models.files import special_kind
+
+    kind = special_kind(p)
+    if kind is not None:
+        raise InputError(f"records file {path} is {kind}, not a regular file: name a records file written by "
+                         "`advisor calibrate`, `advisor lab calibrate` or `advisor train`")
     if p.suffix in (".xz", ".gz", ".bz2", ".zst"):
         raise InputError(f"{path} is compressed: a published calibration's files are replayed into a records file by "
                          "`advisor lab replay FOLDER --out FILE`; name that file")
     try:
-        records = read_jsonl(p, strict=True)
+        records = read_jsonl(p, strict=True, torn=[])
     except (ValueError, RecursionError) as e:
         raise InputError(f"{str(e)[:200]}: remove the damaged line from the records file") from None
     if not records:

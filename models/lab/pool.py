@@ -33,6 +33,9 @@ def pool_rows(task: str = "modchain", n: int = 100, difficulty: int | None = Non
     return rows
 
 
+MAX_PROBLEMS = 1_000_000  # problems of one lab pool (the sweep's hold 3,000)
+
+
 def write_pool(path: str | os.PathLike, task: str = "modchain", n: int = 100, difficulty: int | None = None,
                candidates: int = 6, seed: int = 0) -> int:
     """Write `n` problems with `candidates` teacher responses each; returns the row count."""
@@ -40,6 +43,6 @@ def write_pool(path: str | os.PathLike, task: str = "modchain", n: int = 100, di
 
     if not 4 <= candidates <= 8:
         raise InputError(f"--candidates must be between 4 and 8, got {candidates}")
-    if n < 1:
-        raise InputError(f"--n must be at least 1, got {n}")
+    if not 1 <= n <= MAX_PROBLEMS:
+        raise InputError(f"--n must be from 1 to {MAX_PROBLEMS:,} problems, got {n}")
     return write_jsonl(path, pool_rows(task, n, difficulty, candidates, seed))

@@ -161,7 +161,7 @@ BAD_INPUT = [
     (["fit", "-r", "MISSING", "-o", "OUT"], "does not exist"),
     (["fit", "-r", "BAD", "-o", "OUT"], "remove the damaged line"),
     (["fit", "-r", "POOL", "-o", "OUT"], "is this a records file written by"),
-    (["lab", "pool", "--n", "0", "-o", "OUT.jsonl"], "--n must be at least 1"),
+    (["lab", "pool", "--n", "0", "-o", "OUT.jsonl"], "--n must be from 1 to 1,000,000 problems, got 0"),
     (["lab", "pool", "--candidates", "2", "-o", "OUT.jsonl"], "--candidates must be between 4 and 8"),
     # verbs whose modules others own: their argument errors, as far as they reach today
     (["train", "MISSING", "-o", "OUT"], "not found"),

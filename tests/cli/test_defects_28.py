@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import one_error_line, resign, run, write_jsonl
+from helpers import HANG_S, one_error_line, resign, run, write_jsonl
 
 
 def manifest(folder: Path, spec: str, **training) -> Path:
@@ -38,7 +38,7 @@ def test_a_template_looping_on_the_export_probe_stops_the_llamafactory_export(ti
     code = ("import sys; import capacity_advisor.models.template as t; t.TEMPLATE_SECONDS = 1.0; "
             "from capacity_advisor.advisor.cli.main import main; sys.exit(main(sys.argv[1:]))")
     p = subprocess.run([sys.executable, "-c", code, "train", str(path), "--export", str(tmp_path / "export"),
-                        "--format", "llamafactory"], capture_output=True, text=True, timeout=120)
+                        "--format", "llamafactory"], capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 2, p.stderr
     lines = p.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "chat template" in lines[0], p.stderr
@@ -355,7 +355,7 @@ def test_a_damaged_dataset_folder_is_one_line_without_the_librarys_bars(tmp_path
     out = tmp_path / "d.jsonl"
     code = ("import sys; from capacity_advisor.advisor.cli.main import main; sys.exit(main(sys.argv[1:]))")
     p = subprocess.run([sys.executable, "-c", code, "select", "-p", str(folder), "-s", str(scores), "-o", str(out)],
-                       capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                       capture_output=True, text=True, timeout=HANG_S, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     lines = p.stderr.splitlines()
     assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), p.stderr
     assert not out.exists()

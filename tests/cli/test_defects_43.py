@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from capacity_advisor.advisor.cli.main import main
-from helpers import addition_pool
-from helpers import ROOT
+from helpers import HANG_S, ROOT, addition_pool
 
 SMALL = ["--epochs", "1", "--n-eval", "8", "--probe-steps", "2", "--probe-batch", "4", "--probe-eval-problems", "4",
          "--max-new-tokens", "8", "--device", "cpu", "--dtype", "float32"]
@@ -236,7 +235,7 @@ def test_10_a_killed_run_leaves_no_temporary_after_the_rerun(tiny_llama, tmp_pat
     out = tmp_path / "score"
     args = ["score", "-m", tiny_llama, "-p", pool(tmp_path / "pool.jsonl"), "-o", out]
     killed = subprocess.run([sys.executable, "-c", DIES_WRITING_SCORES, *map(str, args)], capture_output=True,
-                            text=True, timeout=300)
+                            text=True, timeout=HANG_S)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert list(out.glob(".scores.jsonl.*.tmp"))  # killed while writing scores.jsonl
     code, _, err = advisor(capsys, *args)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import HANG_S
 
 UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens, the connection is refused at once
 
@@ -16,7 +17,7 @@ def advisor(args, tmp_path, **env):
     env = {**os.environ, "ADVISOR_HOME": str(tmp_path / "home"), "HF_HOME": str(tmp_path / "hf"), **env}
     r = subprocess.run([sys.executable, "-m", "capacity_advisor.advisor.cli.main", *args, "-p", str(tmp_path / "pool.jsonl"),
                         "-o", str(tmp_path / "out"), "--device", "cpu"],
-                       capture_output=True, text=True, env=env, timeout=300, cwd=Path(__file__).parents[2])
+                       capture_output=True, text=True, env=env, timeout=HANG_S, cwd=Path(__file__).parents[2])
     return r
 
 

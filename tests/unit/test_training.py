@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers import ROOT, make_manifest, read_jsonl, write_data, write_jsonl
+from helpers import HANG_S, ROOT, make_manifest, read_jsonl, write_data, write_jsonl
 
 from capacity_advisor.models.errors import InputError
 from capacity_advisor.training import metrics
@@ -230,7 +230,7 @@ def test_torchrun_two_processes_on_cpu(tmp_path, tiny_llama):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
            "-m", "capacity_advisor.training.sft", "--manifest", str(path), "--out", str(run), "--records", str(store)]
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 0, p.stderr[-3000:]
     record = json.loads((run / "record.json").read_text())
     check_run(run, record)
@@ -239,6 +239,45 @@ def test_torchrun_two_processes_on_cpu(tmp_path, tiny_llama):
     assert len(store.read_text().splitlines()) == 1
     assert p.stderr.count("done: best accuracy") == 1  # one process reports
     assert (run / "checkpoint-8" / "rng_state_1.pth").exists()
+
+
+TEARDOWN = """
+import os, sys
+import torch
+import torch.distributed as dist
+from capacity_advisor.training.callbacks import end_process_group, gather_to_main
+
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+holder = {"model": model}
+holder["self"] = holder  # a cycle holds the wrapped model, and through it the group, as the Trainer's callbacks do
+del model, holder
+for _ in range(3):
+    gather_to_main({"rank": dist.get_rank()})  # collectives that hold Python tensors
+dist.barrier()
+end_process_group()
+names = sorted(open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task"))
+with open(os.path.join(sys.argv[1], f"rank-{os.environ['RANK']}.txt"), "w") as f:
+    f.write(f"{dist.is_initialized()} {' '.join(names)}")
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="threads are listed from /proc")
+def test_a_process_that_trained_under_torchrun_ends_its_process_group_before_the_interpreter_does(tmp_path):
+    """gloo's worker threads drop their last collective after the caller has returned from it, and
+    that collective holds Python tensors: a thread still running at the interpreter's exit aborts the
+    process ("terminate called without an active exception", rank 1 of a finished run dead of
+    SIGABRT). end_process_group, the last call of `python -m capacity_advisor.training.sft`, joins
+    them: none is left once it returns, even while a cycle holds the wrapped model."""
+    script = tmp_path / "teardown.py"
+    script.write_text(TEARDOWN)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                        str(script), str(tmp_path)], env=env, capture_output=True, text=True, timeout=HANG_S)
+    assert p.returncode == 0, p.stderr[-3000:]
+    for rank in (0, 1):
+        left = (tmp_path / f"rank-{rank}.txt").read_text()
+        assert left.startswith("False ") and "gloo" not in left, left  # the group gone, its threads joined
 
 
 def test_nproc_builds_the_launch_command(tmp_path):

@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from capacity_advisor.models.numbers import number, whole
+from capacity_advisor.core.numbers import number, whole
 from capacity_advisor.advisor.predictor import (
     CV_SPLITS, FEATURE_SETS, FITTABLE, LARGEST_PROXY, PROXY, SPLITS, TIE_MARGIN, WITHOUT_PROXIES, Rule, cross_validate,
     fit_predictor,
@@ -32,7 +32,7 @@ from capacity_advisor.advisor.predictor.policy import CHOOSE_BY, EITHER, EITHER_
 from capacity_advisor.advisor.predictor.priors import fit_lab_prior
 from capacity_advisor.advisor.predictor.proxy_rule import choose_rule
 from capacity_advisor.advisor.predictor.races import race_summary, with_curves
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.training.manifest_checks import MAX_SEED
 
 CV_METHODS = ("policy", "gated race", "predictor", WITHOUT_PROXIES, LARGEST_PROXY, PROXY_RULE, EITHER, EITHER_PREDICTOR,
@@ -73,7 +73,7 @@ def record_files(paths: Sequence[str]) -> tuple[list[dict], list[dict]]:
     same measurements, whatever its provenance says of when and where it ran) is dropped, so that no
     run weighs twice in the fit or its held-out tables; the file's entry says how many (`repeated`)."""
     from capacity_advisor.advisor.predictor import read_records, unit_of
-    from capacity_advisor.models.files import stable_hash
+    from capacity_advisor.core.files import stable_hash
 
     seen, records, files, first, known = set(), [], [], None, set()
     for path in paths:

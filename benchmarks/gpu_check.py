@@ -251,7 +251,7 @@ def _recommend(run: Run, folder: Path, workdir: Path) -> None:
 
 def student_part(run: Run) -> None:
     """The students in turn, the end-to-end run after the one --e2e names; each part only if it fits."""
-    from capacity_advisor.advisor.calibrate_cost import PEAK_TFLOPS
+    from capacity_advisor.advisor.calibration.cost import PEAK_TFLOPS
     from capacity_advisor.probes.recipe import REAL, field_of
     from capacity_advisor.probes.run import ProbeConfig
     from capacity_advisor.training.trainer_settings import precision

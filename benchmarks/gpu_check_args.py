@@ -93,7 +93,7 @@ def check_environment(args):
         problem("no CUDA GPU is visible: run this on a GPU machine, or pass --quick to check the path on a CPU "
                 "(the hf backend's CPU figures are in benchmarks/scoring.py)")
     try:
-        from capacity_advisor.models.errors import InputError
+        from capacity_advisor.core.errors import InputError
         from capacity_advisor.models.loading import check_transformers
     except ImportError as e:
         problem(f"the project is not importable ({e}): install it (pip install --no-deps -e .), or run "

@@ -73,7 +73,7 @@ def _no_figures() -> tuple[list, str]:
         return [], "drawn"
     except ImportError:
         pass
-    import capacity_advisor.advisor.report_figure as report_figure
+    import capacity_advisor.advisor.recommendation.figure as report_figure
     import capacity_advisor.probes.run as probe_run
     import capacity_advisor.training.record as record
 
@@ -93,7 +93,7 @@ def _eval_seconds(probe_dir: Path) -> float:
 
 def run_recommend(folder: Path, pool: Path, out: Path, home: Path, e, device: str) -> dict:
     """`advisor recommend` on `pool` with the student in `folder`: seconds per stage, peak memory."""
-    import capacity_advisor.advisor.recommend as rec_mod
+    import capacity_advisor.advisor.recommendation.recommend as rec_mod
 
     spent: dict[str, float] = {}
     ended: dict[str, float] = {}

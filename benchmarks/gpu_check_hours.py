@@ -74,7 +74,7 @@ def hours(m: dict, recipe, pool, score_max_length: int, strategies: int) -> dict
 def dry_run(m: dict, recipe, pool, score_max_length: int, probe: dict, run: dict, sets: int, run_eval: int) -> dict:
     """The calibration proxy under the dry run's formulas and assumed MFU, on the same token counts,
     and the MFU that the measured rates give under those formulas."""
-    from capacity_advisor.advisor.calibrate_cost import DECODE_MFU, PEAK_TFLOPS, TRAIN_MFU, flops_and_hours
+    from capacity_advisor.advisor.calibration.cost import DECODE_MFU, PEAK_TFLOPS, TRAIN_MFU, flops_and_hours
 
     n = m["params"]
     L = recipe.train_length

@@ -181,7 +181,7 @@ def budget_sweep(args) -> dict:
 
 def lab_accuracy(args) -> dict:
     """bf16 vs fp32 scores of a trained lab student on a lab pool (6 candidates per problem)."""
-    from capacity_advisor.models.lab.pool import pool_rows
+    from capacity_advisor.advisor.pools.lab import pool_rows
     from capacity_advisor.models.loading import load_model
 
     t0 = time.perf_counter()

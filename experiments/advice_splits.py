@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from capacity_advisor.advisor.predictor import FEATURE_SETS, FITTABLE, SPLITS, cross_validate, folds, label_rows, read_records
-from capacity_advisor.models.files import write_json
+from capacity_advisor.core.files import write_json
 
 METHODS = ("policy", "predictor", "always high", "always low", "always mixed", "size rule", "noise floor")
 

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from capacity_advisor.advisor.predictor import best_up_to
-from capacity_advisor.models.files import read_jsonl, write_json
+from capacity_advisor.core.files import read_jsonl, write_json
 
 BUDGETS = (1, 2, 3, 5)
 SCHEDULES = ("mixed@0.25", "mixed@0.75", "curriculum@2")
@@ -49,15 +49,15 @@ def run_size(cal: Path, out: Path, task: str, size: str, seed: int, short: int, 
 
     import torch
 
-    from capacity_advisor.advisor.calibration import Run, full_run
-    from capacity_advisor.advisor.compute import ComputeConfig, keep_problems, measure
-    from capacity_advisor.advisor.lab.calibrate import lab_calibration, lab_unit
-    from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit
-    from capacity_advisor.advisor.pool import read_pool
-    from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
+    from capacity_advisor.advisor.calibration.unit import Run, full_run
+    from capacity_advisor.advisor.scoring.compute import ComputeConfig, keep_problems, measure
+    from capacity_advisor.advisor.calibration.sweep import lab_calibration, lab_unit
+    from capacity_advisor.advisor.calibration.grid import CalibrateConfig, Unit
+    from capacity_advisor.advisor.pools.read import read_pool
+    from capacity_advisor.advisor.scoring.score import ScoreConfig, score_pool
     from capacity_advisor.models.backends import make_backend
-    from capacity_advisor.models.errors import InputError
-    from capacity_advisor.models.files import write_jsonl
+    from capacity_advisor.core.errors import InputError
+    from capacity_advisor.core.files import write_jsonl
     from capacity_advisor.models.loading import load_model
 
     torch.set_num_threads(1)

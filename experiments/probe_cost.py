@@ -27,7 +27,7 @@ from statistics import mean
 
 from capacity_advisor.advisor.lab.replay import load_calibration, replay, replayed
 from capacity_advisor.advisor.predictor import PROBE_FEATURES, cross_validate, label_rows
-from capacity_advisor.models.files import write_jsonl
+from capacity_advisor.core.files import write_jsonl
 
 STEPS = (25, 50, 100, 200)
 EVAL_PROBLEMS = (32, 64, 128)

@@ -217,7 +217,7 @@ def scripted_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[
 
 
 def scripted_pool(rows: list[dict], task: str, seed: int = SEED) -> list[dict]:
-    from capacity_advisor.models.metrics import check_answer
+    from capacity_advisor.training.text_metrics import check_answer
 
     rng = random.Random(f"{seed}-{task}")
     out = []
@@ -257,7 +257,7 @@ def neural_pool(generated: list[dict], size: int = SPLITS["pool"]) -> list[dict]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from capacity_advisor.models.files import read_jsonl, write_jsonl
+    from capacity_advisor.core.files import read_jsonl, write_jsonl
 
     ap = argparse.ArgumentParser(prog="python -m experiments.real_pools", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)

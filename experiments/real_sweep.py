@@ -29,7 +29,7 @@ EVALS_PER_EPOCH = 2
 
 
 def config(source: str, out: Path, seeds: tuple[int, ...], device: str = "cpu"):
-    from capacity_advisor.advisor.calibrate_pool import PoolCalibrateConfig
+    from capacity_advisor.advisor.calibration.proxies import PoolCalibrateConfig
 
     task, _, teacher = source.partition("-")
     return PoolCalibrateConfig(students=(STUDENT,), pool=str(POOLS / f"{source}.jsonl"), out=str(out / source),
@@ -38,7 +38,7 @@ def config(source: str, out: Path, seeds: tuple[int, ...], device: str = "cpu"):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from capacity_advisor.advisor.calibrate_pool import run_pool_calibration
+    from capacity_advisor.advisor.calibration.proxies import run_pool_calibration
 
     ap = argparse.ArgumentParser(prog="python -m experiments.real_sweep", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)

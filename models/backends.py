@@ -16,7 +16,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 
 BACKENDS = {"hf": "capacity_advisor.models.hf:HFBackend", "vllm": "capacity_advisor.models.vllm:VLLMBackend"}
 Progress = Callable[[int], None]  # called with the number of items just finished

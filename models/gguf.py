@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 
 MAGIC = b"GGUF"
 SOURCE_FILE = "source.json"  # what a converted folder was made from (the GGUF file's name and SHA-256)
@@ -70,7 +70,7 @@ def sha256(path: Path) -> str:
 def gguf_folder(path: str | os.PathLike, say: Callable[[str], None] | None = None) -> Path:
     """The converted folder of the GGUF file at `path` under $ADVISOR_HOME/gguf (converted on
     first use, keyed by the file's content)."""
-    from capacity_advisor.models.files import advisor_home
+    from capacity_advisor.core.files import advisor_home
 
     p = check_gguf(path)
     digest = sha256(p)

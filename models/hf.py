@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from capacity_advisor.models.backends import NEW_TOKENS, SCORE_LENGTH, Progress
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.models.loading import LoadedModel
 from capacity_advisor.models.template import Encoded, encode_pair, prompt_ids
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capacity_advisor.models.numbers import number, whole
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import cached_file_digest, file_digest, stable_hash
+from capacity_advisor.core.numbers import number, whole
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import cached_file_digest, file_digest, stable_hash
 
 # transformers 5 reads `dtype=` when loading and a fractional `warmup_steps` as a share of all
 # steps; under 4.x the latter would silently mean almost no warm-up. pyproject.toml says the same.

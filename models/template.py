@@ -23,8 +23,8 @@ import signal
 import threading
 from dataclasses import dataclass
 
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import stable_hash
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import stable_hash
 
 TEMPLATE_SECONDS = 10.0  # a real chat template renders in milliseconds
 TEMPLATE_EXTRA_CHARS = 100_000  # role markers and a default system prompt take hundreds; tool texts a few thousand

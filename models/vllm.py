@@ -41,7 +41,7 @@ import time
 from typing import Any, Sequence
 
 from capacity_advisor.models.backends import NEW_TOKENS, SCORE_LENGTH, VLLM_DEFAULTS, Progress
-from capacity_advisor.models.errors import InputError, one_line
+from capacity_advisor.core.errors import InputError, one_line
 from capacity_advisor.models.loading import LoadedModel
 from capacity_advisor.models.hf import score_row
 from capacity_advisor.models.template import Encoded, encode_pair, prompt_ids

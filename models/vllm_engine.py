@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from capacity_advisor.models.backends import VLLM_DEFAULTS
-from capacity_advisor.models.errors import InputError, one_line
+from capacity_advisor.core.errors import InputError, one_line
 from capacity_advisor.models.loading import LoadedModel
 
 HF_HINT = "use --backend hf"
@@ -111,7 +111,7 @@ def log_path() -> Path:
     when that cannot be written)."""
     import tempfile
 
-    from capacity_advisor.models.files import advisor_home
+    from capacity_advisor.core.files import advisor_home
 
     home = str(advisor_home())
     if home not in _LOGS:

@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 
 from capacity_advisor.models.backends import SCORE_LENGTH
 from capacity_advisor.models.lab.ladder import MAX_LENGTH as LAB_CONTEXT
-from capacity_advisor.models.numbers import whole
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.numbers import whole
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.training.manifest import TrainingSpec
 
 DEFAULT_STEPS = 25

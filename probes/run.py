@@ -29,9 +29,9 @@ from pathlib import Path
 from statistics import mean
 from typing import Callable, Sequence
 
-from capacity_advisor.models import metrics
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import finite, versions, write_json, write_jsonl
+from capacity_advisor.training import text_metrics as metrics
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import finite, versions, write_json, write_jsonl
 from capacity_advisor.probes.recipe import REAL, Recipe, flag
 from capacity_advisor.probes.student import Student
 from capacity_advisor.training.manifest import SETS, schedule_of
@@ -341,7 +341,7 @@ def plot(report: ProbeReport, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from capacity_advisor.models.files import atomic_path
+    from capacity_advisor.core.files import atomic_path
 
     curves = report.curves
     keys = [k for k in METRICS if any(p.get(k) is not None and not _isnan(p.get(k)) for c in curves.values() for p in c)]

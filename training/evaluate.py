@@ -41,7 +41,7 @@ from __future__ import annotations
 from statistics import mean
 from typing import Sequence
 
-from capacity_advisor.models import metrics
+from capacity_advisor.training import text_metrics as metrics
 from capacity_advisor.training.manifest import TrainingSpec
 
 ANSWER_MARKERS = {"lab": ";A", "math": "\\boxed{"}

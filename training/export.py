@@ -45,8 +45,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import refuse_overwrite, write_jsonl, write_text
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import refuse_overwrite, write_jsonl, write_text
 from capacity_advisor.training.data import read_sft_rows
 from capacity_advisor.training.export_student import Student, bos_eos_text, llamafactory_template, read_student
 from capacity_advisor.training.manifest import Manifest
@@ -84,7 +84,7 @@ def export(m: Manifest, out: str | Path, formats=FORMATS, manifest_path: str | o
     """Write the dataset and the launchers' configs into `out` (see the module docstring);
     `manifest_path`: the manifest's file, which must not be written over either. Every check comes
     before the first write; `dry_run` makes them all and returns what would be written, writing nothing."""
-    from capacity_advisor.models.files import check_writable_dir, check_writable_file
+    from capacity_advisor.core.files import check_writable_dir, check_writable_file
 
     bad = [f for f in formats if f not in FORMATS]
     if bad:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 
 LAUNCHERS = ("torchrun", "accelerate")
 
@@ -75,7 +75,7 @@ def check_accelerate_config(path: str, cuda: bool) -> dict:
     or an InputError; on a machine without CUDA, an FSDP config that would fail at wrap time."""
     import yaml
 
-    from capacity_advisor.models.files import special_kind
+    from capacity_advisor.core.files import special_kind
 
     kind = special_kind(path)
     if kind is not None:  # a FIFO would wait for a writer, a device never end

@@ -7,7 +7,7 @@ import math
 import re
 from typing import Any
 
-from capacity_advisor.models.numbers import number, whole
+from capacity_advisor.core.numbers import number, whole
 
 MAX_SEED = 2**32 - 1  # numpy's seeds stop here (the trainer seeds numpy, torch and random with it)
 # What can run: no released model reads more than about a million positions, and a count beyond
@@ -64,7 +64,7 @@ def whole_problems(name: str, v: Any, least: int, most: int, null: bool = False)
 
 
 def _rerank_problems(t) -> list[str]:
-    from capacity_advisor.models.ranking import RANKINGS
+    from capacity_advisor.training.ranking import RANKINGS
 
     r = t.rerank
     if not isinstance(r, dict):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from statistics import mean
 from typing import Sequence
 
-from capacity_advisor.models.metrics import check_answer, extract_answer, is_repetitive, longest_loop, math_checker_name, repetition_rate
+from capacity_advisor.training.text_metrics import check_answer, extract_answer, is_repetitive, longest_loop, math_checker_name, repetition_rate
 
 __all__ = ["check_answer", "checker_name", "extract_final_answer", "generation_metrics", "is_repetitive",
            "longest_loop", "repetition_rate"]

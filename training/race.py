@@ -33,8 +33,8 @@ import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import stable_hash, write_json
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import stable_hash, write_json
 from capacity_advisor.training.manifest import SETS, Manifest, load_manifest
 from capacity_advisor.training.record import best_checkpoint
 
@@ -187,7 +187,7 @@ def run_race(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, rul
     "accelerate_config"}, nproc > 1; `manifest` then a file): each run's segments are launched over
     that many processes (`python -m capacity_advisor.training.sft --race-set S ...`) instead of run here.
     A second race into OUT while this one runs is refused (`models.files.folder_lock`)."""
-    from capacity_advisor.models.files import folder_lock
+    from capacity_advisor.core.files import folder_lock
 
     stream = stream or sys.stderr
     m, runs, folders, checked, key = check_race(manifest, out, rule, device, dtype, epochs, max_steps,
@@ -347,7 +347,7 @@ def race_key(checked: dict, rule: RaceRule) -> str:
 def check_race_folder(out: Path, key: str) -> None:
     """OUT is resumed only by the race that made it: the same manifest, data and race rule. A folder
     another command made (a run, a recommendation) records another key, or none under race_key."""
-    from capacity_advisor.models.files import recorded_key, refuse_special
+    from capacity_advisor.core.files import recorded_key, refuse_special
 
     refuse_special(out, ("config.json", "race.json"), "remove it, or pass a new --out")
     if recorded_key(out, "race_key") not in (None, key):

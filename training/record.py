@@ -23,7 +23,7 @@ import json
 import os
 from pathlib import Path
 
-from capacity_advisor.models.files import advisor_home, write_json
+from capacity_advisor.core.files import advisor_home, write_json
 
 RECORD_VERSION = 1
 EVAL_KEYS = ("epoch", "step", "accuracy", "repetition_rate", "answer_rate", "train_loss")
@@ -99,7 +99,7 @@ def append_line(path: Path, obj: dict) -> None:
     its record again when it is rerun."""
     import fcntl
 
-    from capacity_advisor.models.files import finite, refuse_special
+    from capacity_advisor.core.files import finite, refuse_special
 
     path.parent.mkdir(parents=True, exist_ok=True)
     refuse_special(path.parent, [path.name], "name a records file (--records)")
@@ -156,7 +156,7 @@ def _save_figure(fig, path: Path, title: str) -> None:
     """Title, lay out and write the figure atomically (a killed run never leaves half a PNG)."""
     import matplotlib.pyplot as plt
 
-    from capacity_advisor.models.files import atomic_path
+    from capacity_advisor.core.files import atomic_path
 
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()

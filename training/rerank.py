@@ -23,9 +23,9 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import read_jsonl, unpaired_surrogate, write_jsonl
-from capacity_advisor.models.ranking import extremes, low_share, score_value
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import read_jsonl, unpaired_surrogate, write_jsonl
+from capacity_advisor.training.ranking import extremes, low_share, score_value
 
 
 def read_candidates(path: str | Path, dataset_ids: set[str]) -> list[dict]:

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import file_digest, stable_hash
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import file_digest, stable_hash
 from capacity_advisor.training.manifest import Manifest, load_manifest
 from capacity_advisor.training.trainer_settings import precision, require_peft
 
@@ -41,7 +41,7 @@ def run_key(m: Manifest) -> str:
 
 def check_run_folder(run_dir: Path, key: str) -> None:
     """A run folder is resumed only by the run that made it (same manifest, same data files)."""
-    from capacity_advisor.models.files import recorded_key, refuse_special
+    from capacity_advisor.core.files import recorded_key, refuse_special
 
     refuse_special(run_dir, RUN_FILES, "remove it, or pass a new --out")  # a FIFO would never end the read
     if recorded_key(run_dir, "run_key") not in (None, key):

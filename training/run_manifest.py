@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def run_manifest(req: RunRequest, dry_run: bool = False, say: Callable[[str], No
     (False keeps the record out of the records store), `stream` (where the trainer's progress
     lines go) and `step0_row` (the base's evaluation another run of the same base and eval set
     made), as `training.sft.run_sft` does; a launched run stores its record as `advisor train` does."""
-    from capacity_advisor.models.files import check_writable_dir, check_writable_file, folder_lock, refuse_overwrite
+    from capacity_advisor.core.files import check_writable_dir, check_writable_file, folder_lock, refuse_overwrite
     from capacity_advisor.training.launch import fsdp_on_cpu_note, launch_command, sft_args, shown
     from capacity_advisor.training.manifest import load_manifest
     from capacity_advisor.training.run_check import check_run

@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from capacity_advisor.models.files import versions, write_json
+from capacity_advisor.core.files import versions, write_json
 from capacity_advisor.training.manifest import Manifest
 from capacity_advisor.training.run_check import Checked, check_run, checkpoints, env_world_size
 from capacity_advisor.training.trainer_settings import training_arguments, with_lora

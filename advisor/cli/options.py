@@ -16,7 +16,7 @@ import click
 
 from capacity_advisor.models.loading import DEVICES, DTYPES
 from capacity_advisor.models.backends import VLLM_DEFAULTS
-from capacity_advisor.models.ranking import DEFAULT_RANKING, RANKINGS
+from capacity_advisor.training.ranking import DEFAULT_RANKING, RANKINGS
 from capacity_advisor.training.manifest_checks import MAX_SEED
 
 SEEDS = click.IntRange(0, MAX_SEED)  # what every seeded library takes
@@ -144,7 +144,7 @@ skip_tokens_option = click.option("--skip-tokens", default=0, show_default=True,
 
 
 def checker_option(f):
-    from capacity_advisor.models.metrics import CHECKER_CHOICES, CHECKER_DEFAULT
+    from capacity_advisor.training.text_metrics import CHECKER_CHOICES, CHECKER_DEFAULT
 
     return click.option("--checker", default=CHECKER_DEFAULT, show_default=True, type=click.Choice(CHECKER_CHOICES),
                         help="Answer checker: auto = the lab's for lab tasks, math for other problems with answers.")(f)
@@ -172,7 +172,7 @@ pool_options = stack(
 
 def pool_settings(kw: dict):
     """The PoolOptions the pool flags describe (removed from `kw`)."""
-    from capacity_advisor.advisor.pool import PoolOptions
+    from capacity_advisor.advisor.pools.read import PoolOptions
 
     return PoolOptions(**{k: kw.pop(k) for k in POOL_FIELDS})
 
@@ -191,7 +191,7 @@ dp_options = stack(
 
 
 def names(text: str, flag: str) -> tuple[str, ...]:
-    from capacity_advisor.models.errors import InputError
+    from capacity_advisor.core.errors import InputError
 
     out = tuple(s.strip() for s in text.split(",") if s.strip())
     if not out and text:
@@ -200,7 +200,7 @@ def names(text: str, flag: str) -> tuple[str, ...]:
 
 
 def ints(text: str, flag: str) -> tuple[int, ...]:
-    from capacity_advisor.models.errors import InputError
+    from capacity_advisor.core.errors import InputError
 
     try:
         return tuple(int(s) for s in text.split(",") if s.strip())
@@ -211,7 +211,7 @@ def ints(text: str, flag: str) -> tuple[int, ...]:
 def floats(text: str, flag: str) -> tuple[float, ...]:
     import math
 
-    from capacity_advisor.models.errors import InputError
+    from capacity_advisor.core.errors import InputError
 
     try:
         out = tuple(float(s) for s in text.split(",") if s.strip())

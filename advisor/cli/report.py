@@ -280,7 +280,7 @@ def headline(rec) -> str:
     how = rec.schedule.describe()
     head = ""
     if rec.race:
-        from capacity_advisor.advisor.draws import race_headline
+        from capacity_advisor.advisor.recommendation.draws import race_headline
 
         head = f"[bold]{race_headline(rec.race)}[/bold]\nwhy a race: {rec.race['why']}\n"
     head += (f"[bold]{'Without the race, train' if rec.race else 'Train'} on: D_{rec.strategy}[/bold]"

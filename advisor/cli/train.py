@@ -25,7 +25,7 @@ from pathlib import Path
 
 import click
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.advisor.cli.options import field_option, json_option, take
 from capacity_advisor.training.launch import LAUNCHERS
 from capacity_advisor.training.race import RaceRule
@@ -171,7 +171,7 @@ def _race(req: RunRequest, rule: RaceRule, export_dir: str | None, dry_run: bool
     """`--race F`, or the race the manifest plans (`planned`): training.race, every input checked
     first (the same checks with --dry-run)."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, quiet_libraries
-    from capacity_advisor.models.files import check_writable_dir
+    from capacity_advisor.core.files import check_writable_dir
     from capacity_advisor.training.race import check_race, run_race
 
     quiet_libraries()

@@ -37,7 +37,7 @@ def prepare() -> None:
 
 
 def emit_json(obj: Any) -> None:
-    from capacity_advisor.models.files import finite
+    from capacity_advisor.core.files import finite
 
     sys.stdout.write(json.dumps(finite(obj), indent=2, ensure_ascii=False, default=str) + "\n")
 
@@ -157,7 +157,7 @@ class Work:
     def close(self, error: BaseException | None = None) -> None:
         """Stop the bars; after a mistake of the user's, clear them (and drop a held line), so the
         error line stands alone."""
-        from capacity_advisor.models.errors import InputError
+        from capacity_advisor.core.errors import InputError
 
         with self._lock:
             if error is not None:

@@ -18,16 +18,16 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from capacity_advisor.advisor.lab.calibrate import collect_records
+from capacity_advisor.advisor.calibration.sweep import collect_records
 from capacity_advisor.advisor.lab.published import (BUDGET_RECORDS, EVALS, PROBES, RECORDS, is_published, path_order,
                                                     write_rows)
-from capacity_advisor.advisor.lab.publish_pool import is_pool_calibration, publish_pool
-from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import (
+from capacity_advisor.advisor.lab.publish_proxies import is_pool_calibration, publish_pool
+from capacity_advisor.advisor.calibration.grid import CalibrateConfig, Unit
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import (
     check_writable_dir, json_object, refuse_overwrite, special_kind, unclaimed_files, write_json,
 )
-from capacity_advisor.models.jsonl import read_jsonl_input
+from capacity_advisor.core.jsonl import read_jsonl_input
 
 
 def finished_runs(sweep: Path) -> list[tuple[str, Path]]:

@@ -22,10 +22,10 @@ import lzma
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import atomic_path, finite, json_object
-from capacity_advisor.models.jsonl import MAX_LINE_BYTES
-from capacity_advisor.models.numbers import strict_loads
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import atomic_path, finite, json_object
+from capacity_advisor.core.jsonl import MAX_LINE_BYTES
+from capacity_advisor.core.numbers import strict_loads
 
 RECORDS, BUDGET_RECORDS = "records.jsonl.xz", "budget-records.jsonl.xz"
 EVALS, PROBES = "evals.jsonl.xz", "probes.jsonl.xz"

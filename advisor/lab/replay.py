@@ -22,9 +22,9 @@ from pathlib import Path
 from statistics import mean
 
 from capacity_advisor.advisor.lab import published
-from capacity_advisor.advisor.lab.units import Unit
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import check_writable_file, finite, refuse_overwrite, write_jsonl
+from capacity_advisor.advisor.calibration.grid import Unit
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import check_writable_file, finite, refuse_overwrite, write_jsonl
 from capacity_advisor.probes.recipe import DEFAULT_EVAL_PROBLEMS, DEFAULT_STEPS, MEASURING
 from capacity_advisor.probes.run import features, truncate
 

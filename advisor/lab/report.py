@@ -26,9 +26,9 @@ from pathlib import Path
 from statistics import mean, pstdev
 
 from capacity_advisor.advisor.lab.published import EVALS, evaluations, is_published, path_order
-from capacity_advisor.models.numbers import number
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import atomic_path, check_writable_dir, read_jsonl_input, write_json, write_text
+from capacity_advisor.core.numbers import number
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import atomic_path, check_writable_dir, read_jsonl_input, write_json, write_text
 from capacity_advisor.training.manifest import SETS
 
 METRICS = ("accuracy", "teacher_view", "repetition_rate", "teacher_nll", "answer_logprob", "base_drift")
@@ -37,7 +37,7 @@ METRICS = ("accuracy", "teacher_view", "repetition_rate", "teacher_nll", "answer
 def _runs(cal: Path) -> dict:
     """{(task, score, size): {strategy: [eval rows per repeat]}} from the finished runs, each checked
     (`_checked`); a repeat is a seed of one pretraining build, and a student's builds are pooled."""
-    from capacity_advisor.advisor.lab.units import Unit
+    from capacity_advisor.advisor.calibration.grid import Unit
     from capacity_advisor.models.lab import LADDER
 
     out: dict = {}

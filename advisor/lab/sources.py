@@ -29,8 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from capacity_advisor.advisor.lab.units import CalibrateConfig
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.advisor.calibration.grid import CalibrateConfig
+from capacity_advisor.core.errors import InputError
 
 COMMON = CalibrateConfig(seeds=(0, 1), mean_seeds=(), epochs=5, n_train=2000, n_eval=200, candidates=8)
 
@@ -114,10 +114,10 @@ def run_sources(names: list[str], work: Path, jobs: int, publish_to: Path | None
     """Run (or resume) each source in turn, publishing each into PUBLISH/NAME as it completes.
     Every source's settings, the publish folder and the stashes to restore are checked, and the
     stashes unpacked, before the first source starts."""
-    from capacity_advisor.advisor.lab.calibrate import check_sweep_folder, run_calibration
+    from capacity_advisor.advisor.calibration.sweep import check_sweep_folder, run_calibration
     from capacity_advisor.advisor.lab.publish import publish
     from capacity_advisor.advisor.lab.stash import restore_sources
-    from capacity_advisor.models.files import check_writable_dir, refuse_overwrite
+    from capacity_advisor.core.files import check_writable_dir, refuse_overwrite
 
     configs = {name: config(name, work, jobs) for name in names}
     for cfg in configs.values():

@@ -28,9 +28,9 @@ import tarfile
 import zlib
 from pathlib import Path
 
-from capacity_advisor.advisor.lab.units import CalibrateConfig, run_names, units
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import check_writable_dir, special_kind
+from capacity_advisor.advisor.calibration.grid import CalibrateConfig, run_names, units
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import check_writable_dir, special_kind
 
 # A stash is under a megabyte packed, its largest file (a pool) a megabyte or two unpacked; far
 # larger members are a damaged or hostile archive, refused before their bytes are read.

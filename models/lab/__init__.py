@@ -22,11 +22,10 @@ from capacity_advisor.models.lab.ladder import (
     student_dir,
     student_path,
 )
-from capacity_advisor.models.lab.pool import pool_rows, write_pool
 from capacity_advisor.models.lab.tasks import FAMILIES, Problem, check, extract_answer, make_problems, style_of, teacher_candidates
 
 __all__ = [
     "DEFAULT_SEED", "FAMILIES", "LADDER", "Problem", "TEACHER", "TEACHERS", "build_student", "check", "extract_answer",
-    "is_built", "ladder_names", "list_students", "make_problems", "n_params", "pool_rows",
-    "recipe_hash", "student_dir", "student_path", "style_of", "teacher_candidates", "write_pool",
+    "is_built", "ladder_names", "list_students", "make_problems", "n_params",
+    "recipe_hash", "student_dir", "student_path", "style_of", "teacher_candidates",
 ]

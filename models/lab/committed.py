@@ -24,7 +24,7 @@ import os
 import shutil
 from pathlib import Path
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 
 WEIGHTS = Path(__file__).resolve().parent / "weights"
 SHIPPED = "shipped"  # WEIGHTS/shipped: the kept builds the wheel carries (pyproject.toml's package data)

@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from capacity_advisor.models.numbers import number, strict_loads
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import advisor_home, give_umask_modes, stable_hash, write_json
+from capacity_advisor.core.numbers import number, strict_loads
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import advisor_home, give_umask_modes, stable_hash, write_json
 from capacity_advisor.models.lab import committed, tasks
 
 RECIPE_VERSION = 2  # 2: the carry marker in the alphabet, harder tasks, two-digit lists

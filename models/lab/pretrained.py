@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def pretrained_name(spec: str) -> str | None:
 
 
 def home() -> Path:
-    from capacity_advisor.models.files import advisor_home
+    from capacity_advisor.core.files import advisor_home
 
     return advisor_home() / "pretrained"
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ import pytest
 from helpers import doubling_pool as write_pool
 from helpers import read_jsonl, run
 
-from capacity_advisor.advisor.pool import read_pool
-from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
+from capacity_advisor.advisor.pools.read import read_pool
+from capacity_advisor.advisor.scoring.score import ScoreConfig, score_pool
 
 
 def test_score_then_select(tiny_llama, tmp_path):
@@ -129,7 +129,7 @@ def test_transformers_floor_is_one_number(monkeypatch):
     from pathlib import Path
 
     from capacity_advisor.models import loading
-    from capacity_advisor.models.errors import InputError
+    from capacity_advisor.core.errors import InputError
 
     text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
     floor = re.search(r'"transformers>=([\d.]+)"', text).group(1)
@@ -143,7 +143,7 @@ def test_transformers_floor_is_one_number(monkeypatch):
 
 def test_progress_off_a_terminal_is_plain_lines_and_nothing_before_the_first_report(capsys):
     from capacity_advisor.advisor.cli import ui
-    from capacity_advisor.models.errors import InputError
+    from capacity_advisor.core.errors import InputError
 
     with ui.work("steps") as w:
         task = w.add_task("probe D_high", total=20)  # no line yet: the work may still be refused

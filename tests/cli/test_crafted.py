@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.training.manifest import load_manifest
 
 GOOD = {"version": 1, "model": {"spec": "lab:xs"}, "dataset": "train.jsonl", "strategy": "high",

@@ -80,7 +80,7 @@ def plain_pool(path: Path, answers: bool = True, n: int = 4) -> Path:
 
 
 def test_compute_budgets_on_a_pool_without_answers_is_refused_before_scoring(tiny_llama, tmp_path, monkeypatch):
-    monkeypatch.setattr("capacity_advisor.advisor.scoring.load_for", lambda cfg: pytest.fail("loaded the model"))
+    monkeypatch.setattr("capacity_advisor.advisor.scoring.score.load_for", lambda cfg: pytest.fail("loaded the model"))
     pool = plain_pool(tmp_path / "pool.jsonl", answers=False)
     out = tmp_path / "out"
     one_error_line(run("score", "-m", tiny_llama, "-p", pool, "-o", out, "--compute-budgets", "8,16"),
@@ -89,7 +89,7 @@ def test_compute_budgets_on_a_pool_without_answers_is_refused_before_scoring(tin
 
 @pytest.mark.parametrize("link", ["dangling", "loop"])
 def test_out_a_broken_link_is_refused_before_scoring(tiny_llama, tmp_path, monkeypatch, link):
-    monkeypatch.setattr("capacity_advisor.advisor.scoring.load_for", lambda cfg: pytest.fail("loaded the model"))
+    monkeypatch.setattr("capacity_advisor.advisor.scoring.score.load_for", lambda cfg: pytest.fail("loaded the model"))
     out = tmp_path / "out"
     if link == "dangling":
         out.symlink_to(tmp_path / "nowhere")
@@ -321,7 +321,7 @@ def test_a_slow_stage_that_fails_leaves_only_the_error_line(tiny_llama, tmp_path
     import time
 
     from capacity_advisor.advisor.cli import ui
-    from capacity_advisor.models.errors import InputError
+    from capacity_advisor.core.errors import InputError
 
     monkeypatch.setattr(ui, "HOLD", 0.05, raising=False)
 
@@ -329,13 +329,13 @@ def test_a_slow_stage_that_fails_leaves_only_the_error_line(tiny_llama, tmp_path
         time.sleep(0.5)
         raise InputError("the model is damaged")
 
-    monkeypatch.setattr("capacity_advisor.advisor.scoring.load_for", slow_then_bad)
+    monkeypatch.setattr("capacity_advisor.advisor.scoring.score.load_for", slow_then_bad)
     one_error_line(run("score", "-m", tiny_llama, "-p", plain_pool(tmp_path / "pool.jsonl"), "-o", tmp_path / "out"),
                    "damaged", tmp_path / "out")
 
 
 def test_a_single_process_run_prints_no_launch_command_before_its_error(tmp_path, monkeypatch):
-    from capacity_advisor.models.errors import InputError
+    from capacity_advisor.core.errors import InputError
 
     def refuse(*a, **k):
         raise InputError("the chat template cannot be rendered")

@@ -169,7 +169,7 @@ def test_5_a_record_number_that_is_not_finite_is_refused(tmp_path, capsys):
 # ---- the lab sweep's flags: 6 ------------------------------------------------------------------
 
 def test_6_measure_every_below_one_is_refused_with_quick_too(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("capacity_advisor.advisor.lab.calibrate.run_calibration",
+    monkeypatch.setattr("capacity_advisor.advisor.calibration.sweep.run_calibration",
                         lambda *a, **k: pytest.fail("the sweep ran"))
     out = tmp_path / "cal"
     for every in ("0", "-1"):
@@ -213,7 +213,7 @@ def test_9_an_unreadable_build_file_is_one_note_and_the_real_recipe(tiny_llama, 
 
 DIES_WRITING_SCORES = """
 import os, signal, sys
-import capacity_advisor.advisor.scoring as scoring
+import capacity_advisor.advisor.scoring.score as scoring
 
 real = scoring.write_jsonl
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import HANG_S, ROOT, make_manifest, one_error_line, race_manifest, record_subset, run
 
-from capacity_advisor.advisor.lab.units import CalibrateConfig
+from capacity_advisor.advisor.calibration.grid import CalibrateConfig
 
 STASHED = "addition-teacher-xl-t0.7"  # a source of `advisor lab sweep`
 
@@ -96,7 +96,7 @@ def test_2_a_fifo_folder_or_device_where_a_run_keeps_a_file_is_one_error_line_at
 
 HOLD = """
 import sys
-from capacity_advisor.models.files import folder_lock
+from capacity_advisor.core.files import folder_lock
 
 with folder_lock(sys.argv[1]):
     print("held", flush=True)

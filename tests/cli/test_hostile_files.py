@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import one_error_line, read_jsonl, run, write_jsonl
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 
 
 # ---- advisor lab report on a damaged calibration folder -----------------------------------------
@@ -93,7 +93,7 @@ def test_lab_report_on_a_damaged_folder_is_one_error_line(tmp_path, damage):
 
 
 def test_a_mistyped_local_path_is_no_such_file_not_a_hub_id(tmp_path, monkeypatch):
-    from capacity_advisor.advisor.pool import looks_like_file, read_pool
+    from capacity_advisor.advisor.pools.read import looks_like_file, read_pool
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").mkdir()
@@ -122,7 +122,7 @@ def _repository_folder(root: Path, readme: str) -> Path:
 @pytest.mark.parametrize("data_files", ["/etc/hostname", "../outside.jsonl", "data/../../outside.jsonl",
                                         "~/outside.jsonl", "hf://datasets/org/name/x.jsonl"])
 def test_a_dataset_card_naming_files_outside_its_folder_is_refused(tmp_path, data_files):
-    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.advisor.pools.read import read_pool
 
     (tmp_path / "outside.jsonl").write_text('{"problem": "secret?", "generations": ["a", "b"]}\n')
     readme = f"---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n    path: {data_files}\n---\n# x\n"
@@ -131,7 +131,7 @@ def test_a_dataset_card_naming_files_outside_its_folder_is_refused(tmp_path, dat
 
 
 def test_a_dataset_folder_with_a_link_leading_out_is_refused(tmp_path):
-    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.advisor.pools.read import read_pool
 
     (tmp_path / "outside.jsonl").write_text('{"problem": "secret?", "generations": ["a", "b"]}\n')
     folder = _repository_folder(tmp_path, "---\nconfigs:\n- config_name: default\n  data_files: data/*.jsonl\n---\n")
@@ -145,7 +145,7 @@ def test_a_dataset_folder_with_a_link_leading_out_is_refused(tmp_path):
 def test_a_saved_dataset_naming_files_outside_is_refused(tmp_path):
     import datasets
 
-    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.advisor.pools.read import read_pool
 
     folder = tmp_path / "saved"
     datasets.Dataset.from_list([{"problem": "1+1?", "generations": ["2", "two"]}]).save_to_disk(str(folder))
@@ -161,7 +161,7 @@ def test_a_saved_dataset_naming_files_outside_is_refused(tmp_path):
 def test_split_is_honoured_for_a_saved_dataset_dict(tmp_path):
     import datasets
 
-    from capacity_advisor.advisor.pool import PoolOptions, read_pool
+    from capacity_advisor.advisor.pools.read import PoolOptions, read_pool
 
     folder = tmp_path / "saved"
     datasets.DatasetDict({
@@ -197,7 +197,7 @@ def _big_pool(path: Path, n: int, flat: bool = False) -> Path:
 def test_sampling_while_reading_equals_sampling_the_read_pool(tmp_path, flat):
     import random
 
-    from capacity_advisor.advisor.pool import Pool, read_pool
+    from capacity_advisor.advisor.pools.read import Pool, read_pool
 
     path = _big_pool(tmp_path / "pool.jsonl", 300, flat)
     whole = read_pool(path)
@@ -212,7 +212,7 @@ def test_sampling_while_reading_equals_sampling_the_read_pool(tmp_path, flat):
 
 
 def test_sampling_holds_only_the_drawn_problems_text(tmp_path, monkeypatch):
-    import capacity_advisor.advisor.pool as pool_mod
+    import capacity_advisor.advisor.pools.read as pool_mod
 
     path = _big_pool(tmp_path / "pool.jsonl", 400)
     made = []
@@ -436,7 +436,7 @@ def test_axolotl_runs_without_telemetry_and_trl_uses_the_current_checkpointing_k
 def test_math_verify_is_a_dependency_and_the_checker_says_so():
     from importlib.metadata import requires
 
-    from capacity_advisor.models.metrics import check_answer, math_checker_name
+    from capacity_advisor.training.text_metrics import check_answer, math_checker_name
 
     assert any(r.replace("_", "-").startswith("math-verify") for r in requires("capacity-advisor"))
     assert math_checker_name() == "math-verify"

@@ -11,7 +11,7 @@ from dataclasses import asdict, replace
 import pytest
 from helpers import RECORDS, ROOT, one_error_line, run
 
-from capacity_advisor.advisor.lab.units import CalibrateConfig
+from capacity_advisor.advisor.calibration.grid import CalibrateConfig
 
 SMALL = ROOT / "calibration" / "lab2" / "modchain-program-builds"  # a committed, published source
 KEPT = '{"kept": 1}\n'

@@ -27,7 +27,7 @@ def test_another_shard_size_reuses_nothing_wrong(tiny_llama, tmp_path, monkeypat
 @pytest.mark.parametrize("change", ["model", "pool", "max_length"])
 def test_a_score_cache_filled_by_another_run_is_refused(tiny_llama, tiny_qwen, tmp_path, monkeypatch, change):
     # Every run lands in the same cache folder, as a hand-copied folder or a key collision would.
-    monkeypatch.setattr("capacity_advisor.advisor.shards.stable_hash", lambda *a, **k: "one-folder")
+    monkeypatch.setattr("capacity_advisor.core.shards.stable_hash", lambda *a, **k: "one-folder")
     pool = doubling_pool(tmp_path / "pool.jsonl", 10)
     base = {"--model": tiny_llama, "--pool": pool, "--score-length": 512}
     first = run("score", *[x for kv in base.items() for x in kv], "--device", "cpu", "--out", tmp_path / "a")
@@ -41,7 +41,7 @@ def test_a_score_cache_filled_by_another_run_is_refused(tiny_llama, tiny_qwen, t
 
 
 def gen_config(tiny_llama, tmp_path, **kw):
-    from capacity_advisor.advisor.generate import GenerateConfig
+    from capacity_advisor.advisor.pools.generate import GenerateConfig
 
     common = dict(teacher=tiny_llama, problems=str(tmp_path / "p.jsonl"), n=2, temperature=1.0, max_new_tokens=6,
                   shard_size=3, device="cpu", out=str(tmp_path / "pool.jsonl"))
@@ -49,13 +49,13 @@ def gen_config(tiny_llama, tmp_path, **kw):
 
 
 def write_problems(tmp_path, n=6):
-    from capacity_advisor.models.files import write_jsonl
+    from capacity_advisor.core.files import write_jsonl
 
     write_jsonl(tmp_path / "p.jsonl", [{"problem": f"what is {i} + {i}?", "answer": str(2 * i)} for i in range(n)])
 
 
 def test_a_generation_resumed_with_another_batch_budget_equals_an_uninterrupted_one(tiny_llama, tmp_path, monkeypatch):
-    from capacity_advisor.advisor.generate import generate_pool
+    from capacity_advisor.advisor.pools.generate import generate_pool
 
     write_problems(tmp_path)
     monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home-a"))
@@ -68,10 +68,10 @@ def test_a_generation_resumed_with_another_batch_budget_equals_an_uninterrupted_
 
 @pytest.mark.parametrize("change", ["teacher", "problems", "temperature"])
 def test_a_generate_cache_filled_by_another_run_is_refused(tiny_llama, tiny_qwen, tmp_path, monkeypatch, change):
-    from capacity_advisor.advisor.generate import generate_pool
-    from capacity_advisor.models.errors import InputError
+    from capacity_advisor.advisor.pools.generate import generate_pool
+    from capacity_advisor.core.errors import InputError
 
-    monkeypatch.setattr("capacity_advisor.advisor.shards.stable_hash", lambda *a, **k: "one-folder")
+    monkeypatch.setattr("capacity_advisor.core.shards.stable_hash", lambda *a, **k: "one-folder")
     write_problems(tmp_path)
     generate_pool(gen_config(tiny_llama, tmp_path))
     if change == "problems":

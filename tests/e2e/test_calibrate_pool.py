@@ -43,7 +43,7 @@ def test_the_dry_run_measures_the_pools_tokens_and_prices_them_in_gpu_hours(pool
     6·N·tokens trained, 2·N·tokens passed forward or generated, and GPU-hours FLOPs / (peak x MFU)."""
     from transformers import AutoTokenizer
 
-    from capacity_advisor.advisor.calibrate_pool import PoolCalibrateConfig, make_plan
+    from capacity_advisor.advisor.calibration.proxies import PoolCalibrateConfig, make_plan
 
     short = build_tiny(tmp_path / "short-llama", "llama", context=48)  # no chat template; the recipe's length: 48
     bare = tmp_path / "config-only"  # a target without a tokenizer is counted with the first proxy's
@@ -148,7 +148,7 @@ def test_calibrate_on_folders_resumes_and_its_records_refit_beside_the_lab(pool,
     meta = json.loads((tmp_path / "pred" / "predictor.json").read_text())["meta"]
     (own, info), = meta["own_sources"].items()
     assert sorted(info["students"]) == sorted(names) and own.endswith("/lab:teacher")
-    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.advisor.pools.read import read_pool
 
     assert info["fingerprints"] == [read_pool(pool).fingerprint()]
     # published as a lab sweep is (`advisor lab publish`), and replayed at its own probe: the same records

@@ -16,7 +16,7 @@ from helpers import RACE_MANIFEST, ROOT, one_error_line, race_curve, race_manife
 from capacity_advisor.advisor.predictor import Policy, Predictor
 from capacity_advisor.advisor.predictor.gate import CAP, Gate, choose_gate, gated_picks, judged_on_other_repeats
 from capacity_advisor.advisor.predictor.races import race, with_curves
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.training.race import RaceRule, decide, gaining
 
 SHIPPED = ROOT / "advisor" / "predictor_data"

@@ -148,7 +148,7 @@ def test_without_cuda_and_without_quick_one_error_line():
 
 
 def test_gpu_hours_follow_from_the_measurements(quick):
-    from capacity_advisor.advisor.calibrate_cost import PEAK_TFLOPS
+    from capacity_advisor.advisor.calibration.cost import PEAK_TFLOPS
     from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 
     gpu_check, res, _ = quick

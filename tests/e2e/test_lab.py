@@ -12,20 +12,12 @@ import pytest
 from pathlib import Path
 from click.testing import CliRunner
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.models.lab.ladder import MAX_LENGTH
 from capacity_advisor.models.lab import (
-    FAMILIES,
-    build_student,
-    check,
-    extract_answer,
-    make_problems,
-    pool_rows,
-    student_dir,
-    student_path,
-    teacher_candidates,
-    write_pool,
+    FAMILIES, build_student, check, extract_answer, make_problems, student_dir, student_path, teacher_candidates,
 )
+from capacity_advisor.advisor.pools.lab import pool_rows, write_pool
 
 
 @pytest.fixture
@@ -108,7 +100,7 @@ def test_difficulty_knob_changes_length():
 
 
 def test_pool_is_valid_grouped_layout(tmp_path):
-    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.advisor.pools.read import read_pool
 
     path = tmp_path / "pool.jsonl"
     assert write_pool(path, task="modchain", n=30, candidates=5, seed=1) == 30
@@ -256,7 +248,7 @@ def test_lab_verbs_name_a_build_and_refuse_a_malformed_one(tmp_path, monkeypatch
 
 
 def test_a_sweep_runs_every_build_of_every_student_as_its_own_unit():
-    from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit, units
+    from capacity_advisor.advisor.calibration.grid import CalibrateConfig, Unit, units
 
     cfg = CalibrateConfig(sizes=("m", "xs"), seeds=(0, 1), builds=(0, 2), mean_seeds=(), tasks=("modchain",))
     got = units(cfg)
@@ -338,8 +330,8 @@ def test_cli_list_pool_and_errors(shared_home, tmp_path):
 
 @pytest.mark.slow  # a whole quick calibration sweep
 def test_quick_calibration_report(shared_home, tmp_path):
-    from capacity_advisor.advisor.lab.calibrate import run_calibration
-    from capacity_advisor.advisor.lab.units import CalibrateConfig
+    from capacity_advisor.advisor.calibration.sweep import run_calibration
+    from capacity_advisor.advisor.calibration.grid import CalibrateConfig
     from capacity_advisor.advisor.lab.report import write_report
 
     run_calibration(CalibrateConfig.quick_settings(str(tmp_path / "cal")), log=lambda m: None)
@@ -411,8 +403,8 @@ def quick_teacher(tiny_teacher):
 
 
 def test_teacher_samples_checked_pools_deterministically(quick_teacher, tmp_path, monkeypatch):
-    from capacity_advisor.advisor.generate import GenerateConfig, generate_pool
-    from capacity_advisor.models.lab import write_pool
+    from capacity_advisor.advisor.pools.generate import GenerateConfig, generate_pool
+    from capacity_advisor.advisor.pools.lab import write_pool
 
     monkeypatch.setenv("ADVISOR_HOME", str(quick_teacher))
     write_pool(tmp_path / "problems.jsonl", task="modchain", n=6)
@@ -578,7 +570,7 @@ def test_the_small_kept_builds_ship_in_the_wheel_and_a_stash_keeps_them_there(tm
 
 
 def test_a_student_kept_in_the_repository_is_said_to_be_copied_not_pretrained():
-    from capacity_advisor.advisor.lab.pool import describe_student
+    from capacity_advisor.advisor.lab.student import describe_student
 
     said = []
     desc = describe_student("lab:m", said.append)  # a fresh cache home (the suite's fixture): first use
@@ -594,9 +586,9 @@ def test_every_lab_task_ships_a_teacher_pool_of_todays_problems(task, tmp_path):
     """`recommend --model lab:NAME --lab-task T` reads a shipped pool for every task family, and
     its problems are the ones today's recipe draws (what an on-demand pool would ask the teacher):
     the same ids, prompts and answers, each with the teacher's 8 checked samples."""
-    from capacity_advisor.advisor.lab.pool import TEACHER_SAMPLING, lab_pool
+    from capacity_advisor.advisor.lab.student import TEACHER_SAMPLING, lab_pool
     from capacity_advisor.models.lab import FAMILIES
-    from capacity_advisor.models.lab.pool import pool_rows
+    from capacity_advisor.advisor.pools.lab import pool_rows
     from capacity_advisor.models.lab.tasks import check
 
     assert task in FAMILIES

@@ -145,7 +145,7 @@ def test_stash_without_sources_keeps_the_teachers_builds_as_before(capsys, tmp_p
 
 
 def test_publish_leaves_dest_as_it_was_when_a_file_of_the_sweep_is_damaged(capsys, tmp_path):
-    from capacity_advisor.advisor.lab.units import CalibrateConfig
+    from capacity_advisor.advisor.calibration.grid import CalibrateConfig
 
     sweep, dest = tmp_path / "sweep", tmp_path / "dest"
     cfg = CalibrateConfig.quick_settings(str(sweep))
@@ -181,7 +181,7 @@ def test_a_source_is_stashed_and_restored_through_the_verbs(capsys, tmp_path):
     from dataclasses import asdict
 
     from capacity_advisor.advisor.lab.sources import config
-    from capacity_advisor.advisor.lab.units import run_names, units
+    from capacity_advisor.advisor.calibration.grid import run_names, units
 
     name, work = "listmax-program", tmp_path / "work"
     cfg = config(name, work, 1)

@@ -90,7 +90,7 @@ def test_record_files_named_twice_or_measured_otherwise_are_one_error_line(tmp_p
 
 
 def test_recommend_on_a_calibrated_pool_says_so_and_uses_its_policy(lab_home, tmp_path):
-    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.advisor.pools.read import read_pool
 
     pool = tmp_path / "pool.jsonl"
     lab_pool(pool, 24)
@@ -242,7 +242,7 @@ def test_the_proxy_rule_reads_the_largest_proxies_and_is_chosen_on_other_sources
 
 
 def test_recommend_on_a_calibrated_pool_turns_to_d_low_where_the_proxies_saw_it_win(lab_home, tmp_path):
-    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.advisor.pools.read import read_pool
 
     pool = tmp_path / "pool.jsonl"
     lab_pool(pool, 24)

@@ -52,8 +52,8 @@ def test_two_draws_are_probed_averaged_and_shown(pool, tmp_path):
 def test_draws_that_disagree_lower_confidence_and_say_so(pool, tmp_path, monkeypatch):
     """Which set wins on a draw is the predictor's business; that disagreement lowers the
     confidence and is said is recommend's, checked here with the draws' answers set."""
-    import capacity_advisor.advisor.recommend as rec_mod
-    from capacity_advisor.advisor.draws import probe_folder
+    import capacity_advisor.advisor.recommendation.recommend as rec_mod
+    from capacity_advisor.advisor.recommendation.draws import probe_folder
 
     def split_draws(cfg, predictor, policy, desc, context, reports):
         return [{"seed": cfg.seed + r, "strategy": s, "answered_by": "predictor", "probe": probe_folder(r),
@@ -73,7 +73,7 @@ def test_draws_that_disagree_lower_confidence_and_say_so(pool, tmp_path, monkeyp
 def test_draws_line_and_mean_features():
     from types import SimpleNamespace
 
-    from capacity_advisor.advisor.draws import draws_line, mean_features
+    from capacity_advisor.advisor.recommendation.draws import draws_line, mean_features
 
     same = [{"seed": 0, "strategy": "high", "probabilities": {"low": 0.2}},
             {"seed": 1, "strategy": "high", "probabilities": {"low": 0.3}}]
@@ -102,8 +102,8 @@ def test_one_draw_keeps_the_folder_key_of_before(tmp_path):
     """--probe-repeats 1 (the default) leaves the inputs key as it was, so older folders resume."""
     from dataclasses import asdict
 
-    from capacity_advisor.advisor.recommend import RecommendConfig, inputs_key
-    from capacity_advisor.models.files import stable_hash
+    from capacity_advisor.advisor.recommendation.recommend import RecommendConfig, inputs_key
+    from capacity_advisor.core.files import stable_hash
 
     cfg = RecommendConfig(model="lab:xs", budget=2, out=str(tmp_path))
     d = asdict(cfg)

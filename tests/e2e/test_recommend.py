@@ -257,8 +257,8 @@ def test_calibration_covers_extra_schedules_and_the_predictor_chooses_among_them
     and becomes one of the predictor's options."""
     from dataclasses import replace
 
-    from capacity_advisor.advisor.lab.calibrate import run_calibration
-    from capacity_advisor.advisor.lab.units import CalibrateConfig
+    from capacity_advisor.advisor.calibration.sweep import run_calibration
+    from capacity_advisor.advisor.calibration.grid import CalibrateConfig
     from capacity_advisor.advisor.predictor import fit_predictor, label_rows
 
     cfg = replace(CalibrateConfig.quick_settings(str(tmp_path / "cal")), schedules=("mixed@0.25",))
@@ -451,7 +451,7 @@ def test_a_short_context_caps_the_probe_and_the_report_says_so(short_context_mod
 
 
 def test_a_schedule_is_parsed_once_and_kept_within_the_budget():
-    from capacity_advisor.advisor.schedule import Schedule
+    from capacity_advisor.advisor.recommendation.schedule import Schedule
 
     s = Schedule.parse("curriculum@2")
     assert (s.strategy, s.mix, s.switch_epoch) == ("curriculum", 0.0, 2.0)
@@ -463,7 +463,7 @@ def test_a_schedule_is_parsed_once_and_kept_within_the_budget():
 
 def test_the_baselines_are_the_calibrations_own(synthetic_predictor):
     from capacity_advisor.advisor.predictor import CONSTANTS, SIZE_RULE as RULE_OF_THUMB, Rule
-    from capacity_advisor.advisor.recommendation import baselines
+    from capacity_advisor.advisor.recommendation.result import baselines
 
     pred = Predictor.load(synthetic_predictor)
     rule = Rule.from_meta(pred.meta["rule_of_thumb"])
@@ -479,9 +479,9 @@ def test_the_figure_is_readable_and_every_panel_has_a_legend(synthetic_predictor
     import matplotlib.pyplot as plt
     from matplotlib.text import Text
 
-    from capacity_advisor.advisor.recommendation import BUDGET_GRID, Recommendation
-    from capacity_advisor.advisor.report_figure import DPI, build_figure
-    from capacity_advisor.advisor.schedule import Schedule
+    from capacity_advisor.advisor.recommendation.result import BUDGET_GRID, Recommendation
+    from capacity_advisor.advisor.recommendation.figure import DPI, build_figure
+    from capacity_advisor.advisor.recommendation.schedule import Schedule
     from capacity_advisor.probes.run import ProbeReport
 
     pred = Predictor.load(synthetic_predictor)

@@ -20,9 +20,9 @@ def two_sources(tmp_path_factory, lab_cache):
     `xs` comes from the suite's lab cache; `s` is pretrained for 100 steps instead of its 1,000
     (another recipe hash, so its own folder): the sweep's machinery is under test, not `s`'s skill."""
     import capacity_advisor.models.lab.ladder as ladder
-    from capacity_advisor.advisor.lab.calibrate import run_calibration
+    from capacity_advisor.advisor.calibration.sweep import run_calibration
     from capacity_advisor.advisor.lab.publish import publish
-    from capacity_advisor.advisor.lab.units import CalibrateConfig
+    from capacity_advisor.advisor.calibration.grid import CalibrateConfig
     from helpers import advisor_home
 
     home = tmp_path_factory.mktemp("sweep-home") / "home"
@@ -118,8 +118,8 @@ def test_a_source_in_progress_is_stashed_and_restored_without_checkpoints_or_mac
 
     from capacity_advisor.advisor.lab.sources import config
     from capacity_advisor.advisor.lab.stash import restore, stash
-    from capacity_advisor.advisor.lab.units import run_names, units
-    from capacity_advisor.models.errors import InputError
+    from capacity_advisor.advisor.calibration.grid import run_names, units
+    from capacity_advisor.core.errors import InputError
 
     name, work = "addition-teacher-xl-t0.7", tmp_path / "work"
     cfg = config(name, work, 1)

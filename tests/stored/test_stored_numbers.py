@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import read_jsonl, stored_numbers, write_jsonl
 
-from capacity_advisor.advisor.pool import read_pool
-from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
+from capacity_advisor.advisor.pools.read import read_pool
+from capacity_advisor.advisor.scoring.score import ScoreConfig, score_pool
 
 STORED = Path(__file__).parents[1] / "data" / "tiny_scores.json"
 FIELDS = ("n_tokens", "n_scored", "logprob_sum", "logprob_mean", "rank_mean", "truncated")

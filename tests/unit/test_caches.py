@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 
 
 def _flip_middle_byte(path: Path) -> None:
@@ -36,7 +36,7 @@ def test_a_changed_middle_tensor_is_another_model(tmp_path, monkeypatch):
 
 
 def test_the_remembered_digest_is_the_file_digest_and_follows_changes(tmp_path, monkeypatch):
-    from capacity_advisor.models.files import cached_file_digest, file_digest
+    from capacity_advisor.core.files import cached_file_digest, file_digest
 
     monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home"))
     f = tmp_path / "w.bin"
@@ -50,7 +50,7 @@ def test_the_remembered_digest_is_the_file_digest_and_follows_changes(tmp_path, 
 
 
 def test_outputs_respect_the_umask_and_keep_an_existing_mode(tmp_path):
-    from capacity_advisor.models.files import write_json, write_jsonl
+    from capacity_advisor.core.files import write_json, write_jsonl
 
     old = os.umask(0o022)
     try:
@@ -69,7 +69,7 @@ def test_outputs_respect_the_umask_and_keep_an_existing_mode(tmp_path):
 
 
 def test_an_output_never_writes_through_a_link(tmp_path):
-    from capacity_advisor.models.files import write_json, write_text
+    from capacity_advisor.core.files import write_json, write_text
 
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
@@ -82,7 +82,7 @@ def test_an_output_never_writes_through_a_link(tmp_path):
 
 
 def test_refuse_overwrite_names_the_input(tmp_path):
-    from capacity_advisor.models.files import refuse_overwrite
+    from capacity_advisor.core.files import refuse_overwrite
 
     pool = tmp_path / "pool.jsonl"
     pool.write_text("{}\n")
@@ -102,7 +102,7 @@ def test_refuse_overwrite_names_the_input(tmp_path):
 
 
 def test_written_json_holds_no_nan(tmp_path):
-    from capacity_advisor.models.files import write_json, write_jsonl
+    from capacity_advisor.core.files import write_json, write_jsonl
 
     write_json(tmp_path / "a.json", {"x": float("nan"), "y": [float("inf"), 1.5]})
     write_jsonl(tmp_path / "b.jsonl", [{"x": float("-inf")}])
@@ -115,7 +115,7 @@ def test_written_json_holds_no_nan(tmp_path):
 
 
 def _pool(tmp_path):
-    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.advisor.pools.read import read_pool
 
     path = tmp_path / "pool.jsonl"
     path.write_text("".join(json.dumps({"id": f"p{i}", "problem": f"what is {i} + 1?", "answer": str(i + 1),
@@ -125,7 +125,7 @@ def _pool(tmp_path):
 
 
 def test_compute_file_of_other_scores_does_not_survive_a_rescore(tiny_llama, tiny_qwen, tmp_path):
-    from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
+    from capacity_advisor.advisor.scoring.score import ScoreConfig, score_pool
 
     pool, out = _pool(tmp_path), tmp_path / "score"
     score_pool(pool, ScoreConfig(model=tiny_llama, device="cpu"), out)
@@ -137,7 +137,7 @@ def test_compute_file_of_other_scores_does_not_survive_a_rescore(tiny_llama, tin
 
 
 def test_skip_tokens_longer_than_the_responses_is_one_error_and_writes_nothing(tiny_llama, tmp_path):
-    from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
+    from capacity_advisor.advisor.scoring.score import ScoreConfig, score_pool
 
     pool, out = _pool(tmp_path), tmp_path / "score"
     with pytest.raises(InputError, match="--skip-tokens 500 leaves nothing to score"):
@@ -167,7 +167,7 @@ def test_the_rerank_candidates_file_is_part_of_the_run_key(tmp_path):
 
 
 def test_generate_refuses_to_write_over_its_problems(tmp_path):
-    from capacity_advisor.advisor.generate import GenerateConfig, generate_pool
+    from capacity_advisor.advisor.pools.generate import GenerateConfig, generate_pool
 
     problems = tmp_path / "problems.jsonl"
     problems.write_text('{"problem": "1+1?", "answer": "2"}\n')
@@ -206,7 +206,7 @@ def test_export_replaces_links_instead_of_writing_through_them(tmp_path):
 
 
 def test_the_pool_fingerprint_hashed_a_problem_at_a_time_is_the_same_digest():
-    from capacity_advisor.models.files import stable_hash, stable_hash_of_list
+    from capacity_advisor.core.files import stable_hash, stable_hash_of_list
 
     for items in ([], [1], [["a", "é", [[0, "x"]]], {"b": 1, "a": [2.5, None]}], [[str(i), "p" * i] for i in range(40)]):
         assert stable_hash_of_list(iter(items)) == stable_hash(items)

@@ -7,9 +7,9 @@ from click.testing import CliRunner
 from helpers import read_jsonl, write_jsonl
 
 from capacity_advisor.advisor.cli.main import cli
-from capacity_advisor.advisor.compute import ComputeConfig, keep_problems, measure
-from capacity_advisor.advisor.pool import read_pool
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.advisor.scoring.compute import ComputeConfig, keep_problems, measure
+from capacity_advisor.advisor.pools.read import read_pool
+from capacity_advisor.core.errors import InputError
 
 
 class Budgeted:

@@ -7,15 +7,15 @@ from click.testing import CliRunner
 from helpers import read_jsonl
 
 import fake_vllm
-from capacity_advisor.advisor import generate as gen_mod
+from capacity_advisor.advisor.pools import generate as gen_mod
 from capacity_advisor.advisor.cli.main import cli
-from capacity_advisor.advisor.generate import GenerateConfig, generate_pool
-from capacity_advisor.advisor.pool import PoolOptions, read_pool
-from capacity_advisor.models.files import write_jsonl
+from capacity_advisor.advisor.pools.generate import GenerateConfig, generate_pool
+from capacity_advisor.advisor.pools.read import PoolOptions, read_pool
+from capacity_advisor.core.files import write_jsonl
 
 
 def lab_problems(path, n=10):
-    from capacity_advisor.models.lab import pool_rows
+    from capacity_advisor.advisor.pools.lab import pool_rows
 
     rows = [{k: r[k] for k in ("id", "task", "problem", "answer")} for r in pool_rows("modchain", n=n, seed=3)]
     write_jsonl(path, rows)

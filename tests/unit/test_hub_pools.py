@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from capacity_advisor.advisor.pool import PoolOptions, read_pool
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.advisor.pools.read import PoolOptions, read_pool
+from capacity_advisor.core.errors import InputError
 
 README = """---
 configs:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 from helpers import ROOT
 
-PACKAGES = ("advisor", "models", "probes", "training")
+from capacity_advisor.models import MOVED
+
+PACKAGES = ("advisor", "core", "models", "probes", "training")
 
 
 def modules() -> dict[str, Path]:
@@ -24,12 +26,14 @@ def modules() -> dict[str, Path]:
 def graph() -> tuple[dict[str, set[str]], list[str]]:
     """(module -> the package modules it imports, the private names imported across modules)."""
     mods = modules()
+    moved = {old[len("capacity_advisor."):]: new.__name__[len("capacity_advisor."):] for old, new in MOVED.items()}
     edges: dict[str, set[str]] = {m: set() for m in mods}
     private = []
     for name, path in mods.items():
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("capacity_advisor."):
                 target = node.module[len("capacity_advisor."):]
+                target = moved.get(target, target)  # a module imported by the name it had before it moved
                 for alias in node.names:
                     sub = f"{target}.{alias.name}"
                     if sub in mods:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from capacity_advisor.models.numbers import number, whole
+from capacity_advisor.core.numbers import number, whole
 
 
 @pytest.mark.parametrize("v, is_number, is_whole", [

@@ -5,8 +5,8 @@ import json
 import pytest
 from helpers import write_jsonl
 
-from capacity_advisor.advisor.pool import PoolOptions, read_pool
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.advisor.pools.read import PoolOptions, read_pool
+from capacity_advisor.core.errors import InputError
 
 PROBLEMS = [
     {"id": "p0", "prompt": "What is 2+3?", "responses": ["5", "2+3=5, so 5", "First 2, then add 3: 5"], "answer": "5"},
@@ -161,7 +161,7 @@ def test_rows_without_an_id_never_take_another_problems_id(tmp_path, layout):
 
 
 def test_selection_from_a_pool_with_missing_ids_takes_each_problem_once(tmp_path):
-    from capacity_advisor.advisor.select import SelectConfig, select
+    from capacity_advisor.advisor.scoring.select import SelectConfig, select
 
     rows = [{"id": "2", "question": "A", "response": r} for r in ("a1", "a2")] + \
            [{"id": None, "question": "B", "response": r} for r in ("b1", "b2")]
@@ -173,7 +173,7 @@ def test_selection_from_a_pool_with_missing_ids_takes_each_problem_once(tmp_path
 
 
 def test_problems_without_an_id_never_take_another_problems_id(tmp_path):
-    from capacity_advisor.advisor.generate import GenerateConfig, read_problems
+    from capacity_advisor.advisor.pools.generate import GenerateConfig, read_problems
 
     _jsonl(tmp_path / "p.jsonl", [{"id": "2", "problem": "A"}, {"id": None, "problem": "B"}, {"problem": "C"}])
     problems, _ = read_problems(GenerateConfig(teacher="unused", problems=str(tmp_path / "p.jsonl"), out="pool.jsonl"))
@@ -182,7 +182,7 @@ def test_problems_without_an_id_never_take_another_problems_id(tmp_path):
 
 @pytest.mark.parametrize("field", ["problem", "answer", "id"])
 def test_problems_with_half_a_surrogate_pair_are_one_input_error(tmp_path, field):
-    from capacity_advisor.advisor.generate import GenerateConfig, read_problems
+    from capacity_advisor.advisor.pools.generate import GenerateConfig, read_problems
 
     row = {"id": "1", "problem": "1+1?", "answer": "2"}
     row[field] = "half a pair: \ud800"

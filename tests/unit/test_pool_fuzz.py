@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from capacity_advisor.advisor.pool import PoolOptions, read_pool
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.advisor.pools.read import PoolOptions, read_pool
+from capacity_advisor.core.errors import InputError
 
 EXAMPLES = int(os.environ.get("ADVISOR_FUZZ_EXAMPLES", "0"))
 FUZZ = settings(max_examples=EXAMPLES or 100, derandomize=not EXAMPLES, deadline=None, database=None,

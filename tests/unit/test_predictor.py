@@ -23,7 +23,7 @@ from capacity_advisor.advisor.predictor import (
     regret,
 )
 from capacity_advisor.advisor.predictor.labels import model_inputs
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 from helpers import make_records, probe_features, resign
 
 FEATS = ("budget", "gap_answer_logprob_area_gain", "low_repetition_area", "low_teacher_nll_drop_rel",
@@ -240,7 +240,7 @@ def test_shipped_predictor_loads_and_answers():
     from collections import Counter
     from pathlib import Path
 
-    from capacity_advisor.advisor.recommend import load_predictor
+    from capacity_advisor.advisor.recommendation.recommend import load_predictor
 
     shipped = load_predictor(None)
     assert shipped.meta["records"] >= 2 and "always high" in shipped.meta["cv"]["student"]["methods"]

@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
-from capacity_advisor.advisor.pool import read_pool
-from capacity_advisor.advisor.probe import build_probe_data
-from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
-from capacity_advisor.advisor.select import load_scores
-from capacity_advisor.models import metrics
+from capacity_advisor.advisor.pools.read import read_pool
+from capacity_advisor.advisor.probe.stage import build_probe_data
+from capacity_advisor.advisor.scoring.score import ScoreConfig, score_pool
+from capacity_advisor.advisor.scoring.select import load_scores
+from capacity_advisor.training import text_metrics as metrics
 from capacity_advisor.models.loading import load_model
 from capacity_advisor.models.template import encode_pair
 from capacity_advisor.probes.recipe import REAL
@@ -138,7 +138,7 @@ def test_killed_probe_resumes_to_the_same_report(tiny_llama, tmp_path):
 
 
 def test_probe_folder_of_another_model_is_refused(tiny_llama, tiny_qwen, tmp_path):
-    from capacity_advisor.models.errors import InputError
+    from capacity_advisor.core.errors import InputError
 
     cfg = probe_config(steps=4)
     lm, data = _data(tiny_llama, tmp_path, cfg)
@@ -188,7 +188,7 @@ def test_probe_with_scores_of_another_pool_says_what_to_do(tiny_llama, tmp_path)
 
 
 def test_probe_caps_new_tokens_and_length_at_the_models_context(tmp_path):
-    from capacity_advisor.advisor.probe import plan_probe
+    from capacity_advisor.advisor.probe.stage import plan_probe
     from capacity_advisor.probes.recipe import LAB, Fitted
 
     plan = plan_probe(student_of(str(tmp_path))).within(512)
@@ -207,7 +207,7 @@ def test_probe_caps_new_tokens_and_length_at_the_models_context(tmp_path):
 def test_a_real_students_new_tokens_are_bounded_by_the_pools_responses(tiny_llama, tmp_path):
     """1.5 x the 99th-percentile response (with its EOS), rounded up to 16, at least 64; the source
     says so; a flag, a lab student and a bound above the recipe's leave the plan as it was."""
-    from capacity_advisor.advisor.probe import bound_by_responses, plan_probe, response_lengths
+    from capacity_advisor.advisor.probe.stage import bound_by_responses, plan_probe, response_lengths
     from capacity_advisor.models.loading import load_tokenizer
     from capacity_advisor.probes.recipe import LAB
     from helpers import doubling_pool

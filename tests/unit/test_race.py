@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.training.manifest import EvalSpec
 from capacity_advisor.training.race import RaceRule, decide, race_manifests, run_race
 from helpers import RACE_MANIFEST, race_curve, race_manifest

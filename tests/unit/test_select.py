@@ -3,9 +3,9 @@
 import pytest
 from helpers import write_jsonl
 
-from capacity_advisor.advisor.pool import PoolOptions, read_pool
-from capacity_advisor.advisor.select import SelectConfig, export, extremes, select
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.advisor.pools.read import PoolOptions, read_pool
+from capacity_advisor.advisor.scoring.select import SelectConfig, export, extremes, select
+from capacity_advisor.core.errors import InputError
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import HANG_S, ROOT, make_manifest, read_jsonl, write_data, write_jsonl
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.training import metrics
 from capacity_advisor.training.callbacks import eval_schedule
 from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec, load_manifest
@@ -147,7 +147,7 @@ def check_best(run: Path, record: dict) -> None:
 
 def test_single_process_run_writes_checkpoints_evals_and_record(tmp_path, tiny_qwen):
     from capacity_advisor.advisor.cli.train import train
-    from capacity_advisor.models.files import advisor_home
+    from capacity_advisor.core.files import advisor_home
 
     path = make_manifest(tmp_path / "rec", tiny_qwen)
     run = tmp_path / "run"

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from capacity_advisor.advisor.cli.main import cli
-from capacity_advisor.advisor.pool import read_pool
-from capacity_advisor.advisor.scoring import ScoreConfig, score_pool
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.advisor.pools.read import read_pool
+from capacity_advisor.advisor.scoring.score import ScoreConfig, score_pool
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.models.hf import HFBackend
 from capacity_advisor.models.loading import load_model
 import fake_vllm

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.models.lab.ladder import LAB_TEACHER
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS, LAB
 from capacity_advisor.training.manifest import SETS, schedule_of
@@ -134,7 +134,7 @@ class CalibrateConfig:
         path = Path(out) / "config.json"
         if not path.is_file():
             raise InputError(f"{out} has no config.json: name a folder written by `advisor lab calibrate --out`")
-        from capacity_advisor.models.files import json_object
+        from capacity_advisor.core.files import json_object
 
         saved = json_object(path, "name a folder written by `advisor lab calibrate --out`")
         if "inputs_key" in saved:

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import advisor_home, read_jsonl, stable_hash, write_json, write_jsonl
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import advisor_home, read_jsonl, stable_hash, write_json, write_jsonl
 
 PRODUCER = "producer.json"
 

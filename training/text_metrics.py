@@ -167,7 +167,7 @@ def accuracy(texts: Sequence[str], references: Sequence[str | None], checker: st
 def choose_checker(checker: str, has_answers: bool, tasks: set[str]) -> str:
     """`auto`: the lab's checker for lab tasks, math for other problems with answers, else none."""
     if checker not in CHECKER_CHOICES:
-        from capacity_advisor.models.errors import InputError
+        from capacity_advisor.core.errors import InputError
 
         raise InputError(f"--checker {checker!r} is unknown: use one of {', '.join(CHECKER_CHOICES)}")
     if checker != CHECKER_DEFAULT:

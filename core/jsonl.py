@@ -9,8 +9,8 @@ import stat
 from pathlib import Path
 from typing import Iterator
 
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.numbers import strict_loads
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.numbers import strict_loads
 
 
 class JSONLError(ValueError):

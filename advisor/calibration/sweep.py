@@ -29,12 +29,12 @@ from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
 from typing import Callable
 
-from capacity_advisor.advisor import calibration
-from capacity_advisor.advisor.calibration import EVAL_SEED, Calibration, Run, UnitPool
-from capacity_advisor.advisor.lab.pool import ON_CPU
-from capacity_advisor.advisor.lab.units import CalibrateConfig, Unit, run_names, unit_runs, units
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import (
+from capacity_advisor.advisor.calibration import unit as calibration
+from capacity_advisor.advisor.calibration.unit import EVAL_SEED, Calibration, Run, UnitPool
+from capacity_advisor.advisor.lab.student import ON_CPU
+from capacity_advisor.advisor.calibration.grid import CalibrateConfig, Unit, run_names, unit_runs, units
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import (
     folder_lock, json_object, read_jsonl, unclaimed_files, versions, write_json, write_jsonl,
 )
 from capacity_advisor.models.lab.ladder import RECIPE_VERSION
@@ -55,7 +55,7 @@ def _problems(task: str, n: int, seed: int, exclude: set[str] = frozenset()) -> 
 
 def teacher_pool(cfg: CalibrateConfig, task: str, seed: int, log: Log) -> tuple[Path, Path]:
     """(pool file, eval-set file) of one task and seed, sampled from the lab teacher (cached)."""
-    from capacity_advisor.advisor.generate import GenerateConfig, generate_pool
+    from capacity_advisor.advisor.pools.generate import GenerateConfig, generate_pool
 
     pool_path, eval_path = pool_paths(cfg, task, seed)
     folder = pool_path.parent
@@ -68,7 +68,7 @@ def teacher_pool(cfg: CalibrateConfig, task: str, seed: int, log: Log) -> tuple[
             continue
         t0 = time.time()
         if cfg.teacher == "program":
-            from capacity_advisor.models.lab import pool_rows
+            from capacity_advisor.advisor.pools.lab import pool_rows
 
             write_jsonl(path, pool_rows(task, candidates=min(8, max(4, cfg.candidates)), seed=s, problems=probs))
             continue

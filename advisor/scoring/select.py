@@ -19,11 +19,11 @@ from pathlib import Path
 from statistics import mean
 from typing import Mapping, Sequence
 
-from capacity_advisor.models.numbers import number, whole
-from capacity_advisor.advisor.pool import Pool
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import atomic_path, read_jsonl_input, refuse_overwrite, write_jsonl
-from capacity_advisor.models.ranking import (  # noqa: F401  (re-exported)
+from capacity_advisor.core.numbers import number, whole
+from capacity_advisor.advisor.pools.read import Pool
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import atomic_path, read_jsonl_input, refuse_overwrite, write_jsonl
+from capacity_advisor.training.ranking import (  # noqa: F401  (re-exported)
     DEFAULT_RANKING, RANKINGS, SCORE_FIELDS, extremes, low_share, score_value,
 )
 from capacity_advisor.training.manifest import DEFAULT_MIX, STRATEGIES

@@ -24,9 +24,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 # JSONL reading has its own module; most modules import it from here, with the writers
-from capacity_advisor.models.jsonl import (  # noqa: F401
+from capacity_advisor.core.jsonl import (  # noqa: F401
     JSONLError, MAX_LINE_BYTES, iter_jsonl, read_jsonl, read_jsonl_input,
 )
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from capacity_advisor.advisor.pool import Pool
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import finite, json_object, write_jsonl
+from capacity_advisor.advisor.pools.read import Pool
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import finite, json_object, write_jsonl
 from capacity_advisor.probes.recipe import Recipe
 from capacity_advisor.probes.student import Student
 from capacity_advisor.training.manifest import schedule_of
@@ -69,7 +69,7 @@ class UnitPool:
 
     def read(self) -> tuple[Pool, str]:
         """The problems, and the content hash the records know the pool by."""
-        from capacity_advisor.advisor.pool import read_pool
+        from capacity_advisor.advisor.pools.read import read_pool
 
         problems = self.problems if self.problems is not None else read_pool(self.path)
         return problems, self.fingerprint or problems.fingerprint()
@@ -131,8 +131,8 @@ def run_unit(unit: Unit, cal: Calibration, lm=None) -> str:
 def measure(unit: Unit, cal: Calibration, lm, problems: Pool) -> tuple[dict, dict]:
     """The unit's scores and its probe's features, through `probe_pool`; a probe already finished
     (its probe.json) is read, not run again."""
-    from capacity_advisor.advisor.probe import probe_pool
-    from capacity_advisor.advisor.select import load_scores
+    from capacity_advisor.advisor.probe.stage import probe_pool
+    from capacity_advisor.advisor.scoring.select import load_scores
     from capacity_advisor.probes.run import ProbeConfig
 
     cfg = ProbeConfig(unit.recipe, learning_rate=unit.learning_rate, seed=unit.seed, device=cal.device, dtype=cal.dtype,
@@ -153,7 +153,7 @@ def full_run(unit: Unit, cal: Calibration, run: Run, lm, problems: Pool, scores:
              fingerprint: str) -> Path:
     """One full run of the unit's student on `problems`, from its manifest as `advisor train` runs it
     (skipped when finished); returns the run folder."""
-    from capacity_advisor.advisor.select import SelectConfig, export, select
+    from capacity_advisor.advisor.scoring.select import SelectConfig, export, select
     from capacity_advisor.probes.recipe import full_run_manifest
 
     run_dir = unit.folder / run.name
@@ -207,7 +207,7 @@ def base_row(unit: Unit, run: Run) -> dict | None:
     """The base student's evaluation (step 0) an earlier run of the unit made: every run of a unit
     starts from the same base and is judged on the same held-out problems with the same settings,
     so its first evaluation is that one (greedy generation), not made again."""
-    from capacity_advisor.models.jsonl import read_jsonl_input
+    from capacity_advisor.core.jsonl import read_jsonl_input
 
     for other in unit.runs:
         if other.name == run.name:

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from capacity_advisor.advisor.compute import PROBLEM_FILTERS, ComputeConfig
-from capacity_advisor.advisor.select import FORMATS
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.metrics import CHECKER_DEFAULT
+from capacity_advisor.advisor.scoring.compute import PROBLEM_FILTERS, ComputeConfig
+from capacity_advisor.advisor.scoring.select import FORMATS
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.training.text_metrics import CHECKER_DEFAULT
 
 
 def _quiet(*args, **kw) -> None:
@@ -48,9 +48,9 @@ def score_file(job: ScoreJob, pool_options, cfg, say: Callable = _quiet, start: 
     resumable) into OUT/scores.jsonl; with `job.compute_budgets`, also measure which problems the
     student solves only with the long budget (OUT/compute.jsonl). Returns the scoring summary
     with the pool's and the compute measurement's."""
-    from capacity_advisor.advisor.pool import read_pool
-    from capacity_advisor.advisor.scoring import load_for, score_pool
-    from capacity_advisor.models.files import advisor_home, check_writable_dir, refuse_overwrite
+    from capacity_advisor.advisor.pools.read import read_pool
+    from capacity_advisor.advisor.scoring.score import load_for, score_pool
+    from capacity_advisor.core.files import advisor_home, check_writable_dir, refuse_overwrite
 
     cfg.validate()
     compute, checker, out = job.compute(cfg.seed), job.checker, job.out
@@ -60,8 +60,8 @@ def score_file(job: ScoreJob, pool_options, cfg, say: Callable = _quiet, start: 
     check_writable_dir(advisor_home(), "ADVISOR_HOME (the score cache)")
     pool = read_pool(job.pool, pool_options)
     if compute is not None:
-        from capacity_advisor.advisor.compute import answered
-        from capacity_advisor.advisor.probe import pick_checker
+        from capacity_advisor.advisor.scoring.compute import answered
+        from capacity_advisor.advisor.probe.stage import pick_checker
 
         answered(pool)
         pick_checker(pool, checker)
@@ -81,10 +81,10 @@ def score_file(job: ScoreJob, pool_options, cfg, say: Callable = _quiet, start: 
 
 def measure_compute(pool, lm, cfg, compute, checker: str, out: Path, start: Callable, advance: Callable) -> dict:
     """Each problem attempted with the short and the long budget (`compute.measure`); OUT/compute.jsonl."""
-    from capacity_advisor.advisor import compute as compute_mod
-    from capacity_advisor.advisor.probe import pick_checker
+    from capacity_advisor.advisor.scoring import compute as compute_mod
+    from capacity_advisor.advisor.probe.stage import pick_checker
     from capacity_advisor.models.backends import backend_from
-    from capacity_advisor.models.files import write_jsonl
+    from capacity_advisor.core.files import write_jsonl
 
     gen = backend_from(cfg.backend, lm, cfg)
     start("short and long attempts", 2 * len(pool), 0, "problems")
@@ -116,10 +116,10 @@ def select_file(job: SelectJob, pool_options, cfg) -> dict:
     `job.format`, with OUT's .config.json beside it; `job.problems` keeps one compute class (from
     `job.compute`, default beside the scores); `job.candidates` also gets every candidate of the
     selected problems (for training.rerank). Returns the selection's summary."""
-    from capacity_advisor.advisor import select as sel_mod
-    from capacity_advisor.advisor.compute import keep_problems
-    from capacity_advisor.advisor.pool import read_pool
-    from capacity_advisor.models.files import check_writable_file, refuse_overwrite, versions, write_json, write_jsonl
+    from capacity_advisor.advisor.scoring import select as sel_mod
+    from capacity_advisor.advisor.scoring.compute import keep_problems
+    from capacity_advisor.advisor.pools.read import read_pool
+    from capacity_advisor.core.files import check_writable_file, refuse_overwrite, versions, write_json, write_jsonl
 
     cfg.validate()
     pool_path, scores_path, out, fmt, problems = job.pool, job.scores, job.out, job.format, job.problems
@@ -155,7 +155,7 @@ def fit_file(records_path, out: str, settings, log=None) -> dict:
     """`advisor fit`: the settings (`fit.FitSettings`) checked, the records (one file, several, or
     the records store) read and checked, the predictor fitted (`fit.fit_and_save`) and saved to OUT."""
     from capacity_advisor.advisor.fit import fit_and_save, record_files
-    from capacity_advisor.models.files import advisor_home, check_writable_dir
+    from capacity_advisor.core.files import advisor_home, check_writable_dir
 
     settings.check()
     check_writable_dir(out, "--out")

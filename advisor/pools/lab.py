@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from capacity_advisor.models.files import write_jsonl
+from capacity_advisor.core.files import write_jsonl
 from capacity_advisor.models.lab import tasks
 
 
@@ -39,7 +39,7 @@ MAX_PROBLEMS = 1_000_000  # problems of one lab pool (the sweep's hold 3,000)
 def write_pool(path: str | os.PathLike, task: str = "modchain", n: int = 100, difficulty: int | None = None,
                candidates: int = 6, seed: int = 0) -> int:
     """Write `n` problems with `candidates` teacher responses each; returns the row count."""
-    from capacity_advisor.models.errors import InputError
+    from capacity_advisor.core.errors import InputError
 
     if not 4 <= candidates <= 8:
         raise InputError(f"--candidates must be between 4 and 8, got {candidates}")

@@ -12,14 +12,14 @@ from dataclasses import fields, replace
 
 import click
 
-from capacity_advisor.advisor.calibrate_pool import PoolCalibrateConfig
+from capacity_advisor.advisor.calibration.proxies import PoolCalibrateConfig
 from capacity_advisor.advisor.cli import report
 from capacity_advisor.advisor.cli.options import (
     checker_option, device_options, field_option, floats, ints, json_option, names, pool_options, pool_settings, stack,
     take,
 )
-from capacity_advisor.advisor.lab.units import CalibrateConfig
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.advisor.calibration.grid import CalibrateConfig
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.probes.recipe import RECIPE_FLAGS
 from capacity_advisor.training.launch import LAUNCHERS
 
@@ -89,9 +89,9 @@ def calibrate(ctx, as_json, dry_run, **kw):
     runs, RunRecords for `advisor fit` (the lab sweep: `advisor lab calibrate`)."""
     import contextlib
 
-    from capacity_advisor.advisor.calibrate_pool import run_pool_calibration
+    from capacity_advisor.advisor.calibration.proxies import run_pool_calibration
     from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries
-    from capacity_advisor.models.files import folder_lock
+    from capacity_advisor.core.files import folder_lock
 
     quiet_libraries()
     lab_only = [_flag(k) for k in LAB_ONLY if _given(ctx, f"lab_{k}")]
@@ -156,8 +156,8 @@ def calibrate(ctx, as_json, dry_run, **kw):
 def lab_calibrate(ctx, as_json, **kw):
     """The lab sweep: teacher pools, probes and full high/low/mixed runs — RunRecords for `advisor fit`."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries
-    from capacity_advisor.advisor.lab.calibrate import run_calibration
-    from capacity_advisor.models.files import check_writable_dir
+    from capacity_advisor.advisor.calibration.sweep import run_calibration
+    from capacity_advisor.core.files import check_writable_dir
 
     quiet_libraries()
     theirs = sorted(flag for flag in USER_ONLY if kw.pop(USER_ONLY[flag]) not in (None, False))

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from capacity_advisor.advisor.pool_options import PoolOptions
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import unpaired_surrogate
+from capacity_advisor.advisor.pools.options import PoolOptions
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import unpaired_surrogate
 
 PROMPT_KEYS = ("problem", "prompt", "question", "instruction", "query", "input")
 RESPONSES_KEYS = ("generations", "responses", "candidates", "completions", "outputs")

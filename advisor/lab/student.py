@@ -1,7 +1,7 @@
 """A lab student in `advisor recommend`: its identity before it is built, its description (pretraining
 it on first use), and the lab teacher's pool when no --pool is given.
 
-    from capacity_advisor.advisor.lab.pool import lab_pool
+    from capacity_advisor.advisor.lab.student import lab_pool
     path = lab_pool("modchain", 1000, Path("runs/rec"))
 
 The first 1,000 problems of each task ship with the package; a larger pool is sampled from
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capacity_advisor.models.files import write_jsonl
+from capacity_advisor.core.files import write_jsonl
 from capacity_advisor.models.lab.ladder import LAB_TEACHER
 from capacity_advisor.probes.recipe import LAB
 
@@ -38,8 +38,8 @@ def lab_pool(task: str, n: int, out: Path, say=lambda m: None) -> Path:
         with gzip.open(src, "rt", encoding="utf-8") as f:
             rows = [json.loads(line) for line, _ in zip(f, range(n))]
     if len(rows) < n:
-        from capacity_advisor.advisor.generate import GenerateConfig, generate_pool
-        from capacity_advisor.models.lab import write_pool
+        from capacity_advisor.advisor.pools.generate import GenerateConfig, generate_pool
+        from capacity_advisor.advisor.pools.lab import write_pool
 
         say(f"sampling a {n}-problem {task} pool from {LAB_TEACHER} (built on first use)")
         write_pool(out / "problems.jsonl", task=task, n=n, seed=TEACHER_SAMPLING["seed"])

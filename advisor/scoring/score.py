@@ -25,11 +25,11 @@ from dataclasses import InitVar, asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from capacity_advisor.advisor.pool import Pool
-from capacity_advisor.advisor.shards import ShardPlan, cache_folder
+from capacity_advisor.advisor.pools.read import Pool
+from capacity_advisor.core.shards import ShardPlan, cache_folder
 from capacity_advisor.models.backends import BACKENDS, VLLM_DEFAULTS
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import FORMAT_VERSION, check_writable_dir, recorded_key, versions, write_json, write_jsonl
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import FORMAT_VERSION, check_writable_dir, recorded_key, versions, write_json, write_jsonl
 from capacity_advisor.probes.recipe import REAL
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from capacity_advisor.advisor.pool_files import DatasetSource
+from capacity_advisor.advisor.pools.files import DatasetSource
 
 
 @dataclass

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from capacity_advisor.advisor.lab.published import (BUDGET_RECORDS, EVALS, PROBES, RECORDS, is_published, path_order,
                                                     unit_path, write_rows)
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import check_writable_dir, json_object, refuse_overwrite, unclaimed_files, write_json
-from capacity_advisor.models.jsonl import read_jsonl_input
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import check_writable_dir, json_object, refuse_overwrite, unclaimed_files, write_json
+from capacity_advisor.core.jsonl import read_jsonl_input
 
 STAGE = "calibrate-pool"
 # settings that say where or how fast it ran, not what was measured

@@ -27,15 +27,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from capacity_advisor.advisor.pool import (
+from capacity_advisor.advisor.pools.read import (
     ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, DatasetSource, given_ids, iter_rows, pick_field, stand_in_id, utf8_text,
 )
-from capacity_advisor.advisor.shards import ShardPlan, cache_folder
+from capacity_advisor.core.shards import ShardPlan, cache_folder
 from capacity_advisor.models.backends import BACKENDS, VLLM_DEFAULTS
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import (FORMAT_VERSION, advisor_home, atomic_path, check_writable_dir, check_writable_file,
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import (FORMAT_VERSION, advisor_home, atomic_path, check_writable_dir, check_writable_file,
                                            refuse_overwrite, stable_hash, versions, write_json, write_jsonl)
-from capacity_advisor.models.metrics import CHECKER_DEFAULT
+from capacity_advisor.training.text_metrics import CHECKER_DEFAULT
 
 OUT_SUFFIXES = (".jsonl", ".parquet")
 
@@ -174,7 +174,7 @@ def cache_parts(cfg: GenerateConfig, backend: str, lm, template: str, problems: 
 def check_inputs(cfg: GenerateConfig) -> tuple[list, dict, str, str]:
     """Everything generation refuses, before any model loads: the settings, the output and cache
     folders, the problems; then (problems, their fields, the checker, the backend)."""
-    from capacity_advisor.models.metrics import choose_checker
+    from capacity_advisor.training.text_metrics import choose_checker
 
     cfg.validate()
     check_writable_file(cfg.out, "--out")
@@ -202,7 +202,7 @@ def generate_pool(
 ) -> dict:
     """Sample, check and write the pool; returns a summary (see the module docstring)."""
     from capacity_advisor.models.loading import load_model
-    from capacity_advisor.models.metrics import math_checker_name
+    from capacity_advisor.training.text_metrics import math_checker_name
     from capacity_advisor.models.template import check_prompts, template_id
 
     problems, fields, checker, backend_name = check_inputs(cfg)
@@ -271,7 +271,7 @@ def generate_pool(
 
 def pool_row(p, cands: list[dict], checker: str) -> dict:
     """A problem's line of the pool: its generations, each checked against its answer."""
-    from capacity_advisor.models.metrics import check_answer
+    from capacity_advisor.training.text_metrics import check_answer
 
     row = {"id": p.id, "problem": p.problem}
     if p.answer is not None:

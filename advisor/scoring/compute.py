@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from capacity_advisor.advisor.pool import Pool
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import read_jsonl_input
+from capacity_advisor.advisor.pools.read import Pool
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import read_jsonl_input
 
 CLASSES = ("solved", "responsive", "unsolved")
 MAX_NEW_TOKENS = 1 << 20  # no model generates more in one completion
@@ -63,7 +63,7 @@ def classify(short_right: int, long_right: int) -> str:
 
 def measure(backend, pool: Pool, cfg: ComputeConfig, checker: str, progress=None) -> list[dict]:
     """One row per problem with an answer: right answers at each budget, and its class."""
-    from capacity_advisor.models.metrics import check_answer
+    from capacity_advisor.training.text_metrics import check_answer
 
     cfg.validate()
     problems = answered(pool)

@@ -28,18 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capacity_advisor.models.numbers import whole
-from capacity_advisor.advisor.pool_files import (
+from capacity_advisor.core.numbers import whole
+from capacity_advisor.advisor.pools.files import (
     FILE_SUFFIXES, HUB_ID, ROW_BATCH, DatasetSource, check_repository_folder, check_saved_folder, iter_rows,
     looks_like_file, read_rows,
 )
-from capacity_advisor.advisor.pool_layout import (
+from capacity_advisor.advisor.pools.layout import (
     ANSWER_KEYS, CORRECT_KEYS, ID_KEYS, PROMPT_KEYS, RESPONSE_KEYS, RESPONSES_KEYS, answer_of, as_bool, flat_pair, task_of,
     text_of, detect_layout, given_id, given_ids, pick_field, stand_in_id, utf8_text,
 )
-from capacity_advisor.advisor.pool_options import PoolOptions
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import stable_hash_of_list
+from capacity_advisor.advisor.pools.options import PoolOptions
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import stable_hash_of_list
 
 __all__ = [
     "ANSWER_KEYS", "CORRECT_KEYS", "FILE_SUFFIXES", "HUB_ID", "ID_KEYS", "PROMPT_KEYS", "RESPONSES_KEYS", "RESPONSE_KEYS",

@@ -30,13 +30,13 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from capacity_advisor.advisor.calibrate_cost import DECODE_MFU, MAX_TFLOPS, PEAK_TFLOPS, TRAIN_MFU, gpu_cost
-from capacity_advisor.advisor.calibration import EVAL_SEED, Calibration, Run, Unit, UnitPool, collect, run_unit
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import finite, stable_hash, versions, write_json, write_jsonl
-from capacity_advisor.models.numbers import number
+from capacity_advisor.advisor.calibration.cost import DECODE_MFU, MAX_TFLOPS, PEAK_TFLOPS, TRAIN_MFU, gpu_cost
+from capacity_advisor.advisor.calibration.unit import EVAL_SEED, Calibration, Run, Unit, UnitPool, collect, run_unit
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import finite, stable_hash, versions, write_json, write_jsonl
+from capacity_advisor.core.numbers import number
 from capacity_advisor.training.manifest import SETS
-from capacity_advisor.models.metrics import CHECKER_DEFAULT
+from capacity_advisor.training.text_metrics import CHECKER_DEFAULT
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 from capacity_advisor.probes.student import student_of
 
@@ -137,9 +137,9 @@ class Plan:
 def make_plan(cfg: PoolCalibrateConfig, run: bool = True) -> Plan:
     """The plan, every input checked; with `run` also what loading each proxy needs (a dry run plans
     from configs alone)."""
-    from capacity_advisor.advisor.pool import PoolOptions, read_pool
-    from capacity_advisor.advisor.probe import bound_by_responses, load_predictor, pick_checker, predictor_plan
-    from capacity_advisor.models.files import check_writable_dir, recorded_key, unclaimed_files
+    from capacity_advisor.advisor.pools.read import PoolOptions, read_pool
+    from capacity_advisor.advisor.probe.stage import bound_by_responses, load_predictor, pick_checker, predictor_plan
+    from capacity_advisor.core.files import check_writable_dir, recorded_key, unclaimed_files
     from capacity_advisor.models.loading import check_loadable, check_model_spec, describe_config
 
     cfg.validate()

@@ -25,26 +25,26 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from capacity_advisor.advisor.draws import (
+from capacity_advisor.advisor.recommendation.draws import (
     by_proxy_rule, calibrated_line, combined_cost, draw_advice, draws_line, mean_features, probe_folder, race_note,
     race_plan,
 )
-from capacity_advisor.advisor.lab.pool import describe_student, lab_identity
+from capacity_advisor.advisor.lab.student import describe_student, lab_identity
 from capacity_advisor.advisor.predictor.advice import Advice
-from capacity_advisor.advisor.probe import (  # noqa: F401
+from capacity_advisor.advisor.probe.stage import (  # noqa: F401
     LOCAL_WINDOW, ProbePlan, bound_by_responses, check_given, load_predictor, predictor_plan,
 )
-from capacity_advisor.advisor.recommendation import BUDGET_GRID, Recommendation, recommendation, write_advice, write_manifest
-from capacity_advisor.advisor.select import RANKINGS
+from capacity_advisor.advisor.recommendation.result import BUDGET_GRID, Recommendation, recommendation, write_advice, write_manifest
+from capacity_advisor.advisor.scoring.select import RANKINGS
 from capacity_advisor.models.backends import BACKENDS
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import finite, stable_hash, versions, write_json, write_jsonl
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import finite, stable_hash, versions, write_json, write_jsonl
 from capacity_advisor.probes.recipe import file_name
 from capacity_advisor.probes.student import Student, student_of
 from capacity_advisor.training.manifest import SETS
 from capacity_advisor.training.manifest_checks import MAX_EPOCHS
-from capacity_advisor.models.metrics import CHECKER_DEFAULT
-from capacity_advisor.models.ranking import DEFAULT_RANKING
+from capacity_advisor.training.text_metrics import CHECKER_DEFAULT
+from capacity_advisor.training.ranking import DEFAULT_RANKING
 
 MAX_REPEATS = 8  # --probe-repeats: each draw costs one more probe
 
@@ -151,7 +151,7 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
     """Flags, model, out folder, predictor, pool and scores: every input recommend reads, checked
     before any work (a lab student is not pretrained, no file is written)."""
     from capacity_advisor.advisor.predictor.priors import PAPER_FROM, check_lab_prior
-    from capacity_advisor.models.files import check_writable_dir, recorded_key, refuse_overwrite
+    from capacity_advisor.core.files import check_writable_dir, recorded_key, refuse_overwrite
     from capacity_advisor.models.loading import check_model_spec, describe_config
 
     student = student_of(cfg.model)
@@ -182,7 +182,7 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
     pool = scores = None
     whole = 0
     if cfg.pool:
-        from capacity_advisor.advisor.pool import PoolOptions, read_pool
+        from capacity_advisor.advisor.pools.read import PoolOptions, read_pool
 
         pool = read_pool(cfg.pool, PoolOptions(**cfg.pool_options), sample=cfg.sample, seed=cfg.seed)
         whole = pool.whole_problems or len(pool)
@@ -190,7 +190,7 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
         if desc is not None:  # a real student's evaluations are bounded by the pool's own responses
             plan = bound_by_responses(plan, pool, cfg.model, cfg.seed)
         if cfg.scores:
-            from capacity_advisor.advisor.probe import given_scores
+            from capacity_advisor.advisor.probe.stage import given_scores
 
             scores = given_scores(cfg.scores, pool, cfg.score, cfg.skip_tokens)
     return Checked(predictor, plan, key, student, pool, whole, scores)
@@ -209,9 +209,9 @@ def inputs_key(cfg: RecommendConfig, model_identity, recipe: dict) -> str:
 
 def take_pool(cfg: RecommendConfig, say) -> tuple:
     """The lab teacher's pool for a lab student (OUT/pool.jsonl), sampled; and its size before."""
-    from capacity_advisor.advisor.pool import read_pool
+    from capacity_advisor.advisor.pools.read import read_pool
 
-    from capacity_advisor.advisor.lab.pool import lab_pool
+    from capacity_advisor.advisor.lab.student import lab_pool
 
     pool = read_pool(lab_pool(cfg.lab_task, cfg.lab_n, Path(cfg.out), say), sample=cfg.sample, seed=cfg.seed)
     return pool, pool.whole_problems or len(pool)
@@ -230,7 +230,7 @@ def measure(cfg: RecommendConfig, student: Student, pool, scores, plan: ProbePla
     """Load the student, score the pool (or take --scores), split off the held-out slice, probe;
     with --probe-repeats N, N probes, the r-th from seed + r (its own held-out slice, mixed set and
     data order; the pool's scores are shared). One stage per draw, the first being --seed's."""
-    from capacity_advisor.advisor.probe import probe_pool
+    from capacity_advisor.advisor.probe.stage import probe_pool
     from capacity_advisor.models.loading import load_model
 
     say(f"loading {student.spec}")
@@ -322,7 +322,7 @@ def measured_advice(cfg: RecommendConfig, predictor, desc: dict, plan: ProbePlan
 
 def advise_only(cfg: RecommendConfig, checked: Checked, student: Student, plan: ProbePlan, t0: float) -> Recommendation:
     """`--no-probe` without a pool: advice from the parameter count, nothing scored, no weights read."""
-    from capacity_advisor.advisor.report_figure import write_figure
+    from capacity_advisor.advisor.recommendation.figure import write_figure
 
     desc = student.description
     settings = chosen_settings(cfg, plan, student)
@@ -341,8 +341,8 @@ def write_outputs(cfg: RecommendConfig, rec: Recommendation, pool, whole: int, s
                   t0: float) -> Recommendation:
     """The recommended set minus the probe's held-out slice (train.jsonl), that slice (eval.jsonl),
     the manifest, config.json and the figure; returns the Recommendation with what was written."""
-    from capacity_advisor.advisor.report_figure import write_figure
-    from capacity_advisor.advisor.select import SelectConfig, export, select
+    from capacity_advisor.advisor.recommendation.figure import write_figure
+    from capacity_advisor.advisor.scoring.select import SelectConfig, export, select
 
     out = Path(cfg.out)
     held = set(stage.split.eval_ids)

@@ -22,19 +22,19 @@ from importlib import resources
 from pathlib import Path
 from statistics import mean
 
-from capacity_advisor.models.numbers import whole
-from capacity_advisor.advisor.pool import Pool
-from capacity_advisor.advisor.scoring import ScoreConfig
-from capacity_advisor.advisor.select import SelectConfig, select
-from capacity_advisor.models import metrics
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.numbers import whole
+from capacity_advisor.advisor.pools.read import Pool
+from capacity_advisor.advisor.scoring.score import ScoreConfig
+from capacity_advisor.advisor.scoring.select import SelectConfig, select
+from capacity_advisor.training import text_metrics as metrics
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.probes.recipe import (
     LENGTHS, REAL, RECIPE_FLAGS, Fitted, Recipe, field_of, fitted_recipe, flag, setting_name,
 )
 from capacity_advisor.probes.run import ProbeConfig, ProbeData, ProbeReport
 from capacity_advisor.probes.student import Student, student_of
 from capacity_advisor.training.manifest import DEFAULT_MIX
-from capacity_advisor.models.ranking import DEFAULT_RANKING
+from capacity_advisor.training.ranking import DEFAULT_RANKING
 
 FROM_PREDICTOR = "the predictor (its inputs were measured so)"
 RESPONSE_BOUND = 1.5  # a real student's new tokens: this many times the pool's 99th-percentile response
@@ -288,7 +288,7 @@ def progress_label(name: str, prefix: str = "probe ") -> str:
 def given_scores(path: str, pool: Pool, score: str = DEFAULT_RANKING, skip_tokens: int | None = None) -> dict:
     """Scores a user hands over (`--scores`), read and checked against the pool and the settings
     asked for (`skip_tokens`; None: any) before any work."""
-    from capacity_advisor.advisor.select import load_scores
+    from capacity_advisor.advisor.scoring.select import load_scores
 
     scores = load_scores(path)
     made = scores_skip_tokens(path, scores)
@@ -341,8 +341,8 @@ def probe_pool(student: Student, pool: Pool, cfg: ProbeConfig, lm, score_dir, pr
     both calibrations. `say(message)` reports the stage; `progress(strategy, step, total)` the
     probe's steps, and `progress(SCORING, done, total)` the candidates scored; `token_budget` and `shard_size` are the scoring's (`ScoreConfig`).
     """
-    from capacity_advisor.advisor.scoring import score_pool
-    from capacity_advisor.advisor.select import load_scores
+    from capacity_advisor.advisor.scoring.score import score_pool
+    from capacity_advisor.advisor.scoring.select import load_scores
     from capacity_advisor.probes.run import run_probe
 
     say = say or (lambda message: None)
@@ -403,7 +403,7 @@ def probe_job(job: ProbeJob, say=None, progress=None) -> dict:
     the probe's fit in the pool), then the student loaded and probed. Returns the probe report
     with `chosen` (each setting and its source) and `notes` (where it measured otherwise than
     the predictor's inputs)."""
-    from capacity_advisor.advisor.pool import PoolOptions, read_pool
+    from capacity_advisor.advisor.pools.read import PoolOptions, read_pool
     from capacity_advisor.models.loading import check_model_spec, load_model
 
     say = say or (lambda message: None)
@@ -413,7 +413,7 @@ def probe_job(job: ProbeJob, say=None, progress=None) -> dict:
     plan = predictor_plan(student, load_predictor(job.predictor), job.recipe)
     plan.probe_config(**run).validate()
     check_model_spec(job.model)
-    from capacity_advisor.models.files import refuse_overwrite
+    from capacity_advisor.core.files import refuse_overwrite
 
     refuse_overwrite([job.pool, job.scores, job.predictor], [job.out], "--out")
     pool = read_pool(job.pool, PoolOptions(**job.pool_options))

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from capacity_advisor.advisor.predictor.labels import model_inputs
-from capacity_advisor.advisor.schedule import Schedule
-from capacity_advisor.models.files import finite, write_json
+from capacity_advisor.advisor.recommendation.schedule import Schedule
+from capacity_advisor.core.files import finite, write_json
 from capacity_advisor.probes.run import ProbeReport
 from capacity_advisor.training.manifest import SETS
 

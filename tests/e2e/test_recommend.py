@@ -13,7 +13,7 @@ from capacity_advisor.training.manifest import load_manifest
 
 
 
-PAPER = ROOT / "benchmarks" / "paper_students"
+PAPER = ROOT / "experiments" / "paper_students"
 
 
 @pytest.fixture(scope="module")

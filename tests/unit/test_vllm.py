@@ -181,7 +181,7 @@ def test_data_parallel_ranks_write_the_single_process_file(tiny_llama, tmp_path,
 
 def test_gpu_check_script_runs_end_to_end_on_the_stand_in(tmp_path, fake, monkeypatch):
     """benchmarks.gpu_check is for GPU machines; here its whole path runs on the CPU stand-in."""
-    import benchmarks.gpu_check as gpu_check
+    import benchmarks.gpu_check.run as gpu_check
 
     res = gpu_check.main(["--device", "cpu", "--vocab", "2048", "--hidden", "64", "--layers", "1", "--pairs", "8",
                           "--min-response", "8", "--max-response", "24", "--long-tokens", "200", "--gen-prompts", "2",

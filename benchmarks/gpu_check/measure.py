@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from benchmarks.gpu_check_shapes import MAX_POSITIONS, PoolAssumption, Student
+from benchmarks.gpu_check.shapes import MAX_POSITIONS, PoolAssumption, Student
 
 
 def build_tokenizer():

@@ -4,7 +4,7 @@ in GPU-hours, and vllm beside hf.
     python -m benchmarks.gpu_check --hf-only --out gpu-check.json   # one GPU, no vllm needed
     python -m benchmarks.gpu_check --out gpu-check.json             # also vllm against hf (its environment: docs/vllm.md)
     python -m benchmarks.gpu_check --quick --hf-only                # the whole path at tiny shapes on a CPU, in seconds
-    python -m benchmarks.gpu_check_bare OUT                         # a bare checkout on a GPU machine (docs/gpu-check.md)
+    python -m benchmarks.gpu_check.bare OUT                         # a bare checkout on a GPU machine (docs/gpu-check.md)
 
 Needs one CUDA GPU (and vllm, unless --hf-only); without them it says which is missing in one
 `error:` line and exits 2. `--quick` shrinks every shape and length so that the path runs on a
@@ -71,17 +71,17 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 # the names the parts define, importable from here (the tests load this file alone)
-from benchmarks.gpu_check_args import check_args, check_environment, parse_args, problem  # noqa: F401
-from benchmarks.gpu_check_agreement import agreement_part, build_model, flip_rates, random_pairs  # noqa: F401
-from benchmarks.gpu_check_e2e import end_to_end, save_student
-from benchmarks.gpu_check_hours import EPOCHS, hours
-from benchmarks.gpu_check_measure import (PeakMemory, StepClock, build_student, build_tokenizer, filler, free,  # noqa: F401
+from benchmarks.gpu_check.args import check_args, check_environment, parse_args, problem  # noqa: F401
+from benchmarks.gpu_check.agreement import agreement_part, build_model, flip_rates, random_pairs  # noqa: F401
+from benchmarks.gpu_check.e2e import end_to_end, save_student
+from benchmarks.gpu_check.hours import EPOCHS, hours
+from benchmarks.gpu_check.measure import (PeakMemory, StepClock, build_student, build_tokenizer, filler, free,  # noqa: F401
                                           full_run_spec, measure_generation, measure_scoring, naive_score, probe_spec,
                                           train_steps)
-from benchmarks.gpu_check_projection import n_evaluations, project, recipe_of  # noqa: F401
-from benchmarks.gpu_check_report import optional_packages, table, versions, write_and_print, write_files  # noqa: F401
-from benchmarks.gpu_check_roofline import add_roofline, matmul_ceiling
-from benchmarks.gpu_check_shapes import (AGREEMENT, E2E_STUDENT, GEN_TIMED_TOKENS, MEASURED, NAIVE_PAIRS,  # noqa: F401
+from benchmarks.gpu_check.projection import n_evaluations, project, recipe_of  # noqa: F401
+from benchmarks.gpu_check.report import optional_packages, table, versions, write_and_print, write_files  # noqa: F401
+from benchmarks.gpu_check.roofline import add_roofline, matmul_ceiling
+from benchmarks.gpu_check.shapes import (AGREEMENT, E2E_STUDENT, GEN_TIMED_TOKENS, MEASURED, NAIVE_PAIRS,  # noqa: F401
                                          QUICK_GEN_TIMED_TOKENS, PART_SECONDS, QUICK_AGREEMENT, QUICK_E2E, QUICK_LENGTHS, QUICK_NAIVE_PAIRS,
                                          QUICK_POOL, QUICK_SCORE_MAX_LENGTH, QUICK_SCORING_PAIRS, QUICK_SHAPE,
                                          QUICK_TIMED_STEPS, SCORING_PAIRS, STUDENTS, TIMED_STEPS, EndToEnd,

@@ -1,8 +1,8 @@
 """The GPU check from a bare checkout: the project installed without its dependencies into a scratch
 folder, then `benchmarks/gpu_check.py --hf-only`, its files written into one folder.
 
-    python3 -m benchmarks.gpu_check_bare OUT           # one CUDA GPU (H200-class); sized for 8 minutes, untimed yet
-    python3 -m benchmarks.gpu_check_bare OUT --quick   # the same path at tiny shapes on a CPU (tests/e2e/test_gpu_check_bare.py)
+    python3 -m benchmarks.gpu_check.bare OUT           # one CUDA GPU (H200-class); sized for 8 minutes, untimed yet
+    python3 -m benchmarks.gpu_check.bare OUT --quick   # the same path at tiny shapes on a CPU (tests/e2e/test_gpu_check_bare.py)
     make gpu-check-bare OUT=runs/gpu-check             # the first, with the Makefile's python
 
 Needs a python with torch, transformers 5 or newer, accelerate and peft, and one CUDA GPU unless
@@ -39,8 +39,8 @@ import time
 from importlib.util import find_spec
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("advisor", "models", "probes", "training")  # pyproject.toml's package-dir: capacity_advisor.<name>
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("advisor", "core", "models", "probes", "training")  # pyproject.toml's package-dir: capacity_advisor.<name>
 NEEDED = ("torch", "transformers", "accelerate", "peft")
 BUDGET_S, KILL_AFTER_S = 480.0, 570.0
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

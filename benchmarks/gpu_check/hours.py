@@ -54,7 +54,7 @@ def hours(m: dict, recipe, pool, score_max_length: int, strategies: int) -> dict
     from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
     from capacity_advisor.training.manifest import SETS, TrainingSpec
 
-    from benchmarks.gpu_check_projection import project
+    from benchmarks.gpu_check.projection import project
 
     per_epoch = TrainingSpec.evals_per_epoch
     probe = project(m, recipe, pool, score_max_length, strategies)

@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.gpu_check_measure import PeakMemory, filler, free, prompt_text
+from benchmarks.gpu_check.measure import PeakMemory, filler, free, prompt_text
 
 STEPS = ("check_inputs", "measure", "advise", "write_outputs")  # advisor/recommend.py's named steps
 STATUS_STAGES = {"loading": "load_student", "scoring": "score_pool", "probing": "probe"}

@@ -10,7 +10,7 @@ back the probe recipe a result's `projection_inputs` hold.
 
 from dataclasses import asdict
 
-from benchmarks.gpu_check_shapes import PoolAssumption
+from benchmarks.gpu_check.shapes import PoolAssumption
 
 
 def n_evaluations(recipe, strategies: int) -> int:

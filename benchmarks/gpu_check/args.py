@@ -8,7 +8,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.gpu_check_shapes import (AGREEMENT, E2E_STUDENT, GEN_TIMED_TOKENS, QUICK_AGREEMENT, QUICK_SCORING_PAIRS,
+from benchmarks.gpu_check.shapes import (AGREEMENT, E2E_STUDENT, GEN_TIMED_TOKENS, QUICK_AGREEMENT, QUICK_SCORING_PAIRS,
                               SCORING_PAIRS, STUDENTS, PoolAssumption)
 
 
@@ -76,7 +76,7 @@ def check_args(args) -> None:
     if args.budget_s is not None and not args.budget_s > 0:
         problem(f"--budget-s {args.budget_s:g} must be a positive number of seconds")
     if args.out:
-        from benchmarks.gpu_check_report import check_out
+        from benchmarks.gpu_check.report import check_out
 
         why = check_out(args.out)
         if why:
@@ -97,7 +97,7 @@ def check_environment(args):
         from capacity_advisor.models.loading import check_transformers
     except ImportError as e:
         problem(f"the project is not importable ({e}): install it (pip install --no-deps -e .), or run "
-                "`python3 -m benchmarks.gpu_check_bare`, which installs it into a scratch folder")
+                "`python3 -m benchmarks.gpu_check.bare`, which installs it into a scratch folder")
     try:
         check_transformers()
     except InputError as e:

@@ -12,8 +12,8 @@ with --hf-only. Its figures go to the top level of the result: `model`, `params`
 import random
 from pathlib import Path
 
-from benchmarks.gpu_check_measure import build_tokenizer, naive_score, timed
-from benchmarks.gpu_check_shapes import MAX_POSITIONS
+from benchmarks.gpu_check.measure import build_tokenizer, naive_score, timed
+from benchmarks.gpu_check.shapes import MAX_POSITIONS
 
 
 def build_model(path: Path, vocab: int, hidden: int, layers: int, seed: int = 0) -> str:

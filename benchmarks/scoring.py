@@ -33,11 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 
-# the names the parts define, all importable from here
-from benchmarks.scoring_accuracy import _ranks, compare, spearman  # noqa: F401
-from benchmarks.scoring_contenders import (_PadOnly, budget_sweep, build, cast, lab_accuracy, make_pairs,  # noqa: F401
-                                           matmul_flops_per_s, naive_score, throughput, useful_flops)
-from benchmarks.scoring_memory import _rss_kb, _run_child, memory, memory_child  # noqa: F401
+from benchmarks.scoring_contenders import budget_sweep, lab_accuracy, throughput
+from benchmarks.scoring_memory import memory, memory_child
 
 
 # ---- report -------------------------------------------------------------------------------------

@@ -25,10 +25,6 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from capacity_advisor.core.errors import InputError
-# JSONL reading has its own module; most modules import it from here, with the writers
-from capacity_advisor.core.jsonl import (  # noqa: F401
-    JSONLError, MAX_LINE_BYTES, iter_jsonl, read_jsonl, read_jsonl_input,
-)
 
 FORMAT_VERSION = 2  # 2: score rows carry n_scored, rank_mean and first_tokens
 

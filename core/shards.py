@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import advisor_home, read_jsonl, stable_hash, write_json, write_jsonl
+from capacity_advisor.core.files import advisor_home, stable_hash, write_json, write_jsonl
+from capacity_advisor.core.jsonl import read_jsonl
 
 PRODUCER = "producer.json"
 

@@ -34,7 +34,7 @@ from statistics import mean
 from capacity_advisor.advisor.lab.published import is_published, records
 from capacity_advisor.advisor.predictor import record_option, unit_of
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.models.lab import LADDER
+from capacity_advisor.models.lab.ladder import LADDER
 
 EPOCHS = (1.0, 3.0, 5.0)
 LEAD = 0.02  # a set "leads" when ahead by more than this (the lab tables' 2 points)

@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 
 from capacity_advisor.advisor.predictor import best_up_to
-from capacity_advisor.core.files import read_jsonl, write_json
+from capacity_advisor.core.jsonl import read_jsonl
+from capacity_advisor.core.files import write_json
 
 BUDGETS = (1, 2, 3, 5)
 SCHEDULES = ("mixed@0.25", "mixed@0.75", "curriculum@2")
@@ -114,7 +115,7 @@ def budgets(runs: dict) -> tuple:
 
 def collect(cal: Path, out: Path) -> dict:
     """Per (task, size, seed): each option's best accuracy up to every budget, and its training tokens."""
-    from capacity_advisor.models.lab import LADDER
+    from capacity_advisor.models.lab.ladder import LADDER
 
     order = {name: i for i, name in enumerate(LADDER)}
     results = {}

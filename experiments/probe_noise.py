@@ -147,7 +147,7 @@ def _label_line(table: list[dict]) -> None:
 
 
 def shipped_advice(records_path: Path) -> dict:
-    from capacity_advisor.advisor.probe.stage import load_predictor
+    from capacity_advisor.advisor.probe.plan import load_predictor
 
     pred = load_predictor(None)
     got = seed_advice(pred, Policy.of(pred), label_rows(read_records(records_path)))

@@ -257,7 +257,8 @@ def neural_pool(generated: list[dict], size: int = SPLITS["pool"]) -> list[dict]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from capacity_advisor.core.files import read_jsonl, write_jsonl
+    from capacity_advisor.core.jsonl import read_jsonl
+    from capacity_advisor.core.files import write_jsonl
 
     ap = argparse.ArgumentParser(prog="python -m experiments.real_pools", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from capacity_advisor.advisor.lab.report import aggregate
-from capacity_advisor.models.lab import LADDER, n_params
+from capacity_advisor.models.lab.ladder import LADDER, n_params
 
 
 def patterns(folders: list[Path]) -> dict:

@@ -27,7 +27,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from capacity_advisor.models.lab import n_params
+from capacity_advisor.models.lab.ladder import n_params
 
 
 def read_lines(path: Path) -> list[dict]:

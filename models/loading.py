@@ -87,7 +87,7 @@ def resolve_model_path(spec: str) -> str:
     if (name := pretrained_name(spec)) is not None:
         return str(pretrained_path(name))  # converted from its GGUF file on first use
     if spec.startswith("lab:"):
-        from capacity_advisor.models.lab import student_path  # builds the lab student on first use
+        from capacity_advisor.models.lab.ladder import student_path  # builds the lab student on first use
 
         return str(student_path(spec[len("lab:"):]))
     if is_gguf_path(spec):

@@ -36,7 +36,7 @@ class Student:
         """(rate, where it comes from) of its probe and the full run it advises on: half a ladder
         student's pretraining peak; for any other model the full-fine-tuning rate SFT recipes use
         at its size (its description's parameters)."""
-        from capacity_advisor.models.lab import LADDER
+        from capacity_advisor.models.lab.ladder import LADDER
 
         if self.kind == "lab" and self.size in LADDER:
             return LADDER[self.size].lr * 0.5, "lab recipe (half the pretraining peak)"

@@ -178,7 +178,7 @@ def advisor_home(home):
 
 def home_with(tmp_path_factory, name: str, *models: str):
     """A cache home in which the lab `models` (NAME or NAME@STEPS) are built, once."""
-    from capacity_advisor.models.lab import student_path
+    from capacity_advisor.models.lab.ladder import student_path
 
     home = tmp_path_factory.mktemp(name)
     with advisor_home(home):

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from capacity_advisor.core.files import give_umask_modes, read_jsonl, write_json, write_jsonl
+from capacity_advisor.core.files import give_umask_modes, write_json, write_jsonl
+from capacity_advisor.core.jsonl import read_jsonl
 from capacity_advisor.training import metrics
 from capacity_advisor.training.evaluate import Evaluator
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import read_jsonl_input, unpaired_surrogate
+from capacity_advisor.core.jsonl import read_jsonl_input
+from capacity_advisor.core.files import unpaired_surrogate
 
 
 def read_sft_rows(path: str | Path) -> list[dict]:

@@ -1,12 +1,11 @@
 """Pure metrics on a checkpoint's generations: repetition loops, answer rate, pass@1.
 
-    from capacity_advisor.training.metrics import is_repetitive, repetition_rate, extract_final_answer, generation_metrics
-    is_repetitive("so 2+2=4 so 2+2=4 so 2+2=4 so 2+2=4")            -> True
+    from capacity_advisor.training.metrics import extract_final_answer, generation_metrics
     extract_final_answer("... so the answer is \\boxed{\\frac{1}{2}}") -> "\\frac{1}{2}"
     generation_metrics(["|3,7;A7"], ["7"], checker="lab")           -> {"accuracy": 1.0, ...}
 
-The loop detector and the answer checkers are the ones in `models.metrics`, shared with the
-probes room, so a probe's repetition rate and a full run's are the same number by construction
+The loop detector and the answer checkers are the ones in `training.text_metrics`, shared with
+the probes room, so a probe's repetition rate and a full run's are the same number by construction
 (the predictor compares them). This module adds the per-checkpoint summary the RunRecord stores.
 """
 
@@ -15,10 +14,7 @@ from __future__ import annotations
 from statistics import mean
 from typing import Sequence
 
-from capacity_advisor.training.text_metrics import check_answer, extract_answer, is_repetitive, longest_loop, math_checker_name, repetition_rate
-
-__all__ = ["check_answer", "checker_name", "extract_final_answer", "generation_metrics", "is_repetitive",
-           "longest_loop", "repetition_rate"]
+from capacity_advisor.training.text_metrics import check_answer, extract_answer, math_checker_name, repetition_rate
 
 
 def extract_final_answer(text: str, checker: str = "math") -> str | None:

@@ -24,7 +24,8 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import read_jsonl, unpaired_surrogate, write_jsonl
+from capacity_advisor.core.jsonl import read_jsonl
+from capacity_advisor.core.files import unpaired_surrogate, write_jsonl
 from capacity_advisor.training.ranking import extremes, low_share, score_value
 
 

@@ -101,7 +101,7 @@ def _last_boxed(text: str) -> str | None:
 def extract_answer(text: str, checker: str = "math") -> str | None:
     """The final answer of a generation, or None (then it counts against the answer rate)."""
     if checker == "lab":
-        from capacity_advisor.models.lab import extract_answer as lab_extract
+        from capacity_advisor.models.lab.tasks import extract_answer as lab_extract
 
         return lab_extract(text)
     if checker == "none":
@@ -133,7 +133,7 @@ def check_answer(text: str, reference: str | None, checker: str = "math") -> boo
     if reference is None or checker == "none":
         return False
     if checker == "lab":
-        from capacity_advisor.models.lab import check
+        from capacity_advisor.models.lab.tasks import check
 
         return check(text, reference)
     got = extract_answer(text, "math")
@@ -174,6 +174,6 @@ def choose_checker(checker: str, has_answers: bool, tasks: set[str]) -> str:
         return checker
     if not has_answers:
         return "none"
-    from capacity_advisor.models.lab import FAMILIES
+    from capacity_advisor.models.lab.tasks import FAMILIES
 
     return "lab" if tasks and tasks <= set(FAMILIES) else "math"

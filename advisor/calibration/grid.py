@@ -41,7 +41,8 @@ class CalibrateConfig:
     quick: bool = False  # --quick: tiny settings for tests
 
     def validate(self) -> None:
-        from capacity_advisor.models.lab import FAMILIES, LADDER
+        from capacity_advisor.models.lab.tasks import FAMILIES
+        from capacity_advisor.models.lab.ladder import LADDER
 
         bad = []
         unknown = [s for s in self.sizes if s not in LADDER]
@@ -118,7 +119,7 @@ class CalibrateConfig:
 
     @property
     def ladder(self) -> tuple[str, ...]:
-        from capacity_advisor.models.lab import LADDER
+        from capacity_advisor.models.lab.ladder import LADDER
 
         return self.sizes or tuple(LADDER)
 
@@ -201,7 +202,7 @@ class Unit:
 def units(cfg: CalibrateConfig) -> list[Unit]:
     """Every unit: the summed-ranking arm first, and in each arm the most expensive (largest
     students) first, so that parallel jobs finish together."""
-    from capacity_advisor.models.lab import n_params
+    from capacity_advisor.models.lab.ladder import n_params
 
     out = [Unit(t, "sum", s, seed, b) for t in cfg.tasks for s in cfg.ladder for seed in cfg.seeds for b in cfg.builds]
     out += [Unit(t, "mean", s, seed, b) for t in cfg.tasks for s in cfg.ladder for seed in cfg.mean_seeds for b in cfg.builds]

@@ -137,8 +137,10 @@ class Plan:
 def make_plan(cfg: PoolCalibrateConfig, run: bool = True) -> Plan:
     """The plan, every input checked; with `run` also what loading each proxy needs (a dry run plans
     from configs alone)."""
-    from capacity_advisor.advisor.pools.read import PoolOptions, read_pool
-    from capacity_advisor.advisor.probe.stage import bound_by_responses, load_predictor, pick_checker, predictor_plan
+    from capacity_advisor.advisor.pools.options import PoolOptions
+    from capacity_advisor.advisor.pools.read import read_pool
+    from capacity_advisor.advisor.probe.plan import bound_by_responses, load_predictor, predictor_plan
+    from capacity_advisor.advisor.pools.read import pick_checker
     from capacity_advisor.core.files import check_writable_dir, recorded_key, unclaimed_files
     from capacity_advisor.models.loading import check_loadable, check_model_spec, describe_config
 

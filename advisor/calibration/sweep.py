@@ -34,9 +34,8 @@ from capacity_advisor.advisor.calibration.unit import EVAL_SEED, Calibration, Ru
 from capacity_advisor.advisor.lab.student import ON_CPU
 from capacity_advisor.advisor.calibration.grid import CalibrateConfig, Unit, run_names, unit_runs, units
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import (
-    folder_lock, json_object, read_jsonl, unclaimed_files, versions, write_json, write_jsonl,
-)
+from capacity_advisor.core.files import folder_lock, json_object, unclaimed_files, versions, write_json, write_jsonl
+from capacity_advisor.core.jsonl import read_jsonl
 from capacity_advisor.models.lab.ladder import RECIPE_VERSION
 from capacity_advisor.probes.recipe import LAB
 from capacity_advisor.probes.student import student_of
@@ -48,7 +47,7 @@ Log = Callable[[str], None]
 
 
 def _problems(task: str, n: int, seed: int, exclude: set[str] = frozenset()) -> list:
-    from capacity_advisor.models.lab import make_problems
+    from capacity_advisor.models.lab.tasks import make_problems
 
     return [p for p in make_problems(task, n + len(exclude), seed=seed) if p.prompt not in exclude][:n]
 

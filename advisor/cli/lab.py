@@ -59,7 +59,7 @@ class PlainProgress:
 def _sizes(text: str | None, teacher: bool = False) -> list[str]:
     """The lab models `--sizes` names: ladder names (and the teachers'), each optionally `NAME+bB`
     (pretrained from seed B); all of them when empty."""
-    from capacity_advisor.models.lab import LADDER, TEACHERS
+    from capacity_advisor.models.lab.ladder import LADDER, TEACHERS
     from capacity_advisor.models.lab.ladder import parse_name
 
     known = [*LADDER, *(TEACHERS if teacher else [])]
@@ -94,7 +94,7 @@ lab.add_command(lab_calibrate)
 def list_cmd(as_json):
     """Ladder students, teachers and the pretrained students: name, parameters, built or not."""
     from capacity_advisor.advisor.cli.ui import console, emit_json
-    from capacity_advisor.models.lab import list_students
+    from capacity_advisor.models.lab.ladder import list_students
     from capacity_advisor.models.lab.pretrained import list_pretrained
 
     rows = list_students()
@@ -153,7 +153,7 @@ def fetch(name, as_json):
 def build(sizes, threads, as_json):
     """Pretrain the ladder students that are not built yet (cached; a rebuild is a no-op)."""
     from capacity_advisor.advisor.cli.ui import console, emit_json, progress, quiet_libraries
-    from capacity_advisor.models.lab import list_students, student_path
+    from capacity_advisor.models.lab.ladder import list_students, student_path
     from capacity_advisor.models.lab.ladder import folder_of
     from capacity_advisor.models.lab.train import set_threads
 

@@ -97,7 +97,7 @@ from capacity_advisor.advisor.scoring.score import ScoreConfig  # noqa: E402
 from capacity_advisor.advisor.scoring.select import FORMATS, SelectConfig  # noqa: E402
 from capacity_advisor.advisor.scoring.jobs import ScoreJob, SelectJob  # noqa: E402
 from capacity_advisor.models.backends import BACKENDS  # noqa: E402
-from capacity_advisor.models.lab import FAMILIES  # noqa: E402
+from capacity_advisor.models.lab.tasks import FAMILIES  # noqa: E402
 from capacity_advisor.training.manifest import STRATEGIES  # noqa: E402
 
 

@@ -172,7 +172,7 @@ pool_options = stack(
 
 def pool_settings(kw: dict):
     """The PoolOptions the pool flags describe (removed from `kw`)."""
-    from capacity_advisor.advisor.pools.read import PoolOptions
+    from capacity_advisor.advisor.pools.options import PoolOptions
 
     return PoolOptions(**{k: kw.pop(k) for k in POOL_FIELDS})
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from capacity_advisor.core.errors import InputError, one_line
-from capacity_advisor.core.files import JSONLError, iter_jsonl, read_jsonl
+from capacity_advisor.core.jsonl import JSONLError, iter_jsonl, read_jsonl
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from capacity_advisor.advisor.pools.read import (
-    ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, DatasetSource, given_ids, iter_rows, pick_field, stand_in_id, utf8_text,
+from capacity_advisor.advisor.pools.layout import (
+    ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, given_ids, pick_field, stand_in_id, utf8_text,
 )
+from capacity_advisor.advisor.pools.files import DatasetSource, iter_rows
 from capacity_advisor.core.shards import ShardPlan, cache_folder
 from capacity_advisor.models.backends import BACKENDS, VLLM_DEFAULTS
 from capacity_advisor.core.errors import InputError

@@ -15,9 +15,9 @@ Structural faults (bad JSON, a missing or mistyped field) are errors naming the 
 that cannot be used (marked incorrect, empty) are dropped, and problems left with fewer than two
 are skipped; both are counted and reported. `strict=True` turns any skip into an error.
 
-This module holds the pool's data classes and `read_pool` with its filter; reading the files
-(and checking dataset folders) is `advisor.pool_files`, the layouts `advisor.pool_layout`, and the
-options `advisor.pool_options` (below both); `PoolOptions` is importable from here with `read_pool`.
+This module holds the pool's data classes, `read_pool` with its filter, and `pick_checker` (the
+answer checker a pool's problems are judged with); reading the files (and checking dataset folders)
+is `pools.files`, the layouts `pools.layout`, and the options `pools.options` (below both).
 """
 
 from __future__ import annotations
@@ -29,24 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from capacity_advisor.core.numbers import whole
-from capacity_advisor.advisor.pools.files import (
-    FILE_SUFFIXES, HUB_ID, ROW_BATCH, DatasetSource, check_repository_folder, check_saved_folder, iter_rows,
-    looks_like_file, read_rows,
-)
+from capacity_advisor.advisor.pools.files import iter_rows
 from capacity_advisor.advisor.pools.layout import (
-    ANSWER_KEYS, CORRECT_KEYS, ID_KEYS, PROMPT_KEYS, RESPONSE_KEYS, RESPONSES_KEYS, answer_of, as_bool, flat_pair, task_of,
-    text_of, detect_layout, given_id, given_ids, pick_field, stand_in_id, utf8_text,
+    answer_of, as_bool, flat_pair, task_of, text_of, detect_layout, given_id, stand_in_id,
 )
 from capacity_advisor.advisor.pools.options import PoolOptions
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import stable_hash_of_list
+from capacity_advisor.training.text_metrics import CHECKER_DEFAULT, choose_checker
 
-__all__ = [
-    "ANSWER_KEYS", "CORRECT_KEYS", "FILE_SUFFIXES", "HUB_ID", "ID_KEYS", "PROMPT_KEYS", "RESPONSES_KEYS", "RESPONSE_KEYS",
-    "ROW_BATCH", "Candidate", "DatasetSource", "Pool", "PoolOptions", "Problem", "check_repository_folder",
-    "check_saved_folder", "detect_layout", "given_id", "given_ids", "iter_rows", "looks_like_file", "pick_field",
-    "read_pool", "read_rows", "stand_in_id", "utf8_text",
-]
 
 
 @dataclass
@@ -146,6 +137,12 @@ def read_pool(path: str | Path, opt: PoolOptions | None = None, sample: int | No
         return pool
     except RecursionError:  # a field nested just under the parser's limit can still overflow str()
         raise InputError(f"pool {path} is nested too deeply to read; flatten its fields") from None
+
+
+def pick_checker(pool: Pool, checker: str = CHECKER_DEFAULT) -> str:
+    """The answer checker `pool`'s problems are judged with: `checker`, where `auto` picks the lab's
+    for lab tasks and math for other problems with answers."""
+    return choose_checker(checker, pool.has_answers, pool.tasks)
 
 
 @dataclass

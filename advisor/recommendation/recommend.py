@@ -31,8 +31,9 @@ from capacity_advisor.advisor.recommendation.draws import (
 )
 from capacity_advisor.advisor.lab.student import describe_student, lab_identity
 from capacity_advisor.advisor.predictor.advice import Advice
-from capacity_advisor.advisor.probe.stage import (  # noqa: F401
-    LOCAL_WINDOW, ProbePlan, bound_by_responses, check_given, load_predictor, predictor_plan,
+from capacity_advisor.advisor.probe.stage import LOCAL_WINDOW
+from capacity_advisor.advisor.probe.plan import (
+    ProbePlan, bound_by_responses, check_given, load_predictor, predictor_plan,
 )
 from capacity_advisor.advisor.recommendation.result import BUDGET_GRID, Recommendation, recommendation, write_advice, write_manifest
 from capacity_advisor.advisor.scoring.select import RANKINGS
@@ -79,7 +80,7 @@ class RecommendConfig:
         return {**asdict(self), "recipe": {file_name(k): v for k, v in self.recipe.items()}}
 
     def validate(self, student: Student) -> None:
-        from capacity_advisor.models.lab import FAMILIES
+        from capacity_advisor.models.lab.tasks import FAMILIES
 
         bad = []
         if not (isinstance(self.budget, (int, float)) and math.isfinite(self.budget) and 0 < self.budget <= MAX_EPOCHS):
@@ -182,7 +183,8 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
     pool = scores = None
     whole = 0
     if cfg.pool:
-        from capacity_advisor.advisor.pools.read import PoolOptions, read_pool
+        from capacity_advisor.advisor.pools.options import PoolOptions
+        from capacity_advisor.advisor.pools.read import read_pool
 
         pool = read_pool(cfg.pool, PoolOptions(**cfg.pool_options), sample=cfg.sample, seed=cfg.seed)
         whole = pool.whole_problems or len(pool)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from capacity_advisor.advisor.pools.read import Pool
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import read_jsonl_input
+from capacity_advisor.core.jsonl import read_jsonl_input
 
 CLASSES = ("solved", "responsive", "unsolved")
 MAX_NEW_TOKENS = 1 << 20  # no model generates more in one completion

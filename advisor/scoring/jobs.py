@@ -61,7 +61,7 @@ def score_file(job: ScoreJob, pool_options, cfg, say: Callable = _quiet, start: 
     pool = read_pool(job.pool, pool_options)
     if compute is not None:
         from capacity_advisor.advisor.scoring.compute import answered
-        from capacity_advisor.advisor.probe.stage import pick_checker
+        from capacity_advisor.advisor.pools.read import pick_checker
 
         answered(pool)
         pick_checker(pool, checker)
@@ -82,7 +82,7 @@ def score_file(job: ScoreJob, pool_options, cfg, say: Callable = _quiet, start: 
 def measure_compute(pool, lm, cfg, compute, checker: str, out: Path, start: Callable, advance: Callable) -> dict:
     """Each problem attempted with the short and the long budget (`compute.measure`); OUT/compute.jsonl."""
     from capacity_advisor.advisor.scoring import compute as compute_mod
-    from capacity_advisor.advisor.probe.stage import pick_checker
+    from capacity_advisor.advisor.pools.read import pick_checker
     from capacity_advisor.models.backends import backend_from
     from capacity_advisor.core.files import write_jsonl
 

@@ -22,7 +22,8 @@ from typing import Mapping, Sequence
 from capacity_advisor.core.numbers import number, whole
 from capacity_advisor.advisor.pools.read import Pool
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import atomic_path, read_jsonl_input, refuse_overwrite, write_jsonl
+from capacity_advisor.core.files import atomic_path, refuse_overwrite, write_jsonl
+from capacity_advisor.core.jsonl import read_jsonl_input
 from capacity_advisor.training.ranking import (  # noqa: F401  (re-exported)
     DEFAULT_RANKING, RANKINGS, SCORE_FIELDS, extremes, low_share, score_value,
 )

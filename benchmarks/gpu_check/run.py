@@ -57,8 +57,8 @@ The JSON: `students.<name>` holds `shape`, `params`, `dtype`, `scoring`, `probe_
 part) and `skipped`; the agreement part's figures at the top level (`agreement`, `scoring`,
 `generation`, `long_trace`); `wall_seconds` once the run ends.
 
-This file holds the command line and the order of work; the rest lies beside it in benchmarks/,
-gpu_check_*.py. Every name of those modules that the tests use is importable from this one.
+This module holds the command line and the order of work; the parts lie beside it in
+benchmarks/gpu_check/ (the package's docstring names them).
 """
 
 import argparse
@@ -70,22 +70,21 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-# the names the parts define, importable from here (the tests load this file alone)
-from benchmarks.gpu_check.args import check_args, check_environment, parse_args, problem  # noqa: F401
-from benchmarks.gpu_check.agreement import agreement_part, build_model, flip_rates, random_pairs  # noqa: F401
+from benchmarks.gpu_check.agreement import agreement_part
+from benchmarks.gpu_check.args import check_args, check_environment, parse_args
 from benchmarks.gpu_check.e2e import end_to_end, save_student
 from benchmarks.gpu_check.hours import EPOCHS, hours
-from benchmarks.gpu_check.measure import (PeakMemory, StepClock, build_student, build_tokenizer, filler, free,  # noqa: F401
-                                          full_run_spec, measure_generation, measure_scoring, naive_score, probe_spec,
-                                          train_steps)
-from benchmarks.gpu_check.projection import n_evaluations, project, recipe_of  # noqa: F401
-from benchmarks.gpu_check.report import optional_packages, table, versions, write_and_print, write_files  # noqa: F401
+from benchmarks.gpu_check.measure import (
+    build_student, build_tokenizer, free, full_run_spec, measure_generation, measure_scoring, probe_spec, train_steps,
+)
+from benchmarks.gpu_check.projection import project
+from benchmarks.gpu_check.report import optional_packages, versions, write_and_print, write_files
 from benchmarks.gpu_check.roofline import add_roofline, matmul_ceiling
-from benchmarks.gpu_check.shapes import (AGREEMENT, E2E_STUDENT, GEN_TIMED_TOKENS, MEASURED, NAIVE_PAIRS,  # noqa: F401
-                                         QUICK_GEN_TIMED_TOKENS, PART_SECONDS, QUICK_AGREEMENT, QUICK_E2E, QUICK_LENGTHS, QUICK_NAIVE_PAIRS,
-                                         QUICK_POOL, QUICK_SCORE_MAX_LENGTH, QUICK_SCORING_PAIRS, QUICK_SHAPE,
-                                         QUICK_TIMED_STEPS, SCORING_PAIRS, STUDENTS, TIMED_STEPS, EndToEnd,
-                                         PoolAssumption, Student)
+from benchmarks.gpu_check.shapes import (
+    NAIVE_PAIRS, PART_SECONDS, QUICK_E2E, QUICK_GEN_TIMED_TOKENS, QUICK_LENGTHS, QUICK_NAIVE_PAIRS, QUICK_POOL,
+    QUICK_SCORE_MAX_LENGTH, QUICK_SCORING_PAIRS, QUICK_SHAPE, QUICK_TIMED_STEPS, SCORING_PAIRS, STUDENTS, TIMED_STEPS,
+    EndToEnd, PoolAssumption, Student,
+)
 
 
 _T0 = time.perf_counter()

@@ -1,31 +1,13 @@
-"""The embedded lab: synthetic reasoning tasks, a programmatic teacher, and a ladder of small
-Llama students pretrained by the tool on first use (cached under `$ADVISOR_HOME/lab`).
+"""The embedded lab: synthetic reasoning tasks and a programmatic teacher (`tasks`), the lab's
+tokenizer (`tokenizer`), a ladder of small Llama students and its teachers, pretrained by the tool
+on first use and cached under `$ADVISOR_HOME/lab` (`ladder`, `train`), the builds kept in the
+repository (`committed`), and the real pretrained students the lab names (`pretrained`).
 
-    from capacity_advisor.models.lab import student_path, make_problems, teacher_candidates, check, write_pool
+    from capacity_advisor.models.lab.ladder import student_path
+    from capacity_advisor.models.lab.tasks import make_problems
     path = student_path("xs")                       # an ordinary HF model folder
-    write_pool("pool.jsonl", task="modchain", n=200) # grouped pool with reference answers
+    problems = make_problems("modchain", 200)
 
-Importing this package is cheap: torch and transformers load only when a student is built.
+Importing any of them is cheap: torch and transformers load only when a student is built. The lab's
+pools (the scripted teacher's candidates as a grouped pool) are `advisor.pools.lab`.
 """
-
-from capacity_advisor.models.lab.ladder import (
-    DEFAULT_SEED,
-    LADDER,
-    TEACHER,
-    TEACHERS,
-    build_student,
-    is_built,
-    ladder_names,
-    list_students,
-    n_params,
-    recipe_hash,
-    student_dir,
-    student_path,
-)
-from capacity_advisor.models.lab.tasks import FAMILIES, Problem, check, extract_answer, make_problems, style_of, teacher_candidates
-
-__all__ = [
-    "DEFAULT_SEED", "FAMILIES", "LADDER", "Problem", "TEACHER", "TEACHERS", "build_student", "check", "extract_answer",
-    "is_built", "ladder_names", "list_students", "make_problems", "n_params",
-    "recipe_hash", "student_dir", "student_path", "style_of", "teacher_candidates",
-]

@@ -247,7 +247,7 @@ def _modes(folder: Path) -> set[int]:
 
 
 def test_a_built_lab_student_keeps_the_umask(tmp_path, monkeypatch, umask_027):
-    from capacity_advisor.models.lab import student_path
+    from capacity_advisor.models.lab.ladder import student_path
 
     monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home"))
     folder = Path(student_path("xs"))

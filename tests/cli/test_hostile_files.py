@@ -93,7 +93,8 @@ def test_lab_report_on_a_damaged_folder_is_one_error_line(tmp_path, damage):
 
 
 def test_a_mistyped_local_path_is_no_such_file_not_a_hub_id(tmp_path, monkeypatch):
-    from capacity_advisor.advisor.pools.read import looks_like_file, read_pool
+    from capacity_advisor.advisor.pools.files import looks_like_file
+    from capacity_advisor.advisor.pools.read import read_pool
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "data").mkdir()
@@ -161,7 +162,8 @@ def test_a_saved_dataset_naming_files_outside_is_refused(tmp_path):
 def test_split_is_honoured_for_a_saved_dataset_dict(tmp_path):
     import datasets
 
-    from capacity_advisor.advisor.pools.read import PoolOptions, read_pool
+    from capacity_advisor.advisor.pools.options import PoolOptions
+    from capacity_advisor.advisor.pools.read import read_pool
 
     folder = tmp_path / "saved"
     datasets.DatasetDict({

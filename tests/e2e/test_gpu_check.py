@@ -10,13 +10,13 @@ from dataclasses import replace
 import pytest
 from helpers import ROOT
 
+import benchmarks.gpu_check.run as gpu_check
+from benchmarks.gpu_check import args as gpu_args
+from benchmarks.gpu_check import projection, report, shapes
+from benchmarks.gpu_check import roofline as gpu_roofline
+from benchmarks.gpu_check.hours import hours
+
 COMMAND = [sys.executable, "-m", "benchmarks.gpu_check"]  # run from ROOT
-
-
-def load_script():
-    import benchmarks.gpu_check.run
-
-    return benchmarks.gpu_check.run
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,6 @@ def quick(tmp_path_factory):
     gradient-checkpointing retry runs as well."""
     import torch
 
-    gpu_check = load_script()
     real = gpu_check.train_steps
 
     def first_lora_attempt_fails(model, tokenizer, t, *rest):
@@ -43,9 +42,9 @@ def quick(tmp_path_factory):
 
 def test_quick_measures_every_field(quick):
     gpu_check, res, out = quick
-    assert res["quick"] is True and set(res["students"]) == set(gpu_check.STUDENTS)
+    assert res["quick"] is True and set(res["students"]) == set(shapes.STUDENTS)
     for name, m in res["students"].items():
-        for section, fields in gpu_check.MEASURED.items():
+        for section, fields in shapes.MEASURED.items():
             for field in fields:
                 v = m[section][field]
                 assert isinstance(v, (int, float)) and math.isfinite(v) and v > 0, (name, section, field, v)
@@ -60,12 +59,12 @@ def test_quick_measures_every_field(quick):
             assert roof["tflops"] > 0 and roof["share_of_matmul_ceiling"] > 0 and roof["share_of_assumed_peak"] > 0
         assert m["scoring"]["naive"]["response_tokens_per_s"] > 0 and m["scoring"]["hf_over_naive"] > 0
     assert res["matmul_ceiling"]["tflops"] > 0 and not res.get("errors") and not res.get("skipped")
-    assert set(res["parts"]) == {*gpu_check.STUDENTS, "agreement"} and "recommend" not in res
+    assert set(res["parts"]) == {*shapes.STUDENTS, "agreement"} and "recommend" not in res
     assert res["optional_packages"].keys() == {"lightgbm", "datasets", "math_verify", "trl", "vllm", "matplotlib", "pyarrow"}
     written = json.loads(out.read_text())
     assert written["students"] == res["students"] and written["projection_inputs"] == res["projection_inputs"]
     md = out.with_suffix(".md").read_text()
-    assert md == gpu_check.table(res)
+    assert md == report.table(res)
     assert all(f"| {m['label']} (--quick shape), " in md for m in res["students"].values())
 
 
@@ -92,8 +91,8 @@ def test_probe_modes_and_settings_follow_the_project(quick):
     recipe = res["projection_inputs"]["recipe"]
     for k in ("steps", "batch_size", "eval_every", "eval_problems", "warmup_steps"):
         assert recipe[k] == getattr(REAL, k)
-    assert (recipe["max_length"], recipe["max_new_tokens"]) == (gpu_check.QUICK_LENGTHS["max_length"],
-                                                                 gpu_check.QUICK_LENGTHS["max_new_tokens"])
+    assert (recipe["max_length"], recipe["max_new_tokens"]) == (shapes.QUICK_LENGTHS["max_length"],
+                                                                 shapes.QUICK_LENGTHS["max_new_tokens"])
     assert small["projection"]["evaluations"] == 3 and small["projection"]["sets"] == 2
 
 
@@ -102,23 +101,23 @@ def test_projection_is_computed_from_the_measurements(quick):
 
     gpu_check, res, _ = quick
     inputs = res["projection_inputs"]
-    recipe, pool = gpu_check.recipe_of(inputs), gpu_check.PoolAssumption(**inputs["pool_assumed"])
+    recipe, pool = projection.recipe_of(inputs), shapes.PoolAssumption(**inputs["pool_assumed"])
     for m in res["students"].values():
-        again = gpu_check.project(m, recipe, pool, inputs["score_max_length"], inputs["sets"])
+        again = projection.project(m, recipe, pool, inputs["score_max_length"], inputs["sets"])
         assert again == m["projection"]
         assert again["total_seconds"] == pytest.approx(sum(again["seconds"].values()))
         assert again["peak_memory_mb"] == max(m[s]["peak_memory_mb"] for s in ("scoring", "probe_step", "generation"))
-        bigger = gpu_check.project(m, recipe, replace(pool, problems=pool.problems * 3), inputs["score_max_length"],
+        bigger = projection.project(m, recipe, replace(pool, problems=pool.problems * 3), inputs["score_max_length"],
                                    inputs["sets"])
         assert bigger["seconds"]["scoring"] == pytest.approx(3 * again["seconds"]["scoring"])
         assert {k: v for k, v in bigger["seconds"].items() if k != "scoring"} == \
             {k: v for k, v in again["seconds"].items() if k != "scoring"}
         faster = {**m, "probe_step": {**m["probe_step"], "seconds_per_step": m["probe_step"]["seconds_per_step"] / 2}}
-        halved = gpu_check.project(faster, recipe, pool, inputs["score_max_length"], inputs["sets"])
+        halved = projection.project(faster, recipe, pool, inputs["score_max_length"], inputs["sets"])
         assert halved["seconds"]["probe_training"] == pytest.approx(again["seconds"]["probe_training"] / 2)
         # at the real recipe and the documented pool: every candidate scored up to recommend's max_length
-        full = gpu_check.project(m, REAL, gpu_check.PoolAssumption(), REAL.score_length, 2)
-        assert full["scored_tokens_per_response"] == REAL.score_length - gpu_check.PoolAssumption().prompt_tokens
+        full = projection.project(m, REAL, shapes.PoolAssumption(), REAL.score_length, 2)
+        assert full["scored_tokens_per_response"] == REAL.score_length - shapes.PoolAssumption().prompt_tokens
         assert full["seconds"]["scoring"] == pytest.approx(
             12_000 * 4 * full["scored_tokens_per_response"] / m["scoring"]["response_tokens_per_s"])
         assert full["seconds"]["probe_training"] == pytest.approx(2 * REAL.steps * m["probe_step"]["seconds_per_step"])
@@ -131,7 +130,7 @@ def test_a_student_that_does_not_fit_is_a_row_of_the_table(quick):
     m = res["students"]["qwen2.5-7b"]
     failed = {**res, "students": {**res["students"], "qwen2.5-7b": {"label": m["label"], "shape": m["shape"],
                                                                      "error": "out of memory: CUDA out of memory"}}}
-    md = gpu_check.table(failed)
+    md = report.table(failed)
     assert "| Qwen2.5-7B (--quick shape) | — | out of memory: CUDA out of memory |" in md
     assert "| Qwen2.5-1.5B (--quick shape), " in md
 
@@ -153,11 +152,11 @@ def test_gpu_hours_follow_from_the_measurements(quick):
 
     gpu_check, res, _ = quick
     inputs = res["projection_inputs"]
-    recipe, pool = gpu_check.recipe_of(inputs), gpu_check.PoolAssumption(**inputs["pool_assumed"])
+    recipe, pool = projection.recipe_of(inputs), shapes.PoolAssumption(**inputs["pool_assumed"])
     assert recipe.train_batch == inputs["recipe"]["train_batch"]
     for m in res["students"].values():
         h = m["hours"]
-        assert gpu_check.hours(m, recipe, pool, inputs["score_max_length"], inputs["sets"]) == h
+        assert hours(m, recipe, pool, inputs["score_max_length"], inputs["sets"]) == h
         g, run, cal = h["gpu_hours"], h["full_run"], h["calibration_run"]
         assert g["probe"] == pytest.approx(m["projection"]["total_seconds"] / 3600)
         # one 3-epoch run on the pool less the probe's held-out problems, in full-run batches
@@ -174,13 +173,13 @@ def test_gpu_hours_follow_from_the_measurements(quick):
         st = m["full_run_step"]
         assert mfu["train"] == pytest.approx(6 * m["params"] * st["tokens_per_step"] / st["seconds_per_step"] / (PEAK_TFLOPS * 1e12))
         slower = {**m, "full_run_step": {**st, "seconds_per_step": 2 * st["seconds_per_step"]}}
-        again = gpu_check.hours(slower, recipe, pool, inputs["score_max_length"], inputs["sets"])
+        again = hours(slower, recipe, pool, inputs["score_max_length"], inputs["sets"])
         assert again["full_run"]["train_seconds"] == pytest.approx(2 * run["train_seconds"])
         assert again["gpu_hours"]["probe"] == g["probe"]
 
 
 def test_roofline_counts_the_shape():
-    roofline = load_script().add_roofline.__globals__
+    roofline = vars(gpu_roofline)
     shape = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, vocab_size=1000)
     per_layer = 64 * (64 + 2 * 32) + 64 * 64 + 3 * 64 * 160  # q, k, v (2 KV heads of 16), o, the MLP
@@ -196,10 +195,9 @@ def test_roofline_counts_the_shape():
 
 
 def test_a_part_that_does_not_fit_the_budget_is_skipped(tmp_path):
-    gpu_check = load_script()
     out = tmp_path / "r.json"
     res = gpu_check.main(["--quick", "--hf-only", "--budget-s", "0.001", "--out", str(out)])
-    assert set(res["skipped"]) == {*gpu_check.STUDENTS, "recommend", "agreement"}
+    assert set(res["skipped"]) == {*shapes.STUDENTS, "recommend", "agreement"}
     assert res["students"] == {} and "agreement" not in res
     assert json.loads(out.read_text())["skipped"] == res["skipped"]
     assert "Not measured: agreement: not started at" in out.with_suffix(".md").read_text()
@@ -207,7 +205,6 @@ def test_a_part_that_does_not_fit_the_budget_is_skipped(tmp_path):
 
 def test_a_failed_measurement_keeps_what_finished(tmp_path, monkeypatch):
     """A part that fails is recorded and the run goes on; the files hold every measurement that ended."""
-    gpu_check = load_script()
 
     def fails(*a, **kw):
         raise RuntimeError("generation broke (raised by the test)")
@@ -246,9 +243,8 @@ def test_an_out_that_cannot_be_written_is_one_error_line(tmp_path):
 
 
 def test_the_end_to_end_student_follows_the_students_measured():
-    gpu_check = load_script()
     for argv, e2e in (([], "qwen2.5-1.5b"), (["--students", "none"], None), (["--students", "qwen2.5-7b"], None),
                       (["--e2e", "none"], None), (["--e2e", "qwen2.5-7b"], "qwen2.5-7b")):
-        args = gpu_check.parse_args(["--quick", "--hf-only", *argv], "gpu_check")
-        gpu_check.check_args(args)
+        args = gpu_args.parse_args(["--quick", "--hf-only", *argv], "gpu_check")
+        gpu_args.check_args(args)
         assert args.e2e == e2e, argv

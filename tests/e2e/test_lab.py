@@ -14,9 +14,8 @@ from click.testing import CliRunner
 
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.models.lab.ladder import MAX_LENGTH
-from capacity_advisor.models.lab import (
-    FAMILIES, build_student, check, extract_answer, make_problems, student_dir, student_path, teacher_candidates,
-)
+from capacity_advisor.models.lab.tasks import FAMILIES, check, extract_answer, make_problems, teacher_candidates
+from capacity_advisor.models.lab.ladder import build_student, student_dir, student_path
 from capacity_advisor.advisor.pools.lab import pool_rows, write_pool
 
 
@@ -587,7 +586,7 @@ def test_every_lab_task_ships_a_teacher_pool_of_todays_problems(task, tmp_path):
     its problems are the ones today's recipe draws (what an on-demand pool would ask the teacher):
     the same ids, prompts and answers, each with the teacher's 8 checked samples."""
     from capacity_advisor.advisor.lab.student import TEACHER_SAMPLING, lab_pool
-    from capacity_advisor.models.lab import FAMILIES
+    from capacity_advisor.models.lab.tasks import FAMILIES
     from capacity_advisor.advisor.pools.lab import pool_rows
     from capacity_advisor.models.lab.tasks import check
 

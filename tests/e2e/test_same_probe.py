@@ -13,7 +13,7 @@ from capacity_advisor.probes.student import student_of
 
 
 def test_a_lab_build_folder_is_probed_with_the_lab_recipe_and_its_own_rate(lab_home, tmp_path):
-    from capacity_advisor.models.lab import LADDER, student_path
+    from capacity_advisor.models.lab.ladder import LADDER, student_path
 
     folder = str(student_path("xs"))
     assert student_of(folder).build == {"name": "xs", "lr": LADDER["xs"].lr}
@@ -30,7 +30,7 @@ def test_a_lab_build_folder_is_probed_with_the_lab_recipe_and_its_own_rate(lab_h
 
 
 def test_the_shipped_predictor_states_the_recipe_its_records_share():
-    from capacity_advisor.advisor.probe.stage import load_predictor
+    from capacity_advisor.advisor.probe.plan import load_predictor
 
     fitted = fitted_recipe(load_predictor(None).meta)
     assert fitted is not None and fitted.recipe.kind == "lab"
@@ -44,7 +44,7 @@ def test_the_shipped_predictor_states_the_recipe_its_records_share():
 def test_recommend_on_a_lab_folder_reproduces_calibrations_probe_inputs(lab_home, tmp_path):
     from capacity_advisor.advisor.calibration.sweep import run_calibration
     from capacity_advisor.advisor.calibration.grid import CalibrateConfig
-    from capacity_advisor.models.lab import student_path
+    from capacity_advisor.models.lab.ladder import student_path
 
     cfg = CalibrateConfig.quick_settings(str(tmp_path / "cal"))
     run_calibration(cfg, log=lambda m: None)

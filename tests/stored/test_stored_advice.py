@@ -14,7 +14,7 @@ import pytest
 from helpers import stored_numbers
 
 from capacity_advisor.advisor.predictor import Policy, label_rows, read_records
-from capacity_advisor.advisor.probe.stage import load_predictor
+from capacity_advisor.advisor.probe.plan import load_predictor
 from helpers import ROOT
 
 STORE = ROOT / "tests" / "data" / "shipped_advice.json"

@@ -95,7 +95,7 @@ def test_seeds_with_opposite_inputs_across_the_threshold_all_flip():
 
 
 def test_the_shipped_policy_reports_the_advice_of_both_seeds_of_a_committed_unit():
-    from capacity_advisor.advisor.probe.stage import load_predictor
+    from capacity_advisor.advisor.probe.plan import load_predictor
 
     shipped = load_predictor(None)
     policy = Policy.of(shipped)

@@ -10,7 +10,8 @@ import fake_vllm
 from capacity_advisor.advisor.pools import generate as gen_mod
 from capacity_advisor.advisor.cli.main import cli
 from capacity_advisor.advisor.pools.generate import GenerateConfig, generate_pool
-from capacity_advisor.advisor.pools.read import PoolOptions, read_pool
+from capacity_advisor.advisor.pools.options import PoolOptions
+from capacity_advisor.advisor.pools.read import read_pool
 from capacity_advisor.core.files import write_jsonl
 
 
@@ -23,7 +24,7 @@ def lab_problems(path, n=10):
 
 
 def test_lab_teacher_pool_reads_back_and_is_checked(lab_home, tmp_path):
-    from capacity_advisor.models.lab import check
+    from capacity_advisor.models.lab.tasks import check
 
     problems = lab_problems(tmp_path / "problems.jsonl")
     cfg = GenerateConfig(teacher="lab:xs", problems=str(tmp_path / "problems.jsonl"), out=str(tmp_path / "pool.jsonl"),

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from capacity_advisor.advisor.pools.read import PoolOptions, read_pool
+from capacity_advisor.advisor.pools.options import PoolOptions
+from capacity_advisor.advisor.pools.read import read_pool
 from capacity_advisor.core.errors import InputError
 
 README = """---

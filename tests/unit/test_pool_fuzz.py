@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from capacity_advisor.advisor.pools.read import PoolOptions, read_pool
+from capacity_advisor.advisor.pools.options import PoolOptions
+from capacity_advisor.advisor.pools.read import read_pool
 from capacity_advisor.core.errors import InputError
 
 EXAMPLES = int(os.environ.get("ADVISOR_FUZZ_EXAMPLES", "0"))

@@ -188,7 +188,7 @@ def test_probe_with_scores_of_another_pool_says_what_to_do(tiny_llama, tmp_path)
 
 
 def test_probe_caps_new_tokens_and_length_at_the_models_context(tmp_path):
-    from capacity_advisor.advisor.probe.stage import plan_probe
+    from capacity_advisor.advisor.probe.plan import plan_probe
     from capacity_advisor.probes.recipe import LAB, Fitted
 
     plan = plan_probe(student_of(str(tmp_path))).within(512)
@@ -207,7 +207,7 @@ def test_probe_caps_new_tokens_and_length_at_the_models_context(tmp_path):
 def test_a_real_students_new_tokens_are_bounded_by_the_pools_responses(tiny_llama, tmp_path):
     """1.5 x the 99th-percentile response (with its EOS), rounded up to 16, at least 64; the source
     says so; a flag, a lab student and a bound above the recipe's leave the plan as it was."""
-    from capacity_advisor.advisor.probe.stage import bound_by_responses, plan_probe, response_lengths
+    from capacity_advisor.advisor.probe.plan import bound_by_responses, plan_probe, response_lengths
     from capacity_advisor.models.loading import load_tokenizer
     from capacity_advisor.probes.recipe import LAB
     from helpers import doubling_pool

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from helpers import HANG_S, ROOT, make_manifest, read_jsonl, write_data, write_jsonl
 
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.training import metrics
+from capacity_advisor.training import metrics, text_metrics
 from capacity_advisor.training.callbacks import eval_schedule
 from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec, load_manifest
 
@@ -29,10 +29,10 @@ CLEAN = ("First add the tens: 10 + 30 = 40. Then the units: 2 + 5 = 7. "
 
 
 def test_repetition_flags_a_loop_not_a_clean_solution():
-    assert metrics.is_repetitive(LOOP)
-    assert not metrics.is_repetitive(CLEAN)
-    assert not metrics.is_repetitive("1111 +3+3+3")  # short legitimate repeats do not count
-    assert metrics.repetition_rate([LOOP, CLEAN]) == 0.5
+    assert text_metrics.is_repetitive(LOOP)
+    assert not text_metrics.is_repetitive(CLEAN)
+    assert not text_metrics.is_repetitive("1111 +3+3+3")  # short legitimate repeats do not count
+    assert text_metrics.repetition_rate([LOOP, CLEAN]) == 0.5
 
 
 def test_final_answer_extraction_and_summary():

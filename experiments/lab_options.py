@@ -50,10 +50,11 @@ def run_size(cal: Path, out: Path, task: str, size: str, seed: int, short: int, 
 
     import torch
 
-    from capacity_advisor.advisor.calibration.unit import Run, full_run
+    from capacity_advisor.advisor.calibration.run import full_run
+    from capacity_advisor.advisor.calibration.unit import Run
     from capacity_advisor.advisor.scoring.compute import ComputeConfig, keep_problems, measure
     from capacity_advisor.advisor.calibration.sweep import lab_calibration, lab_unit
-    from capacity_advisor.advisor.calibration.grid import CalibrateConfig, Unit
+    from capacity_advisor.advisor.calibration.grid import CalibrateConfig, Cell
     from capacity_advisor.advisor.pools.read import read_pool
     from capacity_advisor.advisor.scoring.score import ScoreConfig, score_pool
     from capacity_advisor.models.backends import make_backend
@@ -63,16 +64,16 @@ def run_size(cal: Path, out: Path, task: str, size: str, seed: int, short: int, 
 
     torch.set_num_threads(1)
     cfg = CalibrateConfig.from_folder(cal)
-    unit = Unit(task, "sum", size, seed)
-    base = unit.folder(cal)
+    cell = Cell(task, "sum", size, seed)
+    base = cell.folder(cal)
     probe = base / "probe" / "probe.json"
     if not probe.exists():
         raise SystemExit(f"error: {probe} is missing: run `advisor lab calibrate` for {task} {size} seed {seed} first")
-    folder = out / task / "sum" / unit.name
+    folder = out / task / "sum" / cell.name
     folder.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     lm = load_model(f"lab:{size}", device="cpu", dtype="float32")
-    spec = replace(lab_unit(cfg, unit), folder=folder)  # the unit's student, pool and held-out set; its runs go here
+    spec = replace(lab_unit(cfg, cell), folder=folder)  # the unit's student, pool and held-out set; its runs go here
     pool = read_pool(spec.pool.path)
     if not (folder / "score" / "scores.jsonl").exists():
         score_pool(pool, ScoreConfig(model=f"lab:{size}", device="cpu", dtype="float32", score_length=96, token_budget=8192,

@@ -1,6 +1,6 @@
 """What a lab sweep runs: its settings (`CalibrateConfig`, the flags of `advisor lab calibrate`), its
-units (one student build, seed, task and ranking each) and the run folders a finished unit holds.
-`advisor.lab.calibrate` runs them."""
+grid (a `Cell` per task, ranking, student build and seed: where one calibration unit runs, and the
+folder it fills) and the run folders a finished unit holds. `calibration.sweep` runs them."""
 
 from __future__ import annotations
 
@@ -161,8 +161,10 @@ class CalibrateConfig:
 
 
 @dataclass(frozen=True)
-class Unit:
-    """One student on one pool under one ranking: a probe and a full run per strategy."""
+class Cell:
+    """One cell of the sweep's grid: a task, a ranking, a ladder student's build and a seed. The sweep
+    runs a calibration unit there (`calibration.sweep.lab_unit`: a probe and a full run per option)
+    in the folder TASK/RANKING/NAME; published records and reports name their unit by it."""
 
     task: str
     score: str
@@ -185,8 +187,8 @@ class Unit:
         return out / self.task / self.score / self.name
 
     @classmethod
-    def from_name(cls, task: str, score: str, name: str) -> "Unit | None":
-        """The unit a folder named `name` (`SIZE-sSEED` or `SIZE+bB-sSEED`) holds; None for any other name."""
+    def from_name(cls, task: str, score: str, name: str) -> "Cell | None":
+        """The cell a folder named `name` (`SIZE-sSEED` or `SIZE+bB-sSEED`) holds; None for any other name."""
         from capacity_advisor.models.lab.ladder import parse_name
 
         head, _, seed = name.rpartition("-s")
@@ -199,13 +201,13 @@ class Unit:
         return cls(task=task, score=score, size=size, seed=int(seed), build=build)
 
 
-def units(cfg: CalibrateConfig) -> list[Unit]:
-    """Every unit: the summed-ranking arm first, and in each arm the most expensive (largest
+def cells(cfg: CalibrateConfig) -> list[Cell]:
+    """Every cell: the summed-ranking arm first, and in each arm the most expensive (largest
     students) first, so that parallel jobs finish together."""
     from capacity_advisor.models.lab.ladder import n_params
 
-    out = [Unit(t, "sum", s, seed, b) for t in cfg.tasks for s in cfg.ladder for seed in cfg.seeds for b in cfg.builds]
-    out += [Unit(t, "mean", s, seed, b) for t in cfg.tasks for s in cfg.ladder for seed in cfg.mean_seeds for b in cfg.builds]
+    out = [Cell(t, "sum", s, seed, b) for t in cfg.tasks for s in cfg.ladder for seed in cfg.seeds for b in cfg.builds]
+    out += [Cell(t, "mean", s, seed, b) for t in cfg.tasks for s in cfg.ladder for seed in cfg.mean_seeds for b in cfg.builds]
     return sorted(out, key=lambda u: (u.score != "sum", u.seed, u.build, -n_params(u.size), u.task))
 
 
@@ -215,13 +217,14 @@ def budget_run_name(option: str, budget: float) -> str:
     return f"{option}-e{budget:g}"
 
 
-def unit_runs(cfg: CalibrateConfig, unit: Unit) -> list[tuple[str, str, float | None]]:
-    """(run folder, option, epochs) of every full run a unit trains: one per option at the sweep's
-    budget, then, on the first seed, each set at every budget of --budget-runs (None: the sweep's epochs)."""
-    extra = [(budget_run_name(o, b), o, b) for b in cfg.budget_runs for o in SETS] if unit.seed == min(cfg.seeds) else []
+def unit_runs(cfg: CalibrateConfig, cell: Cell) -> list[tuple[str, str, float | None]]:
+    """(run folder, option, epochs) of every full run the unit of a cell trains: one per option at the
+    sweep's budget, then, on the first seed, each set at every budget of --budget-runs (None: the
+    sweep's epochs)."""
+    extra = [(budget_run_name(o, b), o, b) for b in cfg.budget_runs for o in SETS] if cell.seed == min(cfg.seeds) else []
     return [*((o, o, None) for o in cfg.options), *extra]
 
 
-def run_names(cfg: CalibrateConfig, unit: Unit) -> list[str]:
-    """The run folders a unit holds when finished: one per option, and its budget runs."""
-    return [name for name, _, _ in unit_runs(cfg, unit)]
+def run_names(cfg: CalibrateConfig, cell: Cell) -> list[str]:
+    """The run folders a cell's unit holds when finished: one per option, and its budget runs."""
+    return [name for name, _, _ in unit_runs(cfg, cell)]

@@ -31,7 +31,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from capacity_advisor.advisor.calibration.cost import DECODE_MFU, MAX_TFLOPS, PEAK_TFLOPS, TRAIN_MFU, gpu_cost
-from capacity_advisor.advisor.calibration.unit import EVAL_SEED, Calibration, Run, Unit, UnitPool, collect, run_unit
+from capacity_advisor.advisor.calibration.run import collect, run_unit
+from capacity_advisor.advisor.calibration.unit import EVAL_SEED, Calibration, Run, Unit, UnitPool
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import finite, stable_hash, versions, write_json, write_jsonl
 from capacity_advisor.core.numbers import number
@@ -261,7 +262,7 @@ def pool_units(cfg: PoolCalibrateConfig, plan: Plan) -> list[Unit]:
     log-probability, with the learning rate and recipe the plan chose for it."""
     pool = UnitPool(Path(cfg.pool), Path(cfg.out) / "eval.jsonl", plan.checker, cfg.task or plan.fingerprint, cfg.teacher,
                     problems=plan.train, fingerprint=plan.fingerprint)
-    return [Unit(s["student"], s["name"], s["plan"].recipe, s["learning_rate"], pool, seed, "sum",
-                 Path(cfg.out) / "units" / f"{s['name'].replace('/', '--')}-s{seed}", tuple(Run(o, o) for o in SETS),
-                 f"{s['name']} seed {seed}")
+    return [Unit(student=s["student"], name=s["name"], recipe=s["plan"].recipe, pool=pool, seed=seed, ranking="sum",
+                 folder=Path(cfg.out) / "units" / f"{s['name'].replace('/', '--')}-s{seed}",
+                 runs=tuple(Run(o, o) for o in SETS), label=f"{s['name']} seed {seed}")
             for s in plan.students for seed in cfg.seeds]

@@ -6,7 +6,7 @@
 Per task family and seed, the lab teacher (`lab:teacher`, a model) samples `candidates` responses
 per problem at temperature 1; the task's exact checker keeps the correct ones (`advisor generate`'s
 code path). Then per student (and per ranking: `sum`, the paper's, on every seed; `mean`,
-GRAPE's, on `mean_seeds`), the calibration protocol (`advisor.calibration`) runs the unit:
+GRAPE's, on `mean_seeds`), the calibration protocol (`calibration.run`) runs the unit:
 
 1. every candidate is scored under the base student and D_high / D_low / D_mixed are selected;
 2. a probe — the one `advisor recommend` runs, `probe_steps` long so that shorter probes can be
@@ -29,10 +29,10 @@ from dataclasses import MISSING, asdict, fields, replace
 from pathlib import Path
 from typing import Callable
 
-from capacity_advisor.advisor.calibration import unit as calibration
-from capacity_advisor.advisor.calibration.unit import EVAL_SEED, Calibration, Run, UnitPool
+from capacity_advisor.advisor.calibration.grid import CalibrateConfig, Cell, cells, run_names, unit_runs
+from capacity_advisor.advisor.calibration.run import collect, run_unit
+from capacity_advisor.advisor.calibration.unit import EVAL_SEED, Calibration, Run, Unit, UnitPool
 from capacity_advisor.advisor.lab.student import ON_CPU
-from capacity_advisor.advisor.calibration.grid import CalibrateConfig, Unit, run_names, unit_runs, units
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import folder_lock, json_object, unclaimed_files, versions, write_json, write_jsonl
 from capacity_advisor.core.jsonl import read_jsonl
@@ -118,26 +118,25 @@ def lab_calibration(cfg: CalibrateConfig) -> Calibration:
                        model_path=True, scoring=SCORING)
 
 
-def lab_unit(cfg: CalibrateConfig, unit: Unit) -> calibration.Unit:
-    """A sweep's unit as the calibration protocol runs it: the ladder student on the teacher's pool."""
-    pool_path, eval_path = pool_paths(cfg, unit.task, unit.seed)
-    record = {"task": unit.task, "score": unit.score, "size": unit.size, "seed": unit.seed, "teacher": cfg.teacher,
-              "temperature": cfg.temperature, "lab": RECIPE_VERSION, **({"build": unit.build} if unit.build else {})}
-    student = student_of(unit.model)
-    return calibration.Unit(
-        student, unit.model, probe_recipe(cfg), student.learning_rate()[0],
-        UnitPool(pool_path, eval_path, "lab", unit.task, cfg.teacher, cfg.temperature), unit.seed, unit.score,
-        unit.folder(Path(cfg.out)), tuple(Run(*r) for r in unit_runs(cfg, unit)), f"{unit.task} {unit.score} {unit.name}",
-        record)
+def lab_unit(cfg: CalibrateConfig, cell: Cell) -> Unit:
+    """The unit of a cell of the sweep, as the calibration protocol runs it: the ladder student on the
+    teacher's pool."""
+    pool_path, eval_path = pool_paths(cfg, cell.task, cell.seed)
+    record = {"task": cell.task, "score": cell.score, "size": cell.size, "seed": cell.seed, "teacher": cfg.teacher,
+              "temperature": cfg.temperature, "lab": RECIPE_VERSION, **({"build": cell.build} if cell.build else {})}
+    return Unit(student=student_of(cell.model), name=cell.model, recipe=probe_recipe(cfg),
+                pool=UnitPool(pool_path, eval_path, "lab", cell.task, cfg.teacher, cfg.temperature), seed=cell.seed,
+                ranking=cell.score, folder=cell.folder(Path(cfg.out)), runs=tuple(Run(*r) for r in unit_runs(cfg, cell)),
+                label=f"{cell.task} {cell.score} {cell.name}", record=record)
 
 
-def sweep_unit(cfg: CalibrateConfig, unit: Unit) -> str:
-    """One unit of the sweep through the protocol (`calibration.run_unit`), in a process of one torch
+def sweep_unit(cfg: CalibrateConfig, cell: Cell) -> str:
+    """One cell's unit through the protocol (`calibration.run.run_unit`), in a process of one torch
     thread (the sweep runs several at once); a one-line summary."""
     import torch
 
     torch.set_num_threads(1)
-    return calibration.run_unit(lab_unit(cfg, unit), lab_calibration(cfg))
+    return run_unit(lab_unit(cfg, cell), lab_calibration(cfg))
 
 
 # ---- the sweep ---------------------------------------------------------------------------------
@@ -162,10 +161,10 @@ def _run_calibration(cfg: CalibrateConfig, out: Path, log: Log) -> dict:
     for t in cfg.tasks:
         for s in sorted(set(cfg.seeds) | set(cfg.mean_seeds)):
             teacher_pool(cfg, t, s, log)
-    todo = [u for u in units(cfg) if not all((u.folder(out) / s / "record.json").exists() for s in run_names(cfg, u))]
-    log(f"{len(todo)} of {len(units(cfg))} units to run, {cfg.jobs} at a time")
+    todo = [c for c in cells(cfg) if not all((c.folder(out) / s / "record.json").exists() for s in run_names(cfg, c))]
+    log(f"{len(todo)} of {len(cells(cfg))} units to run, {cfg.jobs} at a time")
     jobs = Parallel(n_jobs=cfg.jobs, backend="loky", return_as="generator_unordered") if cfg.jobs > 1 else None
-    calls = [delayed(sweep_unit)(cfg, u) for u in todo]
+    calls = [delayed(sweep_unit)(cfg, c) for c in todo]
     for line in (jobs(calls) if jobs else (f(*a, **k) for f, a, k in calls)):
         log(line)
     records = collect_records(cfg)
@@ -225,8 +224,8 @@ def build_models(names: list[str], jobs: int, log: Log) -> None:
 def collect_records(cfg: CalibrateConfig, budget_runs: bool = False) -> list[dict]:
     """The RunRecords of every finished run, in a fixed order, with machine paths removed; with
     `budget_runs`, those of the runs of shorter budgets instead (kept apart: they label nothing)."""
-    def runs_kept(unit: calibration.Unit) -> calibration.Unit:
+    def runs_kept(unit: Unit) -> Unit:
         return replace(unit, runs=tuple(r for r in unit.runs if (r.name in cfg.options) != budget_runs))
 
-    order = sorted(units(cfg), key=lambda u: (u.task, u.score, cfg.ladder.index(u.size), u.build, u.seed))
-    return calibration.collect((runs_kept(lab_unit(cfg, u)) for u in order), lab_calibration(cfg).source)
+    order = sorted(cells(cfg), key=lambda c: (c.task, c.score, cfg.ladder.index(c.size), c.build, c.seed))
+    return collect((runs_kept(lab_unit(cfg, c)) for c in order), lab_calibration(cfg).source)

@@ -22,7 +22,7 @@ from capacity_advisor.advisor.calibration.sweep import collect_records
 from capacity_advisor.advisor.lab.published import (BUDGET_RECORDS, EVALS, PROBES, RECORDS, is_published, path_order,
                                                     write_rows)
 from capacity_advisor.advisor.lab.publish_proxies import is_pool_calibration, publish_pool
-from capacity_advisor.advisor.calibration.grid import CalibrateConfig, Unit
+from capacity_advisor.advisor.calibration.grid import CalibrateConfig, Cell
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import (
     check_writable_dir, json_object, refuse_overwrite, special_kind, unclaimed_files, write_json,
@@ -39,7 +39,7 @@ def finished_runs(sweep: Path) -> list[tuple[str, Path]]:
         run = rec.parent
         name = run.relative_to(sweep).as_posix()
         task, score, unit, _ = name.split("/")
-        if Unit.from_name(task, score, unit) is None:
+        if Cell.from_name(task, score, unit) is None:
             continue
         for file in ("record.json", "eval.jsonl"):
             kind = special_kind(run / file) or (None if (run / file).exists() else "missing")

@@ -22,7 +22,7 @@ from pathlib import Path
 from statistics import mean
 
 from capacity_advisor.advisor.lab import published
-from capacity_advisor.advisor.calibration.grid import Unit
+from capacity_advisor.advisor.calibration.grid import Cell
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import check_writable_file, finite, refuse_overwrite, write_jsonl
 from capacity_advisor.probes.recipe import DEFAULT_EVAL_PROBLEMS, DEFAULT_STEPS, MEASURING
@@ -78,13 +78,13 @@ def load_calibration(folders) -> tuple[list[tuple[Key, dict]], dict[Key, dict]]:
             if lacking:
                 raise InputError(f"{folder}: a record's unit (run {rec.get('run_id')!r}) lacks {', '.join(lacking)}: "
                                  "publish the sweep again (`advisor lab publish`), or name the sweep's own folder")
-            unit = Unit(u["task"], u["score"], u["size"], u["seed"], u.get("build", 0))
-            key = (str(folder), unit.task, unit.score, unit.size, unit.seed, unit.build)
+            cell = Cell(u["task"], u["score"], u["size"], u["seed"], u.get("build", 0))
+            key = (str(folder), cell.task, cell.score, cell.size, cell.seed, cell.build)
             records.append((key, rec))
             if key not in probes:
-                probe = reports.get(f"{unit.task}/{unit.score}/{unit.name}")
+                probe = reports.get(f"{cell.task}/{cell.score}/{cell.name}")
                 if probe is None:
-                    raise InputError(f"{folder}: unit {unit.task}/{unit.score}/{unit.name} has records but no probe "
+                    raise InputError(f"{folder}: unit {cell.task}/{cell.score}/{cell.name} has records but no probe "
                                      "report: publish the sweep again, or let its probe finish")
                 probes[key] = probe
     return records, probes

@@ -38,7 +38,7 @@ METRICS = ("accuracy", "teacher_view", "repetition_rate", "teacher_nll", "answer
 def _runs(cal: Path) -> dict:
     """{(task, score, size): {strategy: [eval rows per repeat]}} from the finished runs, each checked
     (`_checked`); a repeat is a seed of one pretraining build, and a student's builds are pooled."""
-    from capacity_advisor.advisor.calibration.grid import Unit
+    from capacity_advisor.advisor.calibration.grid import Cell
     from capacity_advisor.models.lab.ladder import LADDER
 
     out: dict = {}
@@ -46,7 +46,7 @@ def _runs(cal: Path) -> dict:
         task, score, unit, strategy = run.split("/")
         if strategy not in SETS or "-s" not in unit:
             continue
-        u = Unit.from_name(task, score, unit)
+        u = Cell.from_name(task, score, unit)
         if u is None or u.size not in LADDER:
             raise InputError(f"{cal / run}: {unit!r} is not a lab student (a unit folder is SIZE-sSEED or SIZE+bBUILD-sSEED, "
                              f"SIZE from the ladder: {', '.join(LADDER)}); a calibration folder holds runs of lab students only")

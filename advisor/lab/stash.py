@@ -28,7 +28,7 @@ import tarfile
 import zlib
 from pathlib import Path
 
-from capacity_advisor.advisor.calibration.grid import CalibrateConfig, run_names, units
+from capacity_advisor.advisor.calibration.grid import CalibrateConfig, cells, run_names
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import check_writable_dir, special_kind
 
@@ -49,9 +49,9 @@ def stash_files(work: Path, cfg: CalibrateConfig, name: str) -> tuple[list[Path]
     src = work / name
     files = [src / "config.json"] + sorted(p for t in cfg.tasks for p in (src / t / "pools").glob("*") if p.is_file())
     done = 0
-    for u in units(cfg):
-        folder = u.folder(src)
-        runs = run_names(cfg, u)
+    for c in cells(cfg):
+        folder = c.folder(src)
+        runs = run_names(cfg, c)
         if all((folder / r / "record.json").is_file() and (folder / r / "eval.jsonl").is_file() for r in runs) \
                 and (folder / "probe" / "probe.json").is_file():
             files += [folder / r / f for r in runs for f in ("record.json", "eval.jsonl")] + [folder / "probe" / "probe.json"]
@@ -78,7 +78,7 @@ def stash(work: Path, cfg: CalibrateConfig, name: str, dest: Path) -> dict:
     tmp = dest / f".{name}.tar.gz.tmp"
     tmp.write_bytes(buf.getvalue())
     tmp.replace(dest / f"{name}.tar.gz")
-    return {"source": name, "units_done": done, "units": len(units(cfg)), "bytes": len(buf.getvalue())}
+    return {"source": name, "units_done": done, "units": len(cells(cfg)), "bytes": len(buf.getvalue())}
 
 
 def restore(stashed: Path, work: Path, name: str) -> bool:

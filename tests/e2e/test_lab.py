@@ -247,17 +247,17 @@ def test_lab_verbs_name_a_build_and_refuse_a_malformed_one(tmp_path, monkeypatch
 
 
 def test_a_sweep_runs_every_build_of_every_student_as_its_own_unit():
-    from capacity_advisor.advisor.calibration.grid import CalibrateConfig, Unit, units
+    from capacity_advisor.advisor.calibration.grid import CalibrateConfig, Cell, cells
 
     cfg = CalibrateConfig(sizes=("m", "xs"), seeds=(0, 1), builds=(0, 2), mean_seeds=(), tasks=("modchain",))
-    got = units(cfg)
+    got = cells(cfg)
     assert len(got) == 8 and {(u.size, u.seed, u.build) for u in got} == {
         (s, seed, b) for s in ("m", "xs") for seed in (0, 1) for b in (0, 2)}
-    u = Unit("modchain", "sum", "m", 1, build=2)
+    u = Cell("modchain", "sum", "m", 1, build=2)
     assert (u.name, u.model) == ("m+b2-s1", "lab:m+b2")
-    assert Unit("modchain", "sum", "m", 1).name == "m-s1"  # the ladder's own build keeps its old folder name
-    assert Unit.from_name("modchain", "sum", u.name) == u and Unit.from_name("modchain", "sum", "m-s1").build == 0
-    assert Unit.from_name("modchain", "sum", "m@5-s1") is None and Unit.from_name("modchain", "sum", "m-sx") is None
+    assert Cell("modchain", "sum", "m", 1).name == "m-s1"  # the ladder's own build keeps its old folder name
+    assert Cell.from_name("modchain", "sum", u.name) == u and Cell.from_name("modchain", "sum", "m-s1").build == 0
+    assert Cell.from_name("modchain", "sum", "m@5-s1") is None and Cell.from_name("modchain", "sum", "m-sx") is None
     assert cfg.models == ["teacher", "m", "m+b2", "xs", "xs+b2"]  # the teacher model samples the pools
     for builds in ((), (-1,), (1001,)):
         with pytest.raises(InputError, match="--builds"):

@@ -181,14 +181,14 @@ def test_a_source_is_stashed_and_restored_through_the_verbs(capsys, tmp_path):
     from dataclasses import asdict
 
     from capacity_advisor.advisor.lab.sources import config
-    from capacity_advisor.advisor.calibration.grid import run_names, units
+    from capacity_advisor.advisor.calibration.grid import cells, run_names
 
     name, work = "listmax-program", tmp_path / "work"
     cfg = config(name, work, 1)
     (work / name / "listmax" / "pools").mkdir(parents=True)
     (work / name / "config.json").write_text(json.dumps({"stage": "calibrate", "settings": asdict(cfg)}) + "\n")
     (work / name / "listmax" / "pools" / "s0.jsonl").write_text('{"id": "q0"}\n')
-    unit = units(cfg)[0]
+    unit = cells(cfg)[0]
     for r in run_names(cfg, unit):
         (unit.folder(work / name) / r).mkdir(parents=True)
         (unit.folder(work / name) / r / "record.json").write_text("{}")

@@ -118,7 +118,7 @@ def test_a_source_in_progress_is_stashed_and_restored_without_checkpoints_or_mac
 
     from capacity_advisor.advisor.lab.sources import config
     from capacity_advisor.advisor.lab.stash import restore, stash
-    from capacity_advisor.advisor.calibration.grid import run_names, units
+    from capacity_advisor.advisor.calibration.grid import cells, run_names
     from capacity_advisor.core.errors import InputError
 
     name, work = "addition-teacher-xl-t0.7", tmp_path / "work"
@@ -129,7 +129,7 @@ def test_a_source_in_progress_is_stashed_and_restored_without_checkpoints_or_mac
     (src / "addition" / "pools" / "s0.jsonl").write_text('{"id": "q0"}\n')
     (src / "addition" / "pools" / "s0.config.json").write_text(json.dumps(
         {"stage": "generate", "summary": {"cache": str(tmp_path / "cache"), "correct": 3}}))
-    finished, half = units(cfg)[:2]
+    finished, half = cells(cfg)[:2]
     for u, sets in ((finished, run_names(cfg, finished)), (half, run_names(cfg, half)[:1])):
         folder = u.folder(src)
         for r in sets:
@@ -141,7 +141,7 @@ def test_a_source_in_progress_is_stashed_and_restored_without_checkpoints_or_mac
         (folder / "probe" / "probe.json").write_text("{}")
         (folder / "scores.jsonl").write_text("{}\n")
     out = stash(work, cfg, name, tmp_path / "in-progress")
-    assert (out["units_done"], out["units"]) == (1, len(units(cfg)))
+    assert (out["units_done"], out["units"]) == (1, len(cells(cfg)))
     archive = tmp_path / "in-progress" / f"{name}.tar.gz"
     with tarfile.open(archive) as tar:
         names = set(tar.getnames())

@@ -33,6 +33,7 @@ from capacity_advisor.advisor.predictor.priors import fit_lab_prior
 from capacity_advisor.advisor.predictor.proxy_rule import choose_rule
 from capacity_advisor.advisor.predictor.races import race_summary, with_curves
 from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import advisor_home, check_writable_dir
 from capacity_advisor.training.manifest_checks import MAX_SEED
 
 CV_METHODS = ("policy", "gated race", "predictor", WITHOUT_PROXIES, LARGEST_PROXY, PROXY_RULE, EITHER, EITHER_PREDICTOR,
@@ -288,3 +289,19 @@ def compact(cv_tables: dict) -> dict:
                         if k in t["methods"][m]}
                     for m in CV_METHODS if m in t["methods"]}
             for split, t in cv_tables.items()}
+
+
+def fit_file(records_path, out: str, settings, log=None) -> dict:
+    """`advisor fit`: the settings (`FitSettings`) checked, the records (one file, several, or
+    the records store) read and checked, the predictor fitted (`fit_and_save`) and saved to OUT."""
+    settings.check()
+    check_writable_dir(out, "--out")
+    paths = [records_path] if isinstance(records_path, str) else list(records_path or ())
+    records, files = record_files(paths or [str(advisor_home() / "records.jsonl")])
+    repeated = sum(f.get("repeated", 0) for f in files)
+    if repeated and log:
+        log(f"dropped {repeated} repeated record{'s' if repeated > 1 else ''} ("
+            + ", ".join(f"{f['repeated']} in {f['file']}" for f in files if f.get("repeated"))
+            + "): each run counts once")
+    result = fit_and_save(records, out, settings, log=log, files=files)
+    return {**result, "repeated_records": repeated} if repeated else result

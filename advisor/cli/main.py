@@ -278,7 +278,7 @@ def generate(as_json, **kw):
 def fit(records_path, out, kinds, cv, choose_by, as_json, **kw):
     """Fit the predictor on RunRecords; print its cross-validated tables against the baselines."""
     from capacity_advisor.advisor.cli.ui import console, emit_json
-    from capacity_advisor.advisor.scoring.jobs import fit_file
+    from capacity_advisor.advisor.fit import fit_file
 
     log = None if as_json else (lambda m: console.print(m, highlight=False))
     settings = take(FitSettings, kw, kinds=names(kinds, "--kinds"), cv=names(cv, "--cv"),

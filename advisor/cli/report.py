@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
 from rich.panel import Panel
 from rich.table import Table
 
@@ -383,3 +384,21 @@ def written(rec, out: str) -> None:
     else:
         console.print(f"compute: {spent}. Wrote {out}/recommendation.json (advice only) and report.png; "
                       "rerun with --pool for the selected dataset and a training manifest.", highlight=False)
+
+
+def shown_best(best: dict | None) -> str | None:
+    """The best checkpoint as one line of a report: the folder to load, and what it measured."""
+    if not best:
+        return None
+    where = best["path"] or "(its checkpoint was not kept)"
+    return f"{where} (step {best['step']}, epoch {best['epoch']:.2f}, accuracy {best['accuracy']:.3g})"
+
+
+def trained(result) -> None:
+    """What `advisor train` did (`advisor.train.Trained`): its table, then its line."""
+    if result.title:
+        rows = {**result.rows, "best_checkpoint": shown_best(result.rows["best_checkpoint"])} \
+            if "best_checkpoint" in result.rows else result.rows
+        console.print(kv_table(result.title, rows))
+    if result.message:
+        click.echo(result.message, err=True)

@@ -1,7 +1,7 @@
-"""`advisor score`, `advisor select` and `advisor fit` as one library call each: from the files a
-user names to the files they get, every input checked before any work.
+"""`advisor score` and `advisor select` as one library call each: from the files a user names to the
+files they get, every input checked before any work.
 
-The steps themselves live with their data (`scoring`, `compute`, `select`, `fit`); these
+The steps themselves live with their data (`score`, `compute`, `select`); these
 functions only read the inputs, call them in order and write the outputs, so the CLI does no
 library work of its own. Work reports through callbacks: `say(message)` for a stage,
 `start(description, total, done, unit)` / `advance(n)` for counted work, `on_pool(pool)` once the
@@ -149,22 +149,3 @@ def select_file(job: SelectJob, pool_options, cfg) -> dict:
         "pool": pool.summary(), "scores": str(scores_path), "summary": summary,
     })
     return summary
-
-
-def fit_file(records_path, out: str, settings, log=None) -> dict:
-    """`advisor fit`: the settings (`fit.FitSettings`) checked, the records (one file, several, or
-    the records store) read and checked, the predictor fitted (`fit.fit_and_save`) and saved to OUT."""
-    from capacity_advisor.advisor.fit import fit_and_save, record_files
-    from capacity_advisor.core.files import advisor_home, check_writable_dir
-
-    settings.check()
-    check_writable_dir(out, "--out")
-    paths = [records_path] if isinstance(records_path, str) else list(records_path or ())
-    records, files = record_files(paths or [str(advisor_home() / "records.jsonl")])
-    repeated = sum(f.get("repeated", 0) for f in files)
-    if repeated and log:
-        log(f"dropped {repeated} repeated record{'s' if repeated > 1 else ''} ("
-            + ", ".join(f"{f['repeated']} in {f['file']}" for f in files if f.get("repeated"))
-            + "): each run counts once")
-    result = fit_and_save(records, out, settings, log=log, files=files)
-    return {**result, "repeated_records": repeated} if repeated else result

@@ -23,25 +23,34 @@ continue from their last checkpoint), and a folder made from other inputs is ref
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 from capacity_advisor.advisor.calibration.cost import DECODE_MFU, MAX_TFLOPS, PEAK_TFLOPS, TRAIN_MFU, gpu_cost
 from capacity_advisor.advisor.calibration.run import collect, run_unit
 from capacity_advisor.advisor.calibration.unit import EVAL_SEED, Calibration, Run, Unit, UnitPool
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import finite, stable_hash, versions, write_json, write_jsonl
+from capacity_advisor.core.files import finite, folder_lock, stable_hash, versions, write_json, write_jsonl
 from capacity_advisor.core.numbers import number
 from capacity_advisor.training.manifest import SETS
 from capacity_advisor.training.text_metrics import CHECKER_DEFAULT
-from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
+from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS, RECIPE_FLAGS
 from capacity_advisor.probes.student import student_of
 
 MAX_STUDENTS = 16
+# The probe settings a calibration on your own pool may move (the rest follow the predictor's recipe).
+OWN_RECIPE = ("steps", "batch_size", "eval_problems", "max_new_tokens")
+# The settings only a calibration on your own pool takes ({setting: its flag}), named when --students is missing.
+OWN_FLAGS = {"dry_run": "--dry-run", "target": "--target", "predictor": "--predictor", "teacher": "--pool-teacher",
+             "task": "--task-name", "gpu_tflops": "--gpu-tflops", "mfu": "--mfu", "decode_mfu": "--decode-mfu",
+             "nproc": "--nproc", "launcher": "--launcher", "evals_per_epoch": "--evals-per-epoch",
+             **{k: RECIPE_FLAGS[k][0] for k in OWN_RECIPE}}
 
 
 @dataclass
@@ -231,9 +240,32 @@ def cost(cfg: PoolCalibrateConfig, plan: Plan, measure: bool = False, log=None) 
     return out
 
 
-def run_pool_calibration(cfg: PoolCalibrateConfig, log=print, dry_run: bool = False) -> dict:
-    """Check everything, then (unless `dry_run`) run or resume every proxy's probe and full runs
-    through the calibration protocol; returns the plan's cost and, when run, the records' path."""
+def check_given(cfg: PoolCalibrateConfig, given: frozenset = frozenset(), dry_run: bool = False) -> None:
+    """What `advisor calibrate` needs whatever else was given: both --students and --pool (the
+    settings `given` that go with them named when --students is missing), and the GPU-hours'
+    settings only with `dry_run`. `given`: the settings the user gave by name (the flags' fields)."""
+    if not cfg.students or not cfg.pool:
+        own = [flag for k, flag in OWN_FLAGS.items() if k in given]
+        raise InputError((f"{', '.join(own)} go with --students: " if own and not cfg.students else "")
+                         + "calibrating on your own pool needs both --students (your proxies) and --pool "
+                           "(the lab sweep is `advisor lab calibrate`)")
+    gpu = [OWN_FLAGS[k] for k in ("gpu_tflops", "mfu", "decode_mfu") if k in given]
+    if gpu and not dry_run:
+        raise InputError(f"{', '.join(gpu)} {'go' if len(gpu) > 1 else 'goes'} with --dry-run (the plan's GPU-hours)")
+
+
+def run_pool_calibration(cfg: PoolCalibrateConfig, log: Callable[[str], None] = lambda message: None,
+                         dry_run: bool = False, given: frozenset = frozenset()) -> dict:
+    """Check everything (`check_given`, then the plan), then (unless `dry_run`) run or resume every
+    proxy's probe and full runs through the calibration protocol, one writer in OUT
+    (`core.files.folder_lock`); returns the plan's cost and, when run, the records' path. `log`
+    hears each line of progress."""
+    check_given(cfg, given, dry_run)
+    with contextlib.nullcontext() if dry_run else folder_lock(cfg.out):
+        return _run_pool_calibration(cfg, log, dry_run)
+
+
+def _run_pool_calibration(cfg: PoolCalibrateConfig, log: Callable[[str], None], dry_run: bool) -> dict:
     plan = make_plan(cfg, run=not dry_run)
     for p in [s["plan"] for s in plan.students] + ([plan.target["plan"]] if plan.target else []):
         if p.build_note:

@@ -34,7 +34,7 @@ from capacity_advisor.advisor.calibration.run import collect, run_unit
 from capacity_advisor.advisor.calibration.unit import EVAL_SEED, Calibration, Run, Unit, UnitPool
 from capacity_advisor.advisor.lab.student import ON_CPU
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import folder_lock, json_object, unclaimed_files, versions, write_json, write_jsonl
+from capacity_advisor.core.files import check_writable_dir, folder_lock, json_object, unclaimed_files, versions, write_json, write_jsonl
 from capacity_advisor.core.jsonl import read_jsonl
 from capacity_advisor.models.lab.ladder import RECIPE_VERSION
 from capacity_advisor.probes.recipe import LAB
@@ -142,9 +142,20 @@ def sweep_unit(cfg: CalibrateConfig, cell: Cell) -> str:
 # ---- the sweep ---------------------------------------------------------------------------------
 
 
-def run_calibration(cfg: CalibrateConfig, log: Log = print) -> dict:
+def lab_sweep(cfg: CalibrateConfig, given: frozenset = frozenset(), log: Log = lambda message: None) -> dict:
+    """`advisor lab calibrate`: with `cfg.quick`, the tiny settings in place of the defaults, the
+    settings `given` by the user (by name) kept; checked; then the sweep (`run_calibration`)."""
+    if cfg.quick:  # a flag given beside --quick still counts, and is checked
+        cfg = replace(CalibrateConfig.quick_settings(cfg.out), **{f.name: getattr(cfg, f.name)
+                                                                  for f in fields(CalibrateConfig) if f.name in given})
+    cfg.validate()
+    check_writable_dir(cfg.out, "--out")
+    return run_calibration(cfg, log)
+
+
+def run_calibration(cfg: CalibrateConfig, log: Log = lambda message: None) -> dict:
     """Run or resume the sweep; rebuild OUT/records.jsonl from every finished run. A second sweep into
-    OUT while this one runs is refused (`models.files.folder_lock`)."""
+    OUT while this one runs is refused (`core.files.folder_lock`)."""
     cfg.validate()
     out = Path(cfg.out)
     check_sweep_folder(cfg)

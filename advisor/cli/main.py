@@ -203,13 +203,11 @@ def probe(strategies, as_json, **kw):
     """Short SFT runs on D_high and D_low from the same base: how does this student take to each?"""
     from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries, work
     from capacity_advisor.advisor.probe.stage import probe_job
-    from capacity_advisor.core.files import check_writable_dir, folder_lock
 
     quiet_libraries()
     job = take(ProbeJob, kw, strategies=names(strategies, "--strategies"), recipe=recipe_given(kw),
                pool_options=vars(pool_settings(kw)))
-    check_writable_dir(job.out, "--out")
-    with folder_lock(job.out), work("steps") as w:  # one writer in --out
+    with work("steps") as w:
         result = probe_job(job, say=w.status, progress=lambda s, step, total: w.steps(progress_label(s, ""), step, total))
     if as_json:
         emit_json({"features": result["features"], "cost": result["cost"], "chosen": result["chosen"],
@@ -249,7 +247,6 @@ def generate(as_json, **kw):
 
     quiet_libraries()
     cfg = take(GenerateConfig, kw)
-    cfg.validate()
     with work_progress("generating", unit="problems", rate_format="{:.2f}/s") as (on_start, advance):
         summary = generate_pool(cfg, on_start=on_start, advance=advance)
     if as_json:
@@ -321,11 +318,10 @@ def recommend(as_json, **kw):
     """Score, select, probe, predict: train on high, low or mixed for this student and budget?"""
     from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries, work
     from capacity_advisor.advisor.recommendation.recommend import recommend as run
-    from capacity_advisor.core.files import folder_lock
 
     quiet_libraries()
     cfg = take(RecommendConfig, kw, recipe=recipe_given(kw), pool_options=vars(pool_settings(kw)))
-    with folder_lock(cfg.out), work("steps") as w:  # one writer in --out
+    with work("steps") as w:
         result = run(cfg, status=w.status, progress=lambda s, step, total: w.steps(progress_label(s), step, total))
     if as_json:
         emit_json(result.as_dict())

@@ -14,6 +14,7 @@ from typing import Callable
 
 import click
 
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.models.loading import DEVICES, DTYPES
 from capacity_advisor.models.backends import VLLM_DEFAULTS
 from capacity_advisor.training.ranking import DEFAULT_RANKING, RANKINGS
@@ -44,10 +45,51 @@ def field_option(cls, name: str, *decls: str, **extra) -> Callable:
     return click.option(*(decls or (f"--{name.replace('_', '-')}",)), name, **extra)
 
 
+def given_on_command_line(ctx: click.Context) -> frozenset:
+    """The names of the parameters given on the command line (not left at their defaults)."""
+    return frozenset(p.name for p in ctx.command.params
+                     if ctx.get_parameter_source(p.name) == click.core.ParameterSource.COMMANDLINE)
+
+
 def take(cls, kw: dict, **given):
     """`cls` built from the parsed flags named after its fields (removed from `kw`), and `given`."""
     names = {f.name for f in dataclasses.fields(cls)}
     return cls(**{k: kw.pop(k) for k in list(kw) if k in names}, **given)
+
+
+class TwinCommand(click.Command):
+    """A verb with a twin that takes other flags (`advisor calibrate` and `advisor lab calibrate`):
+    a flag only the twin takes is refused as one line from `refusal(flags)` (the twin's flags given,
+    in the order given), in place of click's "No such option". The twin is found by its path under
+    the command line's root (`twin`, e.g. ("lab", "calibrate")) when the mistake is made: neither
+    command declares a flag of the other."""
+
+    def __init__(self, *args, twin: tuple[str, ...], refusal: Callable[[list[str]], str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.twin, self.refusal = twin, refusal
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as e:
+            theirs = self.twin_flags(ctx)
+            if e.option_name not in theirs:
+                raise
+            flags = given[:given.index("--")] if "--" in given else given
+            shown = [f for f in dict.fromkeys(a.partition("=")[0] for a in flags) if f in theirs]
+            raise InputError(self.refusal(shown)) from None
+
+    def twin_flags(self, ctx: click.Context) -> set[str]:
+        """The long flags the twin takes and this command does not (none when the twin is not found)."""
+        twin, root = ctx.find_root().command, ctx.find_root()
+        for name in self.twin:
+            twin = twin.get_command(root, name) if isinstance(twin, click.Group) else None
+        if twin is None or twin is self:
+            return set()
+        mine = {opt for param in self.params for opt in param.opts}
+        return {opt for param in twin.params if isinstance(param, click.Option) and not param.hidden
+                for opt in param.opts if opt.startswith("--") and opt not in mine}
 
 
 class Finite(click.ParamType):

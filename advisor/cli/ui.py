@@ -206,6 +206,51 @@ def work_progress(description: str, unit: str, rate_format: str = "{:.1f}/s") ->
         yield on_start, advance
 
 
+class PlainProgress:
+    """Progress as plain stderr lines when stderr is not a terminal (nohup, a scheduler, CI, a
+    pipe), where a progress bar would print nothing until the end: a line at the start, then one
+    every `every` seconds and one at the end, each flushed at once."""
+
+    def __init__(self, what: str, unit: str = "steps", every: float = 30.0, stream=None):
+        self.what, self.unit, self.every = what, unit, every
+        self.stream = stream or sys.stderr
+        self.last: float | None = None
+
+    def __call__(self, step: int, total: int | None, loss: float | None = None) -> None:
+        now = time.monotonic()
+        final = total is not None and step >= total
+        if self.last is not None and now - self.last < self.every and not final:
+            return
+        self.last = now
+        of = f"/{total}" if total else ""
+        extra = f", loss {loss:.3f}" if loss is not None else ""
+        self.stream.write(f"{self.what}: {step}{of} {self.unit}{extra}\n")
+        self.stream.flush()
+
+
+@contextlib.contextmanager
+def loss_progress(unit: str = "steps") -> Iterator:
+    """Yields `progress(label, step, total, loss)`: a bar per label with its loss on a terminal, else
+    `PlainProgress` lines (a log, a pipe, CI: lines that arrive as the work goes)."""
+    if not sys.stderr.isatty():
+        shown: dict[str, PlainProgress] = {}
+
+        def plain(label: str, step: int, total: int | None, loss: float | None) -> None:
+            shown.setdefault(label, PlainProgress(label, unit=unit))(step, total, loss)
+
+        yield plain
+        return
+    with progress(unit=unit) as bar:
+        tasks: dict[str, int] = {}
+
+        def drawn(label: str, step: int, total: int | None, loss: float | None) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=None, rate="")
+            bar.update(tasks[label], total=total, completed=step, rate=f"loss {loss:.3f}")
+
+        yield drawn
+
+
 def kv_table(title: str, rows: dict[str, Any]) -> Table:
     t = Table(title=title, show_header=False, title_justify="left")
     t.add_column(style="bold", overflow="fold")

@@ -25,12 +25,18 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Callable
 
 from capacity_advisor.advisor.calibration.grid import CalibrateConfig
+from capacity_advisor.advisor.calibration.sweep import check_sweep_folder, run_calibration
+from capacity_advisor.advisor.lab.publish import publish
+from capacity_advisor.advisor.lab.stash import restore_sources, stash
 from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import check_writable_dir, refuse_overwrite
+from capacity_advisor.models.lab import committed
+from capacity_advisor.models.lab.ladder import folder_of, lab_names
 
 COMMON = CalibrateConfig(seeds=(0, 1), mean_seeds=(), epochs=5, n_train=2000, n_eval=200, candidates=8)
 
@@ -88,8 +94,6 @@ def copy_pools(name: str, work: Path, log: Log) -> None:
 def wait_for_build(model: str, log: Log) -> None:
     """If another process is pretraining `model` (its temporary folder names a live process),
     wait for it instead of building it twice."""
-    from capacity_advisor.models.lab.ladder import folder_of
-
     final = folder_of(model)
     said = False
     while not (final / "build.json").exists():
@@ -110,15 +114,10 @@ def wait_for_build(model: str, log: Log) -> None:
 
 
 def run_sources(names: list[str], work: Path, jobs: int, publish_to: Path | None = None,
-                restore_from: Path | None = None, log: Log = print) -> list[dict]:
+                restore_from: Path | None = None, log: Log = lambda message: None) -> list[dict]:
     """Run (or resume) each source in turn, publishing each into PUBLISH/NAME as it completes.
     Every source's settings, the publish folder and the stashes to restore are checked, and the
     stashes unpacked, before the first source starts."""
-    from capacity_advisor.advisor.calibration.sweep import check_sweep_folder, run_calibration
-    from capacity_advisor.advisor.lab.publish import publish
-    from capacity_advisor.advisor.lab.stash import restore_sources
-    from capacity_advisor.core.files import check_writable_dir, refuse_overwrite
-
     configs = {name: config(name, work, jobs) for name in names}
     for cfg in configs.values():
         cfg.validate()
@@ -146,3 +145,40 @@ def run_sources(names: list[str], work: Path, jobs: int, publish_to: Path | None
             log(f"{name}: published {publish(Path(cfg.out), publish_to / name)}")
         done.append({"source": name, **result})
     return done
+
+
+def listed(names: list[str], work: Path, jobs: int) -> list[dict]:
+    """`advisor lab sweep --list`: each source's name and the settings that tell it apart (`LISTED`),
+    in run order."""
+    return [{"name": n, **{k: v for k, v in asdict(config(n, work, jobs)).items() if k in LISTED}} for n in names]
+
+
+def stash_work(sizes: str | None, sources: str | None, work: Path, stash_dir: Path,
+               say: Log = lambda message: None) -> list[dict]:
+    """`advisor lab stash`: keep in the repository what took long. The lab models `sizes` names
+    (default: the teachers, unless `sources` are named): each finished build, else its latest
+    pretraining checkpoint (`models.lab.committed.stash`); and the finished units of each source of
+    `sources` in WORK, as STASH_DIR/NAME.tar.gz (`lab.stash.stash`). A row per model and source."""
+    models = lab_names(sizes or "teacher,teacher-xl", teacher=True) if sizes or not sources else []
+    names = source_names(sources) if sources else []
+    if names:
+        if not work.is_dir():
+            raise InputError(f"--work {work} is not a folder: name the folder `advisor lab sweep --work` ran in")
+        check_writable_dir(stash_dir, "--stash-dir")
+        for name in names:  # a source's folder made with other settings would be stashed as this source
+            if (work / name / "config.json").is_file():
+                check_sweep_folder(config(name, work, 1), "--work")
+    rows = []
+    for name in models:
+        final = folder_of(name)
+        kept = committed.stash(final)
+        rows.append({"name": name, "folder": final.name, "kept": kept})
+        say(f"{name}: " + (f"kept the {kept} as {committed.kept_at(final.name, kept)}" if kept
+                           else "nothing to keep (neither built nor started here)"))
+    for name in names:
+        if not (work / name / "config.json").is_file():
+            say(f"{name}: nothing to stash ({work / name} is not a sweep's folder)")
+            continue
+        rows.append(stash(work, config(name, work, 1), name, stash_dir))
+        say(f"{name}: {rows[-1]['units_done']} of {rows[-1]['units']} units stashed in {stash_dir}/{name}.tar.gz")
+    return rows

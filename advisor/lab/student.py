@@ -1,5 +1,6 @@
-"""A lab student in `advisor recommend`: its identity before it is built, its description (pretraining
-it on first use), and the lab teacher's pool when no --pool is given.
+"""The lab's students as the advisor uses them: in `advisor recommend`, a student's identity before
+it is built, its description (pretraining it on first use) and the lab teacher's pool when no
+--pool is given; and `advisor lab list`, `fetch` and `build` as one library call each.
 
     from capacity_advisor.advisor.lab.student import lab_pool
     path = lab_pool("modchain", 1000, Path("runs/rec"))
@@ -10,16 +11,29 @@ The first 1,000 problems of each task ship with the package; a larger pool is sa
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Callable
 
-from capacity_advisor.core.files import write_jsonl
-from capacity_advisor.models.lab.ladder import LAB_TEACHER
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import advisor_home, check_writable_dir, write_jsonl
+from capacity_advisor.models.lab.ladder import (
+    LAB_TEACHER, folder_of, lab_names, list_students, parse_name, student_path,
+)
+from capacity_advisor.models.lab.pretrained import PRETRAINED, fetch, list_pretrained
+from capacity_advisor.models.lab.train import set_threads
 from capacity_advisor.probes.recipe import LAB
+
+Progress = Callable[[str, int, "int | None", float], None]  # (label, step, total, loss)
 
 TEACHER_SAMPLING = dict(n=8, temperature=1.0, top_p=1.0, max_new_tokens=LAB.max_new_tokens, seed=0)  # as calibration samples pools
 # How the lab runs a teacher model's sampling, here and in calibration: float32 on the CPU, lab checker,
 # 32k padded tokens per batch.
 ON_CPU = dict(device="cpu", dtype="float32", checker="lab", token_budget=32768)
+
+
+def _quiet(message: str) -> None:
+    return None
 
 
 def lab_pool(task: str, n: int, out: Path, say=lambda m: None) -> Path:
@@ -71,3 +85,39 @@ def describe_student(spec: str, say) -> dict:
         say(f"copying {spec} from the builds kept in the repository (first use)" if committed_folder(final.name)
             else f"pretraining {spec} (first use; cached after)")
     return describe_config(spec)
+
+
+def list_models() -> list[dict]:
+    """`advisor lab list`: every ladder student and teacher (name, shape, built or not), then every
+    pretrained student the lab names (where it comes from, whether it is here)."""
+    return list_students() + list_pretrained()
+
+
+def fetch_pretrained(name: str, say: Callable[[str], None] = _quiet) -> dict:
+    """`advisor lab fetch NAME`: a pretrained student's weights fetched and converted once under
+    $ADVISOR_HOME (`models.lab.pretrained.fetch`); what was done."""
+    name = name[len("lab:"):] if name.startswith("lab:") else name
+    if name not in PRETRAINED:
+        raise InputError(f"NAME {name[:60]!r} is not a pretrained student: use one of {', '.join(PRETRAINED)}")
+    check_writable_dir(advisor_home(), "ADVISOR_HOME (where the student is kept)")
+    return fetch(name, say=say)
+
+
+def build_students(sizes: str | None, threads: int | None = None, progress: Progress | None = None,
+                   say: Callable[[str], None] = _quiet) -> list[dict]:
+    """`advisor lab build`: the lab models `sizes` names (`lab_names`; all of them when empty) that are
+    not built yet, pretrained one after another (`progress(label, step, total, loss)` hears each
+    one's steps); each model's row of `advisor lab list`."""
+    check_writable_dir(advisor_home(), "ADVISOR_HOME (where lab models are cached)")
+    set_threads(threads)
+    names = lab_names(sizes, teacher=True)
+    for name in names:
+        if (folder_of(name) / "build.json").exists():
+            say(f"{name}: already built")
+            continue
+        t0 = time.time()
+        label = f"pretraining {name}"
+        student_path(name, progress=(lambda step, total, loss: progress(label, step, total, loss)) if progress else None)
+        say(f"{name}: built in {time.time() - t0:.0f}s")
+    return [{**r, "name": name} for name in names for r in list_students(parse_name(name).build)
+            if r["name"] == parse_name(name).name]

@@ -1,4 +1,4 @@
-"""Write a lab pool in the grouped layout that `advisor.pool` reads.
+"""The lab's pools: the scripted teacher's candidates written in the grouped layout `pools.read` reads.
 
 One JSONL row per problem: `id`, `task`, `problem` (the prompt, ending in `=`), `generations`
 (the teacher's candidates), `correctness` (all True: the teacher only writes correct ones),
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 
-from capacity_advisor.core.files import write_jsonl
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import check_writable_file, write_jsonl
 from capacity_advisor.models.lab import tasks
 
 
@@ -38,9 +39,9 @@ MAX_PROBLEMS = 1_000_000  # problems of one lab pool (the sweep's hold 3,000)
 
 def write_pool(path: str | os.PathLike, task: str = "modchain", n: int = 100, difficulty: int | None = None,
                candidates: int = 6, seed: int = 0) -> int:
-    """Write `n` problems with `candidates` teacher responses each; returns the row count."""
-    from capacity_advisor.core.errors import InputError
-
+    """Write `n` problems with `candidates` teacher responses each (`advisor lab pool`); returns the
+    row count."""
+    check_writable_file(path, "--out")
     if not 4 <= candidates <= 8:
         raise InputError(f"--candidates must be between 4 and 8, got {candidates}")
     if not 1 <= n <= MAX_PROBLEMS:

@@ -20,6 +20,7 @@ from capacity_advisor.advisor.probe.plan import bound_by_responses, load_predict
 from capacity_advisor.advisor.scoring.score import ScoreConfig
 from capacity_advisor.advisor.scoring.select import SelectConfig, select
 from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import folder_lock
 from capacity_advisor.core.numbers import whole
 from capacity_advisor.probes.recipe import REAL, flag
 from capacity_advisor.probes.run import ProbeConfig, ProbeData, ProbeReport
@@ -221,37 +222,38 @@ def probe_job(job: ProbeJob, say=None, progress=None) -> dict:
     """`advisor probe`: every input checked before any work (flags, model, pool, scores, predictor,
     the probe's fit in the pool), then the student loaded and probed. Returns the probe report
     with `chosen` (each setting and its source) and `notes` (where it measured otherwise than
-    the predictor's inputs)."""
-    from capacity_advisor.advisor.pools.options import PoolOptions
-    from capacity_advisor.advisor.pools.read import read_pool
-    from capacity_advisor.models.loading import check_model_spec, load_model
+    the predictor's inputs). One writer in OUT at a time (`core.files.folder_lock`)."""
+    with folder_lock(job.out):
+        from capacity_advisor.advisor.pools.options import PoolOptions
+        from capacity_advisor.advisor.pools.read import read_pool
+        from capacity_advisor.models.loading import check_model_spec, load_model
 
-    say = say or (lambda message: None)
-    run = dict(learning_rate=job.learning_rate, strategies=tuple(job.strategies), lora_r=job.lora_r, seed=job.seed,
-               device=job.device, dtype=job.dtype, teacher=job.teacher)
-    student = student_of(job.model)
-    plan = predictor_plan(student, load_predictor(job.predictor), job.recipe)
-    plan.probe_config(**run).validate()
-    check_model_spec(job.model)
-    from capacity_advisor.core.files import refuse_overwrite
+        say = say or (lambda message: None)
+        run = dict(learning_rate=job.learning_rate, strategies=tuple(job.strategies), lora_r=job.lora_r, seed=job.seed,
+                   device=job.device, dtype=job.dtype, teacher=job.teacher)
+        student = student_of(job.model)
+        plan = predictor_plan(student, load_predictor(job.predictor), job.recipe)
+        plan.probe_config(**run).validate()
+        check_model_spec(job.model)
+        from capacity_advisor.core.files import refuse_overwrite
 
-    refuse_overwrite([job.pool, job.scores, job.predictor], [job.out], "--out")
-    pool = read_pool(job.pool, PoolOptions(**job.pool_options))
-    plan = bound_by_responses(plan.for_pool(len(pool)), pool, job.model, job.seed)
-    scores = given_scores(job.scores, pool, job.score) if job.scores else None
-    say(f"loading {job.model}")
-    lm = load_model(job.model, device=job.device, dtype=job.dtype)
-    student = student.described(lm.description)
-    plan = plan.within(lm.description.get("max_position_embeddings"))
-    rate = (job.learning_rate, "--learning-rate") if job.learning_rate else student.learning_rate()
-    cfg = plan.probe_config(**{**run, "learning_rate": rate[0]})
-    stage = probe_pool(student, pool, cfg, lm, Path(job.out) / "score", job.out, scores=scores, checker=job.checker,
-                       score=job.score, score_length=plan.recipe.score_length, say=say, progress=progress)
-    notes, _ = plan.notes()
-    if plan.fitted is not None and (job.learning_rate or job.lora_r):
-        notes.append("the probe measured otherwise than the predictor's inputs were measured: "
-                     + "; ".join(x for x in (f"--learning-rate {job.learning_rate:g}" if job.learning_rate else "",
-                                             f"--lora-r {job.lora_r}" if job.lora_r else "") if x)
-                     + " (the predictor's were measured at the recipe's rate, with full fine-tuning)")
-    chosen = {**plan.settings(), "learning_rate": {"value": rate[0], "source": rate[1]}}
-    return {**stage.report.as_dict(), "chosen": chosen, "notes": notes}
+        refuse_overwrite([job.pool, job.scores, job.predictor], [job.out], "--out")
+        pool = read_pool(job.pool, PoolOptions(**job.pool_options))
+        plan = bound_by_responses(plan.for_pool(len(pool)), pool, job.model, job.seed)
+        scores = given_scores(job.scores, pool, job.score) if job.scores else None
+        say(f"loading {job.model}")
+        lm = load_model(job.model, device=job.device, dtype=job.dtype)
+        student = student.described(lm.description)
+        plan = plan.within(lm.description.get("max_position_embeddings"))
+        rate = (job.learning_rate, "--learning-rate") if job.learning_rate else student.learning_rate()
+        cfg = plan.probe_config(**{**run, "learning_rate": rate[0]})
+        stage = probe_pool(student, pool, cfg, lm, Path(job.out) / "score", job.out, scores=scores, checker=job.checker,
+                           score=job.score, score_length=plan.recipe.score_length, say=say, progress=progress)
+        notes, _ = plan.notes()
+        if plan.fitted is not None and (job.learning_rate or job.lora_r):
+            notes.append("the probe measured otherwise than the predictor's inputs were measured: "
+                         + "; ".join(x for x in (f"--learning-rate {job.learning_rate:g}" if job.learning_rate else "",
+                                                 f"--lora-r {job.lora_r}" if job.lora_r else "") if x)
+                         + " (the predictor's were measured at the recipe's rate, with full fine-tuning)")
+        chosen = {**plan.settings(), "learning_rate": {"value": rate[0], "source": rate[1]}}
+        return {**stage.report.as_dict(), "chosen": chosen, "notes": notes}

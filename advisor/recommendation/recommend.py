@@ -39,7 +39,7 @@ from capacity_advisor.advisor.recommendation.result import BUDGET_GRID, Recommen
 from capacity_advisor.advisor.scoring.select import RANKINGS
 from capacity_advisor.models.backends import BACKENDS
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import finite, stable_hash, versions, write_json, write_jsonl
+from capacity_advisor.core.files import finite, folder_lock, stable_hash, versions, write_json, write_jsonl
 from capacity_advisor.probes.recipe import file_name
 from capacity_advisor.probes.student import Student, student_of
 from capacity_advisor.training.manifest import SETS
@@ -130,22 +130,24 @@ class Checked:
 
 def recommend(cfg: RecommendConfig, status=None, progress=None) -> Recommendation:
     """The flow of the module doc; `status(message)` reports the stage, `progress(strategy, step,
-    total)` the probe's steps. Nothing is reported, and nothing written, before every check passed."""
-    say = status or (lambda message: None)
-    t0 = time.time()
-    checked = check_inputs(cfg)
-    student, plan = checked.student, checked.plan
-    if student.description is None:  # a lab student: built, and so its context known, only now
-        student = student.described(describe_student(cfg.model, say))
-        plan = plan.within(student.description.get("max_position_embeddings"))
-    if cfg.no_probe and not cfg.pool:
-        return advise_only(cfg, checked, student, plan, t0)
-    pool, whole = (checked.pool, checked.pool_size) if checked.pool is not None else take_pool(cfg, say)
-    plan = plan if checked.pool is not None else plan.for_pool(len(pool))
-    settings = chosen_settings(cfg, plan, student)
-    stages = measure(cfg, student, pool, checked.scores, plan, settings, say, progress)
-    rec = advise(cfg, checked.predictor, student.description, settings, stages, plan, pool.fingerprint())
-    return write_outputs(cfg, rec, pool, whole, stages[0], checked, plan.recipe, t0)
+    total)` the probe's steps. Nothing is reported, and nothing written, before every check passed.
+    One writer in OUT at a time (`core.files.folder_lock`)."""
+    with folder_lock(cfg.out):
+        say = status or (lambda message: None)
+        t0 = time.time()
+        checked = check_inputs(cfg)
+        student, plan = checked.student, checked.plan
+        if student.description is None:  # a lab student: built, and so its context known, only now
+            student = student.described(describe_student(cfg.model, say))
+            plan = plan.within(student.description.get("max_position_embeddings"))
+        if cfg.no_probe and not cfg.pool:
+            return advise_only(cfg, checked, student, plan, t0)
+        pool, whole = (checked.pool, checked.pool_size) if checked.pool is not None else take_pool(cfg, say)
+        plan = plan if checked.pool is not None else plan.for_pool(len(pool))
+        settings = chosen_settings(cfg, plan, student)
+        stages = measure(cfg, student, pool, checked.scores, plan, settings, say, progress)
+        rec = advise(cfg, checked.predictor, student.description, settings, stages, plan, pool.fingerprint())
+        return write_outputs(cfg, rec, pool, whole, stages[0], checked, plan.recipe, t0)
 
 
 def check_inputs(cfg: RecommendConfig) -> Checked:

@@ -149,3 +149,10 @@ def stash(final: Path, root: Path | None = None) -> str | None:
         os.replace(tmp, root / f"{final.name}.checkpoint.pt")
         return "checkpoint"
     return None
+
+
+def kept_at(folder_name: str, kept: str) -> str:
+    """Where `stash` kept a build ("build") or its checkpoint ("checkpoint"), under models/lab/."""
+    where = (next(d for d in kept_folders(folder_name) if d.is_dir()) if kept == "build"
+             else WEIGHTS / f"{folder_name}.checkpoint.pt")
+    return str(where.relative_to(WEIGHTS.parent))

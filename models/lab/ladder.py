@@ -1,6 +1,6 @@
 """The capacity ladder: small Llama students and their teacher, pretrained by the tool on first use and cached.
 
-    from capacity_advisor.models.lab import student_path
+    from capacity_advisor.models.lab.ladder import student_path
     path = student_path("xs")        # builds (seconds) on first use, then reuses the folder
     path = student_path("teacher")   # the lab's teacher: larger than every student
 
@@ -188,6 +188,28 @@ def parse_name(text: str) -> LabName:
         raise InputError(f"lab model {text[:60]!r}: write NAME, NAME+bBUILD or NAME@STEPS, with a positive number of "
                          f"pretraining steps and a build from 0 to {MAX_BUILD}")
     return LabName(m["name"], steps, build)
+
+
+def lab_names(text: str | None, teacher: bool = False, flag: str = "--sizes") -> list[str]:
+    """The lab models `text` names, comma-separated: ladder names (and with `teacher` the teachers'),
+    each optionally `NAME+bB` (pretrained from seed B); all of them when `text` is empty."""
+    known = [*LADDER, *(TEACHERS if teacher else [])]
+    if not text:
+        return known
+    names = [s.strip() for s in text.split(",") if s.strip()]
+
+    def fits(name: str) -> bool:
+        try:
+            n = parse_name(name)
+        except InputError:
+            return False
+        return n.name in known and n.steps is None
+
+    bad = [s for s in names if not fits(s)]
+    if bad or not names:
+        raise InputError(f"{flag} {text[:200]!r}: unknown {', '.join(bad)[:200] or '(none)'}; use names from "
+                         f"{', '.join(known)}, each optionally NAME+bBUILD (another pretraining seed)")
+    return names
 
 
 def folder_of(text: str) -> Path:

@@ -448,7 +448,7 @@ def test_math_verify_is_a_dependency_and_the_checker_says_so():
 def test_plain_progress_lines_when_stderr_is_not_a_terminal():
     import io
 
-    from capacity_advisor.advisor.cli.lab import PlainProgress
+    from capacity_advisor.advisor.cli.ui import PlainProgress
 
     stream = io.StringIO()
     report = PlainProgress("pretraining xs", every=3600, stream=stream)

@@ -56,7 +56,7 @@ def test_lab_calibrate_resumes_only_its_own_sweep(tmp_path, made_by, words):
     (["--seeds", "-1"], "--seeds / --mean-seeds must lie in 0 .."),
     (["--teacher", "lab:nope"], "--teacher 'lab:nope': name a lab model"),
     (["--students", "lab:xs"], "--students belongs to `advisor calibrate`"),
-    (["--pool", "pool.jsonl", "--dry-run"], "--dry-run, --pool belong to `advisor calibrate`"),
+    (["--pool", "pool.jsonl", "--dry-run"], "--pool, --dry-run belong to `advisor calibrate`"),  # in the order given
 ])
 def test_lab_calibrate_refuses_before_writing(tmp_path, args, words):
     one_error_line(run("lab", "calibrate", "--quick", "--out", tmp_path / "t", *args), words, tmp_path / "t")

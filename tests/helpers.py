@@ -15,6 +15,7 @@ import math
 import os
 import random
 from pathlib import Path
+from typing import NamedTuple
 
 from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
 
@@ -24,6 +25,25 @@ RECORDS = ROOT / "calibration" / "records.jsonl"  # the committed records the sh
 
 
 # ---- the CLI --------------------------------------------------------------------------------------
+
+
+class Ran(NamedTuple):
+    """A finished `advisor` command run through `main(argv)`: unpacks as (code, out, err)."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def advisor(capsys, *args) -> Ran:
+    """`advisor ARGS` through `main(argv)`, the console script's own path (stdout and stderr as the
+    process writes them, caught by pytest's `capsys`)."""
+    from capacity_advisor.advisor.cli.main import main
+
+    capsys.readouterr()
+    code = main([str(a) for a in args])
+    got = capsys.readouterr()
+    return Ran(code, got.out, got.err)
 
 
 def run(*args, catch: bool = False):
@@ -39,8 +59,8 @@ def run(*args, catch: bool = False):
 def one_error_line(result, fragment: str = "", *absent: Path, quiet: bool = False) -> str:
     """The line a refused input ends in, checked: exit code 2, no traceback, exactly one stderr line,
     starting `error: ` and holding `fragment`, none of the paths `absent` there (not even as a
-    link); with `quiet`, nothing on stdout either. `result`: a CliRunner result or a finished
-    subprocess (text mode)."""
+    link); with `quiet`, nothing on stdout either. `result`: a CliRunner result, a `Ran` of
+    `advisor(capsys, ...)` or a finished subprocess (text mode)."""
     code = getattr(result, "exit_code", getattr(result, "returncode", None))
     err = result.stderr
     assert code == 2, (code, err[-3000:], getattr(result, "exception", None))
@@ -55,16 +75,19 @@ def one_error_line(result, fragment: str = "", *absent: Path, quiet: bool = Fals
     return lines[0]
 
 
+def no_loading(monkeypatch) -> None:
+    """Loading a model fails the test: what is refused must be refused before any model loads."""
+    def refuse(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr("capacity_advisor.models.loading.load_model", refuse)
+
+
 def lab_pool(path: Path, n: int, *more) -> Path:
     """`advisor lab pool --n N --out PATH [MORE]`: a pool of the lab's tasks sampled by its teacher."""
     r = run("lab", "pool", "--n", n, "--out", path, *more)
     assert r.exit_code == 0, r.stderr
     return path
-
-
-def check_one_error_line(result, fragment, out=None):
-    """helpers.one_error_line with nothing on stdout either, `out` absent (the CLI-error and vLLM tests)."""
-    return one_error_line(result, fragment, *([out] if out is not None else []), quiet=True)
 
 
 # ---- files ----------------------------------------------------------------------------------------
@@ -77,6 +100,12 @@ def read_jsonl(path: Path) -> list:
 def write_jsonl(path: Path, rows) -> Path:
     Path(path).write_text("".join(json.dumps(r) + "\n" for r in rows))
     return Path(path)
+
+
+def tear(path: Path, n: int = 40) -> None:
+    """What a kill or a full disk during a write leaves: the file without its last `n` bytes."""
+    data = path.read_bytes()
+    path.write_bytes(data[:-n])
 
 
 def doubling_pool(path, n: int = 12) -> Path:
@@ -100,6 +129,17 @@ def addition_pool(path, n: int, generations):
         a, b = rng.randint(1, 9), rng.randint(1, 9)
         rows.append({"id": f"q{i}", "problem": f"what is {a} + {b}?", "answer": str(a + b), "generations": generations(a, b, i)})
     return write_jsonl(path, rows)
+
+
+def answer_pool(path) -> Path:
+    """48 problems "what is a + b?", each with two right candidates: the proxies' pool of the
+    calibration tests (run with CALIBRATE_SMALL)."""
+    return addition_pool(path, 48, lambda a, b, i: [f"{a + b}", f"the answer is {a + b}"])
+
+
+# `advisor calibrate`'s flags for a run of seconds on a CPU
+CALIBRATE_SMALL = ["--epochs", "1", "--n-eval", "8", "--probe-steps", "2", "--probe-batch", "4", "--probe-eval-problems",
+                   "4", "--max-new-tokens", "8", "--device", "cpu", "--dtype", "float32"]
 
 
 # ---- tiny random-init models (no download) ----------------------------------------------------------

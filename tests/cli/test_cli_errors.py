@@ -6,7 +6,7 @@ import re
 
 import pytest
 from click.testing import CliRunner
-from helpers import check_one_error_line, run
+from helpers import one_error_line, run
 
 from capacity_advisor.advisor.cli.main import cli
 
@@ -97,7 +97,7 @@ def test_unwritable_outputs_fail_before_any_work(tmp_path, args, fragment):
         (tmp_path / "out").mkdir()
         fragment = "is a directory"
     result, _ = invoke(args, tmp_path)
-    check_one_error_line(result, fragment)
+    one_error_line(result, fragment, quiet=True)
     # nothing written, not even a lab student built in the cache home (tmp_path / "advisor-home")
     assert {p.name for p in tmp_path.iterdir()} <= FIXTURES | {"out"}
 
@@ -108,13 +108,13 @@ def test_unwritable_outputs_fail_before_any_work(tmp_path, args, fragment):
 def test_read_only_outputs_fail_before_any_work(tmp_path, verb):
     out = f"{read_only_dir()}/advisor-test/" + ("out.jsonl" if verb[0] in ("select", "generate") else "out")
     result, _ = invoke(verb + ["-o", out], tmp_path)
-    check_one_error_line(result, "cannot write in")
+    one_error_line(result, "cannot write in", quiet=True)
 
 
 @pytest.mark.parametrize("args,fragment", USAGE, ids=[" ".join(a) for a, _ in USAGE])
 def test_usage_errors_are_one_line(tmp_path, args, fragment):
     result, out = invoke(args, tmp_path)
-    check_one_error_line(result, fragment, out)
+    one_error_line(result, fragment, out, quiet=True)
     assert "--help)" in result.stderr  # where to look next
 
 
@@ -126,7 +126,7 @@ def test_bare_advisor_still_shows_help():
 def test_a_message_quoting_line_breaks_is_still_one_line(tmp_path):
     # File names, field values and library messages (pyarrow's span lines) end up inside errors.
     result, out = invoke(["select", "--pool", "two\nlines\r\u2028.jsonl", "--scores", "s", "--out", "OUT"], tmp_path)
-    check_one_error_line(result, "pool two lines .jsonl does not exist", out)
+    one_error_line(result, "pool two lines .jsonl does not exist", out, quiet=True)
 
 
 SCORE = ["score", "-p", "POOL", "-o", "OUT"]
@@ -188,7 +188,7 @@ BAD_INPUT = [
 @pytest.mark.parametrize("args,fragment", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
 def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, args, fragment):
     result, out = invoke(args, tmp_path)
-    check_one_error_line(result, fragment)
+    one_error_line(result, fragment, quiet=True)
     assert not list(tmp_path.glob("out*")) and not (tmp_path / "advisor-home").exists()
 
 
@@ -199,7 +199,7 @@ def test_bad_input_is_one_line_and_leaves_nothing(tmp_path, args, fragment):
 def test_a_cache_home_that_cannot_be_written_is_one_line(tmp_path, monkeypatch, args, fragment):
     monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "afile" / "home"))
     result, out = invoke(args, tmp_path)
-    check_one_error_line(result, fragment)
+    one_error_line(result, fragment, quiet=True)
     assert {p.name for p in tmp_path.iterdir()} <= FIXTURES
 
 
@@ -218,7 +218,7 @@ def test_a_filesystem_fault_anywhere_else_is_one_line():
     def bug():
         raise OSError(errno.EBADF, "Bad file descriptor")  # not the user's filesystem: a bug keeps its traceback
 
-    check_one_error_line(CliRunner().invoke(group, ["denied"]), "/some/where: Permission denied")
+    one_error_line(CliRunner().invoke(group, ["denied"]), "/some/where: Permission denied", quiet=True)
     assert isinstance(CliRunner().invoke(group, ["bug"]).exception, OSError)
 
 

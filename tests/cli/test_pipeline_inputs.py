@@ -1,15 +1,19 @@
-"""The calibration pipeline's verbs on folders another command made and on hostile archives: each
-refused in one `error:` line before any work, nothing in the folder replaced (`advisor calibrate`,
-`advisor lab calibrate`, `lab publish`, `lab replay`, `lab stash` / `restore` and `fit`)."""
+"""The calibration pipeline's verbs on folders another command made, on hostile or damaged archives,
+on proxies that are not what they seem and on settings out of range: each refused in one `error:`
+line before any work, nothing in the folder replaced (`advisor calibrate`, `advisor lab
+calibrate`, `lab publish`, `lab replay`, `lab stash` / `restore` and `fit`)."""
 
 import gzip
 import io
 import json
+import os
+import shutil
 import tarfile
 from dataclasses import asdict, replace
+from pathlib import Path
 
 import pytest
-from helpers import RECORDS, ROOT, one_error_line, run
+from helpers import CALIBRATE_SMALL, RECORDS, ROOT, advisor, answer_pool, one_error_line, run
 
 from capacity_advisor.advisor.calibration.grid import CalibrateConfig
 
@@ -81,7 +85,8 @@ def test_calibrate_refuses_a_folder_of_files_it_did_not_make_and_repeated_seeds(
 def test_publish_takes_a_sweep_into_its_own_or_a_new_dest(tmp_path):
     dest = tmp_path / "dest"
     one_error_line(run("lab", "publish", SMALL, dest), "is a published calibration already", dest)
-    one_error_line(run("lab", "publish", own_calibration(tmp_path / "own"), dest), "is an `advisor calibrate` folder",
+    # an `advisor calibrate` folder is published as such (lab.publish_proxies), once its config.json says how it ran
+    one_error_line(run("lab", "publish", own_calibration(tmp_path / "own"), dest), "holds no calibration settings",
                    dest)
     sweep = tmp_path / "sweep"
     sweep_folder(sweep)
@@ -150,3 +155,119 @@ def test_restore_bounds_what_an_archive_unpacks_to_before_tarfile_reads_it(tmp_p
     stashed = stash_of(tmp_path / "many", buf.getvalue())
     one_error_line(run("lab", "restore", "--sources", SOURCE, "--stash-dir", stashed, "--work", work),
                    "holds more than 3 files", work / SOURCE)
+
+
+def archive(folder: Path, members: list[tuple[str, bytes]]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{SOURCE}.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def restore(stashed: Path, work: Path):
+    """`advisor lab restore` of SOURCE from the stashes in STASHED into WORK."""
+    return run("lab", "restore", "--work", work, "--stash-dir", stashed, "--sources", SOURCE)
+
+
+def test_a_stash_member_climbing_out_of_its_source_is_refused_and_nothing_is_unpacked(tmp_path):
+    from capacity_advisor.advisor.lab.stash import restore as restore_source
+
+    archive(tmp_path / "stash", [(f"{SOURCE}/config.json", b"{}"), (f"{SOURCE}/../../x", b"{}")])
+    work = tmp_path / "runs" / "work"
+    one_error_line(restore(tmp_path / "stash", work), f"not a file inside {SOURCE}/", work / SOURCE,
+                   tmp_path / "runs" / "x", tmp_path / "x")
+    assert not work.exists() or not list(work.iterdir())  # no half-unpacked folder, no temporary one
+    # a member that only passes through its folder on the way back in is the same file, and taken
+    archive(tmp_path / "good", [(f"{SOURCE}/pools/../config.json", b'{"stage": "calibrate"}')])
+    assert restore_source(tmp_path / "good", work, SOURCE)
+    assert [p.name for p in (work / SOURCE).iterdir()] == ["config.json"]
+
+
+def test_a_truncated_or_non_gzip_stash_is_one_error_line(tmp_path):
+    whole = archive(tmp_path / "whole", [(f"{SOURCE}/pools/s{i}.jsonl", os.urandom(20_000)) for i in range(4)])
+    for name, data in (("truncated", whole.read_bytes()[:30_000]), ("not-gzip", b"a tar.gz this is not\n" * 10),
+                       ("not-tar", gzip.compress(b"plain text, not a tar archive\n" * 40))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"{SOURCE}.tar.gz").write_bytes(data)
+        work = tmp_path / f"work-{name}"
+        one_error_line(restore(tmp_path / name, work), "cannot be unpacked", work / SOURCE)
+        assert not work.exists() or not list(work.iterdir()), name
+
+
+def test_a_stash_member_of_any_size_is_refused_before_it_is_read(tmp_path):
+    """A member whose header states 1 GiB (its bytes would unpack from a few megabytes): refused
+    from its header alone, so the archive here need not hold them."""
+    info = tarfile.TarInfo(f"{SOURCE}/pools/s0.jsonl")
+    info.size = 1 << 30
+    (tmp_path / "stash").mkdir()
+    (tmp_path / "stash" / f"{SOURCE}.tar.gz").write_bytes(gzip.compress(info.tobuf() + b"\0" * 4096))
+    work = tmp_path / "work"
+    one_error_line(restore(tmp_path / "stash", work), "larger than a stash is", work / SOURCE)
+
+
+def test_lab_restore_into_a_work_folder_that_cannot_be_made_is_one_error_line(tmp_path):
+    (tmp_path / "stash").mkdir()
+    one_error_line(run("lab", "restore", "--work", "/proc/x", "--stash-dir", tmp_path / "stash", "--sources", SOURCE),
+                   "--work /proc/x: cannot write in /proc")
+
+
+@pytest.mark.parametrize("kind, make, words", [
+    ("folder", os.mkdir, "is a folder, not a stash archive"),
+    ("fifo", os.mkfifo, "is a FIFO, not a stash archive"),
+    ("device", lambda p: os.symlink("/dev/zero", p), "is a device, not a stash archive"),
+])
+def test_a_stash_that_is_no_archive_is_one_error_line_not_nothing_restored(tmp_path, kind, make, words):
+    (tmp_path / "stash").mkdir()
+    make(tmp_path / "stash" / f"{SOURCE}.tar.gz")
+    work = tmp_path / "work"
+    one_error_line(run("lab", "restore", "--work", work, "--stash-dir", tmp_path / "stash", "--sources", SOURCE),
+                   words, work)
+
+
+def test_a_proxy_folder_holding_only_its_config_is_refused_before_anything_is_written(tiny_llama, tmp_path, capsys):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(Path(tiny_llama) / "config.json", bare / "config.json")
+    out = tmp_path / "cal"
+    one_error_line(advisor(capsys, "calibrate", "--students", bare, "--pool", answer_pool(tmp_path / "pool.jsonl"),
+                           "--out", out, *CALIBRATE_SMALL), "holds no weights", out)
+    # the dry run plans from configs alone
+    code, _, err = advisor(capsys, "calibrate", "--students", bare, "--pool", tmp_path / "pool.jsonl", "--out", out,
+                           "--dry-run", "--json", *CALIBRATE_SMALL)
+    assert code == 0 and not out.exists(), err
+
+
+def test_one_proxy_named_twice_by_another_spelling_is_refused(tiny_llama, tmp_path, capsys):
+    out = tmp_path / "cal"
+    link = tmp_path / "link"
+    link.symlink_to(tiny_llama)
+    for second in (f"{tiny_llama}/", link):
+        one_error_line(advisor(capsys, "calibrate", "--students", f"{tiny_llama},{second}",
+                               "--pool", answer_pool(tmp_path / "pool.jsonl"), "--out", out, *CALIBRATE_SMALL),
+                       "names a model twice", out)
+
+
+def test_measure_every_below_one_is_refused_with_quick_too(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("capacity_advisor.advisor.calibration.sweep.run_calibration",
+                        lambda *a, **k: pytest.fail("the sweep ran"))
+    out = tmp_path / "cal"
+    for every in ("0", "-1"):
+        for quick in ([], ["--quick"]):
+            one_error_line(advisor(capsys, "lab", "calibrate", *quick, "--measure-every", every, "--out", out),
+                           f"--measure-every {every} must be at least 1", out)
+
+
+def test_an_out_of_range_setting_of_lab_calibrate_is_refused_with_its_value_before_anything_is_written(tmp_path):
+    out = tmp_path / "out"
+    huge = 10 ** 30
+    line = one_error_line(run("lab", "calibrate", "--quick", "--out", out, "--measure-every", huge),
+                          f"--measure-every {huge} is beyond what a run takes", out)
+    assert "got 10" not in line
+    # so the same command with a sane value finds no settings of another sweep: the flags that differ
+    # are refused for what they are, and nothing is written either
+    one_error_line(run("lab", "calibrate", "--quick", "--out", out, "--measure-every", 2, "--epochs", huge),
+                   f"--epochs {huge} is beyond what a run takes", out)

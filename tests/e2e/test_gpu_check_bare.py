@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import HANG_S, ROOT
 
 LEFT_OUT = ("models/lab/weights/", "calibration/", "docs/lab/")  # what a GPU machine does not receive
 HIDDEN = ("lightgbm", "datasets", "math_verify", "trl", "vllm", "matplotlib", "pyarrow")
@@ -133,11 +133,11 @@ def test_without_cuda_and_without_quick_one_error_line(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA GPU is visible")
-    r = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check.bare", str(tmp_path / "out")],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run([sys.executable, "-m", "benchmarks.gpu_check.bare", str(tmp_path / "a" / "b" / "out")],
+                       capture_output=True, text=True, cwd=ROOT, timeout=HANG_S)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
     assert r.stderr.startswith("gpu_check_bare: error: ") and "CUDA" in r.stderr and "--quick" in r.stderr
-    assert not (tmp_path / "out").exists()  # nothing installed, nothing written, no folder made
+    assert not (tmp_path / "a").exists()  # nothing installed, nothing written, no folder made (nor above it)
 
 
 def test_where_pip_cannot_build_the_folders_are_laid_out(tmp_path, monkeypatch, capsys):

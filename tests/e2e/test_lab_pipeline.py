@@ -8,34 +8,16 @@ from __future__ import annotations
 
 import json
 import lzma
-import os
 import shutil
 from pathlib import Path
 
-from capacity_advisor.advisor.cli.main import main
+from helpers import ROOT, advisor, one_error_line
+
 from capacity_advisor.advisor.lab import published
-from helpers import ROOT
 
 CALIBRATION = ROOT / "calibration"
 SOURCES = sorted(p.parent for p in CALIBRATION.glob("**/" + published.RECORDS))
 SMALL = CALIBRATION / "lab2" / "modchain-program-builds"  # the smallest committed source
-
-
-def advisor(capsys, *args) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main([str(a) for a in args])
-    got = capsys.readouterr()
-    return code, got.out, got.err
-
-
-def one_error_line(got: tuple[int, str, str], fragment: str, *absent: Path) -> None:
-    code, _, err = got
-    assert code == 2, (code, err)
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
-    assert fragment in lines[0], lines[0]
-    for p in absent:
-        assert not os.path.lexists(p), p
 
 
 def test_the_committed_sources_replay_to_the_predictors_training_set_byte_for_byte(capsys, tmp_path):

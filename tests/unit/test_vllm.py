@@ -19,7 +19,7 @@ from capacity_advisor.core.errors import InputError
 from capacity_advisor.models.hf import HFBackend
 from capacity_advisor.models.loading import load_model
 import fake_vllm
-from helpers import PAIRS, check_one_error_line, doubling_pool
+from helpers import PAIRS, one_error_line, doubling_pool
 
 
 @pytest.fixture
@@ -259,8 +259,8 @@ def test_a_head_size_the_cpu_kernels_lack_is_one_line_before_any_engine(tiny_lla
     monkeypatch.setattr(cpu_build, "cpu_head_sizes", lambda: [32, 64])  # the tiny model's heads are 8 wide
     r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(doubling_pool(tmp_path / "pool.jsonl")), "-o",
                                  str(tmp_path / "out"), "--backend", "vllm"])
-    check_one_error_line(r, "vLLM's CPU attention does not support head size 8 (this model's); it takes 32, 64; "
-                            "use --backend hf", tmp_path / "out")
+    one_error_line(r, "vLLM's CPU attention does not support head size 8 (this model's); it takes 32, 64; "
+                            "use --backend hf", tmp_path / "out", quiet=True)
     assert not fake_vllm.ENGINES
 
 
@@ -328,7 +328,7 @@ def test_an_engine_that_fails_is_one_error_line(tiny_llama, fake, tmp_path, monk
     monkeypatch.setattr(fake, "LLM", failing_engine(cause, when))
     r = CliRunner().invoke(cli, ["score", "-m", tiny_llama, "-p", str(doubling_pool(tmp_path / "pool.jsonl")), "-o",
                                  str(tmp_path / "out"), "--backend", "vllm", "--json"])
-    check_one_error_line(r, fragment, tmp_path / "out")
+    one_error_line(r, fragment, tmp_path / "out", quiet=True)
     if "could not start" in r.stderr:
         assert f"vLLM's engine could not start on {tiny_llama}: " in r.stderr
     log = (tmp_path / "advisor-home" / "logs").glob("vllm-*.log")

@@ -1,5 +1,7 @@
-"""Bad inputs a hostile user tried last: each is one `error:` line and exit code 2, found before any
-work and with nothing written, or behaves as its test says."""
+"""A bad input is refused before any work: one `error:` line and exit code 2, found before the
+scoring pass, the model's load or the run's first step, with nothing written and no library's
+bars or notes around it; the numbers a manifest or a race holds are bounded by what can run; no
+output is written over another output or an input; what would be a silent wrong result is refused."""
 
 import json
 import os
@@ -9,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import HANG_S, one_error_line, resign, run, write_jsonl
+from helpers import HANG_S, no_loading, one_error_line, race_manifest, resign, run, write_jsonl
 
 
 def manifest(folder: Path, spec: str, **training) -> Path:
@@ -23,7 +25,7 @@ def manifest(folder: Path, spec: str, **training) -> Path:
     return path
 
 
-# ---- 1. every rendering of a chat template is bounded ----------------------------------------
+# ---- every rendering of a chat template is bounded ----------------------------------------
 
 LOOPS_ON_X = ("{% if messages[0]['content'] == 'x' %}{% for i in range(100000) %}{% for j in range(100000) %}"
               "{% endfor %}{% endfor %}{% endif %}<|im_start|>user\n{{ messages[0]['content'] }}<|im_end|>\n"
@@ -45,7 +47,7 @@ def test_a_template_looping_on_the_export_probe_stops_the_llamafactory_export(ti
     assert not (tmp_path / "export").exists()
 
 
-# ---- 5. the manifest's numbers are bounded by what can run -----------------------------------
+# ---- the manifest's numbers are bounded by what can run -----------------------------------
 
 @pytest.mark.parametrize("field", ["batch_size", "max_length", "grad_accum", "evals_per_epoch", "max_steps"])
 def test_dry_run_refuses_numbers_no_run_can_take(tmp_path, field):
@@ -64,14 +66,14 @@ def test_eval_numbers_are_bounded_too(tmp_path):
     one_error_line(run("train", path, "--out", tmp_path / "run", "--dry-run"), "eval.max_new_tokens")
 
 
-# ---- 6. no tracebacks ----------------------------------------------------------------------
+# ---- no tracebacks ----------------------------------------------------------------------
 
 def test_negative_threads_is_a_usage_line(tmp_path):
     path = manifest(tmp_path / "rec", "lab:xs")
     one_error_line(run("train", path, "--out", tmp_path / "run", "--threads", "-1"), "--threads", tmp_path / "run")
 
 
-# ---- 2. errors that used to come only after the whole scoring pass ----------------------------
+# ---- errors found before the scoring pass, not after it ---------------------------------
 
 def plain_pool(path: Path, answers: bool = True, n: int = 4) -> Path:
     rows = [{"id": f"q{i}", "problem": f"what is {i} + 1?", "generations": [f"it is {i + 1}", f"{i + 1} it is"],
@@ -139,7 +141,7 @@ def test_a_predictor_listing_an_endless_curriculum_is_refused(tmp_path):
                    "options", out)
 
 
-# ---- 3. no output replaces another output, or an input ---------------------------------------
+# ---- no output replaces another output, or an input ---------------------------------------
 
 def select_inputs(tmp_path: Path, n: int = 4) -> tuple[Path, Path]:
     """A pool and its scores, made without --skip-tokens (every response token scored)."""
@@ -172,7 +174,7 @@ def test_train_refuses_records_written_over_the_manifest(tmp_path):
     assert path.read_text() == before
 
 
-# ---- 4. silent wrong results ---------------------------------------------------------------
+# ---- silent wrong results ---------------------------------------------------------------
 
 def test_recommend_refuses_scores_made_at_another_skip(tmp_path):
     pool, scores = select_inputs(tmp_path, n=40)
@@ -211,7 +213,7 @@ def test_revision_on_a_local_dataset_folder_is_refused(tmp_path):
         one_error_line(run("select", "-p", folder, "-s", scores, "-o", out, flag, "main"), flag, out)
 
 
-# ---- 6 and 8: more tracebacks and smaller ones ---------------------------------------------
+# ---- more tracebacks and smaller ones -------------------------------------------------
 
 def test_advisor_home_a_loop_of_links_is_one_line(tmp_path, monkeypatch):
     home = tmp_path / "home"
@@ -306,7 +308,7 @@ def test_a_lone_surrogate_in_the_dataset_is_refused_before_training(tmp_path):
     one_error_line(run("train", path, "--out", tmp_path / "run", "--dry-run"), "unpaired surrogate", tmp_path / "run")
 
 
-# ---- 7. one line means one line ------------------------------------------------------------
+# ---- one line means one line ------------------------------------------------------------
 
 def test_skip_tokens_beyond_every_response_prints_no_pool_table(tiny_llama, tmp_path):
     out = tmp_path / "out"
@@ -401,3 +403,17 @@ def test_torchs_notes_on_pickled_weights_never_reach_the_user(tiny_llama, tmp_pa
     assert r.exit_code == 0, r.stderr
     assert "weights_only" not in r.stderr and "Warning" not in r.stderr, r.stderr
     assert (tmp_path / "s" / "scores.jsonl").exists()
+
+
+# ---- a race's numbers bounded by the run ------------------------------------------------------
+
+def test_a_race_share_below_one_step_or_a_lead_longer_than_a_run_is_refused(tmp_path, monkeypatch):
+    no_loading(monkeypatch)
+    path = race_manifest(tmp_path / "rec", "lab:s")  # 2 epochs of 4 steps: 8 steps, 8 evaluations
+    out = tmp_path / "out"
+    one_error_line(run("train", path, "--out", out, "--race", "1e-320"), "below one training step (a run here is 8 "
+                   "steps): give a share of at least 0.125", out)
+    one_error_line(run("train", path, "--out", out, "--race", 0.5, "--race-k", "99999999999999999999"),
+                   "more evaluations in a row than a run here has (8)", out)
+    assert run("train", path, "--out", out, "--race", 0.125, "--race-k", 8, "--dry-run").exit_code == 0
+    assert not out.exists()

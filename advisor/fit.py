@@ -21,19 +21,21 @@ from typing import Sequence
 
 import numpy as np
 
-from capacity_advisor.core.numbers import number, whole
 from capacity_advisor.advisor.predictor import (
-    CV_SPLITS, FEATURE_SETS, FITTABLE, LARGEST_PROXY, PROXY, SPLITS, TIE_MARGIN, WITHOUT_PROXIES, Rule, cross_validate,
-    fit_predictor,
-    folds, label_rows, options_in, select_policy,
+    CV_SPLITS, FEATURE_SETS, FITTABLE, LARGEST_PROXY, PROXY, Rule, SPLITS, TIE_MARGIN, WITHOUT_PROXIES, cross_validate,
+    fit_predictor, folds, label_rows, options_in, read_records, select_policy, unit_of,
 )
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix, ranking_sum
-from capacity_advisor.advisor.predictor.policy import CHOOSE_BY, EITHER, EITHER_PREDICTOR, PROXY_RULE, measured_policy, with_gate
+from capacity_advisor.advisor.predictor.policy import (
+    CHOOSE_BY, EITHER, EITHER_PREDICTOR, PROXY_RULE, measured_policy, with_gate,
+)
 from capacity_advisor.advisor.predictor.priors import fit_lab_prior
-from capacity_advisor.advisor.predictor.proxy_rule import choose_rule
+from capacity_advisor.advisor.predictor.proxy_rule import choose_rule, lead
 from capacity_advisor.advisor.predictor.races import race_summary, with_curves
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import advisor_home, check_writable_dir
+from capacity_advisor.core.files import advisor_home, check_writable_dir, stable_hash
+from capacity_advisor.core.numbers import number, whole
+from capacity_advisor.probes.recipe import LENGTHS, MEASURING
 from capacity_advisor.training.manifest_checks import MAX_SEED
 
 CV_METHODS = ("policy", "gated race", "predictor", WITHOUT_PROXIES, LARGEST_PROXY, PROXY_RULE, EITHER, EITHER_PREDICTOR,
@@ -46,8 +48,6 @@ def probe_of(records: Sequence[dict]) -> dict | None:
     differ at most in their lengths (the lengths follow the task and the lab recipe, and a probe of
     the predictor's kind takes its own); else only the steps and held-out problems they state —
     nothing is filled in from today's defaults. `advisor recommend` then probes that way by default."""
-    from capacity_advisor.probes.recipe import LENGTHS, MEASURING
-
     recipes, short = [], set()
     for rec in records:
         p = (rec.get("settings") or {}).get("probe") if isinstance(rec.get("settings"), dict) else None
@@ -73,9 +73,6 @@ def record_files(paths: Sequence[str]) -> tuple[list[dict], list[dict]]:
     A record that repeats one read before (in the same file or an earlier one: the same run with the
     same measurements, whatever its provenance says of when and where it ran) is dropped, so that no
     run weighs twice in the fit or its held-out tables; the file's entry says how many (`repeated`)."""
-    from capacity_advisor.advisor.predictor import read_records, unit_of
-    from capacity_advisor.core.files import stable_hash
-
     seen, records, files, first, known = set(), [], [], None, set()
     for path in paths:
         key = Path(path).resolve()
@@ -111,8 +108,6 @@ def own_sources(records: Sequence[dict], files: Sequence[dict] | None) -> dict:
     after the first hold (a user's own calibration beside the shipped one): the students calibrated
     on it, the content hashes of its pools (by which `advisor recommend` knows the pool again) and
     the longest run's epochs."""
-    from capacity_advisor.advisor.predictor import unit_of
-
     if not files or len(files) < 2:
         return {}
     base = set(files[0]["sources"])
@@ -138,8 +133,6 @@ def with_proxy_leads(own: dict, rows: Sequence[dict]) -> dict:
     D_high's, averaged over the proxy's seeds (what `advisor recommend`'s proxy rule reads)."""
     from collections import defaultdict
     from statistics import mean
-
-    from capacity_advisor.advisor.predictor.proxy_rule import lead
 
     out = {}
     for source, o in own.items():

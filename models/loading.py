@@ -19,9 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capacity_advisor.core.numbers import number, whole
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import cached_file_digest, file_digest, stable_hash
+from capacity_advisor.core.numbers import number, whole
+from capacity_advisor.models.gguf import check_gguf, gguf_folder, is_gguf_path as named
+from capacity_advisor.models.lab.ladder import parse_name, recipe_hash, spec as lab_spec, student_path
+from capacity_advisor.models.lab.pretrained import check_available, path as pretrained_path, pretrained_name
+from capacity_advisor.models.template import check_chat_template
 
 # transformers 5 reads `dtype=` when loading and a fractional `warmup_steps` as a share of all
 # steps; under 4.x the latter would silently mean almost no warm-up. pyproject.toml says the same.
@@ -82,17 +86,11 @@ def resolve_dtype(dtype: str, device) -> Any:
 
 def resolve_model_path(spec: str) -> str:
     """Map a model spec to something `from_pretrained` takes: a local folder or a hub id."""
-    from capacity_advisor.models.lab.pretrained import path as pretrained_path, pretrained_name
-
     if (name := pretrained_name(spec)) is not None:
         return str(pretrained_path(name))  # converted from its GGUF file on first use
     if spec.startswith("lab:"):
-        from capacity_advisor.models.lab.ladder import student_path  # builds the lab student on first use
-
         return str(student_path(spec[len("lab:"):]))
     if is_gguf_path(spec):
-        from capacity_advisor.models.gguf import gguf_folder
-
         return str(gguf_folder(spec))  # converted on first use
     return _local_or_hub(spec)
 
@@ -101,17 +99,11 @@ def check_model_spec(spec: str) -> None:
     """What resolve_model_path refuses, refused without building a lab student or using the network:
     for verbs that must reject a bad --model before they print or start anything. A pretrained lab
     student or a .gguf file is checked as far as it can be without converting it."""
-    from capacity_advisor.models.lab.pretrained import check_available, pretrained_name
-
     if (name := pretrained_name(spec)) is not None:
         check_available(name)
     elif is_gguf_path(spec):
-        from capacity_advisor.models.gguf import check_gguf
-
         check_gguf(spec)
     elif spec.startswith("lab:"):
-        from capacity_advisor.models.lab.ladder import parse_name, spec as lab_spec
-
         lab_spec(parse_name(spec[len("lab:"):]).name)
     else:
         _local_or_hub(spec)
@@ -135,8 +127,6 @@ def check_loadable(spec: str, flag: str = "--model") -> None:
 
 
 def is_gguf_path(spec: str) -> bool:
-    from capacity_advisor.models.gguf import is_gguf_path as named
-
     return named(spec)
 
 
@@ -199,8 +189,6 @@ def hub_answers(endpoint: str) -> bool:
 
 def load_tokenizer(path: str, opts: dict | None = None):
     from transformers import AutoTokenizer
-
-    from capacity_advisor.models.template import check_chat_template
 
     try:
         tok = AutoTokenizer.from_pretrained(path, **(opts if opts is not None else hub_options(path)))
@@ -276,13 +264,10 @@ def describe(model, tokenizer, spec: str, path: str | None) -> dict:
         "chat_template": bool(getattr(tokenizer, "chat_template", None)) if tokenizer is not None else None,
         "fingerprint": fingerprint(path, model) if path else stable_hash({"spec": spec, "cfg": cfg.to_dict()}),
     }
-    from capacity_advisor.models.lab.pretrained import pretrained_name
 
     if pretrained_name(spec) is not None:
         out["path"] = None  # named `lab:NAME`, never by its cache folder
     elif spec.startswith("lab:"):
-        from capacity_advisor.models.lab.ladder import parse_name, recipe_hash
-
         name, steps, build = parse_name(spec[len("lab:"):])
         out["path"] = None
         out["recipe_hash"] = recipe_hash(name, build, steps)

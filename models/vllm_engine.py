@@ -15,8 +15,9 @@ import socket
 import sys
 from pathlib import Path
 
-from capacity_advisor.models.backends import VLLM_DEFAULTS
 from capacity_advisor.core.errors import InputError, one_line
+from capacity_advisor.core.files import advisor_home
+from capacity_advisor.models.backends import VLLM_DEFAULTS
 from capacity_advisor.models.loading import LoadedModel
 
 HF_HINT = "use --backend hf"
@@ -110,8 +111,6 @@ def log_path() -> Path:
     """This process's vLLM log: `$ADVISOR_HOME/logs/vllm-HOST-PID.log` (the temporary folder
     when that cannot be written)."""
     import tempfile
-
-    from capacity_advisor.core.files import advisor_home
 
     home = str(advisor_home())
     if home not in _LOGS:

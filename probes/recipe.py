@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.numbers import whole
 from capacity_advisor.models.backends import SCORE_LENGTH
 from capacity_advisor.models.lab.ladder import MAX_LENGTH as LAB_CONTEXT
-from capacity_advisor.core.numbers import whole
-from capacity_advisor.core.errors import InputError
-from capacity_advisor.training.manifest import TrainingSpec
+from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
 
 DEFAULT_STEPS = 25
 DEFAULT_EVAL_PROBLEMS = 64
@@ -126,8 +126,6 @@ def full_run_manifest(recipe: Recipe, *, epochs: float, learning_rate: float, se
     batch, new tokens and evaluation token budget; `eval` and `training` add the EvalSpec and
     TrainingSpec fields that are the caller's (held-out file, checker, evaluations per epoch, ...);
     `fields` are the Manifest's own (model, dataset, strategy, mix, features, pool, ...)."""
-    from capacity_advisor.training.manifest import EvalSpec, Manifest
-
     return Manifest(
         # per-problem correctness kept: a race decides on one half of the problems, judged on the other
         eval=EvalSpec(**{"max_new_tokens": recipe.max_new_tokens, "token_budget": recipe.token_budget,

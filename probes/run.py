@@ -29,12 +29,14 @@ from pathlib import Path
 from statistics import mean
 from typing import Callable, Sequence
 
-from capacity_advisor.training import text_metrics as metrics
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import finite, versions, write_json, write_jsonl
+from capacity_advisor.core.files import atomic_path, finite, versions, write_json, write_jsonl
+from capacity_advisor.models import loading
+from capacity_advisor.models.template import encode_pair
 from capacity_advisor.probes.recipe import REAL, Recipe, flag
 from capacity_advisor.probes.student import Student
-from capacity_advisor.training.manifest import SETS, schedule_of
+from capacity_advisor.training import sft, text_metrics as metrics
+from capacity_advisor.training.manifest import EvalSpec, Manifest, SETS, TrainingSpec, schedule_of
 
 METRICS = ("train_loss", "teacher_nll", "teacher_nll_high", "teacher_nll_low", "answer_logprob", "accuracy",
            "answer_rate", "repetition_rate", "copy_rate", "finish_rate", "base_drift", "teacher_view")
@@ -149,8 +151,6 @@ class ProbeReport:
 
 def manifest_for(strategy: str, cfg: ProbeConfig, data: ProbeData, model: dict, lr: float, out: Path):
     """The training manifest of one strategy's probe run (files under OUT/data/)."""
-    from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
-
     r = cfg.recipe
     return Manifest(
         model=model, dataset=f"data/{strategy}.jsonl", strategy=strategy, mix=schedule_of(strategy)[1],
@@ -174,13 +174,11 @@ def run_probe(student: Student, data: ProbeData, cfg: ProbeConfig, out_dir: str 
     """
     from transformers import TrainerCallback
 
-    from capacity_advisor.models.loading import load_model
-    from capacity_advisor.training.sft import run_sft
 
     cfg.validate()
     data.validate(cfg.strategies)
     out = Path(out_dir)
-    base = lm or load_model(student.spec, device=cfg.device, dtype=cfg.dtype)
+    base = lm or loading.load_model(student.spec, device=cfg.device, dtype=cfg.dtype)
     lr = cfg.learning_rate or student.described(base.description).learning_rate()[0]
     model = {**base.description, "spec": student.spec}
     write_jsonl(out / "data" / "eval.jsonl", data.eval_rows())
@@ -200,8 +198,8 @@ def run_probe(student: Student, data: ProbeData, cfg: ProbeConfig, out_dir: str 
     step0 = None
     for s in cfg.strategies:
         m = manifest_for(s, cfg, data, model, lr, out)
-        records[s] = run_sft(m, out / s, device=cfg.device, dtype=cfg.dtype, lm=base, store=False,
-                             callbacks=[_Steps(s)], stream=log or io.StringIO(), step0_row=step0)
+        records[s] = sft.run_sft(m, out / s, device=cfg.device, dtype=cfg.dtype, lm=base, store=False,
+                                 callbacks=[_Steps(s)], stream=log or io.StringIO(), step0_row=step0)
         curves[s] = _curve(out / s / "eval.jsonl")
         step0 = step0 or curves[s][0]
     # sequences trained x the set's mean length: the same count whether the probe resumed or not
@@ -224,8 +222,6 @@ def run_probe(student: Student, data: ProbeData, cfg: ProbeConfig, out_dir: str 
 def _mean_tokens(tokenizer, pairs: list[tuple[str, str]], train_length: int, sample: int = 512) -> float:
     """Mean tokens of a training sequence (prompt, response, EOS) over an evenly spaced sample: the
     probe's training tokens are steps x batch x this, the same whether or not it was resumed."""
-    from capacity_advisor.models.template import encode_pair
-
     picked = pairs[:: max(1, len(pairs) // sample)][:sample]
     return mean(len(encode_pair(tokenizer, p, r, train_length, add_eos=True).input_ids) for p, r in picked)
 
@@ -340,8 +336,6 @@ def plot(report: ProbeReport, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from capacity_advisor.core.files import atomic_path
 
     curves = report.curves
     keys = [k for k in METRICS if any(p.get(k) is not None and not _isnan(p.get(k)) for c in curves.values() for p in c)]

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from capacity_advisor.core.errors import InputError
+from capacity_advisor.models.lab.ladder import LADDER, parse_name, read_build
+from capacity_advisor.models.lab.pretrained import pretrained_name
 from capacity_advisor.probes.recipe import LAB, REAL, Recipe, size_learning_rate
 
 
@@ -36,8 +38,6 @@ class Student:
         """(rate, where it comes from) of its probe and the full run it advises on: half a ladder
         student's pretraining peak; for any other model the full-fine-tuning rate SFT recipes use
         at its size (its description's parameters)."""
-        from capacity_advisor.models.lab.ladder import LADDER
-
         if self.kind == "lab" and self.size in LADDER:
             return LADDER[self.size].lr * 0.5, "lab recipe (half the pretraining peak)"
         if self.build is not None:
@@ -48,14 +48,11 @@ class Student:
 def student_of(spec: str, description: dict | None = None) -> Student:
     """The student `spec` names: a lab name parsed, a folder's build.json read, once. A pretrained
     student the lab names (`lab:smollm2-135m`) is a real student."""
-    from capacity_advisor.models.lab.pretrained import pretrained_name
-
     if pretrained_name(spec) is not None:
         return Student(spec, "real", REAL, description)
     size = lab_size(spec)
     if size is not None:
         return Student(spec, "lab", LAB, description, size=size)
-    from capacity_advisor.models.lab.ladder import read_build
 
     build, why = read_build(spec)
     if build is not None:
@@ -69,11 +66,8 @@ def student_of(spec: str, description: dict | None = None) -> Student:
 def lab_size(spec: str) -> str | None:
     """The ladder name of `lab:NAME[+bBUILD][@STEPS]` (the text after `lab:` when it does not parse),
     or None for any other model (a pretrained student the lab names among them)."""
-    from capacity_advisor.models.lab.pretrained import pretrained_name
-
     if not spec.startswith("lab:") or pretrained_name(spec) is not None:
         return None
-    from capacity_advisor.models.lab.ladder import parse_name
 
     try:
         return parse_name(spec[len("lab:"):]).name

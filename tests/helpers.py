@@ -14,8 +14,12 @@ import json
 import math
 import os
 import random
+import shutil
+import subprocess
 from pathlib import Path
 from typing import NamedTuple
+
+import pytest
 
 from capacity_advisor.training.manifest import EvalSpec, Manifest, TrainingSpec
 
@@ -91,6 +95,23 @@ def lab_pool(path: Path, n: int, *more) -> Path:
 
 
 # ---- files ----------------------------------------------------------------------------------------
+
+
+def checkout_copy(dest: Path, left_out: tuple[str, ...] = ()) -> Path:
+    """The checkout's files as a fresh clone holds them (tracked, and new ones git does not ignore),
+    without the paths starting with one of `left_out`, copied to `dest`: no build folder, egg-info
+    or cache comes along."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True)
+    if listed.returncode:
+        pytest.skip("not a git checkout: the copy is made from git's list of files")
+    for rel in filter(None, listed.stdout.split("\0")):
+        src = ROOT / rel
+        if rel.startswith(left_out) or not src.is_file():
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest / rel)
+    return dest
 
 
 def read_jsonl(path: Path) -> list:

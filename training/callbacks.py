@@ -28,6 +28,7 @@ from transformers import TrainerCallback
 
 from capacity_advisor.core.files import give_umask_modes, write_json, write_jsonl
 from capacity_advisor.core.jsonl import read_jsonl
+from capacity_advisor.models.loading import LoadedModel
 from capacity_advisor.training import metrics
 from capacity_advisor.training.evaluate import Evaluator
 
@@ -295,8 +296,6 @@ class EvalCallback(TrainerCallback):
                      f"answers {_f(row.get('answer_rate'))} [{row['eval_seconds']:.1f}s]")
 
     def _lm(self, model, args):
-        from capacity_advisor.models.loading import LoadedModel
-
         return LoadedModel(model, self.tokenizer, args.device, self.spec, None, {})
 
     def _generate(self, model, args, step: int) -> list[dict]:

@@ -15,8 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.jsonl import read_jsonl_input
 from capacity_advisor.core.files import unpaired_surrogate
+from capacity_advisor.core.jsonl import read_jsonl_input
+from capacity_advisor.models.template import collate
 
 
 def read_sft_rows(path: str | Path) -> list[dict]:
@@ -95,8 +96,6 @@ class CompletionCollator:
         self.tokens = 0
 
     def __call__(self, features: list[dict]) -> dict:
-        from capacity_advisor.models.template import collate
-
         ids, mask, labels = collate(self.tokenizer, [(f["prompt"], f["completion"]) for f in features],
                                     self.max_length, completion_only=True, add_eos=True)
         self.tokens += int(mask.sum())

@@ -41,6 +41,8 @@ from __future__ import annotations
 from statistics import mean
 from typing import Sequence
 
+from capacity_advisor.models.backends import make_backend
+from capacity_advisor.models.template import Encoded, prompt_ids, response_ids
 from capacity_advisor.training import text_metrics as metrics
 from capacity_advisor.training.manifest import TrainingSpec
 
@@ -114,8 +116,6 @@ class Evaluator:
         self.cache_views = True  # keep the fixed models' NLL of each (prompt, generation) for later evaluations
 
     def _backend(self, lm):
-        from capacity_advisor.models.backends import make_backend
-
         return make_backend("hf", lm, token_budget=self.token_budget)
 
     def generate(self, lm, indices: Sequence[int], seed: int = 0) -> list[dict]:
@@ -158,8 +158,6 @@ class Evaluator:
 
         # answer log-likelihood, teacher-forced after the student's own reasoning
         if has_refs and texts and self.checker in ANSWER_MARKERS:
-            from capacity_advisor.models.template import Encoded, prompt_ids, response_ids
-
             tok = lm.tokenizer
             enc = []
             for p, t, a in zip(prompts, texts, answers):

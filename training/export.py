@@ -46,10 +46,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import refuse_overwrite, write_jsonl, write_text
+from capacity_advisor.core.files import (
+    check_writable_dir, check_writable_file, refuse_overwrite, write_jsonl, write_text,
+)
+from capacity_advisor.models.template import check_prompts
 from capacity_advisor.training.data import read_sft_rows
 from capacity_advisor.training.export_student import Student, bos_eos_text, llamafactory_template, read_student
 from capacity_advisor.training.manifest import Manifest
+from capacity_advisor.training.race import set_files
 
 FORMATS = ("trl", "llamafactory", "axolotl")
 # Everything an export may write, by name: checked against the inputs before anything is written.
@@ -84,8 +88,6 @@ def export(m: Manifest, out: str | Path, formats=FORMATS, manifest_path: str | o
     """Write the dataset and the launchers' configs into `out` (see the module docstring);
     `manifest_path`: the manifest's file, which must not be written over either. Every check comes
     before the first write; `dry_run` makes them all and returns what would be written, writing nothing."""
-    from capacity_advisor.core.files import check_writable_dir, check_writable_file
-
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise InputError(f"--format {','.join(bad)} is unknown: use {', '.join(FORMATS)} or all")
@@ -97,8 +99,6 @@ def export(m: Manifest, out: str | Path, formats=FORMATS, manifest_path: str | o
     rows = read_sft_rows(m.dataset_path)
     st = read_student(m)
     if st.chat and st.tokenizer is not None:
-        from capacity_advisor.models.template import check_prompts
-
         check_prompts(st.tokenizer, (r["prompt"] for r in rows))  # what the launchers will render
     # every rendering before anything is written, so a template that fails on one writes nothing
     lf_template = llamafactory_template(st) if "llamafactory" in formats else None
@@ -136,7 +136,6 @@ def _race_sets(m: Manifest, out: Path) -> list[Path]:
     train-low.jsonl), so both sets travel with the export; the race itself runs through `advisor train`."""
     if m.race is None:
         return []
-    from capacity_advisor.training.race import set_files
 
     written = []
     for s, f in set_files(m).items():

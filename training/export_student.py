@@ -9,6 +9,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from capacity_advisor.models.loading import resolve_model_path
+from capacity_advisor.models.template import check_chat_template, prompt_ids, render_prompt
 from capacity_advisor.training.manifest import Manifest
 
 
@@ -21,8 +23,6 @@ class Student:
 
 
 def read_student(m: Manifest) -> Student:
-    from capacity_advisor.models.loading import resolve_model_path
-
     spec, path = m.model_spec, m.model.get("path")
     if isinstance(path, str) and os.path.isdir(path):
         ref = path
@@ -41,8 +41,6 @@ def read_student(m: Manifest) -> Student:
     except (OSError, ValueError):
         pass  # a hub id not cached here, or a folder of another machine: the manifest's description decides
     if tok is not None:
-        from capacity_advisor.models.template import check_chat_template
-
         check_chat_template(tok)  # a template the sandbox refuses, or that never ends, is one InputError
     chat = bool(getattr(tok, "chat_template", None)) if tok is not None else bool(m.model.get("chat_template"))
     return Student(ref, tok, model_type, chat)
@@ -79,7 +77,6 @@ def llamafactory_template(st: Student) -> tuple[str | None, str | None, str]:
                 system = None
                 if marker == "<|im_start|>":
                     # ChatML templates differ only in their default system prompt: carry the student's exactly.
-                    from capacity_advisor.models.template import render_prompt
 
                     shown = render_prompt(st.tokenizer, "x")  # bounded like every other rendering
                     found = _CHATML_SYSTEM.search(shown)
@@ -99,8 +96,6 @@ def llamafactory_template(st: Student) -> tuple[str | None, str | None, str]:
 
 def bos_eos_text(tok) -> tuple[str, str]:
     """The text of the special tokens the tokenizer puts before a prompt, and its EOS (scoring's rule)."""
-    from capacity_advisor.models.template import prompt_ids
-
     ids = prompt_ids(tok, "x")
     lead = ids[: len(ids) - len(tok("x", add_special_tokens=False)["input_ids"])]
     return tok.decode(lead), tok.eos_token or ""

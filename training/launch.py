@@ -13,6 +13,7 @@ import shlex
 import sys
 
 from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import special_kind
 
 LAUNCHERS = ("torchrun", "accelerate")
 
@@ -74,8 +75,6 @@ def check_accelerate_config(path: str, cuda: bool) -> dict:
     """The accelerate config as a mapping, read as data (YAML safe_load: no tags that build objects),
     or an InputError; on a machine without CUDA, an FSDP config that would fail at wrap time."""
     import yaml
-
-    from capacity_advisor.core.files import special_kind
 
     kind = special_kind(path)
     if kind is not None:  # a FIFO would wait for a writer, a device never end

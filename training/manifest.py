@@ -19,15 +19,15 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from capacity_advisor.models.backends import NEW_TOKENS
-from capacity_advisor.training.text_metrics import CHECKERS
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import write_json
+from capacity_advisor.core.files import special_kind, write_json
 from capacity_advisor.core.numbers import number
+from capacity_advisor.models.backends import NEW_TOKENS
 from capacity_advisor.training.manifest_checks import (
-    MAX_COUNT, MAX_EPOCHS, MAX_TOKENS, key_list, is_line, is_one_of, race_problems, show, training_problems,
+    MAX_COUNT, MAX_EPOCHS, MAX_TOKENS, is_line, is_one_of, key_list, race_problems, show, training_problems,
     whole_problems,
 )
+from capacity_advisor.training.text_metrics import CHECKERS
 
 MANIFEST_VERSION = 1
 STRATEGIES = ("high", "low", "mixed", "curriculum")
@@ -253,7 +253,6 @@ class Manifest:
             return [f"{name}: {show(value)} cannot be a file here ({err.strerror})"]
         if found:
             return []
-        from capacity_advisor.core.files import special_kind
 
         kind = special_kind(path)  # a folder, a FIFO or a device where the file should be
         return [f"{name}: {show(value)} is {kind}, not a file" if kind else f"{name}: file {show(str(path))} not found"]
@@ -324,8 +323,6 @@ class Manifest:
 
 def load_manifest(path: str | os.PathLike) -> Manifest:
     """Read and validate a manifest; every problem is named in one InputError."""
-    from capacity_advisor.core.files import special_kind
-
     p = Path(path)
     if not p.is_file():
         kind = special_kind(p)

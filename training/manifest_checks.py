@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from capacity_advisor.core.numbers import number, whole
+from capacity_advisor.training.ranking import RANKINGS
 
 MAX_SEED = 2**32 - 1  # numpy's seeds stop here (the trainer seeds numpy, torch and random with it)
 # What can run: no released model reads more than about a million positions, and a count beyond
@@ -64,8 +65,6 @@ def whole_problems(name: str, v: Any, least: int, most: int, null: bool = False)
 
 
 def _rerank_problems(t) -> list[str]:
-    from capacity_advisor.training.ranking import RANKINGS
-
     r = t.rerank
     if not isinstance(r, dict):
         return [f"training.rerank: null, or an object with epochs, candidates and score, got {show(r)}"]

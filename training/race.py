@@ -34,9 +34,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import stable_hash, write_json
-from capacity_advisor.training.manifest import SETS, Manifest, load_manifest
-from capacity_advisor.training.record import best_checkpoint
+from capacity_advisor.core.files import folder_lock, recorded_key, refuse_special, stable_hash, write_json
+from capacity_advisor.models import loading
+from capacity_advisor.training import sft
+from capacity_advisor.training.launch import launch_command
+from capacity_advisor.training.manifest import Manifest, SETS, load_manifest
+from capacity_advisor.training.record import best_checkpoint, write_record
+from capacity_advisor.training.run_check import check_run, with_overrides
 
 RACED = SETS[:2]  # high, low: D_high first, so it is preferred on ties
 RACE_VERSION = 1
@@ -187,8 +191,6 @@ def run_race(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, rul
     "accelerate_config"}, nproc > 1; `manifest` then a file): each run's segments are launched over
     that many processes (`python -m capacity_advisor.training.sft --race-set S ...`) instead of run here.
     A second race into OUT while this one runs is refused (`models.files.folder_lock`)."""
-    from capacity_advisor.core.files import folder_lock
-
     stream = stream or sys.stderr
     m, runs, folders, checked, key = check_race(manifest, out, rule, device, dtype, epochs, max_steps,
                                                 world=(launch or {}).get("nproc", 1))
@@ -241,24 +243,18 @@ class Segments:
         self.manifest, self.kw, self.stream, self.lm = manifest, kw, stream, None
 
     def __call__(self, s: str, pause: bool) -> None:
-        from capacity_advisor.training.sft import run_sft
-
         if self.launch:
             return self._launched(s, pause)
         if self.lm is None:
-            from capacity_advisor.models.loading import load_model
-
-            self.lm = load_model(self.m.model_spec, device="cpu", dtype=self.checked[s].precision[0])
+            self.lm = loading.load_model(self.m.model_spec, device="cpu", dtype=self.checked[s].precision[0])
         here = {k: self.kw[k] for k in ("device", "dtype", "threads")}
-        run_sft(self.runs[s], self.folders[s], lm=self.lm, pause_after_evals=1 if pause else None, store=False,
-                keep_best=True, stream=self.stream, **here)
+        sft.run_sft(self.runs[s], self.folders[s], lm=self.lm, pause_after_evals=1 if pause else None, store=False,
+                    keep_best=True, stream=self.stream, **here)
 
     def _launched(self, s: str, pause: bool) -> None:
         import subprocess
 
         import torch
-
-        from capacity_advisor.training.launch import launch_command
 
         cmd = launch_command(str(self.manifest), str(self.folders[s]), self.launch["nproc"], self.launch["launcher"],
                              self.launch.get("accelerate_config"), cuda=torch.cuda.is_available(), race_set=s,
@@ -281,8 +277,6 @@ def finished_in_race(folder: Path, note: dict, records: str | None) -> dict | No
     stored now; None where it was stored already (a rerun of a finished race)."""
     import json
 
-    from capacity_advisor.training.record import write_record
-
     path = folder / "record.json"
     record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     if record is None or "race" in (record.get("provenance") or {}):
@@ -295,8 +289,6 @@ def finished_in_race(folder: Path, note: dict, records: str | None) -> dict | No
 def check_race(manifest, out, rule: RaceRule, device: str, dtype: str, epochs, max_steps, world: int = 1):
     """(manifest, run manifests, run folders, check_run of each, the race's key): every refusal before
     any work (`world`: the processes each run is launched over)."""
-    from capacity_advisor.training.run_check import check_run, with_overrides
-
     rule.check()
     m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
     m = with_overrides(m, epochs=epochs, max_steps=max_steps)
@@ -347,8 +339,6 @@ def race_key(checked: dict, rule: RaceRule) -> str:
 def check_race_folder(out: Path, key: str) -> None:
     """OUT is resumed only by the race that made it: the same manifest, data and race rule. A folder
     another command made (a run, a recommendation) records another key, or none under race_key."""
-    from capacity_advisor.core.files import recorded_key, refuse_special
-
     refuse_special(out, ("config.json", "race.json"), "remove it, or pass a new --out")
     if recorded_key(out, "race_key") not in (None, key):
         raise InputError(f"{out} holds something other than this race (a race of another manifest, data or rule "

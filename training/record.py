@@ -23,7 +23,7 @@ import json
 import os
 from pathlib import Path
 
-from capacity_advisor.core.files import advisor_home, write_json
+from capacity_advisor.core.files import advisor_home, atomic_path, finite, refuse_special, write_json
 
 RECORD_VERSION = 1
 EVAL_KEYS = ("epoch", "step", "accuracy", "repetition_rate", "answer_rate", "train_loss")
@@ -99,8 +99,6 @@ def append_line(path: Path, obj: dict) -> None:
     its record again when it is rerun."""
     import fcntl
 
-    from capacity_advisor.core.files import finite, refuse_special
-
     path.parent.mkdir(parents=True, exist_ok=True)
     refuse_special(path.parent, [path.name], "name a records file (--records)")
     # NaN and infinities become null, as in every file we write: strict JSON readers refuse them
@@ -155,8 +153,6 @@ def plot_curve(eval_rows: list[dict], path: Path, title: str) -> None:
 def _save_figure(fig, path: Path, title: str) -> None:
     """Title, lay out and write the figure atomically (a killed run never leaves half a PNG)."""
     import matplotlib.pyplot as plt
-
-    from capacity_advisor.core.files import atomic_path
 
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()

@@ -24,8 +24,10 @@ from pathlib import Path
 from transformers import TrainerCallback
 
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.jsonl import read_jsonl
 from capacity_advisor.core.files import unpaired_surrogate, write_jsonl
+from capacity_advisor.core.jsonl import read_jsonl
+from capacity_advisor.models.backends import make_backend
+from capacity_advisor.models.loading import LoadedModel
 from capacity_advisor.training.ranking import extremes, low_share, score_value
 
 
@@ -100,9 +102,6 @@ class RerankCallback(TrainerCallback):
             row["completion"], row["k"] = c["response"], c["k"]
 
     def _rescore(self, model, device, path: Path) -> None:
-        from capacity_advisor.models.backends import make_backend
-        from capacity_advisor.models.loading import LoadedModel
-
         backend = make_backend("hf", LoadedModel(model, self.tokenizer, device, self.spec, None, {}))
         pairs = [(c["prompt"], r) for c in self.candidates for r in c["responses"]]
         encoded = backend.encode(pairs, self.max_length)

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import file_digest, stable_hash
+from capacity_advisor.core.files import file_digest, recorded_key, refuse_special, stable_hash
+from capacity_advisor.models.loading import check_model_spec
+from capacity_advisor.training.data import SFTDataset, read_eval_set, read_sft_rows
 from capacity_advisor.training.manifest import Manifest, load_manifest
 from capacity_advisor.training.trainer_settings import precision, require_peft
 
@@ -41,8 +43,6 @@ def run_key(m: Manifest) -> str:
 
 def check_run_folder(run_dir: Path, key: str) -> None:
     """A run folder is resumed only by the run that made it (same manifest, same data files)."""
-    from capacity_advisor.core.files import recorded_key, refuse_special
-
     refuse_special(run_dir, RUN_FILES, "remove it, or pass a new --out")  # a FIFO would never end the read
     if recorded_key(run_dir, "run_key") not in (None, key):
         raise InputError(f"{run_dir} holds a run of another manifest or dataset; pass a new --out "
@@ -95,8 +95,6 @@ def check_run(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, wo
     if t.batch_size % (t.grad_accum * world):
         raise InputError(f"training.batch_size {t.batch_size} must be divisible by training.grad_accum ({t.grad_accum}) "
                          f"x processes ({world}): change the batch size or the number of processes")
-    from capacity_advisor.models.loading import check_model_spec
-    from capacity_advisor.training.data import SFTDataset, read_eval_set, read_sft_rows
 
     check_model_spec(m.model_spec)  # its path, not its weights
     # every file the manifest names is read and checked before the device, the libraries or a model

@@ -18,6 +18,11 @@ from pathlib import Path
 from typing import Callable
 
 from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import check_writable_dir, check_writable_file, folder_lock, refuse_overwrite
+from capacity_advisor.training import sft
+from capacity_advisor.training.launch import fsdp_on_cpu_note, launch_command, sft_args, shown
+from capacity_advisor.training.manifest import load_manifest
+from capacity_advisor.training.run_check import check_run
 
 
 @dataclass(frozen=True)
@@ -45,11 +50,6 @@ def run_manifest(req: RunRequest, dry_run: bool = False, say: Callable[[str], No
     (False keeps the record out of the records store), `stream` (where the trainer's progress
     lines go) and `step0_row` (the base's evaluation another run of the same base and eval set
     made), as `training.sft.run_sft` does; a launched run stores its record as `advisor train` does."""
-    from capacity_advisor.core.files import check_writable_dir, check_writable_file, folder_lock, refuse_overwrite
-    from capacity_advisor.training.launch import fsdp_on_cpu_note, launch_command, sft_args, shown
-    from capacity_advisor.training.manifest import load_manifest
-    from capacity_advisor.training.run_check import check_run
-
     m = load_manifest(req.manifest)
     check_writable_dir(req.out, "--out")
     if req.records:
@@ -80,7 +80,6 @@ def run_manifest(req: RunRequest, dry_run: bool = False, say: Callable[[str], No
     if dry_run:  # a run in this process says no command: a mistake found while it loads stays the only line
         say(shown([sys.executable] + sft_args(req.manifest, req.out, **run)))
         return None
-    from capacity_advisor.training.sft import run_sft
 
     with folder_lock(req.out):
-        return run_sft(req.manifest, req.out, lm=lm, store=store, stream=stream, step0_row=step0_row, **run)
+        return sft.run_sft(req.manifest, req.out, lm=lm, store=store, stream=stream, step0_row=step0_row, **run)

@@ -35,7 +35,15 @@ import time
 from pathlib import Path
 
 from capacity_advisor.core.files import versions, write_json
+from capacity_advisor.models import loading
+from capacity_advisor.models.loading import check_transformers
+from capacity_advisor.models.template import check_prompts
+from capacity_advisor.training import record as run_record
+from capacity_advisor.training.data import CompletionCollator
+from capacity_advisor.training.evaluate import Evaluator
 from capacity_advisor.training.manifest import Manifest
+from capacity_advisor.training.metrics import checker_name
+from capacity_advisor.training.record import build_record, write_record
 from capacity_advisor.training.run_check import Checked, check_run, checkpoints, env_world_size
 from capacity_advisor.training.trainer_settings import training_arguments, with_lora
 
@@ -43,11 +51,9 @@ _LOADED: dict[tuple, object] = {}  # teachers kept in memory across the runs of 
 
 
 def _load_cached(spec: str, dtype: str):
-    from capacity_advisor.models.loading import load_model
-
     key = (spec, dtype)
     if key not in _LOADED:
-        _LOADED[key] = load_model(spec, device="cpu", dtype=dtype)
+        _LOADED[key] = loading.load_model(spec, device="cpu", dtype=dtype)
     return _LOADED[key]
 
 
@@ -71,8 +77,6 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     `provenance`: more keys for the record's provenance (what this run was part of).
     `keep_best`: keep the best evaluation's checkpoint as RUN/best/ (by default a stored run does).
     """
-    from capacity_advisor.models.loading import check_transformers
-
     check_transformers()
     manifest_file = None if isinstance(manifest, Manifest) else str(Path(manifest).resolve())
     run_dir = Path(out)
@@ -174,13 +178,10 @@ def _models(m: Manifest, args, lm, load_dtype: str, checked: Checked):
     and the teacher for the teacher-loss measure, all where the student trains."""
     import copy
 
-    from capacity_advisor.models.loading import load_model
-    from capacity_advisor.models.template import check_prompts
-
     e = m.eval
     if lm is None:
         with args.main_process_first(desc="load model"):  # a lab student is built once, by rank 0
-            lm = load_model(m.model_spec, device="cpu", dtype=load_dtype)
+            lm = loading.load_model(m.model_spec, device="cpu", dtype=load_dtype)
         base = copy.deepcopy(lm) if e.base_drift else None
     else:
         base = lm if e.base_drift else None
@@ -201,8 +202,6 @@ def _models(m: Manifest, args, lm, load_dtype: str, checked: Checked):
 
 
 def _settings(m: Manifest, checked: Checked, world: int, args, description: dict, manifest_file) -> dict:
-    from capacity_advisor.training.metrics import checker_name
-
     load_dtype, bf16, fp16 = checked.precision
     return {
         "training": m.to_dict()["training"], "eval": m.to_dict()["eval"],
@@ -222,8 +221,6 @@ def _trainer(m: Manifest, checked: Checked, args, lm, base, teacher, run_dir: Pa
     from transformers.trainer_callback import PrinterCallback, ProgressCallback as HFProgress
 
     from capacity_advisor.training import callbacks as cbs
-    from capacity_advisor.training.data import CompletionCollator
-    from capacity_advisor.training.evaluate import Evaluator
 
     t, e, tok = m.training, m.eval, lm.tokenizer
     marker = cbs.marker_of(resume[1]) if resume else None
@@ -259,7 +256,6 @@ def _finish(m: Manifest, checked: Checked, run_dir: Path, trainer, evaluator, re
     """On rank 0: the RunRecord, its curve, RUN/record.json and, with `store`, the line in the
     records store (`records`, else the default one)."""
     from capacity_advisor.training import callbacks as cbs
-    from capacity_advisor.training.record import build_record, plot_curve, write_record
 
     rows_done = cbs.read_curve(run_dir / "eval.jsonl")
     last = checkpoints(run_dir)
@@ -277,7 +273,7 @@ def _finish(m: Manifest, checked: Checked, run_dir: Path, trainer, evaluator, re
     best = keep_best(run_dir, rows_done) if keep else None
     record = build_record(run_id=checked.key, description=description, manifest=m, n_train=n_train,
                           eval_rows=rows_done, settings=settings, provenance=provenance, best=best)
-    plot_curve(rows_done, run_dir / "curve.png", f"{m.model_spec} · {m.strategy} · {n_train} rows · {m.training.epochs} epochs")
+    run_record.plot_curve(rows_done, run_dir / "curve.png", f"{m.model_spec} · {m.strategy} · {n_train} rows · {m.training.epochs} epochs")
     if store:
         where = write_record(run_dir, record, records)
         progress.note(f"done: best accuracy {_fmt(record['best_accuracy'])}, final "

@@ -11,13 +11,16 @@ import sys
 import click
 
 from capacity_advisor.core.errors import InputError
+from capacity_advisor.models.loading import DEVICES, DTYPES
+from capacity_advisor.training import sft
+from capacity_advisor.training.manifest import load_manifest
+from capacity_advisor.training.race import race_manifests
+from capacity_advisor.training.run_check import with_overrides
 
 
 def run_options(f):
     """The options of one training run, shared by `advisor train` and `python -m capacity_advisor.training.sft`
     (the command torchrun and accelerate launch start in every process)."""
-    from capacity_advisor.models.loading import DEVICES, DTYPES
-
     for option in reversed([
         click.option("--records", default=None,
                      help="Records store to append the RunRecord to (default: $ADVISOR_HOME/records.jsonl)."),
@@ -45,20 +48,15 @@ def run_options(f):
 def main(manifest, out, records, device, dtype, threads, epochs, max_steps, race_set, pause_after_evals):
     """Full SFT from a manifest; the same command under torchrun / accelerate launch runs data-parallel."""
     from capacity_advisor.training.callbacks import end_process_group
-    from capacity_advisor.training.sft import run_sft
 
     try:
         if race_set is not None:
-            from capacity_advisor.training.manifest import load_manifest
-            from capacity_advisor.training.race import race_manifests
-            from capacity_advisor.training.run_check import with_overrides
-
             raced = race_manifests(with_overrides(load_manifest(manifest), epochs=epochs, max_steps=max_steps))
-            run_sft(raced[race_set], out, device=device, dtype=dtype, threads=threads, store=False, keep_best=True,
-                    pause_after_evals=pause_after_evals)
+            sft.run_sft(raced[race_set], out, device=device, dtype=dtype, threads=threads, store=False,
+                        keep_best=True, pause_after_evals=pause_after_evals)
         else:
-            run_sft(manifest, out, records=records, device=device, dtype=dtype, threads=threads, epochs=epochs,
-                    max_steps=max_steps)
+            sft.run_sft(manifest, out, records=records, device=device, dtype=dtype, threads=threads, epochs=epochs,
+                        max_steps=max_steps)
     except InputError as err:
         if int(os.environ.get("RANK", "0")) == 0:
             click.echo(f"error: {err}", err=True)

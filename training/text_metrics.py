@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from statistics import mean
 from typing import Sequence
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.models.lab.tasks import FAMILIES, check, extract_answer as lab_extract
 
 CHECKERS = ("lab", "math", "none")
 CHECKER_DEFAULT = "auto"  # the lab's checker for lab tasks, math for other problems with answers, else none
@@ -101,8 +103,6 @@ def _last_boxed(text: str) -> str | None:
 def extract_answer(text: str, checker: str = "math") -> str | None:
     """The final answer of a generation, or None (then it counts against the answer rate)."""
     if checker == "lab":
-        from capacity_advisor.models.lab.tasks import extract_answer as lab_extract
-
         return lab_extract(text)
     if checker == "none":
         return None
@@ -133,8 +133,6 @@ def check_answer(text: str, reference: str | None, checker: str = "math") -> boo
     if reference is None or checker == "none":
         return False
     if checker == "lab":
-        from capacity_advisor.models.lab.tasks import check
-
         return check(text, reference)
     got = extract_answer(text, "math")
     try:
@@ -167,13 +165,10 @@ def accuracy(texts: Sequence[str], references: Sequence[str | None], checker: st
 def choose_checker(checker: str, has_answers: bool, tasks: set[str]) -> str:
     """`auto`: the lab's checker for lab tasks, math for other problems with answers, else none."""
     if checker not in CHECKER_CHOICES:
-        from capacity_advisor.core.errors import InputError
-
         raise InputError(f"--checker {checker!r} is unknown: use one of {', '.join(CHECKER_CHOICES)}")
     if checker != CHECKER_DEFAULT:
         return checker
     if not has_answers:
         return "none"
-    from capacity_advisor.models.lab.tasks import FAMILIES
 
     return "lab" if tasks and tasks <= set(FAMILIES) else "math"

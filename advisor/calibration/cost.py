@@ -12,6 +12,8 @@ FLOPs and hours follow from the formulas and the assumed throughput, not from a 
 
 from __future__ import annotations
 
+from capacity_advisor.models.loading import load_tokenizer, resolve_model_path
+from capacity_advisor.models.template import prompt_ids
 from capacity_advisor.training.manifest import SETS
 
 # The dry run's GPU-hours: assumptions to set for your own cluster, not measurements.
@@ -27,8 +29,6 @@ def model_tokenizer(spec: str):
     """(the tokenizer training loads for `spec`, None), or (None, why there is none to measure with).
     Local folders only (a lab student's is its build folder), never running the folder's code."""
     import os
-
-    from capacity_advisor.models.loading import load_tokenizer, resolve_model_path
 
     path = resolve_model_path(spec)
     if not os.path.isdir(path):
@@ -50,8 +50,6 @@ def measure_tokens(tokenizer, train: list, held_out: list, train_length: int, sc
     `per_epoch_longest` (each problem's shortest / longest candidate) bound D_high, D_low and
     D_mixed alike."""
     from statistics import mean
-
-    from capacity_advisor.models.template import prompt_ids
 
     eos = int(tokenizer.eos_token_id is not None)  # training appends EOS to every response
     means, prompts = [], []

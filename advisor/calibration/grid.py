@@ -8,9 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.models.lab.ladder import LAB_TEACHER
+from capacity_advisor.core.files import json_object
+from capacity_advisor.models.lab.ladder import LAB_TEACHER, LADDER, MAX_BUILD, TEACHERS, lab_model, n_params, parse_name
+from capacity_advisor.models.lab.tasks import FAMILIES
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS, LAB
 from capacity_advisor.training.manifest import SETS, schedule_of
+from capacity_advisor.training.manifest_checks import MAX_COUNT
 
 
 @dataclass
@@ -41,9 +44,6 @@ class CalibrateConfig:
     quick: bool = False  # --quick: tiny settings for tests
 
     def validate(self) -> None:
-        from capacity_advisor.models.lab.tasks import FAMILIES
-        from capacity_advisor.models.lab.ladder import LADDER
-
         bad = []
         unknown = [s for s in self.sizes if s not in LADDER]
         if unknown:
@@ -53,7 +53,6 @@ class CalibrateConfig:
             bad.append(f"--tasks {','.join(unknown) or '(none)'}: use names from {', '.join(FAMILIES)}")
         if not self.seeds:
             bad.append("--seeds must name at least one seed")
-        from capacity_advisor.models.lab.ladder import MAX_BUILD
 
         if not self.builds or any(not 0 <= b <= MAX_BUILD for b in self.builds):
             bad.append(f"--builds {','.join(map(str, self.builds)) or '(none)'}: name one or more builds from 0 to {MAX_BUILD}")
@@ -68,7 +67,6 @@ class CalibrateConfig:
             bad.append(f"--jobs {self.jobs} must be at least 1")
         if self.measure_every < 1:
             bad.append(f"--measure-every {self.measure_every} must be at least 1 (1: every evaluation)")
-        from capacity_advisor.training.manifest_checks import MAX_COUNT
 
         # the bounds the runs' manifests hold these to, so a value no run takes is refused before the
         # sweep writes its settings (and a sane rerun is not then a sweep of other settings)
@@ -85,7 +83,6 @@ class CalibrateConfig:
                 continue
             if switch is not None and switch >= self.epochs:
                 bad.append(f"--schedules {option}: the switch must come before the last epoch ({self.epochs})")
-        from capacity_advisor.models.lab.ladder import TEACHERS
 
         if self.teacher != "program" and not (self.teacher.startswith("lab:")
                                                and self.teacher[len("lab:"):] in {**LADDER, **TEACHERS}):
@@ -119,8 +116,6 @@ class CalibrateConfig:
 
     @property
     def ladder(self) -> tuple[str, ...]:
-        from capacity_advisor.models.lab.ladder import LADDER
-
         return self.sizes or tuple(LADDER)
 
     @classmethod
@@ -135,7 +130,6 @@ class CalibrateConfig:
         path = Path(out) / "config.json"
         if not path.is_file():
             raise InputError(f"{out} has no config.json: name a folder written by `advisor lab calibrate --out`")
-        from capacity_advisor.core.files import json_object
 
         saved = json_object(path, "name a folder written by `advisor lab calibrate --out`")
         if "inputs_key" in saved:
@@ -179,8 +173,6 @@ class Cell:
     @property
     def model(self) -> str:
         """The student's model spec: `lab:SIZE`, or `lab:SIZE+bB` for another build."""
-        from capacity_advisor.models.lab.ladder import lab_model
-
         return lab_model(self.size, self.build)
 
     def folder(self, out: Path) -> Path:
@@ -189,8 +181,6 @@ class Cell:
     @classmethod
     def from_name(cls, task: str, score: str, name: str) -> "Cell | None":
         """The cell a folder named `name` (`SIZE-sSEED` or `SIZE+bB-sSEED`) holds; None for any other name."""
-        from capacity_advisor.models.lab.ladder import parse_name
-
         head, _, seed = name.rpartition("-s")
         try:
             size, steps, build = parse_name(head)
@@ -204,8 +194,6 @@ class Cell:
 def cells(cfg: CalibrateConfig) -> list[Cell]:
     """Every cell: the summed-ranking arm first, and in each arm the most expensive (largest
     students) first, so that parallel jobs finish together."""
-    from capacity_advisor.models.lab.ladder import n_params
-
     out = [Cell(t, "sum", s, seed, b) for t in cfg.tasks for s in cfg.ladder for seed in cfg.seeds for b in cfg.builds]
     out += [Cell(t, "mean", s, seed, b) for t in cfg.tasks for s in cfg.ladder for seed in cfg.mean_seeds for b in cfg.builds]
     return sorted(out, key=lambda u: (u.score != "sum", u.seed, u.build, -n_params(u.size), u.task))

@@ -34,14 +34,21 @@ from typing import Callable
 
 from capacity_advisor.advisor.calibration.cost import DECODE_MFU, MAX_TFLOPS, PEAK_TFLOPS, TRAIN_MFU, gpu_cost
 from capacity_advisor.advisor.calibration.run import collect, run_unit
-from capacity_advisor.advisor.calibration.unit import EVAL_SEED, Calibration, Run, Unit, UnitPool
+from capacity_advisor.advisor.calibration.unit import Calibration, EVAL_SEED, Run, Unit, UnitPool
+from capacity_advisor.advisor.pools.options import PoolOptions
+from capacity_advisor.advisor.pools.read import pick_checker, read_pool
+from capacity_advisor.advisor.probe.plan import bound_by_responses, load_predictor, predictor_plan
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import finite, folder_lock, stable_hash, versions, write_json, write_jsonl
+from capacity_advisor.core.files import (
+    check_writable_dir, finite, folder_lock, recorded_key, stable_hash, unclaimed_files, versions, write_json,
+    write_jsonl,
+)
 from capacity_advisor.core.numbers import number
-from capacity_advisor.training.manifest import SETS
-from capacity_advisor.training.text_metrics import CHECKER_DEFAULT
+from capacity_advisor.models.loading import check_loadable, check_model_spec, describe_config
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS, RECIPE_FLAGS
 from capacity_advisor.probes.student import student_of
+from capacity_advisor.training.manifest import SETS
+from capacity_advisor.training.text_metrics import CHECKER_DEFAULT
 
 MAX_STUDENTS = 16
 # The probe settings a calibration on your own pool may move (the rest follow the predictor's recipe).
@@ -147,13 +154,6 @@ class Plan:
 def make_plan(cfg: PoolCalibrateConfig, run: bool = True) -> Plan:
     """The plan, every input checked; with `run` also what loading each proxy needs (a dry run plans
     from configs alone)."""
-    from capacity_advisor.advisor.pools.options import PoolOptions
-    from capacity_advisor.advisor.pools.read import read_pool
-    from capacity_advisor.advisor.probe.plan import bound_by_responses, load_predictor, predictor_plan
-    from capacity_advisor.advisor.pools.read import pick_checker
-    from capacity_advisor.core.files import check_writable_dir, recorded_key, unclaimed_files
-    from capacity_advisor.models.loading import check_loadable, check_model_spec, describe_config
-
     cfg.validate()
     for s in cfg.students:
         check_model_spec(s)

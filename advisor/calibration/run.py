@@ -21,9 +21,16 @@ from typing import Iterable
 
 from capacity_advisor.advisor.calibration.unit import Calibration, Run, Unit
 from capacity_advisor.advisor.pools.read import Pool
+from capacity_advisor.advisor.probe.stage import probe_pool
+from capacity_advisor.advisor.scoring.select import SelectConfig, export, load_scores, select
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import finite, json_object, write_jsonl
+from capacity_advisor.core.jsonl import read_jsonl_input
+from capacity_advisor.models import loading
+from capacity_advisor.probes.recipe import full_run_manifest
+from capacity_advisor.probes.run import ProbeConfig
 from capacity_advisor.training.manifest import schedule_of
+from capacity_advisor.training.run_manifest import RunRequest, run_manifest
 
 # what to do about a damaged file of a unit (its probe report, a run's record): the unit runs again when it is gone
 RERUN_UNIT = "delete that run's folder (or the unit's probe/ folder) and run the same command again to redo it"
@@ -31,10 +38,8 @@ RERUN_UNIT = "delete that run's folder (or the unit's probe/ folder) and run the
 
 def run_unit(unit: Unit, cal: Calibration, lm=None) -> str:
     """Score, probe and train one unit (resumable); a one-line summary. `lm`: the student already loaded."""
-    from capacity_advisor.models.loading import load_model
-
     t0 = time.time()
-    lm = lm or load_model(unit.student.spec, device=cal.device, dtype=cal.dtype)
+    lm = lm or loading.load_model(unit.student.spec, device=cal.device, dtype=cal.dtype)
     problems, fingerprint = unit.pool.read()
     scores, features = measure(unit, cal, lm, problems)
     for run in unit.runs:
@@ -45,10 +50,6 @@ def run_unit(unit: Unit, cal: Calibration, lm=None) -> str:
 def measure(unit: Unit, cal: Calibration, lm, problems: Pool) -> tuple[dict, dict]:
     """The unit's scores and its probe's features, through `probe_pool`; a probe already finished
     (its probe.json) is read, not run again."""
-    from capacity_advisor.advisor.probe.stage import probe_pool
-    from capacity_advisor.advisor.scoring.select import load_scores
-    from capacity_advisor.probes.run import ProbeConfig
-
     cfg = ProbeConfig(unit.recipe, learning_rate=unit.learning_rate, seed=unit.seed, device=cal.device, dtype=cal.dtype,
                       **cal.probe)
     report = unit.folder / "probe" / "probe.json"
@@ -67,9 +68,6 @@ def full_run(unit: Unit, cal: Calibration, run: Run, lm, problems: Pool, scores:
              fingerprint: str) -> Path:
     """One full run of the unit's student on `problems`, from its manifest as `advisor train` runs it
     (skipped when finished); returns the run folder."""
-    from capacity_advisor.advisor.scoring.select import SelectConfig, export, select
-    from capacity_advisor.probes.recipe import full_run_manifest
-
     run_dir = unit.folder / run.name
     if (run_dir / "record.json").exists():
         return run_dir
@@ -104,8 +102,6 @@ def full_run(unit: Unit, cal: Calibration, run: Run, lm, problems: Pool, scores:
 def train(manifest: Path, run_dir: Path, unit: Unit, cal: Calibration, run: Run, lm) -> None:
     """`advisor train MANIFEST --out RUN`: in this process from the loaded student, its record kept
     out of the records store; or launched over `cal.nproc` processes."""
-    from capacity_advisor.training.run_manifest import RunRequest, run_manifest
-
     req = RunRequest(str(manifest), str(run_dir), nproc=cal.nproc, launcher=cal.launcher, device=cal.device,
                      dtype=cal.dtype)
     if cal.nproc == 1:
@@ -121,8 +117,6 @@ def base_row(unit: Unit, run: Run) -> dict | None:
     """The base student's evaluation (step 0) an earlier run of the unit made: every run of a unit
     starts from the same base and is judged on the same held-out problems with the same settings,
     so its first evaluation is that one (greedy generation), not made again."""
-    from capacity_advisor.core.jsonl import read_jsonl_input
-
     for other in unit.runs:
         if other.name == run.name:
             return None

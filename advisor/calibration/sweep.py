@@ -31,12 +31,17 @@ from typing import Callable
 
 from capacity_advisor.advisor.calibration.grid import CalibrateConfig, Cell, cells, run_names, unit_runs
 from capacity_advisor.advisor.calibration.run import collect, run_unit
-from capacity_advisor.advisor.calibration.unit import EVAL_SEED, Calibration, Run, Unit, UnitPool
+from capacity_advisor.advisor.calibration.unit import Calibration, EVAL_SEED, Run, Unit, UnitPool
 from capacity_advisor.advisor.lab.student import ON_CPU
+from capacity_advisor.advisor.pools.generate import GenerateConfig, generate_pool
+from capacity_advisor.advisor.pools.lab import pool_rows
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import check_writable_dir, folder_lock, json_object, unclaimed_files, versions, write_json, write_jsonl
+from capacity_advisor.core.files import (
+    check_writable_dir, folder_lock, json_object, unclaimed_files, versions, write_json, write_jsonl,
+)
 from capacity_advisor.core.jsonl import read_jsonl
-from capacity_advisor.models.lab.ladder import RECIPE_VERSION
+from capacity_advisor.models.lab.ladder import RECIPE_VERSION, folder_of, n_params, parse_name, student_path
+from capacity_advisor.models.lab.tasks import make_problems
 from capacity_advisor.probes.recipe import LAB
 from capacity_advisor.probes.student import student_of
 
@@ -47,15 +52,11 @@ Log = Callable[[str], None]
 
 
 def _problems(task: str, n: int, seed: int, exclude: set[str] = frozenset()) -> list:
-    from capacity_advisor.models.lab.tasks import make_problems
-
     return [p for p in make_problems(task, n + len(exclude), seed=seed) if p.prompt not in exclude][:n]
 
 
 def teacher_pool(cfg: CalibrateConfig, task: str, seed: int, log: Log) -> tuple[Path, Path]:
     """(pool file, eval-set file) of one task and seed, sampled from the lab teacher (cached)."""
-    from capacity_advisor.advisor.pools.generate import GenerateConfig, generate_pool
-
     pool_path, eval_path = pool_paths(cfg, task, seed)
     folder = pool_path.parent
     evals = _problems(task, cfg.n_eval, EVAL_SEED)
@@ -67,8 +68,6 @@ def teacher_pool(cfg: CalibrateConfig, task: str, seed: int, log: Log) -> tuple[
             continue
         t0 = time.time()
         if cfg.teacher == "program":
-            from capacity_advisor.advisor.pools.lab import pool_rows
-
             write_jsonl(path, pool_rows(task, candidates=min(8, max(4, cfg.candidates)), seed=s, problems=probs))
             continue
         problems_file = folder / f"{path.stem}.problems.jsonl"
@@ -216,8 +215,6 @@ def check_sweep_folder(cfg: CalibrateConfig, flag: str = "--out") -> None:
 def build_models(names: list[str], jobs: int, log: Log) -> None:
     """Pretrain the lab models `names` that are not built yet, `jobs` at a time, largest first."""
     from joblib import Parallel, delayed
-
-    from capacity_advisor.models.lab.ladder import folder_of, n_params, parse_name, student_path
 
     todo = sorted((n for n in names if not (folder_of(n) / "build.json").exists()), key=lambda n: -n_params(parse_name(n).name))
     if not todo:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from capacity_advisor.advisor.pools.read import Pool
+from capacity_advisor.advisor.pools.read import Pool, read_pool
 from capacity_advisor.probes.recipe import Recipe
 from capacity_advisor.probes.student import Student
 
@@ -49,8 +49,6 @@ class UnitPool:
 
     def read(self) -> tuple[Pool, str]:
         """The problems, and the content hash the records know the pool by."""
-        from capacity_advisor.advisor.pools.read import read_pool
-
         problems = self.problems if self.problems is not None else read_pool(self.path)
         return problems, self.fingerprint or problems.fingerprint()
 

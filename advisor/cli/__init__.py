@@ -1,5 +1,3 @@
-"""The command line: click and rich only. `main` is the `advisor` console script."""
-
-from capacity_advisor.advisor.cli.main import cli, main
-
-__all__ = ["cli", "main"]
+"""The command line: it parses, calls one library function per verb and prints (click and rich).
+`main.main` is the `advisor` console script; the verbs with modules of their own are `train`,
+`proxies` (`advisor calibrate`), `lab` and `sweep` (the lab sweep's verbs)."""

@@ -17,11 +17,10 @@ import sys
 import time
 
 from capacity_advisor.advisor.cli.main import main as advisor
+from capacity_advisor.advisor.cli.ui import console
 
 
 def step(title: str, argv: list[str]) -> None:
-    from capacity_advisor.advisor.cli.ui import console
-
     console.rule(f"[bold]{title}")
     console.print("$ advisor " + " ".join(argv), style="dim")
     t = time.time()

@@ -17,7 +17,29 @@ from pathlib import Path
 
 import click
 
+from capacity_advisor.advisor.cli import report
+from capacity_advisor.advisor.cli.lab import lab
+from capacity_advisor.advisor.cli.options import (
+    Finite, SEEDS, checker_option, dataset_options, device_options, dp_options, field_option, json_option, model_option,
+    names, pool_options, pool_settings, recipe_given, recipe_options, retired_flags, score_option, seed_option,
+    skip_tokens_option, take, vllm_options,
+)
+from capacity_advisor.advisor.cli.proxies import calibrate
+from capacity_advisor.advisor.cli.train import train
+from capacity_advisor.advisor.cli.ui import console, emit_json, prepare, quiet_libraries, work, work_progress
+from capacity_advisor.advisor.fit import FitSettings, MAX_JOBS, MAX_MEMBERS, fit_file
+from capacity_advisor.advisor.pools.generate import GenerateConfig, generate_pool
+from capacity_advisor.advisor.predictor import FEATURE_SETS
+from capacity_advisor.advisor.probe.stage import ProbeJob, probe_job, progress_label
+from capacity_advisor.advisor.recommendation.recommend import RecommendConfig, recommend as run
+from capacity_advisor.advisor.scoring.compute import PROBLEM_FILTERS
+from capacity_advisor.advisor.scoring.jobs import ScoreJob, SelectJob, score_file, select_file
+from capacity_advisor.advisor.scoring.score import ScoreConfig
+from capacity_advisor.advisor.scoring.select import FORMATS, SelectConfig
 from capacity_advisor.core.errors import InputError, one_line
+from capacity_advisor.models.backends import BACKENDS
+from capacity_advisor.models.lab.tasks import FAMILIES
+from capacity_advisor.training.manifest import STRATEGIES
 
 
 class UsageLine(click.ClickException):
@@ -76,29 +98,8 @@ _FILESYSTEM_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, err
 @click.version_option(package_name="capacity-advisor")
 def cli():
     """Which teacher responses should this student train on: high-, low-likelihood, or a mix?"""
-    from capacity_advisor.advisor.cli.ui import prepare
-
     prepare()
 
-
-from capacity_advisor.advisor.cli import report  # noqa: E402  (below the group it renders for)
-from capacity_advisor.advisor.cli.options import (  # noqa: E402
-    SEEDS, Finite, checker_option, dataset_options, device_options, dp_options, field_option, json_option,
-    model_option, names, pool_options, pool_settings, recipe_given, recipe_options, score_option, seed_option,
-    retired_flags, skip_tokens_option, take, vllm_options,
-)
-from capacity_advisor.advisor.scoring.compute import PROBLEM_FILTERS  # noqa: E402
-from capacity_advisor.advisor.pools.generate import GenerateConfig  # noqa: E402
-from capacity_advisor.advisor.probe.stage import ProbeJob, progress_label  # noqa: E402
-from capacity_advisor.advisor.fit import MAX_JOBS, MAX_MEMBERS, FitSettings  # noqa: E402
-from capacity_advisor.advisor.predictor import FEATURE_SETS  # noqa: E402
-from capacity_advisor.advisor.recommendation.recommend import RecommendConfig  # noqa: E402
-from capacity_advisor.advisor.scoring.score import ScoreConfig  # noqa: E402
-from capacity_advisor.advisor.scoring.select import FORMATS, SelectConfig  # noqa: E402
-from capacity_advisor.advisor.scoring.jobs import ScoreJob, SelectJob  # noqa: E402
-from capacity_advisor.models.backends import BACKENDS  # noqa: E402
-from capacity_advisor.models.lab.tasks import FAMILIES  # noqa: E402
-from capacity_advisor.training.manifest import STRATEGIES  # noqa: E402
 
 
 @cli.command()
@@ -127,9 +128,6 @@ from capacity_advisor.training.manifest import STRATEGIES  # noqa: E402
 @json_option
 def score(as_json, **kw):
     """Score every candidate response under the student (mean and summed log-prob per response)."""
-    from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries, work
-    from capacity_advisor.advisor.scoring.jobs import score_file
-
     quiet_libraries()
     pool_opts = pool_settings(kw)
     job = take(ScoreJob, kw)
@@ -166,9 +164,6 @@ def score(as_json, **kw):
 @json_option
 def select(as_json, **kw):
     """Build D_high / D_low / D_mixed / curriculum from a scored pool and export it for training."""
-    from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries
-    from capacity_advisor.advisor.scoring.jobs import select_file
-
     quiet_libraries()
     pool_opts = pool_settings(kw)
     job = take(SelectJob, kw)
@@ -201,9 +196,6 @@ def select(as_json, **kw):
 @json_option
 def probe(strategies, as_json, **kw):
     """Short SFT runs on D_high and D_low from the same base: how does this student take to each?"""
-    from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries, work
-    from capacity_advisor.advisor.probe.stage import probe_job
-
     quiet_libraries()
     job = take(ProbeJob, kw, strategies=names(strategies, "--strategies"), recipe=recipe_given(kw),
                pool_options=vars(pool_settings(kw)))
@@ -242,9 +234,6 @@ def probe(strategies, as_json, **kw):
 @json_option
 def generate(as_json, **kw):
     """Sample --n candidate responses per problem from a teacher, check them, write a grouped pool."""
-    from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries, work_progress
-    from capacity_advisor.advisor.pools.generate import generate_pool
-
     quiet_libraries()
     cfg = take(GenerateConfig, kw)
     with work_progress("generating", unit="problems", rate_format="{:.2f}/s") as (on_start, advance):
@@ -274,9 +263,6 @@ def generate(as_json, **kw):
 @json_option
 def fit(records_path, out, kinds, cv, choose_by, as_json, **kw):
     """Fit the predictor on RunRecords; print its cross-validated tables against the baselines."""
-    from capacity_advisor.advisor.cli.ui import console, emit_json
-    from capacity_advisor.advisor.fit import fit_file
-
     log = None if as_json else (lambda m: console.print(m, highlight=False))
     settings = take(FitSettings, kw, kinds=names(kinds, "--kinds"), cv=names(cv, "--cv"),
                     choose_by=names(choose_by, "--choose-by"))
@@ -316,9 +302,6 @@ def fit(records_path, out, kinds, cv, choose_by, as_json, **kw):
 @json_option
 def recommend(as_json, **kw):
     """Score, select, probe, predict: train on high, low or mixed for this student and budget?"""
-    from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries, work
-    from capacity_advisor.advisor.recommendation.recommend import recommend as run
-
     quiet_libraries()
     cfg = take(RecommendConfig, kw, recipe=recipe_given(kw), pool_options=vars(pool_settings(kw)))
     with work("steps") as w:
@@ -329,17 +312,8 @@ def recommend(as_json, **kw):
         report.recommendation(result, cfg.out)
 
 
-def _register_subgroups() -> None:
-    from capacity_advisor.advisor.cli.proxies import calibrate
-    from capacity_advisor.advisor.cli.lab import lab
-    from capacity_advisor.advisor.cli.train import train
-
-    cli.add_command(calibrate)
-    cli.add_command(lab)
-    cli.add_command(train)
-
-
-_register_subgroups()
+for command in (calibrate, lab, train):  # the verbs with modules of their own
+    cli.add_command(command)
 
 
 def main(argv: list[str] | None = None) -> int:

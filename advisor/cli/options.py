@@ -14,11 +14,14 @@ from typing import Callable
 
 import click
 
+from capacity_advisor.advisor.pools.options import PoolOptions
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.models.loading import DEVICES, DTYPES
 from capacity_advisor.models.backends import VLLM_DEFAULTS
-from capacity_advisor.training.ranking import DEFAULT_RANKING, RANKINGS
+from capacity_advisor.models.loading import DEVICES, DTYPES
+from capacity_advisor.probes.recipe import OLD_FLAGS, RECIPE_FLAGS, flag
 from capacity_advisor.training.manifest_checks import MAX_SEED
+from capacity_advisor.training.ranking import DEFAULT_RANKING, RANKINGS
+from capacity_advisor.training.text_metrics import CHECKER_CHOICES, CHECKER_DEFAULT
 
 SEEDS = click.IntRange(0, MAX_SEED)  # what every seeded library takes
 
@@ -121,8 +124,6 @@ def recipe_options(verb: str) -> Callable:
     """The probe-recipe flags (probes.recipe.RECIPE_FLAGS, the same in every verb that probes), each
     stored under its recipe setting's name; unset, each comes from the predictor's recipe or the
     student's kind. The names `verb` took before (`OLD_FLAGS`) are refused with the one to use."""
-    from capacity_advisor.probes.recipe import RECIPE_FLAGS
-
     return stack(*(click.option(flag, setting, default=None, type=int,
                                  help=f"{help_text} Default: the recipe (the predictor's, else by kind of student).")
                     for setting, (flag, help_text) in RECIPE_FLAGS.items()), retired_flags(verb))
@@ -131,8 +132,6 @@ def recipe_options(verb: str) -> Callable:
 def retired_flags(verb: str) -> Callable:
     """Hidden options for the flags `verb` took before its settings had one name each: given, each
     is one usage error naming the flag that replaced it."""
-    from capacity_advisor.probes.recipe import OLD_FLAGS, flag
-
     def refuse(setting: str):
         def callback(ctx, param, value):
             if value is not None:
@@ -148,8 +147,6 @@ def retired_flags(verb: str) -> Callable:
 
 def recipe_given(kw: dict) -> dict:
     """The recipe settings the user gave (removed from `kw`): {setting: value}."""
-    from capacity_advisor.probes.recipe import RECIPE_FLAGS
-
     given = {k: kw.pop(k) for k in RECIPE_FLAGS}
     return {k: v for k, v in given.items() if v is not None}
 
@@ -186,8 +183,6 @@ skip_tokens_option = click.option("--skip-tokens", default=0, show_default=True,
 
 
 def checker_option(f):
-    from capacity_advisor.training.text_metrics import CHECKER_CHOICES, CHECKER_DEFAULT
-
     return click.option("--checker", default=CHECKER_DEFAULT, show_default=True, type=click.Choice(CHECKER_CHOICES),
                         help="Answer checker: auto = the lab's for lab tasks, math for other problems with answers.")(f)
 
@@ -214,8 +209,6 @@ pool_options = stack(
 
 def pool_settings(kw: dict):
     """The PoolOptions the pool flags describe (removed from `kw`)."""
-    from capacity_advisor.advisor.pools.options import PoolOptions
-
     return PoolOptions(**{k: kw.pop(k) for k in POOL_FIELDS})
 
 
@@ -233,8 +226,6 @@ dp_options = stack(
 
 
 def names(text: str, flag: str) -> tuple[str, ...]:
-    from capacity_advisor.core.errors import InputError
-
     out = tuple(s.strip() for s in text.split(",") if s.strip())
     if not out and text:
         raise InputError(f"{flag} {text!r}: give comma-separated names")
@@ -242,8 +233,6 @@ def names(text: str, flag: str) -> tuple[str, ...]:
 
 
 def ints(text: str, flag: str) -> tuple[int, ...]:
-    from capacity_advisor.core.errors import InputError
-
     try:
         return tuple(int(s) for s in text.split(",") if s.strip())
     except ValueError:
@@ -252,8 +241,6 @@ def ints(text: str, flag: str) -> tuple[int, ...]:
 
 def floats(text: str, flag: str) -> tuple[float, ...]:
     import math
-
-    from capacity_advisor.core.errors import InputError
 
     try:
         out = tuple(float(s) for s in text.split(",") if s.strip())

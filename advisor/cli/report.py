@@ -13,6 +13,9 @@ from rich.table import Table
 
 from capacity_advisor.advisor.cli.ui import console, fmt, kv_table
 from capacity_advisor.advisor.predictor import SIZE_RULE
+from capacity_advisor.advisor.predictor.gate import Gate
+from capacity_advisor.advisor.recommendation.draws import race_headline
+from capacity_advisor.training.manifest import SETS
 
 
 def pool(p) -> None:
@@ -157,8 +160,6 @@ def cross_validation(result: dict) -> None:
                   f"distance, margin {pol.get('margin')}, range check {'on' if pol.get('use_range') else 'off'}; "
                   f"{result['rows']} rows, labels {result['labels']}, near-ties {result['ties']}", highlight=False)
     if pol.get("race"):
-        from capacity_advisor.advisor.predictor.gate import Gate
-
         gate = Gate.from_dict(pol["race"])
         console.print(f"gate: the policy {gate.describe()} (chosen within {gate.cap:.0%} mean extra training)",
                       highlight=False)
@@ -266,8 +267,6 @@ def _num(value, fmt: str) -> str:
 
 def chooses_among(options) -> str:
     """The options the advice was calibrated on, in words, saying so when no schedule was."""
-    from capacity_advisor.training.manifest import SETS
-
     words = ", ".join(f"D_{o}" if o in SETS else o for o in options)
     if all(o in SETS for o in options):
         words += " only (no mixes of other shares or curricula were calibrated)"
@@ -281,8 +280,6 @@ def headline(rec) -> str:
     how = rec.schedule.describe()
     head = ""
     if rec.race:
-        from capacity_advisor.advisor.recommendation.draws import race_headline
-
         head = f"[bold]{race_headline(rec.race)}[/bold]\nwhy a race: {rec.race['why']}\n"
     head += (f"[bold]{'Without the race, train' if rec.race else 'Train'} on: D_{rec.strategy}[/bold]"
              + (f" ({how})" if how else "")

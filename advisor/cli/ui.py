@@ -24,6 +24,8 @@ from typing import Any, Iterator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import finite
 
 console = Console(stderr=True)
 WIDE = 200  # columns for tables when stderr is not a terminal (a log file has no width)
@@ -37,8 +39,6 @@ def prepare() -> None:
 
 
 def emit_json(obj: Any) -> None:
-    from capacity_advisor.core.files import finite
-
     sys.stdout.write(json.dumps(finite(obj), indent=2, ensure_ascii=False, default=str) + "\n")
 
 
@@ -157,8 +157,6 @@ class Work:
     def close(self, error: BaseException | None = None) -> None:
         """Stop the bars; after a mistake of the user's, clear them (and drop a held line), so the
         error line stands alone."""
-        from capacity_advisor.core.errors import InputError
-
         with self._lock:
             if error is not None:
                 self._pending = None

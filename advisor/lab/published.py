@@ -22,6 +22,7 @@ import lzma
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from capacity_advisor.advisor.predictor import read_records
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import atomic_path, finite, json_object
 from capacity_advisor.core.jsonl import MAX_LINE_BYTES
@@ -77,8 +78,6 @@ def read_rows(path: str | Path) -> Iterator[dict]:
 def records(folder: str | Path, budget: bool = False) -> list[dict]:
     """The records of a published or a sweep folder (with `budget`, those of its budget runs; none
     where it trained none)."""
-    from capacity_advisor.advisor.predictor import read_records
-
     folder = Path(folder)
     if is_published(folder):
         path = folder / (BUDGET_RECORDS if budget else RECORDS)

@@ -25,11 +25,13 @@ import math
 from pathlib import Path
 from statistics import mean, pstdev
 
+from capacity_advisor.advisor.calibration.grid import Cell
 from capacity_advisor.advisor.lab.published import EVALS, evaluations, is_published, path_order
-from capacity_advisor.core.numbers import number
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import atomic_path, check_writable_dir, write_json, write_text
 from capacity_advisor.core.jsonl import read_jsonl_input
+from capacity_advisor.core.numbers import number
+from capacity_advisor.models.lab.ladder import LADDER, n_params, shape
 from capacity_advisor.training.manifest import SETS
 
 METRICS = ("accuracy", "teacher_view", "repetition_rate", "teacher_nll", "answer_logprob", "base_drift")
@@ -38,9 +40,6 @@ METRICS = ("accuracy", "teacher_view", "repetition_rate", "teacher_nll", "answer
 def _runs(cal: Path) -> dict:
     """{(task, score, size): {strategy: [eval rows per repeat]}} from the finished runs, each checked
     (`_checked`); a repeat is a seed of one pretraining build, and a student's builds are pooled."""
-    from capacity_advisor.advisor.calibration.grid import Cell
-    from capacity_advisor.models.lab.ladder import LADDER
-
     out: dict = {}
     for run, rows in sorted(_finished(cal), key=lambda r: path_order(r[0])):
         task, score, unit, strategy = run.split("/")
@@ -114,8 +113,6 @@ def aggregate(cal: str | Path) -> dict:
     runs = _runs(cal)
     if not runs:
         raise InputError(f"{cal} holds no finished calibration runs: run `advisor lab calibrate --out {cal}` first")
-    from capacity_advisor.models.lab.ladder import LADDER, n_params
-    from capacity_advisor.models.lab.ladder import shape
 
     order = {name: i for i, name in enumerate(LADDER)}
     groups = []

@@ -15,13 +15,17 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from capacity_advisor.advisor.pools.generate import GenerateConfig, generate_pool
+from capacity_advisor.advisor.pools.lab import write_pool
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import advisor_home, check_writable_dir, write_jsonl
+from capacity_advisor.models.lab.committed import committed_folder
 from capacity_advisor.models.lab.ladder import (
-    LAB_TEACHER, folder_of, lab_names, list_students, parse_name, student_path,
+    LAB_TEACHER, folder_of, lab_names, list_students, parse_name, recipe_hash, student_dir, student_path,
 )
 from capacity_advisor.models.lab.pretrained import PRETRAINED, fetch, list_pretrained
 from capacity_advisor.models.lab.train import set_threads
+from capacity_advisor.models.loading import describe_config
 from capacity_advisor.probes.recipe import LAB
 
 Progress = Callable[[str, int, "int | None", float], None]  # (label, step, total, loss)
@@ -52,9 +56,6 @@ def lab_pool(task: str, n: int, out: Path, say=lambda m: None) -> Path:
         with gzip.open(src, "rt", encoding="utf-8") as f:
             rows = [json.loads(line) for line, _ in zip(f, range(n))]
     if len(rows) < n:
-        from capacity_advisor.advisor.pools.generate import GenerateConfig, generate_pool
-        from capacity_advisor.advisor.pools.lab import write_pool
-
         say(f"sampling a {n}-problem {task} pool from {LAB_TEACHER} (built on first use)")
         write_pool(out / "problems.jsonl", task=task, n=n, seed=TEACHER_SAMPLING["seed"])
         generate_pool(GenerateConfig(teacher=LAB_TEACHER, problems=str(out / "problems.jsonl"), out=str(out / "pool.jsonl"),
@@ -66,19 +67,12 @@ def lab_pool(task: str, n: int, out: Path, say=lambda m: None) -> Path:
 
 def lab_identity(spec: str) -> dict:
     """A lab student's identity without building it: its name and its recipe's hash."""
-    from capacity_advisor.models.lab.ladder import parse_name, recipe_hash
-
     name, steps, build = parse_name(spec[len("lab:"):])
     return {"spec": spec, "recipe_hash": recipe_hash(name, build, steps)}
 
 
 def describe_student(spec: str, say) -> dict:
     """The student's config (meta device, no weights); a lab student is pretrained here on first use."""
-    from capacity_advisor.models.lab.ladder import parse_name, student_dir
-    from capacity_advisor.models.loading import describe_config
-
-    from capacity_advisor.models.lab.committed import committed_folder
-
     name, steps, build = parse_name(spec[len("lab:"):])
     final = student_dir(name, build, steps)
     if not (final / "build.json").exists():

@@ -26,6 +26,7 @@ from typing import Iterator
 
 from capacity_advisor.core.errors import InputError, one_line
 from capacity_advisor.core.jsonl import JSONLError, iter_jsonl, read_jsonl
+from capacity_advisor.models.loading import hub_answers
 
 
 @dataclass(frozen=True)
@@ -178,8 +179,6 @@ def _load_hub_dataset(spec: str, what: str, source: DatasetSource):
         check_repository_folder(Path(spec), where)
     else:
         from huggingface_hub import constants
-
-        from capacity_advisor.models.loading import hub_answers
 
         if constants.HF_HUB_OFFLINE or not hub_answers(constants.ENDPOINT):
             # datasets then reads its cache only, instead of retrying the network for a minute

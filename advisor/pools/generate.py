@@ -27,16 +27,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from capacity_advisor.advisor.pools.files import DatasetSource, iter_rows
 from capacity_advisor.advisor.pools.layout import (
     ANSWER_KEYS, ID_KEYS, PROMPT_KEYS, given_ids, pick_field, stand_in_id, utf8_text,
 )
-from capacity_advisor.advisor.pools.files import DatasetSource, iter_rows
-from capacity_advisor.core.shards import ShardPlan, cache_folder
-from capacity_advisor.models.backends import BACKENDS, VLLM_DEFAULTS
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import (FORMAT_VERSION, advisor_home, atomic_path, check_writable_dir, check_writable_file,
-                                           refuse_overwrite, stable_hash, versions, write_json, write_jsonl)
-from capacity_advisor.training.text_metrics import CHECKER_DEFAULT
+from capacity_advisor.core.files import (
+    FORMAT_VERSION, advisor_home, atomic_path, check_writable_dir, check_writable_file, refuse_overwrite, stable_hash,
+    versions, write_json, write_jsonl,
+)
+from capacity_advisor.core.shards import ShardPlan, cache_folder
+from capacity_advisor.models import loading
+from capacity_advisor.models.backends import BACKENDS, VLLM_DEFAULTS, backend_from
+from capacity_advisor.models.template import check_prompts, template_id
+from capacity_advisor.models.vllm import import_vllm
+from capacity_advisor.training.text_metrics import CHECKER_DEFAULT, check_answer, choose_checker, math_checker_name
 
 OUT_SUFFIXES = (".jsonl", ".parquet")
 
@@ -175,8 +180,6 @@ def cache_parts(cfg: GenerateConfig, backend: str, lm, template: str, problems: 
 def check_inputs(cfg: GenerateConfig) -> tuple[list, dict, str, str]:
     """Everything generation refuses, before any model loads: the settings, the output and cache
     folders, the problems; then (problems, their fields, the checker, the backend)."""
-    from capacity_advisor.training.text_metrics import choose_checker
-
     cfg.validate()
     check_writable_file(cfg.out, "--out")
     refuse_overwrite([cfg.problems], [cfg.out, config_path(cfg.out)], "--out")
@@ -188,8 +191,6 @@ def check_inputs(cfg: GenerateConfig) -> tuple[list, dict, str, str]:
     if backend_name == "hf" and cfg.tensor_parallel_size != 1:
         raise InputError("--tensor-parallel-size applies to --backend vllm only; the hf backend uses one device")
     if backend_name == "vllm":
-        from capacity_advisor.models.vllm import import_vllm
-
         import_vllm()
     return problems, fields, checker, backend_name
 
@@ -202,12 +203,9 @@ def generate_pool(
     lm=None,
 ) -> dict:
     """Sample, check and write the pool; returns a summary (see the module docstring)."""
-    from capacity_advisor.models.loading import load_model
-    from capacity_advisor.training.text_metrics import math_checker_name
-    from capacity_advisor.models.template import check_prompts, template_id
 
     problems, fields, checker, backend_name = check_inputs(cfg)
-    lm = lm or load_model(cfg.teacher, device=cfg.device, dtype=cfg.dtype, weights=backend_name != "vllm")
+    lm = lm or loading.load_model(cfg.teacher, device=cfg.device, dtype=cfg.dtype, weights=backend_name != "vllm")
     check_prompts(lm.tokenizer, (p.problem for p in problems))  # a template that fails on some: refused before any work
     tmpl = template_id(lm.tokenizer)
     parts = cache_parts(cfg, backend_name, lm, tmpl, problems)
@@ -272,8 +270,6 @@ def generate_pool(
 
 def pool_row(p, cands: list[dict], checker: str) -> dict:
     """A problem's line of the pool: its generations, each checked against its answer."""
-    from capacity_advisor.training.text_metrics import check_answer
-
     row = {"id": p.id, "problem": p.problem}
     if p.answer is not None:
         row["answer"] = p.answer
@@ -288,8 +284,6 @@ def pool_row(p, cands: list[dict], checker: str) -> dict:
 
 
 def _make_backend(name: str, lm, cfg: GenerateConfig):
-    from capacity_advisor.models.backends import backend_from
-
     return backend_from(name, lm, cfg, vllm={"min_token_budget": cfg.max_new_tokens + 1})
 
 

@@ -14,10 +14,13 @@ from dataclasses import dataclass, replace
 from importlib import resources
 
 from capacity_advisor.advisor.pools.read import Pool
+from capacity_advisor.advisor.predictor import Predictor
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.numbers import whole
+from capacity_advisor.models.loading import hub_options, load_tokenizer, resolve_model_path
+from capacity_advisor.models.template import response_ids
 from capacity_advisor.probes.recipe import (
-    LENGTHS, RECIPE_FLAGS, Fitted, Recipe, field_of, fitted_recipe, flag, setting_name,
+    Fitted, LENGTHS, RECIPE_FLAGS, Recipe, field_of, fitted_recipe, flag, setting_name,
 )
 from capacity_advisor.probes.run import ProbeConfig
 from capacity_advisor.probes.student import Student
@@ -34,8 +37,6 @@ def predictor_root(path: str | None):
 
 
 def load_predictor(path: str | None):
-    from capacity_advisor.advisor.predictor import Predictor
-
     return Predictor.load(predictor_root(path))
 
 
@@ -156,8 +157,6 @@ def plan_probe(student: Student, fitted: Fitted | None = None, given: dict | Non
 def response_lengths(pool: Pool, tokenizer, seed: int = 0) -> list[int]:
     """Tokens of the pool's usable candidates under `tokenizer` (with the EOS a trained student
     writes): all of them, or a seeded sample of RESPONSES_READ of a larger pool."""
-    from capacity_advisor.models.template import response_ids
-
     texts = [c.text for p in pool.problems for c in p.candidates]
     if len(texts) > RESPONSES_READ:
         texts = random.Random(seed).sample(texts, RESPONSES_READ)
@@ -169,7 +168,6 @@ def bound_by_responses(plan: ProbePlan, pool: Pool, spec: str, seed: int = 0) ->
     student's only: the lab's recipe has its own bound)."""
     if plan.recipe.kind != "real" or plan.sources["max_new_tokens"] == flag("max_new_tokens"):
         return plan
-    from capacity_advisor.models.loading import hub_options, load_tokenizer, resolve_model_path
 
     path = resolve_model_path(spec)
     return plan.for_responses(response_lengths(pool, load_tokenizer(path, hub_options(path)), seed))

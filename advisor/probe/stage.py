@@ -15,15 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
 
-from capacity_advisor.advisor.pools.read import Pool, pick_checker
+from capacity_advisor.advisor.pools.options import PoolOptions
+from capacity_advisor.advisor.pools.read import Pool, pick_checker, read_pool
 from capacity_advisor.advisor.probe.plan import bound_by_responses, load_predictor, predictor_plan
-from capacity_advisor.advisor.scoring.score import ScoreConfig
-from capacity_advisor.advisor.scoring.select import SelectConfig, select
+from capacity_advisor.advisor.scoring.score import ScoreConfig, score_pool
+from capacity_advisor.advisor.scoring.select import SelectConfig, load_scores, select
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import folder_lock
+from capacity_advisor.core.files import folder_lock, refuse_overwrite
 from capacity_advisor.core.numbers import whole
+from capacity_advisor.models import loading
+from capacity_advisor.models.template import prompt_ids
 from capacity_advisor.probes.recipe import REAL, flag
-from capacity_advisor.probes.run import ProbeConfig, ProbeData, ProbeReport
+from capacity_advisor.probes.run import ProbeConfig, ProbeData, ProbeReport, run_probe
 from capacity_advisor.probes.student import Student, student_of
 from capacity_advisor.training import text_metrics as metrics
 from capacity_advisor.training.manifest import DEFAULT_MIX
@@ -75,8 +78,6 @@ def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None,
         "mean_tokens_low": high.summary["mean_tokens_low"],
     }
     if tokenizer is not None:
-        from capacity_advisor.models.template import prompt_ids
-
         prompt_tokens = mean(len(prompt_ids(tokenizer, p.prompt)) for p in pool.problems)
         resp = (context["mean_tokens_high"] + context["mean_tokens_low"]) / 2
         # one epoch of the full SFT over the pool's problems less the held-out ones (recommend's train.jsonl),
@@ -108,8 +109,6 @@ def progress_label(name: str, prefix: str = "probe ") -> str:
 def given_scores(path: str, pool: Pool, score: str = DEFAULT_RANKING, skip_tokens: int | None = None) -> dict:
     """Scores a user hands over (`--scores`), read and checked against the pool and the settings
     asked for (`skip_tokens`; None: any) before any work."""
-    from capacity_advisor.advisor.scoring.select import load_scores
-
     scores = load_scores(path)
     made = scores_skip_tokens(path, scores)
     if skip_tokens is not None and made is not None and made != skip_tokens:
@@ -161,10 +160,6 @@ def probe_pool(student: Student, pool: Pool, cfg: ProbeConfig, lm, score_dir, pr
     both calibrations. `say(message)` reports the stage; `progress(strategy, step, total)` the
     probe's steps, and `progress(SCORING, done, total)` the candidates scored; `token_budget` and `shard_size` are the scoring's (`ScoreConfig`).
     """
-    from capacity_advisor.advisor.scoring.score import score_pool
-    from capacity_advisor.advisor.scoring.select import load_scores
-    from capacity_advisor.probes.run import run_probe
-
     say = say or (lambda message: None)
     cfg.validate()
     if scores is None:
@@ -224,9 +219,6 @@ def probe_job(job: ProbeJob, say=None, progress=None) -> dict:
     with `chosen` (each setting and its source) and `notes` (where it measured otherwise than
     the predictor's inputs). One writer in OUT at a time (`core.files.folder_lock`)."""
     with folder_lock(job.out):
-        from capacity_advisor.advisor.pools.options import PoolOptions
-        from capacity_advisor.advisor.pools.read import read_pool
-        from capacity_advisor.models.loading import check_model_spec, load_model
 
         say = say or (lambda message: None)
         run = dict(learning_rate=job.learning_rate, strategies=tuple(job.strategies), lora_r=job.lora_r, seed=job.seed,
@@ -234,15 +226,14 @@ def probe_job(job: ProbeJob, say=None, progress=None) -> dict:
         student = student_of(job.model)
         plan = predictor_plan(student, load_predictor(job.predictor), job.recipe)
         plan.probe_config(**run).validate()
-        check_model_spec(job.model)
-        from capacity_advisor.core.files import refuse_overwrite
+        loading.check_model_spec(job.model)
 
         refuse_overwrite([job.pool, job.scores, job.predictor], [job.out], "--out")
         pool = read_pool(job.pool, PoolOptions(**job.pool_options))
         plan = bound_by_responses(plan.for_pool(len(pool)), pool, job.model, job.seed)
         scores = given_scores(job.scores, pool, job.score) if job.scores else None
         say(f"loading {job.model}")
-        lm = load_model(job.model, device=job.device, dtype=job.dtype)
+        lm = loading.load_model(job.model, device=job.device, dtype=job.dtype)
         student = student.described(lm.description)
         plan = plan.within(lm.description.get("max_position_embeddings"))
         rate = (job.learning_rate, "--learning-rate") if job.learning_rate else student.learning_rate()

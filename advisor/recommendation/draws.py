@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from capacity_advisor.advisor.predictor.proxy_rule import ProxyRule, largest_mean
 from capacity_advisor.probes.run import ProbeReport
 
 
@@ -72,8 +73,6 @@ def proxy_rule_answer(predictor, own: dict, budget: float, score: str) -> tuple[
     pool, and the report's line on it: the lead of D_low over D_high that the largest proxies
     measured at the calibrated budget nearest this run's. None where the predictor holds no rule or
     the proxies ran no such budget."""
-    from capacity_advisor.advisor.predictor.proxy_rule import ProxyRule, largest_mean
-
     rule = ProxyRule.from_dict((predictor.meta or {}).get("proxy_rule"))
     leads = [x for x in own.get("proxy_leads") or [] if x[2] == float(score == "sum")]
     if rule is None or not leads:

@@ -14,6 +14,7 @@ from pathlib import Path
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED  # inputs that are settings of the run
 from capacity_advisor.advisor.recommendation.result import BUDGET_GRID, Recommendation
 from capacity_advisor.probes.run import ProbeReport
+from capacity_advisor.core.files import atomic_path
 
 DPI = 100
 FONT = 10  # points: the smallest text on the figure
@@ -41,8 +42,6 @@ def build_figure(rec: Recommendation, predictor):
 
 def write_figure(rec: Recommendation, predictor, path: Path) -> None:
     import matplotlib.pyplot as plt
-
-    from capacity_advisor.core.files import atomic_path
 
     fig = build_figure(rec, predictor)
     with atomic_path(path) as tmp:

@@ -25,27 +25,40 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from capacity_advisor.advisor.lab.student import describe_student, lab_identity, lab_pool
+from capacity_advisor.advisor.pools.options import PoolOptions
+from capacity_advisor.advisor.pools.read import read_pool
+from capacity_advisor.advisor.predictor import Policy, calibrated_source
+from capacity_advisor.advisor.predictor.advice import Advice
+from capacity_advisor.advisor.predictor.priors import PAPER_FROM, check_lab_prior, paper_prior_advice, prior_advice
+from capacity_advisor.advisor.probe.plan import (
+    ProbePlan, bound_by_responses, check_given, load_predictor, predictor_plan,
+)
+from capacity_advisor.advisor.probe.stage import LOCAL_WINDOW, given_scores, probe_pool
+from capacity_advisor.advisor.recommendation import figure
 from capacity_advisor.advisor.recommendation.draws import (
     by_proxy_rule, calibrated_line, combined_cost, draw_advice, draws_line, mean_features, probe_folder, race_note,
     race_plan,
 )
-from capacity_advisor.advisor.lab.student import describe_student, lab_identity
-from capacity_advisor.advisor.predictor.advice import Advice
-from capacity_advisor.advisor.probe.stage import LOCAL_WINDOW
-from capacity_advisor.advisor.probe.plan import (
-    ProbePlan, bound_by_responses, check_given, load_predictor, predictor_plan,
+from capacity_advisor.advisor.recommendation.result import (
+    BUDGET_GRID, Recommendation, recommendation, write_advice, write_manifest,
 )
-from capacity_advisor.advisor.recommendation.result import BUDGET_GRID, Recommendation, recommendation, write_advice, write_manifest
-from capacity_advisor.advisor.scoring.select import RANKINGS
-from capacity_advisor.models.backends import BACKENDS
+from capacity_advisor.advisor.scoring.select import RANKINGS, SelectConfig, export, select
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import finite, folder_lock, stable_hash, versions, write_json, write_jsonl
+from capacity_advisor.core.files import (
+    check_writable_dir, finite, folder_lock, recorded_key, refuse_overwrite, stable_hash, versions, write_json,
+    write_jsonl,
+)
+from capacity_advisor.models import loading
+from capacity_advisor.models.backends import BACKENDS
+from capacity_advisor.models.lab.tasks import FAMILIES
+from capacity_advisor.models.loading import check_model_spec, describe_config
 from capacity_advisor.probes.recipe import file_name
 from capacity_advisor.probes.student import Student, student_of
 from capacity_advisor.training.manifest import SETS
 from capacity_advisor.training.manifest_checks import MAX_EPOCHS
-from capacity_advisor.training.text_metrics import CHECKER_DEFAULT
 from capacity_advisor.training.ranking import DEFAULT_RANKING
+from capacity_advisor.training.text_metrics import CHECKER_DEFAULT
 
 MAX_REPEATS = 8  # --probe-repeats: each draw costs one more probe
 
@@ -80,8 +93,6 @@ class RecommendConfig:
         return {**asdict(self), "recipe": {file_name(k): v for k, v in self.recipe.items()}}
 
     def validate(self, student: Student) -> None:
-        from capacity_advisor.models.lab.tasks import FAMILIES
-
         bad = []
         if not (isinstance(self.budget, (int, float)) and math.isfinite(self.budget) and 0 < self.budget <= MAX_EPOCHS):
             bad.append(f"--budget {self.budget} must be a positive number of epochs, at most {MAX_EPOCHS:,} "
@@ -153,10 +164,6 @@ def recommend(cfg: RecommendConfig, status=None, progress=None) -> Recommendatio
 def check_inputs(cfg: RecommendConfig) -> Checked:
     """Flags, model, out folder, predictor, pool and scores: every input recommend reads, checked
     before any work (a lab student is not pretrained, no file is written)."""
-    from capacity_advisor.advisor.predictor.priors import PAPER_FROM, check_lab_prior
-    from capacity_advisor.core.files import check_writable_dir, recorded_key, refuse_overwrite
-    from capacity_advisor.models.loading import check_model_spec, describe_config
-
     student = student_of(cfg.model)
     cfg.validate(student)
     check_model_spec(cfg.model)
@@ -185,17 +192,12 @@ def check_inputs(cfg: RecommendConfig) -> Checked:
     pool = scores = None
     whole = 0
     if cfg.pool:
-        from capacity_advisor.advisor.pools.options import PoolOptions
-        from capacity_advisor.advisor.pools.read import read_pool
-
         pool = read_pool(cfg.pool, PoolOptions(**cfg.pool_options), sample=cfg.sample, seed=cfg.seed)
         whole = pool.whole_problems or len(pool)
         plan = plan.for_pool(len(pool))
         if desc is not None:  # a real student's evaluations are bounded by the pool's own responses
             plan = bound_by_responses(plan, pool, cfg.model, cfg.seed)
         if cfg.scores:
-            from capacity_advisor.advisor.probe.stage import given_scores
-
             scores = given_scores(cfg.scores, pool, cfg.score, cfg.skip_tokens)
     return Checked(predictor, plan, key, student, pool, whole, scores)
 
@@ -213,10 +215,6 @@ def inputs_key(cfg: RecommendConfig, model_identity, recipe: dict) -> str:
 
 def take_pool(cfg: RecommendConfig, say) -> tuple:
     """The lab teacher's pool for a lab student (OUT/pool.jsonl), sampled; and its size before."""
-    from capacity_advisor.advisor.pools.read import read_pool
-
-    from capacity_advisor.advisor.lab.student import lab_pool
-
     pool = read_pool(lab_pool(cfg.lab_task, cfg.lab_n, Path(cfg.out), say), sample=cfg.sample, seed=cfg.seed)
     return pool, pool.whole_problems or len(pool)
 
@@ -234,11 +232,8 @@ def measure(cfg: RecommendConfig, student: Student, pool, scores, plan: ProbePla
     """Load the student, score the pool (or take --scores), split off the held-out slice, probe;
     with --probe-repeats N, N probes, the r-th from seed + r (its own held-out slice, mixed set and
     data order; the pool's scores are shared). One stage per draw, the first being --seed's."""
-    from capacity_advisor.advisor.probe.stage import probe_pool
-    from capacity_advisor.models.loading import load_model
-
     say(f"loading {student.spec}")
-    lm = load_model(student.spec, device=cfg.device, dtype=cfg.dtype)
+    lm = loading.load_model(student.spec, device=cfg.device, dtype=cfg.dtype)
     out = Path(cfg.out)
     stages = []
     for r in range(cfg.probe_repeats):
@@ -257,8 +252,6 @@ def measure(cfg: RecommendConfig, student: Student, pool, scores, plan: ProbePla
 
 def prior(cfg: RecommendConfig, n_params: float, predictor) -> tuple[Advice, dict]:
     """The priors' advice at the budget, and their curve over BUDGET_GRID."""
-    from capacity_advisor.advisor.predictor.priors import prior_advice
-
     advice = prior_advice(n_params, cfg.budget, predictor)
     by_budget = [prior_advice(n_params, b, predictor).probabilities for b in BUDGET_GRID]
     return advice, {s: [p[s] for p in by_budget] for s in SETS}
@@ -271,8 +264,6 @@ def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stages: 
     calibrated with proxies (its content hash among the predictor's own sources), the policy
     chosen for that case answers, or the proxy rule where the proxies' own runs put D_low ahead
     (`by_proxy_rule`), and the report says so."""
-    from capacity_advisor.advisor.predictor import calibrated_source
-
     stage = stages[0]
     context = stage.split.data.context
     measured = {"likelihood_gap_per_token": context["likelihood_gap_per_token"],
@@ -299,9 +290,6 @@ def measured_advice(cfg: RecommendConfig, predictor, desc: dict, plan: ProbePlan
     advice (`context` given: several draws) and the race its gate opened (`draws.race_plan`, or
     None). The confidence is low where a fallback answered, where the probe departed from the
     predictor's recipe, or where the draws disagree."""
-    from capacity_advisor.advisor.predictor import Policy
-    from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice
-
     policy = Policy.of(predictor, own_source=calibrated is not None)
     decision = policy.decide(predictor, measured, desc["n_params"], cfg.budget, cfg.score, student=cfg.model)
     advice = decision.advice_given(policy.describe(), predictor.reasons(measured, cfg.budget, cfg.score))
@@ -326,8 +314,6 @@ def measured_advice(cfg: RecommendConfig, predictor, desc: dict, plan: ProbePlan
 
 def advise_only(cfg: RecommendConfig, checked: Checked, student: Student, plan: ProbePlan, t0: float) -> Recommendation:
     """`--no-probe` without a pool: advice from the parameter count, nothing scored, no weights read."""
-    from capacity_advisor.advisor.recommendation.figure import write_figure
-
     desc = student.description
     settings = chosen_settings(cfg, plan, student)
     advice, curve = prior(cfg, desc["n_params"], checked.predictor)
@@ -337,7 +323,7 @@ def advise_only(cfg: RecommendConfig, checked: Checked, student: Student, plan: 
     out.mkdir(parents=True, exist_ok=True)
     write_advice(rec, out)
     write_config(cfg, checked.key, settings)
-    write_figure(rec, checked.predictor, out / "report.png")
+    figure.write_figure(rec, checked.predictor, out / "report.png")
     return rec
 
 
@@ -345,9 +331,6 @@ def write_outputs(cfg: RecommendConfig, rec: Recommendation, pool, whole: int, s
                   t0: float) -> Recommendation:
     """The recommended set minus the probe's held-out slice (train.jsonl), that slice (eval.jsonl),
     the manifest, config.json and the figure; returns the Recommendation with what was written."""
-    from capacity_advisor.advisor.recommendation.figure import write_figure
-    from capacity_advisor.advisor.scoring.select import SelectConfig, export, select
-
     out = Path(cfg.out)
     held = set(stage.split.eval_ids)
     s = rec.schedule
@@ -380,7 +363,7 @@ def write_outputs(cfg: RecommendConfig, rec: Recommendation, pool, whole: int, s
                         **({"sampled": cfg.sample} if cfg.sample else {})})
     write_manifest(rec, out, recipe, cfg.model, cfg.teacher, cfg.seed, sets)
     write_config(cfg, checked.key, rec.settings)
-    write_figure(rec, checked.predictor, out / "report.png")
+    figure.write_figure(rec, checked.predictor, out / "report.png")
     return rec
 
 

@@ -13,9 +13,11 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from capacity_advisor.advisor.predictor.labels import model_inputs
+from capacity_advisor.advisor.predictor import CONSTANTS, Rule, SIZE_RULE
+from capacity_advisor.advisor.predictor.labels import BUDGETS, model_inputs
 from capacity_advisor.advisor.recommendation.schedule import Schedule
 from capacity_advisor.core.files import finite, write_json
+from capacity_advisor.probes.recipe import full_run_manifest
 from capacity_advisor.probes.run import ProbeReport
 from capacity_advisor.training.manifest import SETS
 
@@ -30,8 +32,6 @@ def crossover(curve: dict) -> float | None:
 def baselines(predictor, n_params: float, budget: float) -> tuple[dict, str | None]:
     """What the calibration's baselines choose for this student and budget ({name: choice}, named
     as `advisor fit` names them), and the rule of thumb's thresholds in words."""
-    from capacity_advisor.advisor.predictor import CONSTANTS, SIZE_RULE, Rule
-
     out = dict(CONSTANTS)
     rule = Rule.from_meta((predictor.meta or {}).get("rule_of_thumb"))
     if rule is None:
@@ -97,8 +97,6 @@ class Recommendation:
     @property
     def calibrated_budget(self) -> str:
         """The calibration budget nearest this run's, as the neighbours' outcomes are keyed ("3")."""
-        from capacity_advisor.advisor.predictor.labels import BUDGETS
-
         return f"{min(BUDGETS, key=lambda b: abs(b - self.budget)):g}"
 
     @property
@@ -163,8 +161,6 @@ def write_manifest(rec: Recommendation, out: Path, recipe, spec: str, teacher: s
     the probe's `recipe` (`probes.recipe.full_run_manifest`: as calibration's full runs are built);
     `sets` names the data files of D_high / D_low besides it (`advisor train --race`), and `race` the
     race the policy's gate opened, which `advisor train` then runs without a flag."""
-    from capacity_advisor.probes.recipe import full_run_manifest
-
     manifest = full_run_manifest(
         recipe, epochs=float(rec.budget), learning_rate=rec.value("learning_rate"), seed=seed,
         eval={"path": "eval.jsonl" if rec.eval_rows else None, "checker": rec.checker if rec.eval_rows else "none",

@@ -24,6 +24,7 @@ from pathlib import Path
 from capacity_advisor.advisor.pools.read import Pool
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.jsonl import read_jsonl_input
+from capacity_advisor.training.text_metrics import check_answer
 
 CLASSES = ("solved", "responsive", "unsolved")
 MAX_NEW_TOKENS = 1 << 20  # no model generates more in one completion
@@ -63,8 +64,6 @@ def classify(short_right: int, long_right: int) -> str:
 
 def measure(backend, pool: Pool, cfg: ComputeConfig, checker: str, progress=None) -> list[dict]:
     """One row per problem with an answer: right answers at each budget, and its class."""
-    from capacity_advisor.training.text_metrics import check_answer
-
     cfg.validate()
     problems = answered(pool)
     temperature = 0.0 if cfg.samples == 1 else cfg.temperature

@@ -14,9 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from capacity_advisor.advisor.scoring.compute import PROBLEM_FILTERS, ComputeConfig
+from capacity_advisor.advisor.pools.read import pick_checker, read_pool
+from capacity_advisor.advisor.scoring import compute as compute_mod, score as scoring, select as sel_mod
+from capacity_advisor.advisor.scoring.compute import ComputeConfig, PROBLEM_FILTERS, answered, keep_problems
 from capacity_advisor.advisor.scoring.select import FORMATS
 from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import (
+    advisor_home, check_writable_dir, check_writable_file, refuse_overwrite, versions, write_json, write_jsonl,
+)
+from capacity_advisor.models.backends import backend_from
 from capacity_advisor.training.text_metrics import CHECKER_DEFAULT
 
 
@@ -48,10 +54,6 @@ def score_file(job: ScoreJob, pool_options, cfg, say: Callable = _quiet, start: 
     resumable) into OUT/scores.jsonl; with `job.compute_budgets`, also measure which problems the
     student solves only with the long budget (OUT/compute.jsonl). Returns the scoring summary
     with the pool's and the compute measurement's."""
-    from capacity_advisor.advisor.pools.read import read_pool
-    from capacity_advisor.advisor.scoring.score import load_for, score_pool
-    from capacity_advisor.core.files import advisor_home, check_writable_dir, refuse_overwrite
-
     cfg.validate()
     compute, checker, out = job.compute(cfg.seed), job.checker, job.out
     check_writable_dir(out, "--out")
@@ -60,18 +62,15 @@ def score_file(job: ScoreJob, pool_options, cfg, say: Callable = _quiet, start: 
     check_writable_dir(advisor_home(), "ADVISOR_HOME (the score cache)")
     pool = read_pool(job.pool, pool_options)
     if compute is not None:
-        from capacity_advisor.advisor.scoring.compute import answered
-        from capacity_advisor.advisor.pools.read import pick_checker
-
         answered(pool)
         pick_checker(pool, checker)
     say(f"loading {cfg.model}")
-    lm = load_for(cfg)
+    lm = scoring.load_for(cfg)
 
     def begin(total: int, done: int) -> None:  # inputs, model and cache are all usable by now
         start("scoring", total, done, "candidates")
 
-    summary = score_pool(pool, cfg, out, lm=lm, on_start=begin, advance=advance)
+    summary = scoring.score_pool(pool, cfg, out, lm=lm, on_start=begin, advance=advance)
     on_pool(pool)  # once scored: a mistake found in a shard (--skip-tokens too large) stays the only line
     summary["pool"] = pool.summary()
     if compute is not None and "waiting_for" not in summary:
@@ -81,11 +80,6 @@ def score_file(job: ScoreJob, pool_options, cfg, say: Callable = _quiet, start: 
 
 def measure_compute(pool, lm, cfg, compute, checker: str, out: Path, start: Callable, advance: Callable) -> dict:
     """Each problem attempted with the short and the long budget (`compute.measure`); OUT/compute.jsonl."""
-    from capacity_advisor.advisor.scoring import compute as compute_mod
-    from capacity_advisor.advisor.pools.read import pick_checker
-    from capacity_advisor.models.backends import backend_from
-    from capacity_advisor.core.files import write_jsonl
-
     gen = backend_from(cfg.backend, lm, cfg)
     start("short and long attempts", 2 * len(pool), 0, "problems")
     rows = compute_mod.measure(gen, pool, compute, pick_checker(pool, checker), progress=advance)
@@ -116,11 +110,6 @@ def select_file(job: SelectJob, pool_options, cfg) -> dict:
     `job.format`, with OUT's .config.json beside it; `job.problems` keeps one compute class (from
     `job.compute`, default beside the scores); `job.candidates` also gets every candidate of the
     selected problems (for training.rerank). Returns the selection's summary."""
-    from capacity_advisor.advisor.scoring import select as sel_mod
-    from capacity_advisor.advisor.scoring.compute import keep_problems
-    from capacity_advisor.advisor.pools.read import read_pool
-    from capacity_advisor.core.files import check_writable_file, refuse_overwrite, versions, write_json, write_jsonl
-
     cfg.validate()
     pool_path, scores_path, out, fmt, problems = job.pool, job.scores, job.out, job.format, job.problems
     compute_path, candidates_path = job.compute, job.candidates

@@ -26,10 +26,16 @@ from pathlib import Path
 from typing import Callable
 
 from capacity_advisor.advisor.pools.read import Pool
-from capacity_advisor.core.shards import ShardPlan, cache_folder
-from capacity_advisor.models.backends import BACKENDS, VLLM_DEFAULTS
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.core.files import FORMAT_VERSION, check_writable_dir, recorded_key, versions, write_json, write_jsonl
+from capacity_advisor.core.files import (
+    FORMAT_VERSION, check_writable_dir, recorded_key, versions, write_json, write_jsonl,
+)
+from capacity_advisor.core.shards import ShardPlan, cache_folder
+from capacity_advisor.models import loading
+from capacity_advisor.models.backends import BACKENDS, VLLM_DEFAULTS, backend_from
+from capacity_advisor.models.local import local_logprobs
+from capacity_advisor.models.template import check_prompts, template_id
+from capacity_advisor.models.vllm import import_vllm
 from capacity_advisor.probes.recipe import REAL
 
 
@@ -91,21 +97,16 @@ class ScoreConfig:
 
 def backend_for(cfg: ScoreConfig, lm):
     """The scoring backend `cfg` asks for, around an already loaded `lm`."""
-    from capacity_advisor.models.backends import backend_from
-
     return backend_from(cfg.backend, lm, cfg, skip_tokens=cfg.skip_tokens)
 
 
 def load_for(cfg: ScoreConfig):
     """The student as `cfg.backend` needs it: vllm loads the weights itself, so only the
     tokenizer and description are loaded here."""
-    from capacity_advisor.models.loading import load_model
 
     if cfg.backend == "vllm":
-        from capacity_advisor.models.vllm import import_vllm
-
         import_vllm()  # fail fast, before any loading, when vllm or a GPU is missing
-    return load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, weights=cfg.backend != "vllm")
+    return loading.load_model(cfg.model, device=cfg.device, dtype=cfg.dtype, weights=cfg.backend != "vllm")
 
 
 def cache_parts(description: dict, pool: Pool, template: str, cfg: ScoreConfig) -> dict:
@@ -153,8 +154,6 @@ def score_pool(
     Writing OUT/scores.jsonl of another cache key (another model, pool or setting) removes the
     files beside it that belonged to the old scores (`STALE_BESIDE`).
     """
-    from capacity_advisor.models.template import check_prompts, template_id
-
     cfg.validate()
     if out_dir is not None:
         check_writable_dir(out_dir, "--out")
@@ -222,8 +221,6 @@ def shard_scorer(cfg: ScoreConfig, lm, backends: dict, advance: Advance | None):
         check_skip_tokens(cfg.skip_tokens, shard, encoded)
         results = backend.score_encoded(encoded, progress=advance)
         if cfg.local_window:
-            from capacity_advisor.models.local import local_logprobs
-
             if "local" not in backends:  # steps are scored whole
                 backends["local"] = backend_for(ScoreConfig(**{**asdict(cfg), "skip_tokens": 0}), lm)
             for row, lalp in zip(results, local_logprobs(backends["local"], lm.tokenizer, pairs, cfg.score_length,

@@ -28,6 +28,7 @@ missing, no CUDA GPU without --quick, the project imported from elsewhere).
 """
 
 import argparse
+import ast
 import json
 import os
 import shutil
@@ -40,7 +41,14 @@ from importlib.util import find_spec
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("advisor", "core", "models", "probes", "training")  # pyproject.toml's package-dir: capacity_advisor.<name>
+def package_folders() -> tuple[str, ...]:
+    """The folders setup.py installs as capacity_advisor.<name> (its ROOTS), read without running it."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    return next(ast.literal_eval(n.value) for n in tree.body
+                if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "ROOTS")
+
+
+PACKAGES = package_folders()
 NEEDED = ("torch", "transformers", "accelerate", "peft")
 BUDGET_S, KILL_AFTER_S = 480.0, 570.0
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -99,7 +107,7 @@ def install(scratch: Path) -> dict:
     src, site = scratch / "src", scratch / "site"
     for name in PACKAGES:
         shutil.copytree(ROOT / name, src / name, ignore=_skip_weights)
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
         if (ROOT / name).is_file():
             shutil.copy2(ROOT / name, src / name)
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",

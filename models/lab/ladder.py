@@ -33,10 +33,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-from capacity_advisor.core.numbers import number, strict_loads
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import advisor_home, give_umask_modes, stable_hash, write_json
+from capacity_advisor.core.numbers import number, strict_loads
 from capacity_advisor.models.lab import committed, tasks
+from capacity_advisor.models.lab.tokenizer import build_tokenizer
+from capacity_advisor.models.lab.train import train_loop
 
 RECIPE_VERSION = 2  # 2: the carry marker in the alphabet, harder tasks, two-digit lists
 DEFAULT_SEED = 0
@@ -305,9 +307,6 @@ def build_student(
     """
     import torch
     from transformers import LlamaForCausalLM
-
-    from capacity_advisor.models.lab.tokenizer import build_tokenizer
-    from capacity_advisor.models.lab.train import train_loop
 
     s = spec(name)
     total = int(steps if steps is not None else s.steps)

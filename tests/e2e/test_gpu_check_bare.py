@@ -10,13 +10,12 @@ JSON and the Markdown into the folder it is given, `advisor recommend` end to en
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import HANG_S, ROOT
+from helpers import HANG_S, ROOT, checkout_copy
 
 LEFT_OUT = ("models/lab/weights/", "calibration/", "docs/lab/")  # what a GPU machine does not receive
 HIDDEN = ("lightgbm", "datasets", "math_verify", "trl", "vllm", "matplotlib", "pyarrow")
@@ -39,21 +38,6 @@ importlib.machinery.PathFinder.find_spec = classmethod(_find_spec)
 '''
 
 
-def bare_tree(dest: Path) -> Path:
-    """The checkout's files (tracked, and new ones not ignored) without LEFT_OUT, copied to `dest`."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, text=True)
-    if listed.returncode:
-        pytest.skip("not a git checkout: the bare tree is made from git's list of files")
-    for rel in filter(None, listed.stdout.split("\0")):
-        src = ROOT / rel
-        if rel.startswith(LEFT_OUT) or not src.is_file():
-            continue
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dest / rel)
-    return dest
-
-
 def own_install() -> dict:
     """What this environment's site-packages holds of the project (the editable install's finder,
     .pth and dist-info), with their times: the bare check must neither change nor add to it."""
@@ -66,7 +50,7 @@ def own_install() -> dict:
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bare")
-    tree = bare_tree(tmp / "tree")
+    tree = checkout_copy(tmp / "tree", LEFT_OUT)
     (tmp / "block").mkdir()
     (tmp / "block" / "sitecustomize.py").write_text(BLOCKER)
     before = own_install()

@@ -231,7 +231,7 @@ def test_lab_verbs_name_a_build_and_refuse_a_malformed_one(tmp_path, monkeypatch
     import capacity_advisor.models.lab.committed as committed
     from click.testing import CliRunner
 
-    from capacity_advisor.advisor.cli import cli
+    from capacity_advisor.advisor.cli.main import cli
 
     monkeypatch.setenv("ADVISOR_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(committed, "WEIGHTS", tmp_path / "kept")

@@ -131,7 +131,8 @@ def full_run_manifest(recipe: Recipe, *, epochs: float, learning_rate: float, se
         eval=EvalSpec(**{"max_new_tokens": recipe.max_new_tokens, "token_budget": recipe.token_budget,
                          "per_problem": True, **eval}),
         training=TrainingSpec(**{"batch_size": recipe.train_batch, **(training or {}), "epochs": epochs,
-                                 "learning_rate": learning_rate, "max_length": recipe.train_length, "seed": seed}),
+                                 "learning_rate": learning_rate, file_name("train_length"): recipe.train_length,
+                                 "seed": seed}),
         **fields)
 
 

@@ -33,7 +33,7 @@ from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import atomic_path, finite, versions, write_json, write_jsonl
 from capacity_advisor.models import loading
 from capacity_advisor.models.template import encode_pair
-from capacity_advisor.probes.recipe import REAL, Recipe, flag
+from capacity_advisor.probes.recipe import REAL, Recipe, file_name, flag
 from capacity_advisor.probes.student import Student
 from capacity_advisor.training import sft, text_metrics as metrics
 from capacity_advisor.training.manifest import EvalSpec, Manifest, SETS, TrainingSpec, schedule_of
@@ -63,7 +63,8 @@ class ProbeConfig:
         r = self.recipe
         return {"steps": r.steps, "batch_size": r.batch_size, "learning_rate": self.learning_rate,
                 "warmup_steps": r.warmup_steps, "eval_every": r.eval_every, "eval_problems": r.eval_problems,
-                "max_new_tokens": r.max_new_tokens, "max_length": r.train_length, "strategies": list(self.strategies),
+                "max_new_tokens": r.max_new_tokens, file_name("train_length"): r.train_length,
+                "strategies": list(self.strategies),
                 "lora_r": self.lora_r, "seed": self.seed, "device": self.device, "dtype": self.dtype,
                 "teacher": self.teacher, "per_problem": self.per_problem, "token_budget": r.token_budget}
 

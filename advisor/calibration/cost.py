@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from capacity_advisor.models.loading import load_tokenizer, resolve_model_path
 from capacity_advisor.models.template import prompt_ids
+from capacity_advisor.probes.recipe import file_name
 from capacity_advisor.training.manifest import SETS
 
 # The dry run's GPU-hours: assumptions to set for your own cluster, not measurements.
@@ -42,7 +43,7 @@ def measure_tokens(tokenizer, train: list, held_out: list, train_length: int, sc
     """The pool's tokens as training and scoring count them (`models.template.encode_pair`): every
     candidate of every problem in `train`, as prompt + response + EOS cut at `train_length` (a training
     sequence), and as prompt + response cut at `score_length` (a scoring pass). The result names the
-    training length `max_length`, as the dry run's JSON always has.
+    training length by its files' name (`probes.recipe.file_name`: `max_length`).
 
     A selected set holds one response per problem, chosen by the student's scores, which a dry run
     does not have: `per_epoch` is each problem's mean over its candidates, summed over problems
@@ -71,7 +72,7 @@ def measure_tokens(tokenizer, train: list, held_out: list, train_length: int, sc
             means.append(mean(seqs))
             shortest += min(seqs)
             longest += max(seqs)
-    return {"max_length": train_length, "score_length": score_length, "problems": len(means), "candidates": candidates,
+    return {file_name("train_length"): train_length, "score_length": score_length, "problems": len(means), "candidates": candidates,
             "sequence_mean": mean(means) if means else 0.0, "per_epoch": float(sum(means)),
             "per_epoch_shortest": shortest, "per_epoch_longest": longest,
             "truncated_share": cut / candidates if candidates else 0.0, "score_tokens": scored,

@@ -22,7 +22,7 @@ from typing import Iterable
 from capacity_advisor.advisor.calibration.unit import Calibration, Run, Unit
 from capacity_advisor.advisor.pools.read import Pool
 from capacity_advisor.advisor.probe.stage import probe_pool
-from capacity_advisor.advisor.scoring.select import SelectConfig, export, load_scores, select
+from capacity_advisor.advisor.scoring.select import SelectConfig, export, select
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import finite, json_object, write_jsonl
 from capacity_advisor.core.jsonl import read_jsonl_input
@@ -53,11 +53,8 @@ def measure(unit: Unit, cal: Calibration, lm, problems: Pool) -> tuple[dict, dic
     cfg = ProbeConfig(unit.recipe, learning_rate=unit.learning_rate, seed=unit.seed, device=cal.device, dtype=cal.dtype,
                       **cal.probe)
     report = unit.folder / "probe" / "probe.json"
-    # where sweeps before the score stage's layout kept a lab unit's scores: a unit resumed keeps them
-    kept = unit.folder / "scores.jsonl"
     stage = probe_pool(unit.student, problems, cfg, lm, unit.folder / "score", unit.folder / "probe",
-                       scores=load_scores(kept) if kept.is_file() else None, checker=unit.pool.checker,
-                       score=unit.ranking, score_length=unit.recipe.score_length, run=not report.is_file(), **cal.scoring)
+                       checker=unit.pool.checker, score=unit.ranking, score_length=unit.recipe.score_length, run=not report.is_file(), **cal.scoring)
     features = json_object(report, RERUN_UNIT).get("features")
     if not isinstance(features, dict):
         raise InputError(f"{report} holds no probe features: {RERUN_UNIT}")
@@ -153,16 +150,6 @@ def portable(record: dict, unit: Unit, source: str) -> dict:
     r["source"] = source
     settings = dict(r.get("settings") or {})
     provenance = dict(r.pop("provenance", None) or {})
-    # records of earlier versions kept these beside the settings; they describe this run, not what it was
-    for key in ("seconds", "train_tokens", "final_checkpoint"):
-        if key in r:
-            provenance.setdefault(key, r.pop(key))
-    for key in ("resumed_from_step", "manifest"):
-        if key in settings:
-            provenance.setdefault(key, settings.pop(key))
-    head, _, tail = str(r.get("run_id", "")).rpartition("-")
-    if head and tail.isdigit():  # earlier versions appended the finishing time to the run key
-        r["run_id"] = head
     settings.pop("device", None)
     settings["seed"] = unit.seed
     settings.setdefault("probe", unit.recipe.as_dict())

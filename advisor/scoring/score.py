@@ -21,7 +21,7 @@ and writes the outputs. The result is the same file a single process writes.
 from __future__ import annotations
 
 import time
-from dataclasses import InitVar, asdict, dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -37,6 +37,10 @@ from capacity_advisor.models.local import local_logprobs
 from capacity_advisor.models.template import check_prompts, template_id
 from capacity_advisor.models.vllm import import_vllm
 from capacity_advisor.probes.recipe import REAL
+
+# The names a score folder's files give a scoring setting where they differ from ScoreConfig's
+# (config.json's settings, the cache key): `max_length`, as every score folder and cache has named it.
+SCORE_FILES = {"score_length": "max_length"}
 
 
 @dataclass
@@ -55,16 +59,10 @@ class ScoreConfig:
     dp_size: int = 1  # --dp-size: processes sharing the pool's shards (data parallelism)
     skip_tokens: int = 0  # --skip-tokens: leave each response's first N tokens out of its score
     local_window: int = 0  # --local-window: also score every step with only this many tokens of context (LALP)
-    # The scoring length as callers written before it was `score_length` name it (and as files do)
-    max_length: InitVar[int | None] = None
-
-    def __post_init__(self, max_length: int | None) -> None:
-        if max_length is not None:
-            self.score_length = max_length
-
     def settings(self) -> dict:
-        """The settings as the score folder's config.json has always named them (`max_length`)."""
-        return {("max_length" if k == "score_length" else k): v for k, v in asdict(self).items()}
+        """The settings as the score folder's config.json names them (the scoring length `max_length`,
+        `SCORE_FILES`)."""
+        return {SCORE_FILES.get(k, k): v for k, v in asdict(self).items()}
 
     def validate(self) -> None:
         problems = []
@@ -115,7 +113,7 @@ def cache_parts(description: dict, pool: Pool, template: str, cfg: ScoreConfig) 
         "model": description["fingerprint"],
         "pool": pool.fingerprint(),
         "template": template,
-        "max_length": cfg.score_length,  # the key every cache folder was named with
+        SCORE_FILES["score_length"]: cfg.score_length,
         "dtype": description["dtype"],
         "format": FORMAT_VERSION,
     }

@@ -31,7 +31,7 @@ def test_tiny_model_scores_match_the_stored_numbers(tmp_path, arch):
 
     model = build_tiny(tmp_path / arch, arch, seed=7)
     write_jsonl(tmp_path / "pool.jsonl", POOL)
-    score_pool(read_pool(tmp_path / "pool.jsonl"), ScoreConfig(model, device="cpu", dtype="float32", max_length=32),
+    score_pool(read_pool(tmp_path / "pool.jsonl"), ScoreConfig(model, device="cpu", dtype="float32", score_length=32),
                tmp_path / "s")
     rows = read_jsonl(tmp_path / "s" / "scores.jsonl")
     got = {f"{r['id']}/{r['k']}": {k: r[k] for k in FIELDS} for r in rows}

@@ -9,7 +9,7 @@ Tables: docs/lab/options/results.md and docs/results.md section 7 (`--calibratio
 CAL is a finished `advisor lab calibrate` folder (its pools, and per unit the base student's probe
 and the high / low / mixed runs). For each named student of one task and seed, every option
 below is one more full run with the calibration's settings (same epochs, rate, batch, held-out
-set, evaluations), through the same `advisor.calibration.full_run` the sweep uses:
+set, evaluations), through the same `advisor.calibration.run.full_run` the sweep uses:
 
 - schedules: D_mixed with 25 % and 75 % low responses, and a curriculum (D_high, then D_low from
   epoch E);

@@ -9,7 +9,7 @@ Rows are the eval set's: `prompt`, optional `answer`, optional `references` ({ki
 completion per prompt (greedy unless a temperature is set), and this module reports:
 
 - from the generations: accuracy (pass@1, with the checker), answer_rate, repetition_rate
-  (`models.metrics.is_repetitive`, the one loop detector), copy_rate, finish_rate (the share
+  (`training.text_metrics.is_repetitive`, the one loop detector), copy_rate, finish_rate (the share
   that ended with EOS rather than at the token limit), mean_chars;
 - answer_logprob: log p(reference answer | prompt, the student's own reasoning up to its answer
   marker), teacher-forced and averaged over problems — a continuous, low-noise companion of

@@ -190,7 +190,7 @@ def run_race(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, rul
     OUT/race.json). Every input is checked before any training. `launch` ({"nproc", "launcher",
     "accelerate_config"}, nproc > 1; `manifest` then a file): each run's segments are launched over
     that many processes (`python -m capacity_advisor.training.sft --race-set S ...`) instead of run here.
-    A second race into OUT while this one runs is refused (`models.files.folder_lock`)."""
+    A second race into OUT while this one runs is refused (`core.files.folder_lock`)."""
     stream = stream or sys.stderr
     m, runs, folders, checked, key = check_race(manifest, out, rule, device, dtype, epochs, max_steps,
                                                 world=(launch or {}).get("nproc", 1))

@@ -3,7 +3,7 @@ sequences: the pool's tokens under each model's own tokenizer, as training, scor
 count them, and their FLOPs and GPU-hours under a stated peak and MFU.
 
     t = measure_tokens(tokenizer, problems, held_out, train_length=2048, score_length=4096)
-    c["gpu"] = gpu_cost(cfg, plan, c, log)   # cfg, plan: advisor.calibrate_pool's
+    c["gpu"] = gpu_cost(cfg, plan, c, log)   # cfg, plan: advisor.calibration.proxies's
 
 Training is 6·N·tokens, forward passes and generation 2·N·tokens; GPU-hours = FLOPs / (peak
 TFLOP/s × 10^12 × MFU) / 3600, generation at its own (far lower) MFU. Counts are measured; the

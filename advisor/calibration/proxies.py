@@ -6,7 +6,7 @@
     advisor recommend --model ./qwen2.5-7b --pool openr1.parquet --budget 3 --predictor runs/pred --out runs/rec
 
 The lab sweep (`advisor lab calibrate`) calibrates on the lab's own pools; this calibrates on the
-user's, through the same protocol (`advisor.calibration`). A fixed set of `n_eval` problems with
+user's, through the same protocol (`calibration.run`). A fixed set of `n_eval` problems with
 reference answers is held out of the pool (the same for every run: the paper's protocol); on the
 rest, for each proxy and seed, the student scores every candidate, D_high / D_low / D_mixed are
 selected, the probe `advisor recommend` runs measures the inputs (its recipe: the predictor's, at

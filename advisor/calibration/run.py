@@ -54,7 +54,8 @@ def measure(unit: Unit, cal: Calibration, lm, problems: Pool) -> tuple[dict, dic
                       **cal.probe)
     report = unit.folder / "probe" / "probe.json"
     stage = probe_pool(unit.student, problems, cfg, lm, unit.folder / "score", unit.folder / "probe",
-                       checker=unit.pool.checker, score=unit.ranking, score_length=unit.recipe.score_length, run=not report.is_file(), **cal.scoring)
+                       checker=unit.pool.checker, score=unit.ranking, score_length=unit.recipe.score_length,
+                       run=not report.is_file(), **cal.scoring)
     features = json_object(report, RERUN_UNIT).get("features")
     if not isinstance(features, dict):
         raise InputError(f"{report} holds no probe features: {RERUN_UNIT}")

@@ -125,8 +125,8 @@ def lab_unit(cfg: CalibrateConfig, cell: Cell) -> Unit:
               "temperature": cfg.temperature, "lab": RECIPE_VERSION, **({"build": cell.build} if cell.build else {})}
     return Unit(student=student_of(cell.model), name=cell.model, recipe=probe_recipe(cfg),
                 pool=UnitPool(pool_path, eval_path, "lab", cell.task, cfg.teacher, cfg.temperature), seed=cell.seed,
-                ranking=cell.score, folder=cell.folder(Path(cfg.out)), runs=tuple(Run(*r) for r in unit_runs(cfg, cell)),
-                label=f"{cell.task} {cell.score} {cell.name}", record=record)
+                ranking=cell.score, folder=cell.folder(Path(cfg.out)),
+                runs=tuple(Run(*r) for r in unit_runs(cfg, cell)), label=f"{cell.task} {cell.score} {cell.name}", record=record)
 
 
 def sweep_unit(cfg: CalibrateConfig, cell: Cell) -> str:

@@ -104,5 +104,6 @@ def pool(task, n, difficulty, candidates, seed, out, as_json):
         console.print(kv_table("Lab pool", summary))
 
 
-for command in (sweep.calibrate, sweep.report, sweep.sweep, sweep.publish_cmd, sweep.replay, sweep.stash, sweep.restore):
+for command in (sweep.calibrate, sweep.report, sweep.sweep, sweep.publish_cmd, sweep.replay, sweep.stash,
+                sweep.restore):
     lab.add_command(command)

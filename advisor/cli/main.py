@@ -82,7 +82,7 @@ class AdvisorGroup(click.Group):
         except OSError as e:
             if e.errno not in _FILESYSTEM_ERRNOS:
                 raise
-            # The last line of defence; verbs check their outputs up front (models.files.check_writable_*).
+            # The last line of defence; verbs check their outputs up front (core.files.check_writable_*).
             where = f"{e.filename}: " if e.filename else ""
             click.echo(f"error: {one_line(where + (e.strerror or str(e)))}; check the path and its permissions", err=True)
             ctx.exit(2)

@@ -394,8 +394,7 @@ def shown_best(best: dict | None) -> str | None:
 def trained(result) -> None:
     """What `advisor train` did (`advisor.train.Trained`): its table, then its line."""
     if result.title:
-        rows = {**result.rows, "best_checkpoint": shown_best(result.rows["best_checkpoint"])} \
-            if "best_checkpoint" in result.rows else result.rows
-        console.print(kv_table(result.title, rows))
+        best = {"best_checkpoint": shown_best(result.rows["best_checkpoint"])} if "best_checkpoint" in result.rows else {}
+        console.print(kv_table(result.title, {**result.rows, **best}))
     if result.message:
         click.echo(result.message, err=True)

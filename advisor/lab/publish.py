@@ -4,7 +4,7 @@
     advisor lab report calibration/teacher --out docs/lab/teacher
 
 SWEEP is an `advisor lab calibrate --out` folder, or an `advisor calibrate --out` folder
-(`advisor.lab.publish_pool`: a calibration on a pool of one's own, the real student's among them). DEST receives the layout of `advisor.lab.published`:
+(`advisor.lab.publish_proxies`: a calibration on a pool of one's own, the real student's among them). DEST receives the layout of `advisor.lab.published`:
 the sweep's settings without its folder; every finished run's record, made portable the way the
 sweep's records.jsonl is (the runs of --budget-runs apart); every finished run's evaluations; and
 every unit's probe report, whose curves keep each held-out problem's result (what `advisor lab

@@ -41,7 +41,7 @@ def is_published(folder: str | Path) -> bool:
 
 
 def line_of(row: dict) -> str:
-    """One JSONL line as every records file of the project writes it (`models.files.write_jsonl`)."""
+    """One JSONL line as every records file of the project writes it (`core.files.write_jsonl`)."""
     return json.dumps(finite(row), ensure_ascii=False, allow_nan=False) + "\n"
 
 

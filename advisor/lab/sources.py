@@ -33,10 +33,11 @@ from capacity_advisor.advisor.calibration.grid import CalibrateConfig
 from capacity_advisor.advisor.calibration.sweep import check_sweep_folder, run_calibration
 from capacity_advisor.advisor.lab.publish import publish
 from capacity_advisor.advisor.lab.stash import restore_sources, stash
+from capacity_advisor.advisor.lab.student import lab_names
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import check_writable_dir, refuse_overwrite
 from capacity_advisor.models.lab import committed
-from capacity_advisor.models.lab.ladder import folder_of, lab_names
+from capacity_advisor.models.lab.ladder import folder_of
 
 COMMON = CalibrateConfig(seeds=(0, 1), mean_seeds=(), epochs=5, n_train=2000, n_eval=200, candidates=8)
 

@@ -21,7 +21,7 @@ from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import advisor_home, check_writable_dir, write_jsonl
 from capacity_advisor.models.lab.committed import committed_folder
 from capacity_advisor.models.lab.ladder import (
-    LAB_TEACHER, folder_of, lab_names, list_students, parse_name, recipe_hash, student_dir, student_path,
+    LAB_TEACHER, LADDER, TEACHERS, folder_of, list_students, parse_name, recipe_hash, student_dir, student_path,
 )
 from capacity_advisor.models.lab.pretrained import PRETRAINED, fetch, list_pretrained
 from capacity_advisor.models.lab.train import set_threads
@@ -79,6 +79,28 @@ def describe_student(spec: str, say) -> dict:
         say(f"copying {spec} from the builds kept in the repository (first use)" if committed_folder(final.name)
             else f"pretraining {spec} (first use; cached after)")
     return describe_config(spec)
+
+
+def lab_names(text: str | None, teacher: bool = False, flag: str = "--sizes") -> list[str]:
+    """The lab models `text` names, comma-separated: ladder names (and with `teacher` the teachers'),
+    each optionally `NAME+bB` (pretrained from seed B); all of them when `text` is empty."""
+    known = [*LADDER, *(TEACHERS if teacher else [])]
+    if not text:
+        return known
+    names = [s.strip() for s in text.split(",") if s.strip()]
+
+    def fits(name: str) -> bool:
+        try:
+            n = parse_name(name)
+        except InputError:
+            return False
+        return n.name in known and n.steps is None
+
+    bad = [s for s in names if not fits(s)]
+    if bad or not names:
+        raise InputError(f"{flag} {text[:200]!r}: unknown {', '.join(bad)[:200] or '(none)'}; use names from "
+                         f"{', '.join(known)}, each optionally NAME+bBUILD (another pretraining seed)")
+    return names
 
 
 def list_models() -> list[dict]:

@@ -3,7 +3,7 @@
     advisor generate --teacher deepseek-ai/DeepSeek-R1-Distill-Qwen-7B --problems problems.jsonl --n 4 --out pool.jsonl
     advisor generate --teacher lab:xl --problems lab-pool.jsonl --n 6 --temperature 1.0 --out pool.jsonl
 
-This is the paper's first step. Problems come from any file `advisor.pool` reads (JSONL, JSON,
+This is the paper's first step. Problems come from any file `advisor.pools.read` reads (JSONL, JSON,
 Parquet, a datasets folder) with a problem text field and, optionally, an answer, an id and a
 `task` (the lab's). Each problem's prompt is rendered with the teacher's chat template, exactly
 as the student will later see it when scoring. Candidates are checked against the reference

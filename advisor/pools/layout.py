@@ -5,7 +5,7 @@
 `sharegpt`, `alpaca`, `trl`; `flat`: one response per row in plain fields) with the field that
 holds each part. The helpers below turn a row of a layout into text, refusing in one line that
 names the row a value of the wrong type, a chat without the turns it needs, or text UTF-8
-cannot hold. `advisor.generate` reads problems files with the same field names and helpers.
+cannot hold. `advisor.pools.generate` reads problems files with the same field names and helpers.
 """
 
 from __future__ import annotations

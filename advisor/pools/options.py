@@ -1,6 +1,6 @@
 """The options of reading a pool: field overrides and filtering rules (`PoolOptions`).
 
-Its own module, below `advisor.pool` (which reads a pool with them) and `advisor.pool_layout`
+Its own module, below `advisor.pools.read` (which reads a pool with them) and `advisor.pools.layout`
 (which detects a layout under them), so that neither of the two imports the other.
 """
 

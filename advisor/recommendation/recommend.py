@@ -13,7 +13,7 @@ inputs is refused, before any work.
 `recommend` reads as its steps: check every input (`check_inputs`), describe the student, then
 either advise from the priors alone (`advise_only`) or take the pool, score and probe it
 (`measure`), ask the predictor (`advise`), and write the dataset, manifest, config and figure
-(`write_outputs`). The probe's settings come from `advisor.probe.plan_probe` (the predictor's
+(`write_outputs`). The probe's settings come from `probe.plan.plan_probe` (the predictor's
 recipe, the student's kind, the flags, the model's context, the pool's size), each reported with
 where it came from.
 """

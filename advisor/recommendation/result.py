@@ -2,7 +2,7 @@
 
 `Recommendation` is read by the CLI's report, the manifest writer (`write_manifest`, the
 `recommendation.json` that `advisor train` consumes unchanged), the advice-only writer and the
-figure (`advisor.report_figure`); `as_dict()` is the `--json` output. It is frozen: `recommend`
+figure (`advisor.recommendation.figure`); `as_dict()` is the `--json` output. It is frozen: `recommend`
 builds it from the advice (`advisor.predictor.advice.Advice`) and adds what it wrote with
 `dataclasses.replace`.
 """

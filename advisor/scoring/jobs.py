@@ -50,7 +50,7 @@ class ScoreJob:
 
 def score_file(job: ScoreJob, pool_options, cfg, say: Callable = _quiet, start: Callable = _quiet,
                advance: Callable = _quiet, on_pool: Callable = _quiet) -> dict:
-    """Score every candidate of the pool under the student (`scoring.score_pool`, cached and
+    """Score every candidate of the pool under the student (`score.score_pool`, cached and
     resumable) into OUT/scores.jsonl; with `job.compute_budgets`, also measure which problems the
     student solves only with the long budget (OUT/compute.jsonl). Returns the scoring summary
     with the pool's and the compute measurement's."""

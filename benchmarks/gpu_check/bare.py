@@ -1,5 +1,5 @@
 """The GPU check from a bare checkout: the project installed without its dependencies into a scratch
-folder, then `benchmarks/gpu_check.py --hf-only`, its files written into one folder.
+folder, then `python -m benchmarks.gpu_check --hf-only`, its files written into one folder.
 
     python3 -m benchmarks.gpu_check.bare OUT           # one CUDA GPU (H200-class); sized for 8 minutes, untimed yet
     python3 -m benchmarks.gpu_check.bare OUT --quick   # the same path at tiny shapes on a CPU (tests/e2e/test_gpu_check_bare.py)
@@ -8,7 +8,7 @@ folder, then `benchmarks/gpu_check.py --hf-only`, its files written into one fol
 Needs a python with torch, transformers 5 or newer, accelerate and peft, and one CUDA GPU unless
 --quick; nothing else: no network, no virtual environment, no lab weights (models/lab/weights),
 no calibration/ and no docs/lab (the check builds every model with random weights from config
-numbers). Arguments after `--` go to gpu_check.py unchanged (e.g. `-- --students qwen2.5-1.5b`).
+numbers). Arguments after `--` go to the check unchanged (e.g. `-- --students qwen2.5-1.5b`).
 
 The four package folders and pyproject.toml are copied to a scratch folder (the checkout is left as
 it was, and the lab's weights are not copied) and installed from there with `pip install --no-deps
@@ -195,7 +195,7 @@ def main(argv=None) -> int:
                *[str(out.resolve() / "gpu-check.json") if a == "OUT/gpu-check.json" else a for a in shown]]
         t = time.perf_counter()
         rc, stopped = run_check(cmd, env, scratch, out / "gpu-check.log", kill_after)
-        record = {"install": how, "python": sys.version.split()[0], "check": "benchmarks/gpu_check.py " + " ".join(shown),
+        record = {"install": how, "python": sys.version.split()[0], "check": "python -m benchmarks.gpu_check " + " ".join(shown),
                   "exit": rc, "seconds": time.perf_counter() - t,
                   "stopped": f"at --kill-after {kill_after:g} s; gpu-check.json holds what finished" if stopped else None}
         (out / "install.json").write_text(json.dumps(record, indent=2) + "\n")

@@ -4,8 +4,8 @@ The student is the random-weight model the student part built, saved as a model 
 (`save_student`); the pool is generated here (`write_pool`: grouped rows in OpenR1's layout, every
 candidate marked correct, responses of EndToEnd.response_tokens under the student's tokenizer).
 `run_recommend` makes the library call the `advisor recommend` verb makes
-(advisor.recommend.recommend) with the settings its flags would give, and times it by stage:
-the named steps of advisor/recommend.py (check_inputs, measure, advise, write_outputs), each wrapped
+(advisor.recommendation.recommend.recommend) with the settings its flags would give, and times it by stage:
+the named steps of advisor/recommendation/recommend.py (check_inputs, measure, advise, write_outputs), each wrapped
 for this one call; `measure` split by the status messages it reports (loading the student, scoring
 the pool, probing); the probe's evaluations summed from each probe run's eval.jsonl (eval_seconds),
 the rest of the probe being its training, checkpoints and set-up.
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from benchmarks.gpu_check.measure import PeakMemory, filler, free, prompt_text
 
-STEPS = ("check_inputs", "measure", "advise", "write_outputs")  # advisor/recommend.py's named steps
+STEPS = ("check_inputs", "measure", "advise", "write_outputs")  # advisor/recommendation/recommend.py's named steps
 STATUS_STAGES = {"loading": "load_student", "scoring": "score_pool", "probing": "probe"}
 
 

@@ -20,7 +20,7 @@ recommend` (gpu_check_projection.project), and prices, on one GPU:
 An evaluation generates max_new_tokens per problem at the measured rate (every generation taken
 to the cap) and scores each generation twice (its answer, the base's drift) at the measured
 forward rate. `dry_run` gives the same calibration under `advisor calibrate --dry-run`'s formulas
-and assumptions (advisor/calibrate_cost.py), and the MFU that would make those formulas match
+and assumptions (advisor/calibration/cost.py), and the MFU that would make those formulas match
 the measured rates: the `--mfu` and `--decode-mfu` to pass.
 """
 

@@ -162,7 +162,7 @@ def table(res: dict) -> str:
     evals = next((m["projection"]["evaluations"] for m in res["students"].values() if "projection" in m), "the")
     mem = "peak CUDA memory (max_memory_allocated)" if res["device"] != "cpu" else "peak resident memory of the process (CPU, --quick)"
     ceiling = res.get("matmul_ceiling")
-    lines = [f"`benchmarks/gpu_check.py{' --quick' if res['quick'] else ''}` on {res['device']}; random weights at each "
+    lines = [f"`python -m benchmarks.gpu_check{' --quick' if res['quick'] else ''}` on {res['device']}; random weights at each "
              f"model's shape, {mem}; torch {res['versions']['torch']}, transformers {res['versions']['transformers']}"
              + (f"; matmul ceiling {ceiling['tflops']:,.1f} TFLOP/s ({ceiling['dtype']}, {ceiling['n']:,}² matmuls)" if ceiling else "")
              + ".", "",

@@ -6,7 +6,7 @@ gives this kind of work in this process, a measured roof (a datasheet's peak is 
 numbers: the projections and the MLP of every layer, causal attention (scores and values, each
 query against the keys before it) and the LM head on the positions that need logits.
 `share` turns a measured rate into the share of the ceiling and of the assumed peak that
-`advisor calibrate --dry-run` prices GPU-hours with (advisor/calibrate_cost.py: PEAK_TFLOPS), so the
+`advisor calibrate --dry-run` prices GPU-hours with (advisor/calibration/cost.py: PEAK_TFLOPS), so the
 MFU it assumes can be set from a measurement.
 
 Counted as model FLOPs, not hardware FLOPs: the recomputation of gradient checkpointing is left

@@ -192,28 +192,6 @@ def parse_name(text: str) -> LabName:
     return LabName(m["name"], steps, build)
 
 
-def lab_names(text: str | None, teacher: bool = False, flag: str = "--sizes") -> list[str]:
-    """The lab models `text` names, comma-separated: ladder names (and with `teacher` the teachers'),
-    each optionally `NAME+bB` (pretrained from seed B); all of them when `text` is empty."""
-    known = [*LADDER, *(TEACHERS if teacher else [])]
-    if not text:
-        return known
-    names = [s.strip() for s in text.split(",") if s.strip()]
-
-    def fits(name: str) -> bool:
-        try:
-            n = parse_name(name)
-        except InputError:
-            return False
-        return n.name in known and n.steps is None
-
-    bad = [s for s in names if not fits(s)]
-    if bad or not names:
-        raise InputError(f"{flag} {text[:200]!r}: unknown {', '.join(bad)[:200] or '(none)'}; use names from "
-                         f"{', '.join(known)}, each optionally NAME+bBUILD (another pretraining seed)")
-    return names
-
-
 def folder_of(text: str) -> Path:
     """The cache folder of the lab model named `text` (any of `parse_name`'s forms), built or not."""
     n = parse_name(text)

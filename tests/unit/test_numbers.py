@@ -1,4 +1,4 @@
-"""The one pair of value tests (`models.numbers`) every reader of a user's file applies."""
+"""The one pair of value tests (`core.numbers`) every reader of a user's file applies."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ def lab_pool(task: str, n: int, out: Path, say=lambda m: None) -> Path:
     import json
     from importlib import resources
 
-    src = resources.files("capacity_advisor.models.lab") / "data" / f"{task}-teacher-pool.jsonl.gz"
+    src = resources.files("capacity_advisor.advisor.pools") / f"{task}-teacher-pool.jsonl.gz"
     rows = []
     if src.is_file():
         with gzip.open(src, "rt", encoding="utf-8") as f:

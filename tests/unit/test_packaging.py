@@ -61,7 +61,7 @@ def test_wheel_holds_one_namespace_and_coexists_with_a_package_named_models(whee
                                                  wheel.name.split("-")[1] + ".dist-info"}
     for data in ("capacity_advisor/advisor/predictor_data/predictor.json",
                  "capacity_advisor/advisor/predictor_data/paper_findings.json",
-                 "capacity_advisor/models/lab/data/modchain-teacher-pool.jsonl.gz"):
+                 "capacity_advisor/advisor/pools/modchain-teacher-pool.jsonl.gz"):
         assert data in names
     assert any(n.startswith("capacity_advisor/models/lab/weights/shipped/xs-") for n in names)
     site = tmp_path / "site"

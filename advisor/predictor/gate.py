@@ -112,33 +112,46 @@ def gated_picks(measured: Sequence[dict], policy, gate: Gate) -> list[tuple[dict
     return out
 
 
-def choose_gate(measured: Sequence[dict], policy, cap: float = CAP) -> Gate:
+def choose_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequence[dict]) -> Gate:
     """The gate of GRID with the lowest mean regret on `measured` whose mean overhead is within
-    `cap`; near-ties to the cheaper, then the more cautious (higher thresholds). The gate that
+    `cap`; near-ties to the cheaper, then the more cautious (higher thresholds). With `more` sets
+    of held-out measurements (other splits: a task or a teacher left out beside a source), the
+    lowest of the worst regret over the sets, each set's overhead within the cap. The gate that
     never opens costs nothing, so a choice always exists."""
-    return best_gate(measured, policy, cap)[0]
+    return best_gate(measured, policy, cap, *more)[0]
 
 
-def best_gate(measured: Sequence[dict], policy, cap: float = CAP) -> tuple[Gate, float]:
-    """`choose_gate`'s gate and its mean regret on `measured` (points). Every race of RACES is
-    replayed once per row and the gates compared as arrays."""
-    from dataclasses import replace
-
+def _gate_arrays(measured: Sequence[dict], policy) -> dict:
+    """What comparing the gates on one set of measurements needs, as arrays: P(D_low), the
+    headroom input, the policy's regret where the gate stays shut, and each race's regret and share."""
     rows = [m["row"] for m in measured]
-    p_low = np.array([m["probs"].get("low", math.nan) for m in measured], dtype=float)
-    head = np.array([headroom_of(r) for r in rows], dtype=float)
-    shut = np.array([regret(r, policy.choose(m["probs"], m["outside"], m["ratio"]) or "high")
-                     for r, m in zip(rows, measured)])
     raced = {}
     for f, w in RACES:
         kept = [race(r["curves"]["high"], r["curves"]["low"], r["budget"], f, wait=w) for r in rows]
         raced[(f, w)] = (np.array([regret(r, k) for r, (k, _) in zip(rows, kept)]), np.array([s for _, s in kept]))
+    return {"p_low": np.array([m["probs"].get("low", math.nan) for m in measured], dtype=float),
+            "head": np.array([headroom_of(r) for r in rows], dtype=float),
+            "shut": np.array([regret(r, policy.choose(m["probs"], m["outside"], m["ratio"]) or "high")
+                              for r, m in zip(rows, measured)]),
+            "raced": raced}
+
+
+def best_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequence[dict]) -> tuple[Gate, float]:
+    """`choose_gate`'s gate and its mean regret (points; with `more`, the worst over the sets).
+    Every race of RACES is replayed once per row and the gates compared as arrays."""
+    from dataclasses import replace
+
+    sets = [_gate_arrays(m, policy) for m in (measured, *more) if m]
     best = None
     with np.errstate(invalid="ignore"):  # a NaN input never opens the gate
         for g in GRID:
-            opened = (p_low >= g.threshold) | (head >= g.headroom)
-            reg_r, share = raced[(g.fraction, g.wait)]
-            reg, over = float(np.where(opened, reg_r, shut).mean()), float(np.where(opened, share, 0.0).mean())
+            regs, overs = [], []
+            for a in sets:
+                opened = (a["p_low"] >= g.threshold) | (a["head"] >= g.headroom)
+                reg_r, share = a["raced"][(g.fraction, g.wait)]
+                regs.append(float(np.where(opened, reg_r, a["shut"]).mean()))
+                overs.append(float(np.where(opened, share, 0.0).mean()))
+            reg, over = max(regs), max(overs)
             if over > cap + 1e-9:
                 continue
             key = (reg, over, -g.threshold, -g.headroom)

@@ -268,10 +268,11 @@ def select_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str |
 def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str | Sequence[str],
                     features: Sequence[str], n_members: int = 8, seed: int = 0, jobs: int = 1
                     ) -> tuple[str, Policy, dict, list[dict]]:
-    """`select_policy`'s choice, and the chosen kind's held-out measurements on the first split
-    (empty where nothing was measured), from which a gate is chosen (`with_gate`). Where the rows
-    carry their runs' curves, the kind is the one whose policy with its best gate (within the
-    shipped cap, gate.CAP) loses least on the first split: the gated race is what ships."""
+    """`select_policy`'s choice, and the chosen kind's held-out measurements, one list per split
+    (none where nothing was measured), from which a gate is chosen (`with_gate`: with several
+    splits, for the worst of them). Where the rows carry their runs' curves, the kind is the one
+    whose policy with its best gate (within the shipped cap, gate.CAP) loses least over the
+    splits: the gated race is what ships."""
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     splits = (split,) if isinstance(split, str) else tuple(split)
     if not all(folds(rows, s) for s in splits):
@@ -282,20 +283,24 @@ def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str
         measured = [fold_measurements(rows, s, kind, features, n_members, seed, jobs) for s in splits]
         policy = choose_policy(*measured)
         scores[kind] = 100 * max(_policy_regret(m, policy) for m in measured)
-        key = best_gate(measured[0], policy)[1] if gated else scores[kind]
+        key = best_gate(measured[0], policy, CAP, *measured[1:])[1] if gated else scores[kind]
         if best is None or key < best[3] - 1e-9:
-            best = (kind, policy, measured[0], key)
+            best = (kind, policy, measured, key)
     return best[0], best[1], scores, best[2]
 
 
-def with_gate(policy: Policy, measured: Sequence[dict], cap: float = CAP) -> Policy:
-    """`policy` with the gate chosen on its held-out `measured` under `cap`; unchanged where the
-    rows carry no curves to replay a race on (`races.with_curves`) or nothing was measured."""
+def with_gate(policy: Policy, measured: Sequence, cap: float = CAP) -> Policy:
+    """`policy` with the gate chosen on its held-out `measured` under `cap` — one set of
+    measurements, or one per split (`measured_policy`'s): then the gate whose worst regret over
+    the splits is lowest, each split's overhead within the cap —; unchanged where the rows carry
+    no curves to replay a race on (`races.with_curves`) or nothing was measured."""
     from dataclasses import replace
 
-    if not measured or not all("curves" in m["row"] for m in measured):
+    sets = [list(m) for m in measured] if measured and isinstance(measured[0], (list, tuple)) else [list(measured)]
+    sets = [m for m in sets if m]
+    if not sets or not all("curves" in m["row"] for ms in sets for m in ms):
         return policy
-    return replace(policy, gate=choose_gate(measured, policy, cap))
+    return replace(policy, gate=choose_gate(sets[0], policy, cap, *sets[1:]))
 
 
 def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Sequence[str] = "lightgbm",

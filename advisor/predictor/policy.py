@@ -289,7 +289,7 @@ def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str
     return best[0], best[1], scores, best[2]
 
 
-def with_gate(policy: Policy, measured: Sequence, cap: float = CAP) -> Policy:
+def with_gate(policy: Policy, measured: Sequence, cap: float = CAP, open_cap: float | None = None) -> Policy:
     """`policy` with the gate chosen on its held-out `measured` under `cap` — one set of
     measurements, or one per split (`measured_policy`'s): then the gate whose worst regret over
     the splits is lowest, each split's overhead within the cap —; unchanged where the rows carry
@@ -300,7 +300,7 @@ def with_gate(policy: Policy, measured: Sequence, cap: float = CAP) -> Policy:
     sets = [m for m in sets if m]
     if not sets or not all("curves" in m["row"] for ms in sets for m in ms):
         return policy
-    return replace(policy, gate=choose_gate(sets[0], policy, cap, *sets[1:]))
+    return replace(policy, gate=choose_gate(sets[0], policy, cap, *sets[1:], open_cap=open_cap))
 
 
 def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Sequence[str] = "lightgbm",

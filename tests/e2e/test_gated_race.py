@@ -43,6 +43,12 @@ def test_the_gate_opens_where_d_low_may_win_and_stays_within_its_cap():
     assert [c for _, c, _ in picks] == ["low"] * 2 + ["high"] * 8
     overhead = sum(o for *_, o in picks) / len(picks)
     assert 0 < overhead <= 0.2 and all(o == 0 for *_, o in picks[2:])  # a shut gate costs nothing
+    # the races it opens held to half a run each on average: none waits long enough for this D_low
+    # (it overtakes at 60 %), so no gate beats the shut one, which costs nothing
+    halved = choose_gate(measured, ALWAYS_HIGH, 0.2, open_cap=0.5)
+    assert halved.open_cap == 0.5 and Gate.from_dict(halved.to_dict()) == halved
+    opened = [o for *_, o in gated_picks(measured, ALWAYS_HIGH, halved) if o > 0]
+    assert not opened or sum(opened) / len(opened) <= 0.5
     # no room for a race: the gate never opens, and the advice is the policy's set
     shut = choose_gate(measured, ALWAYS_HIGH, cap=0.0)
     assert all(c == "high" and o == 0 for _, c, o in gated_picks(measured, ALWAYS_HIGH, shut))

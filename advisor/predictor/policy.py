@@ -305,7 +305,8 @@ def with_gate(policy: Policy, measured: Sequence, cap: float = CAP, open_cap: fl
 
 def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Sequence[str] = "lightgbm",
                    features: Sequence[str] | None = None, n_members: int = 8, tie_margin: float = TIE_MARGIN,
-                   seed: int = 0, jobs: int = 1, policy_split: str | Sequence[str] | None = None) -> dict:
+                   seed: int = 0, jobs: int = 1, policy_split: str | Sequence[str] | None = None,
+                   open_cap: float | None = None) -> dict:
     """Every method held out by `split`: the policy — its model kind (one of `kind`, when several)
     and thresholds chosen on each outer fold's training rows only, by an inner leave-one-
     `policy_split`-out (default the same split; several: the worse of them; UNTRIED where those
@@ -313,7 +314,8 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     the predictor alone (that kind's argmax), the constant rules, the size rule, and the noise floor;
     each with its flip rate across seeds, and for the policy and the predictor the spread of
     P(D_low) across a cell's seeds (`p_low_spread`, the mean range). Where the rows carry their
-    runs' curves (`races.with_curves`), also the gated race (`gated_methods`)."""
+    runs' curves (`races.with_curves`), also the gated race (`gated_methods`), its races held to
+    `open_cap` of a run on average where it opens, when given."""
     from capacity_advisor.advisor.predictor.labels import PROBE_FEATURES
 
     features = tuple(features or PROBE_FEATURES)
@@ -332,7 +334,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
         outer = held_out(train, test, fold_kind, features, n_members, seed, jobs)
         if split != PROXY and all("curves" in r for r in rows):
             for cap in CAPS:
-                gate = with_gate(policy, inner, cap).gate
+                gate = with_gate(policy, inner, cap, open_cap).gate
                 gated.setdefault(cap, []).extend(gated_picks(outer, policy, gate) if gate else [])
                 if cap == CAP and gate is not None:
                     chosen[name]["race"] = gate.to_dict()

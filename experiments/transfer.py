@@ -25,6 +25,39 @@ from pathlib import Path
 from statistics import mean
 
 RACES = (0.2, 0.5, 1.0)
+PAIRED = ((2, 0.05, 0.5), (2, 0.05, 1.0), (1, 0.05, 1.0))  # (k, margin, fraction) of the paired races replayed
+
+
+def paired_race(rec_high: dict, rec_low: dict, budget: float, k: int, margin: float, fraction: float,
+                half: int | None = 0) -> tuple[str, float] | None:
+    """(kept set, share of the budget at which it stopped) of the race `advisor train` runs
+    (`training.race.decide`: per-problem paired, stopping once one set has led by more than `margin`
+    and 1.96 standard errors at `k` evaluations in a row, else at `fraction`), replayed on two
+    records' evaluations up to `budget`, reading the even held-out problems (`half` 0; None: all);
+    None where the records kept no per-problem correctness."""
+    from types import SimpleNamespace
+
+    from capacity_advisor.training.race import RaceRule, decide
+
+    def rows(rec):
+        out = []
+        for e in rec["evals"]:
+            c = e.get("correct")
+            if e.get("step", 1) == 0 or e["epoch"] > budget + 1e-9:
+                continue
+            if not isinstance(c, str) or not c:
+                return None
+            c = c if half is None else c[half::2]
+            out.append({"step": e["step"], "epoch": e["epoch"], "accuracy": c.count("1") / len(c),
+                        "per_problem": {"correct": [x == "1" for x in c]}})
+        return out
+
+    h, lo = rows(rec_high), rows(rec_low)
+    if not h or not lo:
+        return None
+    m = SimpleNamespace(training=SimpleNamespace(max_steps=None, epochs=budget))
+    _, stop = decide({"high": h, "low": lo}, RaceRule(fraction=fraction, k=k, margin=margin), m, finished=True)
+    return stop["winner"], stop["share"]
 
 
 def read_records(paths) -> list[dict]:
@@ -55,6 +88,12 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
     predictor = load_predictor(predictor_dir)
     policy = Policy.of(predictor)
     rows = with_curves(label_rows(records), records)
+    runs = {}
+    for rec in records:  # each unit's runs, for the paired races
+        from capacity_advisor.advisor.predictor.labels import record_option, unit_of
+
+        u = unit_of(rec)
+        runs.setdefault((u["source"], u["score"], u["student"], u["repeat"]), {})[record_option(rec)] = rec
     picks: dict[str, list[tuple[dict, str, float]]] = {m: [] for m in (
         "always high", "always low", "always mixed", "predictor alone", "policy", "gated race (shipped)",
         *(f"race on every pool, at {f:.0%}" for f in RACES))}
@@ -74,6 +113,13 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
         opened.append(d.race is not None)
         for f in RACES:
             picks[f"race on every pool, at {f:.0%}"].append((r, *race(c["high"], c["low"], r["budget"], f)))
+        unit = runs.get((r["source"], r["score"], r["student"], r["repeat"]), {})
+        for k, margin, f in PAIRED:
+            got = paired_race(unit["high"], unit["low"], r["budget"], k, margin, f) if "high" in unit and "low" in unit \
+                else None
+            if got is not None:
+                picks.setdefault(f"paired race on every pool, lead k {k} / {margin:.0%}, else at {f:.0%}", []).append(
+                    (r, *got))
     floor = noise_floor(rows)
     out = {"rows": len(rows), "gate_opened": mean(opened) if opened else None,
            "sources": sorted({r["source"] for r in rows}), "methods": {}}

@@ -81,7 +81,8 @@ def test_calibrate_refuses_a_folder_of_files_it_did_not_make_and_repeated_seeds(
 def test_publish_takes_a_sweep_into_its_own_or_a_new_dest(tmp_path):
     dest = tmp_path / "dest"
     one_error_line(run("lab", "publish", SMALL, dest), "is a published calibration already", dest)
-    one_error_line(run("lab", "publish", own_calibration(tmp_path / "own"), dest), "is an `advisor calibrate` folder",
+    # an `advisor calibrate` folder is published by its own settings: one without them is refused
+    one_error_line(run("lab", "publish", own_calibration(tmp_path / "own"), dest), "holds no calibration settings",
                    dest)
     sweep = tmp_path / "sweep"
     sweep_folder(sweep)

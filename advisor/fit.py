@@ -164,6 +164,9 @@ class FitSettings:
     choose_by: tuple[str, ...] = field(default=CHOOSE_BY, metadata={"help": (
         "The splits whose held-out regret chooses the kind and the policy's thresholds (comma-separated; several: "
         "the worse of them counts).")})
+    open_cap: float | None = field(default=None, metadata={"help": (
+        "The most the races the gate opens may cost on average, as a share of one run (e.g. 0.5: a user whose gate "
+        "opens trains at most half a run more); default: no bound beyond the mean over all pools.")})
     n_members: int = field(default=MEMBERS, metadata={"help": "Ensemble members (bootstrap resamples of the calibration units)."})
     jobs: int = field(default=1, metadata={"help": "Processes fitting members in parallel."})
     seed: int = field(default=0, metadata={"help": "Bootstrap draws and LightGBM's seed."})
@@ -187,6 +190,8 @@ class FitSettings:
         unknown = [s for s in self.cv if s not in CV_SPLITS]
         if unknown:
             bad.append(f"--cv {','.join(unknown)}: use {', '.join(CV_SPLITS)}")
+        if self.open_cap is not None and not (number(self.open_cap) and 0 < self.open_cap <= 1):
+            bad.append(f"--open-cap {self.open_cap} must be a share of one run, above 0 and at most 1")
         if not self.choose_by or any(s not in SPLITS for s in self.choose_by):
             bad.append(f"--choose-by {','.join(self.choose_by) or '(none)'}: one or more of {', '.join(SPLITS)}")
         if bad:
@@ -225,10 +230,10 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
         say(f"cross-validating {', '.join(kinds)}, one {s} held out at a time (kind and thresholds chosen inside "
             "each fold)")
         cv_tables[s] = cross_validate(rows, s, kinds, feats, cv_members, tie_margin, seed, jobs,
-                                      policy_split=split)
+                                      policy_split=split, open_cap=settings.open_cap)
     say(f"choosing the kind and the policy's thresholds by {by} regret")
     chosen, policy, kind_regret, measured_rows = measured_policy(rows, split, kinds, feats, cv_members, seed, jobs)
-    policy = with_gate(policy, measured_rows)
+    policy = with_gate(policy, measured_rows, open_cap=settings.open_cap)
     own = own_sources(records, files)
     policy_own = None
     if own and folds(rows, PROXY):

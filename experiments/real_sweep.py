@@ -3,6 +3,7 @@ one source after another, each resumable (a killed sweep goes on where it stoppe
 
     python -m experiments.real_sweep --out runs/real                 # every source, seeds 0 and 1
     python -m experiments.real_sweep --out runs/real --sources linear-scripted --seeds 0
+    python -m experiments.real_sweep --out runs/real --per-seed     # SOURCE-s0 for every source, then SOURCE-s1
 
 Each source is one `advisor calibrate` folder, OUT/SOURCE, made exactly as a user's own calibration
 is: the student scores every candidate, the probe `advisor recommend` runs measures it, and full
@@ -28,11 +29,17 @@ N_EVAL = 64
 EVALS_PER_EPOCH = 2
 
 
-def config(source: str, out: Path, seeds: tuple[int, ...], device: str = "cpu"):
+def folder(source: str, seeds: tuple[int, ...], per_seed: bool) -> str:
+    """A source's calibration folder: SOURCE, or SOURCE-sSEED for a folder of one seed."""
+    return f"{source}-s{seeds[0]}" if per_seed else source
+
+
+def config(source: str, out: Path, seeds: tuple[int, ...], device: str = "cpu", per_seed: bool = False):
     from capacity_advisor.advisor.calibration.proxies import PoolCalibrateConfig
 
     task, _, teacher = source.partition("-")
-    return PoolCalibrateConfig(students=(STUDENT,), pool=str(POOLS / f"{source}.jsonl"), out=str(out / source),
+    return PoolCalibrateConfig(students=(STUDENT,), pool=str(POOLS / f"{source}.jsonl"),
+                               out=str(out / folder(source, seeds, per_seed)),
                                epochs=EPOCHS, seeds=seeds, n_eval=N_EVAL, evals_per_epoch=EVALS_PER_EPOCH,
                                teacher=TEACHERS[teacher], task=task, device=device, dtype="float32")
 
@@ -45,14 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sources", default=",".join(SOURCES))
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--per-seed", action="store_true",
+                    help="one folder per source and seed (SOURCE-sSEED), each seed's units run for every source in turn")
     args = ap.parse_args(argv)
     seeds = tuple(int(s) for s in args.seeds.split(","))
-    for source in args.sources.split(","):
+    jobs = [(source, (seed,)) for seed in seeds for source in args.sources.split(",")] if args.per_seed else \
+        [(source, seeds) for source in args.sources.split(",")]
+    for source, unit_seeds in jobs:
         if not (POOLS / f"{source}.jsonl").is_file():
             print(f"{source}: no pool yet ({POOLS / f'{source}.jsonl'}), skipped", flush=True)
             continue
         t0 = time.time()
-        result = run_pool_calibration(config(source, Path(args.out), seeds, args.device),
+        result = run_pool_calibration(config(source, Path(args.out), unit_seeds, args.device, args.per_seed),
                                       log=lambda m: print(f"{source}: {m}", flush=True))
         print(f"{source}: {result['records']} records in {time.time() - t0:.0f}s", flush=True)
     return 0

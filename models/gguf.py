@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -99,6 +100,8 @@ def convert(src: Path, dest: Path, digest: str | None = None, say: Callable[[str
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / SOURCE_FILE).write_text(json.dumps({"gguf": src.name, "sha256": digest}, indent=1) + "\n")
+        if dest.is_dir() and not dest.is_symlink() and not is_converted(dest):
+            shutil.rmtree(dest)  # an unfinished folder (no source.json): replaced, not renamed onto (ENOTEMPTY)
         try:
             os.rename(tmp, dest)
         except OSError:
@@ -115,23 +118,31 @@ def _read(src: Path):
 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    opts = {"gguf_file": src.name, "trust_remote_code": False}
     from transformers.utils import logging as transformers_logging
+
+    # transformers reads a tokenizer.json, tokenizer_config.json or generation_config.json it finds
+    # beside the file in preference to the GGUF's own: the file is read from a folder of its own.
+    alone = Path(tempfile.mkdtemp(prefix="advisor-gguf-"))
+    opts = {"gguf_file": src.name, "trust_remote_code": False}
 
     quiet = logging.getLogger("transformers")
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     transformers_logging.disable_progress_bar()  # its dequantizing bar would stand among our lines
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(src.parent), **opts)
-        read = AutoModelForCausalLM.from_pretrained(str(src.parent), dtype=torch.float32, **opts)
+        try:
+            os.symlink(src.resolve(), alone / src.name)
+        except OSError:
+            shutil.copyfile(src, alone / src.name)
+        tokenizer = AutoTokenizer.from_pretrained(str(alone), **opts)
+        read = AutoModelForCausalLM.from_pretrained(str(alone), dtype=torch.float32, **opts)
         settings = {k: v for k, v in read.config.to_dict().items() if k != "quantization_config"}
         config = AutoConfig.for_model(**{k: v for k, v in settings.items() if k != "model_type"},
                                       model_type=settings["model_type"])
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, trust_remote_code=False)
         model.load_state_dict(read.state_dict(), strict=True)
         model.generation_config = read.generation_config
+        tokenizer = _within_vocabulary(tokenizer, config.vocab_size)
     except InputError:
         raise
     except Exception as e:  # a damaged or unsupported file fails anywhere inside gguf or transformers
@@ -141,4 +152,21 @@ def _read(src: Path):
     finally:
         quiet.setLevel(level)
         transformers_logging.enable_progress_bar()
+        shutil.rmtree(alone, ignore_errors=True)
     return model.eval(), tokenizer
+
+
+def _within_vocabulary(tokenizer, vocab_size: int):
+    """`tokenizer` without the added tokens whose ids lie past the model's `vocab_size`: transformers'
+    GPT-2 tokenizer adds its default `<|endoftext|>` to a byte-level GGUF vocabulary that lacks it
+    (Llama 3's, say), an id the embedding does not have, which a text holding it would index."""
+    from tokenizers import Tokenizer
+
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not vocab_size:
+        return tokenizer
+    state = json.loads(backend.to_str())
+    kept = [t for t in state.get("added_tokens", []) if t["id"] < vocab_size]
+    if len(kept) != len(state.get("added_tokens", [])):
+        tokenizer._tokenizer = Tokenizer.from_str(json.dumps({**state, "added_tokens": kept}))
+    return tokenizer

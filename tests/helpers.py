@@ -535,3 +535,92 @@ def resign(raw: dict) -> dict:
     so that a test's change to the body is refused for what it changed, not for the checksum."""
     body = {k: v for k, v in raw.items() if k != "sha256"}
     return {"sha256": hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest(), **body}
+
+
+# ---- a tiny GGUF model file (models.gguf, the pretrained students) ----------------------------------
+
+
+def write_tiny_gguf(path, seed: int = 0, qtype: str = "Q4_1", hidden: int = 32, layers: int = 2, heads: int = 4,
+                    kv_heads: int = 2, source=None) -> Path:
+    """A tiny Llama GGUF file at `path`, written with the gguf package's GGUFWriter as llama.cpp writes
+    one: random weights (seed `seed`), the query and key projections in llama.cpp's rotary order, the
+    2-D weights quantized to `qtype` ("F32" keeps them as they are; "Q4_1" is the real pretrained
+    student's type), and in the metadata a byte-level BPE tokenizer (tokenizer.ggml.model "gpt2":
+    tokens, token types, merges, BOS <|im_start|>, EOS <|im_end|>, pad) with the ChatML template
+    CHAT_TEMPLATE. `source`: a folder to save the Hugging Face model and tokenizer it was written from
+    (the same logits as the file, exactly when `qtype` is "F32"). Everything transformers' GGUF reader
+    needs for a llama file (the llama.* shape keys, the tensor names of gguf's own name map) is there."""
+    import gguf
+    import numpy as np
+    import torch
+    from gguf import GGMLQuantizationType, quants
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    path = Path(path)
+    tok = make_tokenizer(chat=True)
+    state = json.loads(tok.backend_tokenizer.to_str())
+    vocab = state["model"]["vocab"]
+    tokens = sorted(vocab, key=vocab.get)
+    assert [vocab[t] for t in tokens] == list(range(len(tokens))), "the tokenizer's ids have gaps"
+    merges = [m if isinstance(m, str) else " ".join(m) for m in state["model"]["merges"]]
+    specials = {a["content"] for a in state["added_tokens"] if a["special"]}
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokens), hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                         max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                         bos_token_id=vocab["<|im_start|>"], eos_token_id=vocab["<|im_end|>"], pad_token_id=vocab["<pad>"])
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # norms of ones would hide a norm read wrongly
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
+
+    def rotary_order(w, n_head):  # llama.cpp's convert_hf_to_gguf permute; transformers reverses it
+        return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, layers)
+    qt = getattr(GGMLQuantizationType, qtype)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name("tiny llama")
+    w.add_context_length(config.max_position_embeddings)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(config.intermediate_size)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_rope_dimension_count(hidden // heads)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(config.rms_norm_eps)
+    w.add_vocab_size(len(tokens))
+    w.add_file_type(gguf.LlamaFileType.ALL_F32 if qtype == "F32" else getattr(gguf.LlamaFileType, f"MOSTLY_{qtype}"))
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types([gguf.TokenType.CONTROL if t in specials else gguf.TokenType.NORMAL for t in tokens])
+    w.add_token_merges(merges)
+    w.add_bos_token_id(vocab["<|im_start|>"])
+    w.add_eos_token_id(vocab["<|im_end|>"])
+    w.add_pad_token_id(vocab["<pad>"])
+    w.add_add_bos_token(False)
+    w.add_chat_template(CHAT_TEMPLATE)
+    for hf_name, t in model.state_dict().items():
+        base, _, suffix = hf_name.rpartition(".")
+        a = t.numpy().astype(np.float32)
+        if hf_name.endswith("self_attn.q_proj.weight"):
+            a = rotary_order(a, heads)
+        elif hf_name.endswith("self_attn.k_proj.weight"):
+            a = rotary_order(a, kv_heads)
+        name = f"{names.get_name(base)}.{suffix}"
+        if a.ndim == 2 and qt != GGMLQuantizationType.F32:
+            w.add_tensor(name, quants.quantize(a, qt), raw_dtype=qt)
+        else:
+            w.add_tensor(name, a)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    if source is not None:
+        model.save_pretrained(source)
+        tok.save_pretrained(source)
+    return path

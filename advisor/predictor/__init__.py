@@ -14,7 +14,7 @@ check, neighbours and file), `evaluate` (regret, the baselines, folds, the noise
 (advice without a probe: the lab prior below 10^8 parameters, the paper's findings from 10^8).
 """
 
-from capacity_advisor.models.numbers import strict_loads
+from capacity_advisor.core.numbers import strict_loads
 from capacity_advisor.advisor.predictor.ensemble import FORMAT, MAX_FILE_BYTES, Predictor, fit_predictor
 from capacity_advisor.advisor.predictor.evaluate import (
     CONSTANTS, CV_SPLITS, PROXY, PROXY_CUT, SIZE_RULE, SPLITS, TIE_MARGIN, Rule, baseline_picks, cell_of, flips, folds,

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from capacity_advisor.models.numbers import number, whole
+from capacity_advisor.core.numbers import number, whole
 from capacity_advisor.advisor.predictor.members import check_member
 from capacity_advisor.advisor.predictor.priors import LAB_PRIOR_FEATURES
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.training.manifest import SETS
 
 
@@ -113,15 +113,17 @@ def policy_thresholds(raw) -> tuple:
 
 def gate_ok(g) -> bool:
     """A policy's gate (`meta.policy.race`): absent, or its thresholds (null: never by that one), the
-    race's fraction and wait as shares of the budget, and the overhead cap it was chosen under."""
+    race's fraction and wait as shares of the budget, and the overhead caps it was chosen under (over
+    all pools, and where it opens)."""
     if g is None:
         return True
-    if not (isinstance(g, dict) and set(g) == {"threshold", "headroom", "fraction", "wait", "cap"}):
+    keys = {"threshold", "headroom", "fraction", "wait", "cap"}
+    if not (isinstance(g, dict) and keys <= set(g) <= keys | {"open_cap"}):
         return False
-    f, w = g["fraction"], g["wait"]
+    f, w, o = g["fraction"], g["wait"], g.get("open_cap")
     return (all(g[k] is None or (number(g[k]) and -1e6 < g[k] < 1e6) for k in ("threshold", "headroom"))
             and number(f) and 0 < f <= 1 and (w is None or (number(w) and f < w <= 1))
-            and number(g["cap"]) and 0 <= g["cap"] <= 100)
+            and number(g["cap"]) and 0 <= g["cap"] <= 100 and (o is None or (number(o) and 0 <= o <= 100)))
 
 
 def proxy_leads_ok(leads) -> bool:

@@ -27,14 +27,14 @@ from typing import Sequence
 
 import numpy as np
 
-from capacity_advisor.models.numbers import number
+from capacity_advisor.core.numbers import number
 from capacity_advisor.advisor.predictor.advice import Advice
 from capacity_advisor.advisor.predictor.checks import unit_ok, check_meta
-from capacity_advisor.models.numbers import strict_loads
+from capacity_advisor.core.numbers import strict_loads
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, PROBE_FEATURES, matrix, model_inputs, options_in
 from capacity_advisor.advisor.predictor.members import MAX_MEMBERS, check_member, fit_members, member_proba
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.files import atomic_path, finite
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.files import atomic_path, finite
 from capacity_advisor.training.manifest import SETS, schedule_of
 
 FORMAT = 2

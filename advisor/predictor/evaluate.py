@@ -26,9 +26,9 @@ from typing import Sequence
 
 import numpy as np
 
-from capacity_advisor.models.numbers import number
+from capacity_advisor.core.numbers import number
 from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, within
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.training.manifest import option_order
 
 CONSTANTS = {"always high": "high", "always low": "low", "always mixed": "mixed"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from capacity_advisor.models.numbers import number, whole
+from capacity_advisor.core.numbers import number, whole
 
 KEYS = ("feature", "threshold", "left", "right", "default_left", "nan_as", "value")
 MAX_NODES = 4095  # per tree (advisor fit grows trees of at most 7 nodes)

@@ -49,6 +49,7 @@ class Gate:
     fraction: float = 0.5  # the race stops at the first evaluation at or past this share of the budget
     wait: float | None = None  # ... or goes on up to this share while D_low is behind and gaining faster
     cap: float = CAP  # the mean overhead it was chosen under
+    open_cap: float | None = None  # the mean overhead of the races it opens it was chosen under (None: none)
 
     @property
     def never(self) -> bool:
@@ -82,13 +83,16 @@ class Gate:
         d = asdict(self)
         for key in ("threshold", "headroom"):
             d[key] = None if math.isinf(d[key]) else d[key]
+        if d["open_cap"] is None:  # absent, so files from before read as they did
+            d.pop("open_cap")
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Gate":
-        """A gate as a predictor file states it, already checked (`checks.gate_fields`)."""
+        """A gate as a predictor file states it, already checked (`checks.gate_ok`)."""
         return cls(*(math.inf if d.get(k) is None else float(d[k]) for k in ("threshold", "headroom")),
-                   float(d["fraction"]), None if d.get("wait") is None else float(d["wait"]), float(d["cap"]))
+                   float(d["fraction"]), None if d.get("wait") is None else float(d["wait"]), float(d["cap"]),
+                   None if d.get("open_cap") is None else float(d["open_cap"]))
 
 
 GRID = tuple(Gate(t, h, f, w) for t, h, (f, w) in product(THRESHOLDS, HEADROOMS, RACES))
@@ -112,39 +116,56 @@ def gated_picks(measured: Sequence[dict], policy, gate: Gate) -> list[tuple[dict
     return out
 
 
-def choose_gate(measured: Sequence[dict], policy, cap: float = CAP) -> Gate:
+def choose_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequence[dict],
+                open_cap: float | None = None) -> Gate:
     """The gate of GRID with the lowest mean regret on `measured` whose mean overhead is within
-    `cap`; near-ties to the cheaper, then the more cautious (higher thresholds). The gate that
-    never opens costs nothing, so a choice always exists."""
-    return best_gate(measured, policy, cap)[0]
+    `cap`; near-ties to the cheaper, then the more cautious (higher thresholds). With `more` sets
+    of held-out measurements (other splits: a task or a teacher left out beside a source), the
+    lowest of the worst regret over the sets, each set's overhead within the cap. With `open_cap`,
+    also the races it opens cost at most that share of one run on average (what a user whose gate
+    opens pays), in every set. The gate that never opens costs nothing, so a choice always exists."""
+    return best_gate(measured, policy, cap, *more, open_cap=open_cap)[0]
 
 
-def best_gate(measured: Sequence[dict], policy, cap: float = CAP) -> tuple[Gate, float]:
-    """`choose_gate`'s gate and its mean regret on `measured` (points). Every race of RACES is
-    replayed once per row and the gates compared as arrays."""
-    from dataclasses import replace
-
+def _gate_arrays(measured: Sequence[dict], policy) -> dict:
+    """What comparing the gates on one set of measurements needs, as arrays: P(D_low), the
+    headroom input, the policy's regret where the gate stays shut, and each race's regret and share."""
     rows = [m["row"] for m in measured]
-    p_low = np.array([m["probs"].get("low", math.nan) for m in measured], dtype=float)
-    head = np.array([headroom_of(r) for r in rows], dtype=float)
-    shut = np.array([regret(r, policy.choose(m["probs"], m["outside"], m["ratio"]) or "high")
-                     for r, m in zip(rows, measured)])
     raced = {}
     for f, w in RACES:
         kept = [race(r["curves"]["high"], r["curves"]["low"], r["budget"], f, wait=w) for r in rows]
         raced[(f, w)] = (np.array([regret(r, k) for r, (k, _) in zip(rows, kept)]), np.array([s for _, s in kept]))
+    return {"p_low": np.array([m["probs"].get("low", math.nan) for m in measured], dtype=float),
+            "head": np.array([headroom_of(r) for r in rows], dtype=float),
+            "shut": np.array([regret(r, policy.choose(m["probs"], m["outside"], m["ratio"]) or "high")
+                              for r, m in zip(rows, measured)]),
+            "raced": raced}
+
+
+def best_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequence[dict],
+              open_cap: float | None = None) -> tuple[Gate, float]:
+    """`choose_gate`'s gate and its mean regret (points; with `more`, the worst over the sets).
+    Every race of RACES is replayed once per row and the gates compared as arrays."""
+    from dataclasses import replace
+
+    sets = [_gate_arrays(m, policy) for m in (measured, *more) if m]
     best = None
     with np.errstate(invalid="ignore"):  # a NaN input never opens the gate
         for g in GRID:
-            opened = (p_low >= g.threshold) | (head >= g.headroom)
-            reg_r, share = raced[(g.fraction, g.wait)]
-            reg, over = float(np.where(opened, reg_r, shut).mean()), float(np.where(opened, share, 0.0).mean())
-            if over > cap + 1e-9:
+            regs, overs, opened_costs = [], [], []
+            for a in sets:
+                opened = (a["p_low"] >= g.threshold) | (a["head"] >= g.headroom)
+                reg_r, share = a["raced"][(g.fraction, g.wait)]
+                regs.append(float(np.where(opened, reg_r, a["shut"]).mean()))
+                overs.append(float(np.where(opened, share, 0.0).mean()))
+                opened_costs.append(float(share[opened].mean()) if opened.any() else 0.0)
+            reg, over = max(regs), max(overs)
+            if over > cap + 1e-9 or (open_cap is not None and max(opened_costs) > open_cap + 1e-9):
                 continue
             key = (reg, over, -g.threshold, -g.headroom)
             if best is None or reg < best[0][0] - NEAR or (abs(reg - best[0][0]) <= NEAR and key[1:] < best[0][1:]):
                 best = (key, g)
-    return replace(best[1], cap=cap), 100 * best[0][0]
+    return replace(best[1], cap=cap, open_cap=open_cap), 100 * best[0][0]
 
 
 def judged_on_other_half(pairs: Sequence[tuple]) -> dict:
@@ -161,13 +182,16 @@ def judged_on_other_half(pairs: Sequence[tuple]) -> dict:
 def summarize_gated(pairs: Sequence[tuple[dict, str, float]], rows: Sequence[dict],
                     tie_margin: float = TIE_MARGIN) -> dict:
     """What `meta.cv.SPLIT.methods["gated race"]` holds: regret (points), decision accuracy, mean
-    overhead, flip rate across seeds, the two stricter judgments, and per pool source its regret
+    overhead, the share of rows where it opened and the mean overhead of those races alone (what a
+    user whose gate opens pays), flip rate across seeds, the two stricter judgments, and per pool source its regret
     and overhead."""
     if not pairs:
         return {"rows": 0, "regret": None, "decision_accuracy": None, "overhead": None}
+    raced = [o for *_, o in pairs if o > 0]
     out = {"rows": len(pairs), "regret": 100 * mean(regret(r, c) for r, c, _ in pairs),
            "decision_accuracy": mean(is_right(r, c, tie_margin) for r, c, _ in pairs),
-           "overhead": mean(o for *_, o in pairs), **flips([(r, c) for r, c, _ in pairs]),
+           "overhead": mean(o for *_, o in pairs), "opened": len(raced) / len(pairs),
+           "overhead_where_open": mean(raced) if raced else None, **flips([(r, c) for r, c, _ in pairs]),
            "other_seed": judged_on_other_repeats(pairs, rows), "other_half": judged_on_other_half(pairs),
            "by_source": {}}
     for s in sorted({r["source"] for r, *_ in pairs}):

@@ -20,9 +20,9 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from capacity_advisor.models.numbers import number, whole
-from capacity_advisor.models.errors import InputError
-from capacity_advisor.models.jsonl import read_jsonl
+from capacity_advisor.core.numbers import number, whole
+from capacity_advisor.core.errors import InputError
+from capacity_advisor.core.jsonl import read_jsonl
 from capacity_advisor.models.lab.ladder import LAB_TEACHER
 from capacity_advisor.training.manifest import option_of, option_order, schedule_of
 
@@ -146,7 +146,7 @@ def read_records(path: str | Path) -> list[dict]:
     if p.is_dir():
         raise InputError(f"{path} is a folder: name its records file (e.g. {p / 'records.jsonl'}); a published "
                          "calibration folder is read by `advisor lab replay FOLDER --out FILE`")
-    from capacity_advisor.models.files import special_kind
+    from capacity_advisor.core.files import special_kind
 
     kind = special_kind(p)
     if kind is not None:

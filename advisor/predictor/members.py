@@ -24,10 +24,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from capacity_advisor.models.numbers import number, whole
+from capacity_advisor.core.numbers import number, whole
 from capacity_advisor.advisor.predictor.forest import Forest, check_trees, tree_arrays
 from capacity_advisor.advisor.predictor.labels import matrix, options_in
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.training.manifest import SETS, option_order
 
 RIDGE_MARGIN = 0.005  # accuracy a set must be predicted to gain over D_high before it is preferred

@@ -44,7 +44,7 @@ from capacity_advisor.advisor.predictor.evaluate import (
 from capacity_advisor.advisor.predictor.labels import inputs, model_inputs
 from capacity_advisor.advisor.predictor.priors import PAPER_FROM, paper_prior_advice
 from capacity_advisor.advisor.predictor.proxy_rule import choose_rule, either, rule_picks
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 
 DISTANCES = (0.5, 0.75, 1.0, 1.5, 2.0, math.inf)
 WITHOUT_PROXIES = "without own proxies"  # proxy split: the large student fitted without its source's small students
@@ -268,10 +268,11 @@ def select_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str |
 def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str | Sequence[str],
                     features: Sequence[str], n_members: int = 8, seed: int = 0, jobs: int = 1
                     ) -> tuple[str, Policy, dict, list[dict]]:
-    """`select_policy`'s choice, and the chosen kind's held-out measurements on the first split
-    (empty where nothing was measured), from which a gate is chosen (`with_gate`). Where the rows
-    carry their runs' curves, the kind is the one whose policy with its best gate (within the
-    shipped cap, gate.CAP) loses least on the first split: the gated race is what ships."""
+    """`select_policy`'s choice, and the chosen kind's held-out measurements, one list per split
+    (none where nothing was measured), from which a gate is chosen (`with_gate`: with several
+    splits, for the worst of them). Where the rows carry their runs' curves, the kind is the one
+    whose policy with its best gate (within the shipped cap, gate.CAP) loses least over the
+    splits: the gated race is what ships."""
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     splits = (split,) if isinstance(split, str) else tuple(split)
     if not all(folds(rows, s) for s in splits):
@@ -282,25 +283,30 @@ def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str
         measured = [fold_measurements(rows, s, kind, features, n_members, seed, jobs) for s in splits]
         policy = choose_policy(*measured)
         scores[kind] = 100 * max(_policy_regret(m, policy) for m in measured)
-        key = best_gate(measured[0], policy)[1] if gated else scores[kind]
+        key = best_gate(measured[0], policy, CAP, *measured[1:])[1] if gated else scores[kind]
         if best is None or key < best[3] - 1e-9:
-            best = (kind, policy, measured[0], key)
+            best = (kind, policy, measured, key)
     return best[0], best[1], scores, best[2]
 
 
-def with_gate(policy: Policy, measured: Sequence[dict], cap: float = CAP) -> Policy:
-    """`policy` with the gate chosen on its held-out `measured` under `cap`; unchanged where the
-    rows carry no curves to replay a race on (`races.with_curves`) or nothing was measured."""
+def with_gate(policy: Policy, measured: Sequence, cap: float = CAP, open_cap: float | None = None) -> Policy:
+    """`policy` with the gate chosen on its held-out `measured` under `cap` — one set of
+    measurements, or one per split (`measured_policy`'s): then the gate whose worst regret over
+    the splits is lowest, each split's overhead within the cap —; unchanged where the rows carry
+    no curves to replay a race on (`races.with_curves`) or nothing was measured."""
     from dataclasses import replace
 
-    if not measured or not all("curves" in m["row"] for m in measured):
+    sets = [list(m) for m in measured] if measured and isinstance(measured[0], (list, tuple)) else [list(measured)]
+    sets = [m for m in sets if m]
+    if not sets or not all("curves" in m["row"] for ms in sets for m in ms):
         return policy
-    return replace(policy, gate=choose_gate(measured, policy, cap))
+    return replace(policy, gate=choose_gate(sets[0], policy, cap, *sets[1:], open_cap=open_cap))
 
 
 def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Sequence[str] = "lightgbm",
                    features: Sequence[str] | None = None, n_members: int = 8, tie_margin: float = TIE_MARGIN,
-                   seed: int = 0, jobs: int = 1, policy_split: str | Sequence[str] | None = None) -> dict:
+                   seed: int = 0, jobs: int = 1, policy_split: str | Sequence[str] | None = None,
+                   open_cap: float | None = None) -> dict:
     """Every method held out by `split`: the policy — its model kind (one of `kind`, when several)
     and thresholds chosen on each outer fold's training rows only, by an inner leave-one-
     `policy_split`-out (default the same split; several: the worse of them; UNTRIED where those
@@ -308,7 +314,8 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     the predictor alone (that kind's argmax), the constant rules, the size rule, and the noise floor;
     each with its flip rate across seeds, and for the policy and the predictor the spread of
     P(D_low) across a cell's seeds (`p_low_spread`, the mean range). Where the rows carry their
-    runs' curves (`races.with_curves`), also the gated race (`gated_methods`)."""
+    runs' curves (`races.with_curves`), also the gated race (`gated_methods`), its races held to
+    `open_cap` of a run on average where it opens, when given."""
     from capacity_advisor.advisor.predictor.labels import PROBE_FEATURES
 
     features = tuple(features or PROBE_FEATURES)
@@ -327,7 +334,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
         outer = held_out(train, test, fold_kind, features, n_members, seed, jobs)
         if split != PROXY and all("curves" in r for r in rows):
             for cap in CAPS:
-                gate = with_gate(policy, inner, cap).gate
+                gate = with_gate(policy, inner, cap, open_cap).gate
                 gated.setdefault(cap, []).extend(gated_picks(outer, policy, gate) if gate else [])
                 if cap == CAP and gate is not None:
                     chosen[name]["race"] = gate.to_dict()

@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from capacity_advisor.advisor.predictor.advice import Advice
-from capacity_advisor.models.errors import InputError
+from capacity_advisor.core.errors import InputError
 
 LAB_PRIOR_FEATURES = ("log10_params", "budget", "log10_params_x_budget")
 PAPER_FROM = 1e8  # students at least this large are answered by the paper's findings

@@ -22,7 +22,7 @@ from statistics import mean
 from typing import Sequence
 
 from capacity_advisor.advisor.predictor.evaluate import PROXY_CUT, regret
-from capacity_advisor.models.numbers import number, whole
+from capacity_advisor.core.numbers import number, whole
 from capacity_advisor.advisor.predictor.labels import ranking_sum as ranking_sum_of
 
 TOPS = (1, 2, 3, None)  # the largest 1, 2, 3 proxies, or all of them

@@ -16,6 +16,7 @@ the student `lab:NAME`, never the folder.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -67,9 +68,17 @@ def folder(name: str) -> Path:
 
 
 def is_ready(name: str) -> bool:
-    from capacity_advisor.models.gguf import is_converted
+    """Whether the student's folder is converted, and from the file its entry names (source.json's
+    SHA-256): a folder converted from the file of an older entry is not this student."""
+    from capacity_advisor.models.gguf import SOURCE_FILE, is_converted
 
-    return is_converted(folder(name))
+    target = folder(name)
+    if not is_converted(target):
+        return False
+    try:
+        return json.loads((target / SOURCE_FILE).read_text()).get("sha256") == PRETRAINED[name].sha256
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def locate(p: Pretrained) -> Path | None:
@@ -121,6 +130,8 @@ def path(name: str, say: Callable[[str], None] | None = None) -> Path:
     if digest != p.sha256:
         raise InputError(f"{src} is not the file lab:{name} names (SHA-256 {digest[:16]}…, expected {p.sha256[:16]}…): "
                          f"remove it and {how_to_get(p)}")
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)  # converted from another file (an older entry's) or unfinished: replaced
     return convert(src, target, digest, say)
 
 

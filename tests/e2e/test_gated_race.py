@@ -43,9 +43,36 @@ def test_the_gate_opens_where_d_low_may_win_and_stays_within_its_cap():
     assert [c for _, c, _ in picks] == ["low"] * 2 + ["high"] * 8
     overhead = sum(o for *_, o in picks) / len(picks)
     assert 0 < overhead <= 0.2 and all(o == 0 for *_, o in picks[2:])  # a shut gate costs nothing
+    # the races it opens held to half a run each on average: none waits long enough for this D_low
+    # (it overtakes at 60 %), so no gate beats the shut one, which costs nothing
+    halved = choose_gate(measured, ALWAYS_HIGH, 0.2, open_cap=0.5)
+    assert halved.open_cap == 0.5 and Gate.from_dict(halved.to_dict()) == halved
+    opened = [o for *_, o in gated_picks(measured, ALWAYS_HIGH, halved) if o > 0]
+    assert not opened or sum(opened) / len(opened) <= 0.5
     # no room for a race: the gate never opens, and the advice is the policy's set
     shut = choose_gate(measured, ALWAYS_HIGH, cap=0.0)
     assert all(c == "high" and o == 0 for _, c, o in gated_picks(measured, ALWAYS_HIGH, shut))
+
+
+def test_a_gate_chosen_over_several_splits_is_chosen_for_the_worst_of_them():
+    """Left out by source, the predictor is sure of D_low's rows (P(D_low) 0.7); left out by task it is
+    less sure of them (0.3): the source split alone chooses the most cautious gate that serves it
+    (0.7), which stays shut on the task split's D_low rows; both splits together open it lower."""
+    by_source = [row("a", 0.7, True)[0] for _ in range(2)] + [row("b", 0.05, False)[0] for _ in range(8)]
+    by_task = [row("a", 0.3, True)[0] for _ in range(2)] + [row("b", 0.05, False)[0] for _ in range(8)]
+    alone = choose_gate(by_source, ALWAYS_HIGH, 0.2)
+    assert 0.3 < alone.threshold <= 0.7
+    missed = gated_picks(by_task, ALWAYS_HIGH, alone)
+    assert [c for _, c, _ in missed][:2] == ["high", "high"]  # on a new task it stays shut where D_low wins
+    both = choose_gate(by_source, ALWAYS_HIGH, 0.2, by_task)
+    for measured in (by_source, by_task):
+        picks = gated_picks(measured, ALWAYS_HIGH, both)
+        assert [c for _, c, _ in picks][:2] == ["low", "low"] and sum(o for *_, o in picks) / len(picks) <= 0.2
+    assert Policy(margin=2.0).choose({"high": 0.6, "low": 0.4}, False, 0.0) == "high"
+    from capacity_advisor.advisor.predictor.policy import with_gate
+
+    assert with_gate(ALWAYS_HIGH, [by_source, by_task], 0.2).gate == both
+    assert with_gate(ALWAYS_HIGH, by_source, 0.2).gate == alone and with_gate(ALWAYS_HIGH, [], 0.2) == ALWAYS_HIGH
 
 
 def test_the_gate_reads_the_probes_own_contrast_too():

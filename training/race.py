@@ -249,7 +249,20 @@ class Segments:
             self.lm = loading.load_model(self.m.model_spec, device="cpu", dtype=self.checked[s].precision[0])
         here = {k: self.kw[k] for k in ("device", "dtype", "threads")}
         sft.run_sft(self.runs[s], self.folders[s], lm=self.lm, pause_after_evals=1 if pause else None, store=False,
-                    keep_best=True, stream=self.stream, **here)
+                    keep_best=True, stream=self.stream, step0_row=self.base_row(s), **here)
+
+    def base_row(self, s: str) -> dict | None:
+        """The base student's evaluation (step 0) the other raced run made already: both runs start
+        from the same student and are judged on the same problems with the same settings (their
+        manifests differ in `dataset` only), so it is not made again. None before it exists."""
+        from capacity_advisor.training.callbacks import read_curve
+
+        for other in RACED:
+            if other != s:
+                row = next((r for r in read_curve(self.folders[other] / "eval.jsonl") if r.get("step") == 0), None)
+                if row is not None:
+                    return row
+        return None
 
     def _launched(self, s: str, pause: bool) -> None:
         import subprocess

@@ -73,6 +73,16 @@ def test_race_stops_once_one_set_leads_for_k_evaluations(clear_race):
     assert [s["run_id"] for s in store] == [record["run_id"]]
 
 
+def test_the_base_is_evaluated_once_for_both_raced_runs(clear_race):
+    """Both runs start from the same student and are judged on the same problems: the second takes
+    the first's step-0 evaluation whole (its timing too) instead of generating it again."""
+    _, _, out, _ = clear_race
+    first, second = ([json.loads(x) for x in (out / "race" / s / "eval.jsonl").read_text().splitlines()][0]
+                     for s in ("high", "low"))
+    assert first["step"] == 0 and first["eval_seconds"] > 0
+    assert second == first
+
+
 def test_the_continued_winner_equals_an_uninterrupted_run(clear_race):
     import torch
 

@@ -4,6 +4,8 @@ one source after another, each resumable (a killed sweep goes on where it stoppe
     python -m experiments.real_sweep --out runs/real                 # every source, seeds 0 and 1
     python -m experiments.real_sweep --out runs/real --sources linear-scripted --seeds 0
     python -m experiments.real_sweep --out runs/real --per-seed     # SOURCE-s0 for every source, then SOURCE-s1
+    python -m experiments.real_sweep --out runs/real --stash calibration/in-progress/real     # carry it (no weights)
+    python -m experiments.real_sweep --out runs/real --restore calibration/in-progress/real   # ... and go on with it
 
 Each source is one `advisor calibrate` folder, OUT/SOURCE, made exactly as a user's own calibration
 is: the student scores every candidate, the probe `advisor recommend` runs measures it, and full
@@ -17,8 +19,11 @@ The pools are calibration/real/pools/TASK-TEACHER.jsonl (`experiments.real_pools
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
+
+from capacity_advisor.advisor.lab.stash import restore_calibration, stash_calibration
 
 POOLS = Path("calibration/real/pools")
 STUDENT = "lab:smollm2-135m"
@@ -54,10 +59,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--per-seed", action="store_true",
                     help="one folder per source and seed (SOURCE-sSEED), each seed's units run for every source in turn")
+    ap.add_argument("--stash", metavar="DIR", help="only stash each folder of OUT that these sources and seeds name "
+                    "into DIR/FOLDER.tar.gz (finished runs, no weights), to carry the sweep in the repository")
+    ap.add_argument("--restore", metavar="DIR", help="first restore each folder missing from OUT from its stash in DIR")
     args = ap.parse_args(argv)
     seeds = tuple(int(s) for s in args.seeds.split(","))
     jobs = [(source, (seed,)) for seed in seeds for source in args.sources.split(",")] if args.per_seed else \
         [(source, seeds) for source in args.sources.split(",")]
+    names = list(dict.fromkeys(folder(source, s, args.per_seed) for source, s in jobs))
+    if args.stash:
+        for name in names:
+            if (Path(args.out) / name).is_dir():
+                print(json.dumps(stash_calibration(Path(args.out) / name, Path(args.stash))), flush=True)
+        return 0
+    if args.restore:
+        for name in names:
+            if restore_calibration(Path(args.restore), Path(args.out), name):
+                print(f"{name}: restored from {args.restore}", flush=True)
     for source, unit_seeds in jobs:
         if not (POOLS / f"{source}.jsonl").is_file():
             print(f"{source}: no pool yet ({POOLS / f'{source}.jsonl'}), skipped", flush=True)

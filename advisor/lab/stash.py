@@ -152,3 +152,95 @@ def restore_sources(stashed: Path, work: Path, names: list[str]) -> list[str]:
         raise InputError(f"{stashed} is not a folder of stashes (NAME.tar.gz): name the folder `advisor lab stash` wrote")
     check_writable_dir(work, "--work")  # where the sources are unpacked: refused before any is
     return [name for name in names if restore(Path(stashed), Path(work), name)]
+
+
+# ---- a calibration on a pool of one's own (`advisor calibrate --out FOLDER`) ----------------------
+
+# What stands for the folder's own path in a stashed file (its config, manifests and records name
+# it): the repository keeps no machine's path, and restoring puts the new folder's path back.
+FOLDER_MARK = "<calibration folder>"
+LEFT_OUT = (".png",)  # plots are redrawn; checkpoints, locks and temporaries are never kept
+
+
+def calibration_files(folder: Path) -> tuple[list[Path], int]:
+    """(the files a stash of an `advisor calibrate` folder holds, how many full runs are finished):
+    its config.json and held-out problems; per unit its scores, selected sets, probe (report, each
+    probe run's config, evaluations and record) and each finished run (record, evaluations,
+    config and manifest). No checkpoint, plot, lock or unfinished run: a restored folder resumes
+    with every finished run kept and an unfinished one started again."""
+    def kept(p: Path, under: Path) -> bool:
+        parts = p.relative_to(under).parts
+        return p.is_file() and not p.name.startswith(".") and p.suffix not in LEFT_OUT \
+            and not any(x.startswith("checkpoint-") or x.startswith(".") for x in parts)
+
+    files = [p for p in (folder / "config.json", folder / "eval.jsonl") if p.is_file()]
+    done = 0
+    units = sorted(p for p in (folder / "units").iterdir() if p.is_dir()) if (folder / "units").is_dir() else []
+    for unit in units:
+        for stage in ("score", "data"):
+            files += sorted(p for p in (unit / stage).rglob("*") if kept(p, unit))
+        if (unit / "probe" / "probe.json").is_file():
+            files += sorted(p for p in (unit / "probe").rglob("*") if kept(p, unit))
+        for run in sorted(p for p in unit.iterdir() if p.is_dir() and p.name not in ("score", "data", "probe")):
+            if (run / "record.json").is_file():
+                files += sorted(p for p in run.iterdir() if kept(p, unit))
+                files += [p for p in (unit / f"{run.name}.manifest.json",) if p.is_file()]
+                done += 1
+    return files, done
+
+
+def stash_calibration(folder: Path, dest: Path) -> dict:
+    """DEST/NAME.tar.gz (NAME: the folder's name) from an `advisor calibrate` folder (see
+    `calibration_files`), its own path written as FOLDER_MARK; what was kept."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file() or json.loads((folder / "config.json").read_text()).get("stage") \
+            != "calibrate-pool":
+        raise InputError(f"{folder} is not an `advisor calibrate` folder (its config.json says how it ran): name the "
+                         "folder `advisor calibrate --out` wrote")
+    files, done = calibration_files(folder)
+    here = str(folder.resolve()).encode()
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=9) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        for f in files:
+            data = f.read_bytes().replace(here, FOLDER_MARK.encode())
+            info = tarfile.TarInfo(f"{folder.name}/{f.relative_to(folder).as_posix()}")
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
+    check_writable_dir(dest, "the stash folder").mkdir(parents=True, exist_ok=True)
+    tmp = dest / f".{folder.name}.tar.gz.tmp"
+    tmp.write_bytes(buf.getvalue())
+    tmp.replace(dest / f"{folder.name}.tar.gz")
+    return {"folder": folder.name, "runs_done": done, "files": len(files), "bytes": len(buf.getvalue())}
+
+
+def restore_calibration(stashed: Path, work: Path, name: str) -> bool:
+    """Unpack STASHED/NAME.tar.gz into WORK/NAME when that folder does not exist, the folder's own
+    path put back where the stash marks it; True if it did. Whole or not at all, every member
+    checked as `restore` checks a sweep's stash."""
+    archive = Path(stashed) / f"{name}.tar.gz"
+    target = Path(work) / name
+    if target.exists() or not os.path.lexists(archive):
+        return False
+    kind = special_kind(archive)
+    if kind is not None:
+        raise InputError(f"{archive} is {kind}, not a stash archive: delete it, or stash the folder again")
+    check_writable_dir(Path(work), "the folder to restore into").mkdir(parents=True, exist_ok=True)
+    tmp = Path(work) / f".{name}.restore-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    here = str(target.resolve()).encode()
+    try:
+        check_unpacked_size(archive)
+        with tarfile.open(archive, "r:gz") as tar:
+            tar.extractall(tmp, members=stashed_members(tar, archive, name), filter="data")
+        for f in (tmp / name).rglob("*"):
+            if f.is_file():
+                data = f.read_bytes()
+                if FOLDER_MARK.encode() in data:
+                    f.write_bytes(data.replace(FOLDER_MARK.encode(), here))
+        os.rename(tmp / name, target)
+    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+        raise InputError(f"{archive} cannot be unpacked ({type(e).__name__}: {str(e)[:120]}): it is damaged; stash the "
+                         "folder again, or delete the archive to start over") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return True

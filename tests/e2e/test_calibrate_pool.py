@@ -248,3 +248,60 @@ def test_calibrate_over_two_processes_resumes_after_kill_9(lab_home, tiny_llama,
         assert rec["settings"]["processes"] == 2 and rec["settings"]["sharding"] == "ddp"
         assert [e["step"] for e in rec["evals"]][0] == 0 and rec["epochs"] == 4
         assert rec["provenance"]["resumed_from_step"] == killed.get(rec["strategy"]), (rec["strategy"], killed)
+
+
+def test_a_stashed_calibration_restores_elsewhere_and_resumes_without_training_again(pool, tiny_llama, tmp_path):
+    """experiments.real_sweep --stash / --restore (advisor/lab/stash.py): the finished runs of an
+    `advisor calibrate` folder travel without weights or this machine's paths, and the folder
+    restored under another path is resumed by the same command with nothing trained again."""
+    import tarfile
+
+    from capacity_advisor.advisor.lab.stash import restore_calibration, stash_calibration
+
+    out = tmp_path / "here" / "cal"
+    args = ["calibrate", "--students", tiny_llama, "--pool", pool, "--json", *SMALL]
+    assert run(*args, "--out", out).exit_code == 0
+    records = (out / "records.jsonl").read_text()
+    kept = stash_calibration(out, tmp_path / "stash")
+    assert kept["runs_done"] == 3 and kept["folder"] == "cal"
+    with tarfile.open(tmp_path / "stash" / "cal.tar.gz") as tar:
+        names = tar.getnames()
+        text = b"".join(tar.extractfile(m).read() for m in tar.getmembers())
+    # the folder's own path is marked (its inputs' paths, the student and pool given, are the command's own)
+    assert str(out).encode() not in text and str(out.resolve()).encode() not in text
+    assert not any("checkpoint-" in n or n.endswith(".png") for n in names)
+    assert any(n.endswith("/probe/probe.json") for n in names) and sum(n.endswith("/record.json") for n in names) >= 3
+
+    moved = tmp_path / "there"
+    assert restore_calibration(tmp_path / "stash", moved, "cal")
+    assert not restore_calibration(tmp_path / "stash", moved, "cal")  # a folder there already is left alone
+    finished = {p: p.stat().st_mtime_ns for p in (moved / "cal" / "units").rglob("record.json")}
+    r = run(*args, "--out", moved / "cal")
+    assert r.exit_code == 0, r.stderr
+    assert {p: p.stat().st_mtime_ns for p in finished} == finished  # no run trained again
+    assert not list((moved / "cal" / "units").rglob("checkpoint-*"))
+    assert (moved / "cal" / "records.jsonl").read_text() == records
+
+
+def test_a_damaged_or_hostile_calibration_stash_restores_nothing(tmp_path):
+    import io
+    import tarfile
+
+    from capacity_advisor.advisor.lab.stash import restore_calibration
+    from capacity_advisor.core.errors import InputError
+
+    stash = tmp_path / "stash"
+    stash.mkdir()
+    (stash / "cal.tar.gz").write_bytes(b"\x1f\x8b not a gzip stream")
+    with pytest.raises(InputError, match="damaged"):
+        restore_calibration(stash, tmp_path / "work", "cal")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:  # a member outside the folder it names
+        info = tarfile.TarInfo("cal/../../escaped.txt")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    (stash / "cal.tar.gz").write_bytes(buf.getvalue())
+    with pytest.raises(InputError, match="not a file inside cal/"):
+        restore_calibration(stash, tmp_path / "work", "cal")
+    assert not (tmp_path / "work" / "cal").exists() and not (tmp_path / "escaped.txt").exists()
+    assert not [p for p in (tmp_path / "work").iterdir()]  # no temporary left

@@ -84,24 +84,33 @@ def stash(work: Path, cfg: CalibrateConfig, name: str, dest: Path) -> dict:
 def restore(stashed: Path, work: Path, name: str) -> bool:
     """Unpack STASHED/NAME.tar.gz into WORK when WORK/NAME does not exist; True if it did (see the
     module doc: whole or not at all)."""
-    archive = stashed / f"{name}.tar.gz"
+    return unpack(Path(stashed) / f"{name}.tar.gz", Path(work), name, "the source again (`advisor lab stash`)",
+                  "to start the source over")
+
+
+def unpack(archive: Path, work: Path, name: str, again: str, over: str, fix=None) -> bool:
+    """ARCHIVE's members (each checked: `stashed_members`) unpacked into a temporary folder that
+    becomes WORK/NAME, when that folder does not exist and the archive does; True if it did.
+    `fix(folder)` may rewrite the unpacked files before the rename. `again` / `over` finish the
+    error lines: what to stash again, and what deleting the archive does."""
     if (work / name).exists() or not os.path.lexists(archive):
         return False
     kind = special_kind(archive)
     if kind is not None:  # a folder would restore nothing, a FIFO wait for a writer, a device never end
-        raise InputError(f"{archive} is {kind}, not a stash archive: delete it, or stash the source again "
-                         "(`advisor lab stash`)")
+        raise InputError(f"{archive} is {kind}, not a stash archive: delete it, or stash {again}")
+    check_writable_dir(work, "the folder to restore into").mkdir(parents=True, exist_ok=True)
     tmp = work / f".{name}.restore-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         check_unpacked_size(archive)
         with tarfile.open(archive, "r:gz") as tar:
-            members = stashed_members(tar, archive, name)
-            tar.extractall(tmp, members=members, filter="data")
+            tar.extractall(tmp, members=stashed_members(tar, archive, name), filter="data")
+        if fix:
+            fix(tmp / name)
         os.rename(tmp / name, work / name)
     except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise InputError(f"{archive} cannot be unpacked ({type(e).__name__}: {str(e)[:120]}): it is damaged; stash the "
-                         "source again, or delete the archive to start the source over") from None
+        raise InputError(f"{archive} cannot be unpacked ({type(e).__name__}: {str(e)[:120]}): it is damaged; stash "
+                         f"{again}, or delete the archive {over}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return True
@@ -217,30 +226,11 @@ def restore_calibration(stashed: Path, work: Path, name: str) -> bool:
     """Unpack STASHED/NAME.tar.gz into WORK/NAME when that folder does not exist, the folder's own
     path put back where the stash marks it; True if it did. Whole or not at all, every member
     checked as `restore` checks a sweep's stash."""
-    archive = Path(stashed) / f"{name}.tar.gz"
-    target = Path(work) / name
-    if target.exists() or not os.path.lexists(archive):
-        return False
-    kind = special_kind(archive)
-    if kind is not None:
-        raise InputError(f"{archive} is {kind}, not a stash archive: delete it, or stash the folder again")
-    check_writable_dir(Path(work), "the folder to restore into").mkdir(parents=True, exist_ok=True)
-    tmp = Path(work) / f".{name}.restore-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    here = str(target.resolve()).encode()
-    try:
-        check_unpacked_size(archive)
-        with tarfile.open(archive, "r:gz") as tar:
-            tar.extractall(tmp, members=stashed_members(tar, archive, name), filter="data")
-        for f in (tmp / name).rglob("*"):
-            if f.is_file():
-                data = f.read_bytes()
-                if FOLDER_MARK.encode() in data:
-                    f.write_bytes(data.replace(FOLDER_MARK.encode(), here))
-        os.rename(tmp / name, target)
-    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
-        raise InputError(f"{archive} cannot be unpacked ({type(e).__name__}: {str(e)[:120]}): it is damaged; stash the "
-                         "folder again, or delete the archive to start over") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return True
+    here = str((Path(work) / name).resolve()).encode()
+
+    def put_back(folder: Path) -> None:
+        for f in folder.rglob("*"):
+            if f.is_file() and FOLDER_MARK.encode() in (data := f.read_bytes()):
+                f.write_bytes(data.replace(FOLDER_MARK.encode(), here))
+
+    return unpack(Path(stashed) / f"{name}.tar.gz", Path(work), name, "the folder again", "to start over", put_back)

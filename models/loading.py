@@ -25,7 +25,7 @@ from capacity_advisor.core.numbers import number, whole
 from capacity_advisor.models.gguf import check_gguf, gguf_folder, is_gguf_path as named
 from capacity_advisor.models.lab.ladder import parse_name, recipe_hash, spec as lab_spec, student_path
 from capacity_advisor.models.lab.pretrained import check_available, path as pretrained_path, pretrained_name
-from capacity_advisor.models.template import check_chat_template
+from capacity_advisor.models.template import check_chat_template, declared_chat_template
 
 # transformers 5 reads `dtype=` when loading and a fractional `warmup_steps` as a share of all
 # steps; under 4.x the latter would silently mean almost no warm-up. pyproject.toml says the same.
@@ -312,6 +312,7 @@ def describe_config(spec: str) -> dict:
         raise InputError(f"could not read a model config for {spec!r}: {_why(e)}") from None
     local = path if os.path.isdir(path) else None
     desc = describe(model, None, spec, local)
+    desc["chat_template"] = declared_chat_template(local) if local else None  # what a loaded tokenizer would say
     desc["dtype"] = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "unknown").replace("torch.", "")
     has_weights = local is not None and any(p.suffix in _WEIGHT_SUFFIXES for p in Path(local).iterdir())
     if local and not has_weights:

@@ -45,6 +45,30 @@ def has_chat_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
+TOKENIZER_CONFIG_BYTES = 64 << 20  # a real tokenizer_config.json is kilobytes; a larger one is not read for this
+
+
+def declared_chat_template(folder) -> bool | None:
+    """Whether a model folder's tokenizer files declare a chat template, read without loading the
+    tokenizer (a config-only description, `models.loading.describe_config`): a chat_template.jinja
+    or .json file, or a `chat_template` in tokenizer_config.json. None where the folder holds no
+    tokenizer config to tell, or that config is not readable JSON (loading the tokenizer says why)."""
+    import json
+    from pathlib import Path
+
+    root = Path(folder)
+    if any((root / n).is_file() and (root / n).stat().st_size > 0 for n in ("chat_template.jinja", "chat_template.json")):
+        return True
+    cfg = root / "tokenizer_config.json"
+    if not cfg.is_file() or cfg.stat().st_size > TOKENIZER_CONFIG_BYTES:
+        return None
+    try:
+        obj = json.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return bool(obj.get("chat_template")) if isinstance(obj, dict) else None
+
+
 def template_id(tokenizer) -> str:
     """Names the rendering rule in cache keys: the chat template's hash, or 'plain'."""
     if has_chat_template(tokenizer):

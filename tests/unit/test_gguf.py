@@ -17,7 +17,7 @@ import torch
 
 from capacity_advisor.models import gguf
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.models.loading import load_model
+from capacity_advisor.models.loading import describe_config, load_model
 from helpers import CHAT_TEMPLATE, Ran, addition_pool, advisor, build_tiny, one_error_line, write_tiny_gguf
 
 PROMPT = "Question: what is 12 + 35? Answer: 47. Let us think step by step."
@@ -127,6 +127,24 @@ def test_the_chat_template_and_eos_survive_the_conversion(files):
     assert text == "<|im_start|>user\nwhat is 1 + 1?<|im_end|>\n<|im_start|>assistant\n"
     ids = tok(text).input_ids
     assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>") and ids.count(eos) == 1  # no BOS added; specials whole
+
+
+@pytest.mark.parametrize("kind", ["q4", "source"])
+def test_the_config_only_description_says_what_the_loaded_tokenizer_says_of_its_template(files, kind, tmp_path):
+    """`describe_config` (what `advisor recommend` writes into recommendation.json's model) reads the
+    template's presence from the folder's files; a recommendation of the real student said null."""
+    spec = str(files[kind])
+    assert describe_config(spec)["chat_template"] is load_model(spec, device="cpu").description["chat_template"]
+    plain = tmp_path / "plain"  # the same folder without its template: False, as the loaded tokenizer says
+    shutil.copytree(gguf.gguf_folder(files["q4"]) if kind == "q4" else files["source"], plain)
+    (plain / "chat_template.jinja").unlink(missing_ok=True)
+    cfg = json.loads((plain / "tokenizer_config.json").read_text())
+    cfg.pop("chat_template", None)
+    (plain / "tokenizer_config.json").write_text(json.dumps(cfg))
+    assert describe_config(str(plain))["chat_template"] is False
+    assert load_model(str(plain), device="cpu").description["chat_template"] is False
+    (plain / "tokenizer_config.json").write_text("{not json")  # unreadable: unknown, never a crash
+    assert describe_config(str(plain))["chat_template"] is None
 
 
 def test_a_tokenizer_beside_the_file_is_not_taken_for_the_files_own(files, tmp_path, monkeypatch):

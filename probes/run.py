@@ -165,13 +165,22 @@ def manifest_for(strategy: str, cfg: ProbeConfig, data: ProbeData, model: dict, 
     )
 
 
+EVALUATION = " evaluation at step "  # how `run_probe`'s progress names an evaluation's count (of problems)
+
+
+def evaluation_name(strategy: str, step: int) -> str:
+    """The progress name of one held-out evaluation of a probed set (the base's at step 0)."""
+    return f"{strategy}{EVALUATION}{step}" + (" (the base)" if step == 0 else "")
+
+
 def run_probe(student: Student, data: ProbeData, cfg: ProbeConfig, out_dir: str | Path,
               progress: Progress | None = None, lm=None, log: io.TextIOBase | None = None) -> "ProbeReport":
     """Run (or resume) the probe and write OUT/probe.json and OUT/probe.png; returns the report.
 
     `lm`: the base student already loaded (else loaded from its spec); without `cfg.learning_rate`,
     the student's rate. `log`: where the trainer's progress lines go (default: discarded;
-    `progress` reports steps instead).
+    `progress` reports steps instead, and each evaluation's problems generated under
+    `evaluation_name`).
     """
     from transformers import TrainerCallback
 
@@ -199,8 +208,11 @@ def run_probe(student: Student, data: ProbeData, cfg: ProbeConfig, out_dir: str 
     step0 = None
     for s in cfg.strategies:
         m = manifest_for(s, cfg, data, model, lr, out)
+        told = None if progress is None else (
+            lambda step, done, total, s=s: progress(evaluation_name(s, step), done, total))
         records[s] = sft.run_sft(m, out / s, device=cfg.device, dtype=cfg.dtype, lm=base, store=False,
-                                 callbacks=[_Steps(s)], stream=log or io.StringIO(), step0_row=step0)
+                                 callbacks=[_Steps(s)], stream=log or io.StringIO(), step0_row=step0,
+                                 eval_progress=told)
         curves[s] = _curve(out / s / "eval.jsonl")
         step0 = step0 or curves[s][0]
     # sequences trained x the set's mean length: the same count whether the probe resumed or not

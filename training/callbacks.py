@@ -171,7 +171,8 @@ class EvalCallback(TrainerCallback):
 
     def __init__(self, run_dir: Path, evaluator: Evaluator, evals_per_epoch: int, grad_accum: int, seed: int,
                  tokenizer, spec: str, eval_every: int | None = None, elapsed_before: float = 0.0, log=None,
-                 step0_row: dict | None = None, measure_every: int = 1, keep_best: bool = False):
+                 step0_row: dict | None = None, measure_every: int = 1, keep_best: bool = False,
+                 on_generated=None):
         self.run_dir = Path(run_dir)
         self.eval_file = self.run_dir / "eval.jsonl"
         self.evaluator = evaluator
@@ -195,6 +196,7 @@ class EvalCallback(TrainerCallback):
         self.t0 = time.perf_counter()
         self.last_row: dict | None = None
         self.keep_best = keep_best
+        self.on_generated = on_generated  # (step, prompts done, prompts) as an evaluation generates, on rank 0
 
     # elapsed wall time of the whole run, over every attempt
     def elapsed(self) -> float:
@@ -302,11 +304,20 @@ class EvalCallback(TrainerCallback):
         """Generations for every eval prompt, in order, on rank 0 (sharded over ranks)."""
         r, w = rank(), world()
         mine = list(range(r, len(self.eval_rows), w))
+        tick = None
+        if self.on_generated is not None and r == 0:  # rank 0 tells its own share
+            done = [0]
+
+            def tick(n: int) -> None:
+                done[0] += n
+                self.on_generated(step, done[0], len(mine))
+
+            self.on_generated(step, 0, len(mine))
         was_training = model.training
         model.eval()
         try:
             with full_params(self.trainer):
-                out = self.evaluator.generate(self._lm(model, args), mine, seed=self.seed + step)
+                out = self.evaluator.generate(self._lm(model, args), mine, seed=self.seed + step, progress=tick)
         finally:
             if was_training:
                 model.train()
@@ -397,6 +408,23 @@ class ProgressCallback(TrainerCallback):
                 f"{per:.2f} s/step eta {_hms(per * (total - step))}")
         if self.tty:
             self.stream.write("\r" + line.ljust(78) + ("\n" if step == total else ""))
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def evaluating(self, step: int, done: int, total: int, every: float = 30.0) -> None:
+        """How far an evaluation's generation has come (a real model's can take many minutes):
+        rewritten in place on a terminal, else a line at its start, every `every` seconds and at its end."""
+        if rank() != 0:
+            return
+        now = time.monotonic()
+        last = getattr(self, "_eval_shown", None)
+        if not self.tty and done and done < total and last is not None and now - last < every:
+            return
+        self._eval_shown = now
+        line = f"eval step {step}: {done}/{total} problems generated"
+        if self.tty:
+            self.stream.write("\r" + line.ljust(78))
         else:
             self.stream.write(line + "\n")
         self.stream.flush()

@@ -118,12 +118,14 @@ class Evaluator:
     def _backend(self, lm):
         return make_backend("hf", lm, token_budget=self.token_budget)
 
-    def generate(self, lm, indices: Sequence[int], seed: int = 0) -> list[dict]:
-        """Completions (dicts of text, n_tokens, finished) for the rows at `indices`."""
+    def generate(self, lm, indices: Sequence[int], seed: int = 0, progress=None) -> list[dict]:
+        """Completions (dicts of text, n_tokens, finished) for the rows at `indices`; `progress(n)`
+        hears each batch of n prompts finished."""
         if not indices:
             return []
         outs = self._backend(lm).generate([self.rows[i]["prompt"] for i in indices], self.max_new_tokens,
-                                          temperature=self.temperature, seed=seed, details=True)
+                                          temperature=self.temperature, seed=seed, details=True,
+                                          progress=progress)
         return [o[0] for o in outs]
 
     def measure(self, lm, gens: Sequence[dict], scores: bool = True) -> dict:

@@ -61,7 +61,7 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
             device: str = "auto", dtype: str = "auto", threads: int = 0, callbacks=(), stream=None,
             lm=None, store: bool = True, step0_row: dict | None = None, epochs: float | None = None,
             max_steps: int | None = None, pause_after_evals: int | None = None,
-            provenance: dict | None = None, keep_best: bool | None = None) -> dict:
+            provenance: dict | None = None, keep_best: bool | None = None, eval_progress=None) -> dict:
     """Train, evaluate, checkpoint, resume; return the RunRecord (also written to RUN/record.json).
 
     `lm`: the base student already in memory (a `LoadedModel`); a copy of it is trained, so
@@ -76,6 +76,8 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     along); a paused run writes no record and returns {"paused_at_step": STEP}.
     `provenance`: more keys for the record's provenance (what this run was part of).
     `keep_best`: keep the best evaluation's checkpoint as RUN/best/ (by default a stored run does).
+    `eval_progress(step, done, total)`: hears each evaluation's generation as it goes (prompts
+    done of the held-out set), beside the run's own progress line.
     """
     check_transformers()
     manifest_file = None if isinstance(manifest, Manifest) else str(Path(manifest).resolve())
@@ -114,7 +116,8 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
             "manifest": m.to_dict(), "dataset": str(m.dataset_path), "eval_set": str(m.eval_path) if m.eval_path else None})
     trainer, evaluator, rerank, collator = _trainer(m, checked, args, lm, base, teacher, run_dir, resume, progress,
                                                     step0_row, pause_after_evals, callbacks,
-                                                    keep_best=store if keep_best is None else keep_best)
+                                                    keep_best=store if keep_best is None else keep_best,
+                                                    eval_progress=eval_progress)
     _note_start(m, checked, trainer, settings, world, resume, progress)
     trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
 
@@ -215,7 +218,7 @@ def _settings(m: Manifest, checked: Checked, world: int, args, description: dict
 
 
 def _trainer(m: Manifest, checked: Checked, args, lm, base, teacher, run_dir: Path, resume, progress,
-             step0_row, pause_after_evals, callbacks, keep_best: bool):
+             step0_row, pause_after_evals, callbacks, keep_best: bool, eval_progress=None):
     """The HF Trainer with the protocol's callbacks (evaluations, curriculum, re-ranking, pause)."""
     from transformers import Trainer
     from transformers.trainer_callback import PrinterCallback, ProgressCallback as HFProgress
@@ -230,7 +233,7 @@ def _trainer(m: Manifest, checked: Checked, args, lm, base, teacher, run_dir: Pa
     evaluator = cbs.EvalCallback(run_dir, measure, t.evals_per_epoch, t.grad_accum, t.seed, tok, m.model_spec,
                                  eval_every=t.eval_every, elapsed_before=(marker or {}).get("elapsed", 0.0),
                                  log=progress.note, step0_row=step0_row, measure_every=e.measure_every,
-                                 keep_best=keep_best)
+                                 keep_best=keep_best, on_generated=_both(progress.evaluating, eval_progress))
     extra = [cbs.PauseCallback(evaluator, pause_after_evals)] if pause_after_evals else []
     rerank = None
     if t.rerank:
@@ -249,6 +252,18 @@ def _trainer(m: Manifest, checked: Checked, args, lm, base, teacher, run_dir: Pa
     if rerank is not None:
         rerank.trainer = trainer
     return trainer, evaluator, rerank, collator
+
+
+def _both(first, second):
+    """One callback that calls `first`, then `second` where there is one."""
+    if second is None:
+        return first
+
+    def both(*a):
+        first(*a)
+        second(*a)
+
+    return both
 
 
 def _finish(m: Manifest, checked: Checked, run_dir: Path, trainer, evaluator, rerank, settings: dict,

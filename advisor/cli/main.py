@@ -30,7 +30,7 @@ from capacity_advisor.advisor.cli.ui import console, emit_json, prepare, quiet_l
 from capacity_advisor.advisor.fit import FitSettings, MAX_JOBS, MAX_MEMBERS, fit_file
 from capacity_advisor.advisor.pools.generate import GenerateConfig, generate_pool
 from capacity_advisor.advisor.predictor import FEATURE_SETS
-from capacity_advisor.advisor.probe.stage import ProbeJob, probe_job, progress_label
+from capacity_advisor.advisor.probe.stage import ProbeJob, probe_job, progress_label, progress_unit
 from capacity_advisor.advisor.recommendation.recommend import RecommendConfig, recommend as run
 from capacity_advisor.advisor.scoring.compute import PROBLEM_FILTERS
 from capacity_advisor.advisor.scoring.jobs import ScoreJob, SelectJob, score_file, select_file
@@ -200,7 +200,8 @@ def probe(strategies, as_json, **kw):
     job = take(ProbeJob, kw, strategies=names(strategies, "--strategies"), recipe=recipe_given(kw),
                pool_options=vars(pool_settings(kw)))
     with work("steps") as w:
-        result = probe_job(job, say=w.status, progress=lambda s, step, total: w.steps(progress_label(s, ""), step, total))
+        result = probe_job(job, say=w.status, progress=lambda s, step, total: w.steps(progress_label(s, ""), step, total,
+                                                                      unit=progress_unit(s)))
     if as_json:
         emit_json({"features": result["features"], "cost": result["cost"], "chosen": result["chosen"],
                    "notes": result["notes"], "probe": str(Path(job.out) / "probe.json")})
@@ -306,7 +307,8 @@ def recommend(as_json, **kw):
     quiet_libraries()
     cfg = take(RecommendConfig, kw, recipe=recipe_given(kw), pool_options=vars(pool_settings(kw)))
     with work("steps") as w:
-        result = run(cfg, status=w.status, progress=lambda s, step, total: w.steps(progress_label(s), step, total))
+        result = run(cfg, status=w.status, progress=lambda s, step, total: w.steps(progress_label(s), step, total,
+                                                                 unit=progress_unit(s)))
     if as_json:
         emit_json(result.as_dict())
     else:

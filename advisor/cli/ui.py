@@ -99,10 +99,10 @@ class Work:
             self.tasks[self._status]["description"] = None  # so the first report is a new stage
         self.update(self._status, description=message, total=None)
 
-    def steps(self, label: str, done: int, total: int) -> None:
-        """The count of the stage named `label` (a task per label)."""
+    def steps(self, label: str, done: int, total: int, unit: str | None = None) -> None:
+        """The count of the stage named `label` (a task per label), in `unit` (the verb's by default)."""
         if label not in self._labels:
-            self._labels[label] = self.add_task(label, total=total)
+            self._labels[label] = self.add_task(label, total=total, unit=unit)
         self.update(self._labels[label], total=total, completed=done)
 
     def start(self, description: str, total: int, done: int = 0, unit: str | None = None,

@@ -26,7 +26,7 @@ from capacity_advisor.core.numbers import whole
 from capacity_advisor.models import loading
 from capacity_advisor.models.template import prompt_ids
 from capacity_advisor.probes.recipe import REAL, flag
-from capacity_advisor.probes.run import ProbeConfig, ProbeData, ProbeReport, run_probe
+from capacity_advisor.probes.run import EVALUATION, ProbeConfig, ProbeData, ProbeReport, run_probe
 from capacity_advisor.probes.student import Student, student_of
 from capacity_advisor.training import text_metrics as metrics
 from capacity_advisor.training.manifest import DEFAULT_MIX
@@ -104,6 +104,14 @@ SCORING = "scoring"  # what `probe_pool`'s progress names the scoring by (its ot
 def progress_label(name: str, prefix: str = "probe ") -> str:
     """How a progress display names one of `probe_pool`'s counts: the scoring, or a probed set."""
     return "scoring candidates" if name == SCORING or name.startswith(SCORING + " ") else f"{prefix}D_{name}"
+
+
+def progress_unit(name: str) -> str:
+    """What one of `probe_pool`'s counts counts: candidates scored, problems generated in an
+    evaluation (`probes.run.evaluation_name`), or training steps."""
+    if name == SCORING or name.startswith(SCORING + " "):
+        return "candidates"
+    return "problems" if EVALUATION in name else "steps"
 
 
 def given_scores(path: str, pool: Pool, score: str = DEFAULT_RANKING, skip_tokens: int | None = None) -> dict:

@@ -7,14 +7,14 @@ import pytest
 import torch
 
 from capacity_advisor.advisor.pools.read import read_pool
-from capacity_advisor.advisor.probe.stage import build_probe_data
+from capacity_advisor.advisor.probe.stage import build_probe_data, progress_unit
 from capacity_advisor.advisor.scoring.score import ScoreConfig, score_pool
 from capacity_advisor.advisor.scoring.select import load_scores
 from capacity_advisor.training import text_metrics as metrics
 from capacity_advisor.models.loading import load_model
 from capacity_advisor.models.template import encode_pair
 from capacity_advisor.probes.recipe import REAL
-from capacity_advisor.probes.run import ProbeConfig, run_probe, truncate
+from capacity_advisor.probes.run import EVALUATION, ProbeConfig, evaluation_name, run_probe, truncate
 from capacity_advisor.probes.student import student_of
 
 LOOP = "First 3+4=7. Then 7*2=14. Then 14-1=13. Then 13-1=12. Then 12-1=11. " + "Then 11-1=10. " * 8
@@ -78,7 +78,17 @@ def test_probe_report_numbers(tiny_llama, tmp_path):
     cfg = probe_config(steps=16)
     lm, data = _data(tiny_llama, tmp_path, cfg)
     assert data.checker == "math" and len(data.train["high"]) == 18 and len(data.eval_prompts) == 6
-    report = run_probe(student_of(tiny_llama), data, cfg, tmp_path / "probe", lm=lm)
+    heard = []
+    report = run_probe(student_of(tiny_llama), data, cfg, tmp_path / "probe", lm=lm,
+                       progress=lambda name, done, total: heard.append((name, done, total)))
+    # progress tells each held-out evaluation's generation as it goes (a real model's takes minutes),
+    # from 0 to all 6 problems, besides the training steps; the base is evaluated once, for both sets
+    ends = [n for n, done, total in heard if done == total == 6 and EVALUATION in n]
+    assert ends == [evaluation_name("high", st) for st in (0, 4, 8, 12, 16)] + [
+        evaluation_name("low", st) for st in (4, 8, 12, 16)]
+    assert all((n, 0, 6) in heard for n in ends)
+    assert ("high", 16, 16) in heard and ("low", 16, 16) in heard
+    assert [progress_unit(n) for n in ("high", ends[0], "scoring")] == ["steps", "problems", "candidates"]
     saved = json.loads((tmp_path / "probe" / "probe.json").read_text())
     assert saved["curves"].keys() == {"high", "low"} and (tmp_path / "probe" / "probe.png").stat().st_size > 1000
     for curve in report.curves.values():

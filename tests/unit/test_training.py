@@ -156,6 +156,10 @@ def test_single_process_run_writes_checkpoints_evals_and_record(tmp_path, tiny_q
     record = json.loads((run / "record.json").read_text())
     check_run(run, record)
     assert record["settings"]["template"] == "chat" and record["settings"]["processes"] == 1
+    n = json.loads((run / "eval.jsonl").read_text().splitlines()[0])["n_eval"]  # each evaluation's generation is told from its start to its end
+    for e in record["evals"]:
+        assert f"eval step {e['step']}: 0/{n} problems generated" in r.stderr
+        assert f"eval step {e['step']}: {n}/{n} problems generated" in r.stderr
     best = record["best_checkpoint"]  # the summary names the folder to load
     assert json.loads(r.stdout)["best_checkpoint"] == {"path": str(run / "best"), "step": best["step"],
                                                        "epoch": best["epoch"], "accuracy": best["accuracy"]}

@@ -6,7 +6,10 @@ for probes, every `eval_every` steps — right after that step's checkpoint is w
 process generates for its own slice of the held-out prompts (rows rank, rank + world, ...); the
 texts are gathered on rank 0, which measures them (`training.evaluate.Evaluator`) and writes the row. A checkpoint is saved at each
 of those steps, and a marker (`advisor_state.json`: the eval row and the time spent so far) is
-written into it last, so a checkpoint without its marker is known to be incomplete.
+written into it last. The Trainer's rotation deletes the checkpoint before as soon as the new one
+is saved, before its evaluation (minutes on a real model): a run killed during that evaluation
+resumes from the unmarked checkpoint, evaluates its step first (the step's training loss and
+learning rate read from the checkpoint's log history) and marks it.
 
 `eval.jsonl` is keyed by step: a row recomputed after a resume replaces the old one.
 
@@ -214,6 +217,29 @@ class EvalCallback(TrainerCallback):
                     upsert_eval_row(self.eval_file, {**self.step0_row, "step": 0, "epoch": 0.0})
             elif not done:
                 self._evaluate(model, state, args)
+        elif state.global_step in self.schedule:
+            self._finish_interrupted(model, state, args)
+
+    def _finish_interrupted(self, model, state, args) -> None:
+        """Resumed from a checkpoint whose evaluation a kill interrupted (no marker): evaluate that
+        step as the uninterrupted run did (its loss from the log history), then mark it."""
+        step = state.global_step
+        ckpt = self.run_dir / f"checkpoint-{step}"
+        todo = gather_to_main((marker_of(ckpt) is None, step not in {r["step"] for r in read_curve(self.eval_file)})
+                              if rank() == 0 else None)[0]
+        if not todo[0]:
+            return
+        if todo[1]:
+            before = max((s for s in self.schedule if s < step), default=0)
+            logged = [h for h in state.log_history if isinstance(h.get("step"), int) and before < h["step"] <= step]
+            self.losses = [float(h["loss"]) for h in logged if "loss" in h]
+            rates = [float(h["learning_rate"]) for h in logged if "learning_rate" in h]
+            self.last_lr = rates[-1] if rates else self.last_lr
+            self._evaluate(model, state, args)
+            self._protect_best(args, state)
+        elif rank() == 0:
+            self.last_row = next(r for r in read_curve(self.eval_file) if r["step"] == step)
+        self._mark(state)
 
     def on_log(self, args, state, control, logs=None, **kw):
         if logs and "loss" in logs:
@@ -232,6 +258,10 @@ class EvalCallback(TrainerCallback):
         if state.global_step in self.schedule:
             self._evaluate(model, state, args)
             self._protect_best(args, state)
+        self._mark(state)
+
+    def _mark(self, state) -> None:
+        """Write the marker into this step's checkpoint: it is whole, and evaluated."""
         barrier()  # every rank's files (weights, optimizer, RNG state) are in place
         if rank() == 0:
             ckpt = self.run_dir / f"checkpoint-{state.global_step}"
@@ -443,6 +473,19 @@ def _f(v) -> str:
 def _hms(s: float) -> str:
     s = int(s)
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def resumed_elapsed(run_dir: Path, resume) -> float:
+    """Wall time the run had spent by the checkpoint it resumes from: its marker's, or for one a
+    kill left unmarked, the last evaluation's before it."""
+    if not resume:
+        return 0.0
+    marked = (marker_of(resume[1]) or {}).get("elapsed")
+    if isinstance(marked, (int, float)):
+        return float(marked)
+    rows = [r for r in read_curve(Path(run_dir) / "eval.jsonl") if r["step"] <= resume[0]]
+    last = rows[-1].get("elapsed") if rows else None
+    return float(last) if isinstance(last, (int, float)) else 0.0
 
 
 def marker_of(ckpt: Path) -> dict | None:

@@ -50,16 +50,27 @@ def check_run_folder(run_dir: Path, key: str) -> None:
 
 
 def checkpoints(run_dir: Path) -> list[tuple[int, Path, bool]]:
-    """(step, path, complete) for every checkpoint folder, oldest first."""
-    from capacity_advisor.training.callbacks import MARKER
-
+    """(step, path, complete) for every checkpoint folder, oldest first. Complete: the Trainer
+    wrote all of it (its trainer_state.json, written last, reads back). Its marker may still be
+    missing: a kill during the evaluation that follows the save, after the Trainer's rotation
+    deleted the checkpoint before it; the resumed run evaluates that step first
+    (`callbacks.EvalCallback.on_train_begin`)."""
     out = []
     if run_dir.is_dir():
         for p in run_dir.iterdir():
             mt = CHECKPOINT.match(p.name)
             if mt and p.is_dir():
-                out.append((int(mt.group(1)), p, (p / MARKER).exists() and (p / "trainer_state.json").exists()))
+                out.append((int(mt.group(1)), p, _trainer_state_whole(p / "trainer_state.json")))
     return sorted(out)
+
+
+def _trainer_state_whole(path: Path) -> bool:
+    import json
+
+    try:
+        return path.is_file() and isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
+    except (OSError, ValueError, RecursionError):
+        return False
 
 
 @dataclass

@@ -160,9 +160,10 @@ def _resume_point(run_dir: Path, is_main: bool):
     if is_main:
         ckpts = checkpoints(run_dir)
         # the newest complete checkpoint whose evaluation is in eval.jsonl (read_curve puts back a row
-        # its marker holds): one whose row is lost resumes from the one before, redoing that evaluation
+        # its marker holds): one whose row is lost resumes from the one before, redoing that evaluation;
+        # one a kill left unmarked (during its evaluation) is evaluated first (EvalCallback.on_train_begin)
         evaluated = {r.get("step") for r in cbs.read_curve(run_dir / "eval.jsonl")}
-        complete = [c for c in ckpts if c[2] and c[0] in evaluated]
+        complete = [c for c in ckpts if c[2] and (c[0] in evaluated or cbs.marker_of(c[1]) is None)]
         resume = (complete[-1][0], complete[-1][1]) if complete else None
         for step, path, ok in ckpts:
             if not ok or not resume or step > resume[0]:
@@ -226,12 +227,11 @@ def _trainer(m: Manifest, checked: Checked, args, lm, base, teacher, run_dir: Pa
     from capacity_advisor.training import callbacks as cbs
 
     t, e, tok = m.training, m.eval, lm.tokenizer
-    marker = cbs.marker_of(resume[1]) if resume else None
     measure = Evaluator(checked.eval_rows, e.checker, e.max_new_tokens, e.temperature, max_length=t.max_length,
                         base=base, teacher=teacher, token_budget=e.token_budget, per_problem=e.per_problem,
                         view_limit=e.view_limit)
     evaluator = cbs.EvalCallback(run_dir, measure, t.evals_per_epoch, t.grad_accum, t.seed, tok, m.model_spec,
-                                 eval_every=t.eval_every, elapsed_before=(marker or {}).get("elapsed", 0.0),
+                                 eval_every=t.eval_every, elapsed_before=cbs.resumed_elapsed(run_dir, resume),
                                  log=progress.note, step0_row=step0_row, measure_every=e.measure_every,
                                  keep_best=keep_best, on_generated=_both(progress.evaluating, eval_progress))
     extra = [cbs.PauseCallback(evaluator, pause_after_evals)] if pause_after_evals else []

@@ -217,6 +217,36 @@ def test_killed_run_resumes_at_the_last_checkpoint(tmp_path, tiny_llama):
     assert len(store.read_text().splitlines()) == 2
 
 
+def test_a_run_killed_during_an_evaluation_resumes_from_that_checkpoint_and_evaluates_it(tmp_path, tiny_llama):
+    """The Trainer's rotation deletes the checkpoint before as soon as the new one is saved, before
+    its evaluation (minutes on a real model): a kill there once left no resumable checkpoint, and
+    the run started over. It resumes from the unmarked one and ends as the uninterrupted run."""
+    from capacity_advisor.training.callbacks import MARKER
+    from capacity_advisor.training.sft import run_sft
+
+    def kill_in_evaluation(step, done, total):
+        if step == 3 and done > 0:
+            raise Killed
+
+    path = make_manifest(tmp_path / "rec", tiny_llama, save_total_limit=1)  # as calibration runs keep them
+    store = tmp_path / "records.jsonl"
+    run = tmp_path / "run"
+    with pytest.raises(Killed):
+        run_sft(path, run, records=str(store), threads=1, keep_best=False, eval_progress=kill_in_evaluation)
+    assert [p.name for p in run.glob("checkpoint-*")] == ["checkpoint-3"] and not (run / "checkpoint-3" / MARKER).exists()
+    assert max(r["step"] for r in read_jsonl(run / "eval.jsonl")) == 2
+    record = run_sft(path, run, records=str(store), threads=1, keep_best=False)
+    assert record["provenance"]["resumed_from_step"] == 3
+    full = run_sft(path, tmp_path / "full", records=str(store), threads=1, keep_best=False)
+    keys = ("step", "epoch", "accuracy", "train_loss", "learning_rate", "answer_rate", "mean_chars", "answer_logprob")
+    resumed, whole = read_jsonl(run / "eval.jsonl"), read_jsonl(tmp_path / "full" / "eval.jsonl")
+    assert [r["step"] for r in resumed] == [r["step"] for r in whole] and resumed[3]["step"] == 3
+    for a, b in zip(resumed, whole):
+        for k in keys:
+            assert (a[k] is None and b[k] is None) or a[k] == pytest.approx(b[k], rel=1e-4), (a["step"], k)
+    assert resumed[3]["train_loss"] is not None and resumed[3]["learning_rate"] is not None
+
+
 def test_another_manifest_in_the_same_run_folder_is_refused(tmp_path, tiny_llama):
     from capacity_advisor.training.sft import run_sft
 

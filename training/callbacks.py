@@ -132,6 +132,25 @@ def read_curve(path: Path) -> list[dict]:
     return rows
 
 
+def base_row_of(run_dirs) -> dict | None:
+    """The base student's evaluation (step 0) that one of `run_dirs` made already, the first found;
+    None before any did. Runs of one base on the same held-out problems with the same settings
+    (greedy generation) differ in their data only, so that evaluation is theirs too: the race's
+    second set and a calibration unit's later runs take it instead of making it again. A run whose
+    eval.jsonl cannot be read is passed over (its own resume deals with it)."""
+    from capacity_advisor.core.errors import InputError
+
+    for run_dir in run_dirs:
+        try:
+            rows = read_curve(Path(run_dir) / "eval.jsonl")
+        except (InputError, OSError, ValueError):
+            continue
+        row = next((r for r in rows if isinstance(r, dict) and r.get("step") == 0), None)
+        if row is not None:
+            return row
+    return None
+
+
 def _marked_rows(run_dir: Path, steps: set) -> list[dict]:
     """The evaluation rows the complete checkpoints of `run_dir` hold in their markers, for the
     steps not in `steps`."""

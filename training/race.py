@@ -252,17 +252,11 @@ class Segments:
                     keep_best=True, stream=self.stream, step0_row=self.base_row(s), **here)
 
     def base_row(self, s: str) -> dict | None:
-        """The base student's evaluation (step 0) the other raced run made already: both runs start
-        from the same student and are judged on the same problems with the same settings (their
-        manifests differ in `dataset` only), so it is not made again. None before it exists."""
-        from capacity_advisor.training.callbacks import read_curve
+        """The base student's evaluation (step 0) the other raced run made already (their manifests
+        differ in `dataset` only): `callbacks.base_row_of`."""
+        from capacity_advisor.training.callbacks import base_row_of
 
-        for other in RACED:
-            if other != s:
-                row = next((r for r in read_curve(self.folders[other] / "eval.jsonl") if r.get("step") == 0), None)
-                if row is not None:
-                    return row
-        return None
+        return base_row_of(self.folders[other] for other in RACED if other != s)
 
     def _launched(self, s: str, pause: bool) -> None:
         import subprocess

@@ -25,7 +25,6 @@ from capacity_advisor.advisor.probe.stage import probe_pool
 from capacity_advisor.advisor.scoring.select import SelectConfig, export, select
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import finite, json_object, write_jsonl
-from capacity_advisor.core.jsonl import read_jsonl_input
 from capacity_advisor.models import loading
 from capacity_advisor.probes.recipe import full_run_manifest
 from capacity_advisor.probes.run import ProbeConfig
@@ -112,22 +111,16 @@ def train(manifest: Path, run_dir: Path, unit: Unit, cal: Calibration, run: Run,
 
 
 def base_row(unit: Unit, run: Run) -> dict | None:
-    """The base student's evaluation (step 0) an earlier run of the unit made: every run of a unit
-    starts from the same base and is judged on the same held-out problems with the same settings,
-    so its first evaluation is that one (greedy generation), not made again."""
+    """The base student's evaluation (step 0) an earlier run of the unit made (`callbacks.base_row_of`):
+    every run of a unit starts from the same base and is judged on the same held-out problems."""
+    from capacity_advisor.training.callbacks import base_row_of
+
+    earlier = []
     for other in unit.runs:
         if other.name == run.name:
-            return None
-        path = unit.folder / other.name / "eval.jsonl"
-        if path.is_file():
-            try:
-                rows = read_jsonl_input(path)
-            except InputError:  # a damaged file of another run: that run's own resume deals with it
-                continue
-            row = next((r for r in rows if isinstance(r, dict) and r.get("step") == 0), None)
-            if row is not None:
-                return row
-    return None
+            break
+        earlier.append(unit.folder / other.name)
+    return base_row_of(earlier)
 
 
 def collect(units: Iterable[Unit], source: str) -> list[dict]:

@@ -123,6 +123,10 @@ def test_calibrate_on_folders_resumes_and_its_records_refit_beside_the_lab(pool,
     for unit in (out / "units").iterdir():
         trained = {json.loads(x)["prompt"] for x in (unit / "data" / "high.jsonl").read_text().splitlines()}
         assert not trained & held
+    # the base is evaluated once per unit: its later runs take the first's step-0 row, timings and all
+    for unit in (out / "units").iterdir():
+        base = [read_jsonl(unit / s / "eval.jsonl")[0] for s in ("high", "low", "mixed")]
+        assert base[0]["step"] == 0 and base[0]["eval_seconds"] > 0 and base[1:] == base[:1] * 2
     # a rerun resumes: nothing is trained again; a lost run is trained again, alone
     unit = next((out / "units").iterdir())
     shutil.rmtree(unit / "low")

@@ -129,12 +129,13 @@ def key_list(keys) -> str:
 
 
 RACE_KEYS = ("fraction", "wait", "why", "expected")
+EXPECTED_KEYS = {"regret", "overhead", "overhead_where_open"}  # the last absent from older manifests
 
 
 def race_problems(race: Any) -> list[str]:
     """The problems of a manifest's `race` (the race a recommendation plans: {"fraction": share of
     the budget in (0, 1], "wait": null or a larger share up to 1, "why": text, "expected":
-    {"regret", "overhead"} or null}); that it names two different sets is the manifest's check."""
+    {"regret", "overhead", "overhead_where_open"} or null}); that it names two different sets is the manifest's check."""
     if race is None:
         return []
     if not isinstance(race, dict):
@@ -152,7 +153,9 @@ def race_problems(race: Any) -> list[str]:
     if race.get("why") is not None and not (is_line(race["why"]) and len(race["why"]) <= 2000):
         bad.append(f"race.why: must be one line of text, got {show(race['why'])}")
     expected = race.get("expected")
-    if expected is not None and not (isinstance(expected, dict) and set(expected) <= {"regret", "overhead"}
-                                     and all(number(v) and 0 <= v <= 100 for v in expected.values())):
-        bad.append(f"race.expected: must be null or {{\"regret\": points, \"overhead\": share}}, got {show(expected)}")
+    if expected is not None and not (isinstance(expected, dict) and set(expected) <= EXPECTED_KEYS
+                                     and all((v is None and k == "overhead_where_open") or (number(v) and 0 <= v <= 100)
+                                             for k, v in expected.items())):
+        bad.append(f"race.expected: must be null or {{\"regret\": points, \"overhead\": share, "
+                   f"\"overhead_where_open\": share or null}}, got {show(expected)}")
     return bad

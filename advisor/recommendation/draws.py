@@ -152,14 +152,18 @@ def race_note(predictor, out) -> str | None:
 def race_plan(predictor, race: dict | None) -> dict | None:
     """The race the policy's gate opened ({"fraction", "wait", "why"}, `Decision.race`) with what the
     gated race was measured to cost and lose leaving each pool source out (`expected`: regret in
-    points and mean overhead, from meta.cv.source.methods["gated race"]) and always-high's regret on
-    the same rows; None where the gate stayed shut."""
+    points, mean overhead and, where the predictor states it, the mean overhead of the races it
+    opened, from meta.cv.source.methods["gated race"]) and always-high's regret on the same rows;
+    None where the gate stayed shut."""
     if race is None:
         return None
     methods = (((predictor.meta or {}).get("cv") or {}).get("source") or {}).get("methods") or {}
     gated, high = methods.get("gated race") or {}, methods.get("always high") or {}
     measured = all(isinstance(gated.get(k), (int, float)) for k in ("regret", "overhead"))
-    return {**race, "expected": {"regret": gated["regret"], "overhead": gated["overhead"]} if measured else None,
+    where_open = gated.get("overhead_where_open")
+    expected = {"regret": gated["regret"], "overhead": gated["overhead"],
+                "overhead_where_open": where_open if isinstance(where_open, (int, float)) else None} if measured else None
+    return {**race, "expected": expected,
             "always_high_regret": high.get("regret") if measured else None,
             "measured_on": "the predictor's held-out table, one pool source left out at a time (meta.cv.source)"}
 
@@ -176,7 +180,9 @@ def race_headline(plan: dict) -> str:
                 + f", then keep the leader (about {f:.0%}" + (f" to {w:.0%}" if w else "") + " more training than one run)")
     e = plan.get("expected")
     if e:
+        opened = e.get("overhead_where_open")
         line += (f"; racing only where the gate opens cost {e['overhead']:.0%} more training on average over held-out "
-                 f"pool sources, expected loss {e['regret']:.1f} points ({plan['always_high_regret']:.1f} without races)")
+                 + (f"pool sources ({opened:.0%} of a run where it opened)" if opened is not None else "pool sources")
+                 + f", expected loss {e['regret']:.1f} points ({plan['always_high_regret']:.1f} without races)")
     return line
 

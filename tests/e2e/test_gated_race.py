@@ -181,6 +181,10 @@ def test_recommend_plans_the_race_where_the_gate_opens(planned):
     assert "P(D_low)" in report and "--no-race trains" in report
     m = json.loads((root / "rec" / "recommendation.json").read_text())
     assert m["race"]["fraction"] == 0.5 and m["race"]["wait"] is None and m["race"]["why"].startswith("P(D_low)")
+    # beside the mean over held-out pools (most raced nothing), what the races the gate opened cost
+    held = Predictor.load(SHIPPED).meta["cv"]["source"]["methods"]["gated race"]
+    assert m["race"]["expected"] == {k: held[k] for k in ("regret", "overhead", "overhead_where_open")}
+    assert f"({held['overhead_where_open']:.0%} of a run where it opened)" in " ".join(report.split())
     assert set(m["sets"]) | {m["strategy"]} >= {"high", "low"}
 
 
@@ -269,6 +273,8 @@ def test_export_of_a_planned_race_writes_both_sets(planned, lab_cache, monkeypat
     ({"fraction": 0}, "race.fraction"), ({"fraction": 1.5}, "race.fraction"), ({"fraction": "half"}, "race.fraction"),
     ({"fraction": 0.5, "wait": 0.3}, "race.wait"), ({"fraction": 0.5, "k": 2}, "unknown keys"),
     ("fast", "race: must be an object"),
+    ({"fraction": 0.5, "expected": {"regret": 1.0, "overhead": 0.2, "overhead_where_open": "most"}}, "race.expected"),
+    ({"fraction": 0.5, "expected": {"regret": None, "overhead": 0.2}}, "race.expected"),
 ])
 def test_a_bad_planned_race_is_one_error_line(tmp_path, race_block, words):
     path = race_manifest(tmp_path / "rec", "lab:s")

@@ -5,6 +5,7 @@ neural teacher (a fine-tuned SmolLM2-135M-Instruct sampled at temperature 1).
     python -m experiments.real_pools problems --out calibration/real/problems.jsonl
     python -m experiments.real_pools scripted calibration/real/problems.jsonl --split pool --out calibration/real/pools
     python -m experiments.real_pools teacher-data calibration/real/problems.jsonl --out runs/real-teacher/data.jsonl
+    python -m experiments.real_pools teacher-run calibration/real/problems.jsonl --out runs/real-teacher   # + manifest
 
 Tasks (the generators' easiest third of their difficulty range, integer answers):
 - `linear`: algebra__linear_1d, "Solve 19 = -8*r - 5 for r." A solution is a short chain of
@@ -19,7 +20,14 @@ a bare answer to a long worked solution that checks itself), each phrased one of
 and one wrong candidate (a slip a solver makes), which the pool's correctness marks; every answer
 ends in `\\boxed{}`, which the math checker reads. The neural teacher's pools are made by the
 project's own verbs (docs/results.md, "A real pretrained student"): `advisor train` on the
-teacher data, then `advisor generate` from its final checkpoint.
+teacher data (`teacher-run` writes it, its held-out check and the manifest), then `advisor
+generate` from its best checkpoint, then `neural-pool`:
+
+    advisor train runs/real-teacher/manifest.json --out runs/real-teacher/run --device cpu
+    python -m experiments.real_pools neural-problems calibration/real/problems.jsonl --task place --out runs/place-problems.jsonl
+    advisor generate --teacher runs/real-teacher/run/best --problems runs/place-problems.jsonl --n 8 \
+        --temperature 1.0 --top-p 1.0 --max-new-tokens 272 --device cpu --out runs/place-generated.jsonl
+    python -m experiments.real_pools neural-pool runs/place-generated.jsonl --out calibration/real/pools/place-neural.jsonl
 
 mathematics_dataset 1.0.1 imports a function sympy has since moved
 (`sympy.solvers.diophantine.base_solution_linear`); `_generators` puts it back where the package
@@ -248,6 +256,25 @@ def teacher_data(rows: list[dict], seed: int = SEED) -> list[dict]:
     return out
 
 
+TEACHER_CHECK = 32  # per task: the last spare problems, never in a pool, check the neural teacher as it trains
+
+
+def teacher_check(rows: list[dict]) -> list[dict]:
+    """The neural teacher's held-out problems: the last TEACHER_CHECK spare problems of each task."""
+    first = SPLITS["spare"] - TEACHER_CHECK
+    return [{"prompt": r["problem"], "answer": r["answer"], "task": r["task"]} for r in rows
+            if r["split"] == "spare" and int(r["id"].rsplit("-", 1)[1]) >= first]
+
+
+def teacher_manifest() -> dict:
+    """The neural teacher's fine-tuning: the real student, one epoch of its data (two scripted styles
+    per problem), judged by the math checker on `teacher_check` once."""
+    return {"model": {"spec": "lab:smollm2-135m"}, "dataset": "data.jsonl", "strategy": "high",
+            "eval": {"path": "eval.jsonl", "checker": "math", "max_new_tokens": 160, "limit": None},
+            "training": {"epochs": 1, "learning_rate": 0.0002, "batch_size": 16, "max_length": 384,
+                         "evals_per_epoch": 1, "seed": 0, "save_total_limit": 1}}
+
+
 def neural_pool(generated: list[dict], size: int = SPLITS["pool"]) -> list[dict]:
     """The first `size` problems (in the problems' order) on which the teacher wrote two correct
     candidates or more: a problem needs two to be ranked. Its wrong and unfinished samples stay in
@@ -271,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("teacher-data", help="the neural teacher's fine-tuning rows (the teacher split)")
     c.add_argument("problems")
     c.add_argument("--out", required=True)
+    t = sub.add_parser("teacher-run", help="a folder to fine-tune the neural teacher in: data.jsonl, eval.jsonl, manifest.json")
+    t.add_argument("problems")
+    t.add_argument("--out", required=True)
     d = sub.add_parser("neural-problems", help="the pool split and the first spare problems of one task, a problems file for advisor generate")
     d.add_argument("problems")
     d.add_argument("--task", required=True, choices=sorted(TASKS))
@@ -291,6 +321,15 @@ def main(argv: list[str] | None = None) -> int:
     elif args.cmd == "teacher-data":
         n = write_jsonl(args.out, teacher_data(read_jsonl(args.problems)))
         print(f"wrote {n} rows to {args.out}")
+    elif args.cmd == "teacher-run":
+        import json
+
+        rows = read_jsonl(args.problems)
+        folder = Path(args.out)
+        n = write_jsonl(folder / "data.jsonl", teacher_data(rows))
+        k = write_jsonl(folder / "eval.jsonl", teacher_check(rows))
+        (folder / "manifest.json").write_text(json.dumps(teacher_manifest(), indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {n} training rows, {k} held-out problems and manifest.json to {folder}")
     elif args.cmd == "neural-pool":
         rows = neural_pool(read_jsonl(args.generated))
         n = write_jsonl(args.out, rows)

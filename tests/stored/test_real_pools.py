@@ -1,0 +1,56 @@
+"""The real student's committed problems and pools (experiments/real_pools.py), read without
+mathematics_dataset: the splits are disjoint, every pool row's correctness is what the math checker
+says of it, and the neural teacher's run folder is checked on problems no pool holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from capacity_advisor.core.jsonl import read_jsonl
+from capacity_advisor.training.manifest import load_manifest
+from capacity_advisor.training.text_metrics import check_answer
+from experiments import real_pools
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBLEMS = ROOT / "calibration" / "real" / "problems.jsonl"
+POOLS = sorted((ROOT / "calibration" / "real" / "pools").glob("*.jsonl"))
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return read_jsonl(PROBLEMS)
+
+
+def test_the_splits_are_disjoint_and_the_pools_hold_only_pool_problems(problems):
+    by_split: dict[str, set] = {}
+    for r in problems:
+        by_split.setdefault(r["split"], set()).add(r["problem"])
+    assert set(by_split) == set(real_pools.SPLITS)
+    assert not (by_split["pool"] & by_split["teacher"]) and not (by_split["pool"] & by_split["spare"])
+    assert POOLS, "no committed real pools"
+    for path in POOLS:
+        rows = read_jsonl(path)
+        assert rows and {r["problem"] for r in rows} <= by_split["pool"] | by_split["spare"], path.name
+        for r in rows[:40]:  # the pool's own marks are the checker's verdicts
+            assert [check_answer(t, r["answer"], "math") for t in r["generations"]] == r["correctness"]
+
+
+def test_the_teacher_run_folder_trains_on_its_split_and_checks_on_problems_no_pool_holds(problems, tmp_path):
+    assert real_pools.main(["teacher-run", str(PROBLEMS), "--out", str(tmp_path)]) == 0
+    data, held = read_jsonl(tmp_path / "data.jsonl"), read_jsonl(tmp_path / "eval.jsonl")
+    teacher = {r["problem"] for r in problems if r["split"] == "teacher"}
+    assert len(data) == real_pools.SPLITS["teacher"] * len(real_pools.TASKS) * real_pools.TEACHER_STYLES
+    assert {r["prompt"] for r in data} == teacher
+    assert all(check_answer(r["completion"], next(p["answer"] for p in problems if p["problem"] == r["prompt"]), "math")
+               for r in data[:50])
+    assert len(held) == real_pools.TEACHER_CHECK * len(real_pools.TASKS)
+    pooled = {r["problem"] for path in POOLS for r in read_jsonl(path)}
+    usable = {r["problem"] for r in problems if r["split"] == "spare"
+              and int(r["id"].rsplit("-", 1)[1]) < real_pools.SPARE_FOR_POOLS}
+    assert not ({r["prompt"] for r in held} & (pooled | usable | teacher))
+    m = load_manifest(tmp_path / "manifest.json")
+    assert m.model_spec == "lab:smollm2-135m" and m.dataset_path.is_file() and m.eval_path.is_file()
+    assert json.loads((tmp_path / "manifest.json").read_text()) == real_pools.teacher_manifest()

@@ -188,10 +188,18 @@ def noise_floor(rows: Sequence[dict]) -> list[tuple[dict, str]]:
     return out
 
 
+NEAR_BEST = 0.03  # "within 3 points of the best": TuneAhead's (arXiv 2606.17660) share of good-enough decisions
+
+
+def near_best(pairs) -> float:
+    """The share of (row, choice, ...) pairs whose choice is within NEAR_BEST of the row's best option."""
+    return float(np.mean([regret(p[0], p[1]) <= NEAR_BEST + 1e-9 for p in pairs]))
+
+
 def summarize(pairs: Sequence[tuple[dict, str]], tie_margin: float = TIE_MARGIN, seed: int = 0) -> dict:
     """Rows, mean regret (points) with a 90 % bootstrap interval over units, decision accuracy
-    (share of rows within the tie margin of the best option), the flip rate across seeds (`flips`),
-    and the same per ranking arm."""
+    (share of rows within the tie margin of the best option), the share within 3 points of the
+    best (`within_3_points`), the flip rate across seeds (`flips`), and the same per ranking arm."""
     if not pairs:
         return {"rows": 0, "regret": None, "decision_accuracy": None, "ci90": [None, None], "arms": {},
                 **flips(pairs)}
@@ -199,6 +207,7 @@ def summarize(pairs: Sequence[tuple[dict, str]], tie_margin: float = TIE_MARGIN,
     groups = np.array([r["group"] for r, _ in pairs])
     out = {"rows": len(pairs), "regret": float(regrets.mean()),
            "decision_accuracy": float(np.mean([is_right(r, s, tie_margin) for r, s in pairs])),
+           "within_3_points": near_best(pairs),
            "ci90": _group_bootstrap(regrets, groups, seed), **flips(pairs), "arms": {}}
     for arm in sorted({r["score"] for r, _ in pairs}):
         sub = [(r, s) for r, s in pairs if r["score"] == arm]

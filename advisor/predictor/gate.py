@@ -29,7 +29,9 @@ from typing import Sequence
 
 import numpy as np
 
-from capacity_advisor.advisor.predictor.evaluate import by_value, flips, is_right, judged_on_other_repeats, regret
+from capacity_advisor.advisor.predictor.evaluate import (
+    by_value, flips, is_right, judged_on_other_repeats, near_best, regret,
+)
 from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, inputs, model_inputs
 from capacity_advisor.advisor.predictor.races import WAITS, race
 
@@ -190,6 +192,7 @@ def summarize_gated(pairs: Sequence[tuple[dict, str, float]], rows: Sequence[dic
     raced = [o for *_, o in pairs if o > 0]
     out = {"rows": len(pairs), "regret": 100 * mean(regret(r, c) for r, c, _ in pairs),
            "decision_accuracy": mean(is_right(r, c, tie_margin) for r, c, _ in pairs),
+           "within_3_points": near_best(pairs),
            "overhead": mean(o for *_, o in pairs), "opened": len(raced) / len(pairs),
            "overhead_where_open": mean(raced) if raced else None, **flips([(r, c) for r, c, _ in pairs]),
            "other_seed": judged_on_other_repeats(pairs, rows), "other_half": judged_on_other_half(pairs),
@@ -201,11 +204,14 @@ def summarize_gated(pairs: Sequence[tuple[dict, str, float]], rows: Sequence[dic
     return out
 
 
-def gated_methods(gated: dict, picks: dict, rows: Sequence[dict], tie_margin: float) -> dict:
+def gated_methods(gated: dict, picks: dict, rows: Sequence[dict], tie_margin: float,
+                  everywhere: Sequence[tuple[dict, str, float]] = ()) -> dict:
     """The held-out tables' entries of the gated race: at the shipped cap (`gated race`, with its
     regret, overhead, regret on other seeds and worst source against always-high at every cap of
-    CAPS under `caps`), and for the policy, the predictor and always-high
-    the same stricter judgment on other seeds and the regret per pool source, to compare."""
+    CAPS under `caps`; with `everywhere`, the same race run on every held-out pool — its regret,
+    overhead and share within 3 points — and the training the gate saves against it), and for the
+    policy, the predictor and always-high the same stricter judgment on other seeds and the regret
+    per pool source, to compare."""
     high = by_value(picks["always high"], "source", tie_margin)
     caps = {}
     for cap, p in gated.items():
@@ -214,6 +220,12 @@ def gated_methods(gated: dict, picks: dict, rows: Sequence[dict], tie_margin: fl
                               "other_seed": t["other_seed"]["regret"],  # the worst source's loss beside always-high
                               "worst_source_over_high": max(v["regret"] - high[s]["regret"] for s, v in t["by_source"].items())}
     out = {"gated race": {**summarize_gated(gated[CAP], rows, tie_margin), "cap": CAP, "caps": caps}}
+    if everywhere:
+        every = {"rows": len(everywhere), "regret": 100 * mean(regret(r, c) for r, c, _ in everywhere),
+                 "overhead": mean(o for *_, o in everywhere), "within_3_points": near_best(everywhere)}
+        out["gated race"]["race_every_pool"] = every
+        out["gated race"]["compute_saved"] = (1 - out["gated race"]["overhead"] / every["overhead"]
+                                              if every["overhead"] > 0 else None)
     for m in ("policy", "predictor", "always high"):
         out[m] = {"other_seed": judged_on_other_repeats(picks[m], rows),
                   "by_source": by_value(picks[m], "source", tie_margin)}

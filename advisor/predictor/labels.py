@@ -51,8 +51,14 @@ CONTRAST_FEATURES = (
     "gap_train_loss_drop_rel", "gap_teacher_nll_drop_rel", "gap_drift_rel", "gap_repetition_area",
     "gap_accuracy_gain_headroom", "gap_answer_logprob_gain_rel", "gap_answer_rate_gain",
 )
+# Measured without training the student: the run's settings, the pool's own contrasts under the
+# base (likelihood gap, length ratio) and the base's evaluation. Whether these carry to a new task
+# or teacher better than the probe's training curves: `advisor fit --features untrained`.
+UNTRAINED_FEATURES = ("budget", "ranking_sum", "likelihood_gap_per_token", "length_ratio_low_high",
+                      "base_accuracy", "base_repetition_rate", "base_answer_rate", "base_finish_rate")
 FEATURE_SETS = {
     "probe": PROBE_FEATURES,
+    "untrained": UNTRAINED_FEATURES,
     "probe+teacher": PROBE_FEATURES + TEACHER_FEATURES,
     "contrast": CONTRAST_FEATURES,
     "contrast+teacher": CONTRAST_FEATURES + ("gap_teacher_view_drop_rel",),

@@ -327,7 +327,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
                          + (f"; the proxy split needs sources with students on both sides of {PROXY_CUT:.0e} "
                             "parameters" if split == PROXY else "") + ")")
     picks: dict[str, list] = {"policy": [], "predictor": []}
-    chosen, p_low, gated = {}, [], {}
+    chosen, p_low, gated, everywhere = {}, [], {}, []
     for name, train, test in fs:
         fold_kind, policy, _, inner = measured_policy(train, inner_split, kind, features, n_members, seed, jobs)
         chosen[name] = {"kind": fold_kind, **policy.to_dict()}
@@ -338,6 +338,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
                 gated.setdefault(cap, []).extend(gated_picks(outer, policy, gate) if gate else [])
                 if cap == CAP and gate is not None:
                     chosen[name]["race"] = gate.to_dict()
+                    everywhere.extend((m["row"], *gate.replay(m["row"])) for m in outer)  # its race, on every pool
         for m in outer:
             picks["policy"].append((m["row"], policy.choose(m["probs"], m["outside"], m["ratio"]) or "high"))
             picks["predictor"].append((m["row"], max(m["probs"], key=m["probs"].get)))
@@ -369,7 +370,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     for m in ("policy", "predictor"):
         methods[m]["p_low_spread"] = seed_spread(p_low)
     if gated.get(CAP):
-        for m, extra in gated_methods(gated, picks, rows, tie_margin).items():
+        for m, extra in gated_methods(gated, picks, rows, tie_margin, everywhere).items():
             methods.setdefault(m, {}).update(extra)
     return {"split": split, "folds": [f[0] for f in fs], "kind": kind, "policies": chosen, "methods": methods}
 

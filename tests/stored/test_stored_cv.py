@@ -37,8 +37,16 @@ def test_the_cv_table_of_the_committed_records_matches_the_stored_numbers(split)
         assert got[method]["flip_cells"] == row["flip_cells"], method
         if "other_seed" in row:  # the gated race, and beside it the policy, the predictor, always-high
             assert got[method]["other_seed"]["regret"] == pytest.approx(row["other_seed"]["regret"], abs=1e-6), method
+        if "within_3_points" in row:  # TuneAhead's share of good-enough decisions: never below decision accuracy
+            assert got[method]["within_3_points"] == pytest.approx(row["within_3_points"], abs=1e-6), method
+            assert got[method]["within_3_points"] >= got[method]["decision_accuracy"] - 1e-9, method
     gated = got["gated race"]
     assert gated["overhead"] == pytest.approx(want["gated race"]["overhead"], abs=1e-6)
+    # the same race on every held-out pool: what the gate saves against it, and what that costs
+    every = gated["race_every_pool"]
+    assert every == pytest.approx(want["gated race"]["race_every_pool"], abs=1e-6)
+    assert every["rows"] == gated["rows"] and every["overhead"] >= gated["overhead"]
+    assert gated["compute_saved"] == pytest.approx(1 - gated["overhead"] / every["overhead"])
     assert sorted(gated["caps"]) == sorted(want["gated race"]["caps"])
     for cap, row in want["gated race"]["caps"].items():
         assert gated["caps"][cap] == pytest.approx(row, abs=1e-6), cap

@@ -59,14 +59,41 @@ def declared_chat_template(folder) -> bool | None:
     root = Path(folder)
     if any((root / n).is_file() and (root / n).stat().st_size > 0 for n in ("chat_template.jinja", "chat_template.json")):
         return True
-    cfg = root / "tokenizer_config.json"
-    if not cfg.is_file() or cfg.stat().st_size > TOKENIZER_CONFIG_BYTES:
+    text = _bounded_read(root / "tokenizer_config.json", TOKENIZER_CONFIG_BYTES)
+    if text is None:
         return None
     try:
-        obj = json.loads(cfg.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        obj = json.loads(text.decode("utf-8"))
+    except (ValueError, RecursionError):
         return None
     return bool(obj.get("chat_template")) if isinstance(obj, dict) else None
+
+
+def _bounded_read(path, limit: int) -> bytes | None:
+    """A regular file's bytes, read without blocking (a FIFO swapped in is refused, not waited on)
+    and at most `limit` of them whatever its size says (a /proc file says 0); None otherwise."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+        return None  # longer than a tokenizer config is
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def template_id(tokenizer) -> str:

@@ -5,8 +5,9 @@ steps per epoch (step round(k * steps_per_epoch / evals_per_epoch), plus the las
 for probes, every `eval_every` steps — right after that step's checkpoint is written, every
 process generates for its own slice of the held-out prompts (rows rank, rank + world, ...); the
 texts are gathered on rank 0, which measures them (`training.evaluate.Evaluator`) and writes the row. A checkpoint is saved at each
-of those steps, and a marker (`advisor_state.json`: the eval row and the time spent so far) is
-written into it last. The Trainer's rotation deletes the checkpoint before as soon as the new one
+of those steps; once a barrier says every rank's files are in it, `advisor_saved.json` (the time
+spent so far), and a marker (`advisor_state.json`: the eval row and that time) is written into it
+last, after the evaluation. The Trainer's rotation deletes the checkpoint before as soon as the new one
 is saved, before its evaluation (minutes on a real model): a run killed during that evaluation
 resumes from the unmarked checkpoint, evaluates its step first (the step's training loss and
 learning rate read from the checkpoint's log history) and marks it.
@@ -36,6 +37,7 @@ from capacity_advisor.training import metrics
 from capacity_advisor.training.evaluate import Evaluator
 
 MARKER = "advisor_state.json"
+SAVED = "advisor_saved.json"  # written once every rank's files of a checkpoint are in place, before its evaluation
 
 
 # ---- processes ---------------------------------------------------------------------------
@@ -143,7 +145,7 @@ def base_row_of(run_dirs) -> dict | None:
     for run_dir in run_dirs:
         try:
             rows = read_curve(Path(run_dir) / "eval.jsonl")
-        except (InputError, OSError, ValueError):
+        except (InputError, OSError, ValueError, KeyError, TypeError):
             continue
         row = next((r for r in rows if isinstance(r, dict) and r.get("step") == 0), None)
         if row is not None:
@@ -219,6 +221,7 @@ class EvalCallback(TrainerCallback):
         self.last_row: dict | None = None
         self.keep_best = keep_best
         self.on_generated = on_generated  # (step, prompts done, prompts) as an evaluation generates, on rank 0
+        self.evaluated_at_begin = False  # this call made the evaluation a kill had interrupted (`_finish_interrupted`)
 
     # elapsed wall time of the whole run, over every attempt
     def elapsed(self) -> float:
@@ -256,6 +259,7 @@ class EvalCallback(TrainerCallback):
             self.last_lr = rates[-1] if rates else self.last_lr
             self._evaluate(model, state, args)
             self._protect_best(args, state)
+            self.evaluated_at_begin = True
         elif rank() == 0:
             self.last_row = next(r for r in read_curve(self.eval_file) if r["step"] == step)
         self._mark(state)
@@ -274,6 +278,11 @@ class EvalCallback(TrainerCallback):
     def on_save(self, args, state, control, model=None, **kw):
         # The Trainer logs (on_log, this step's loss) before it saves, so evaluating here puts
         # the loss of every step up to this one into the row.
+        barrier()  # every rank's files (weights, optimizer, RNG state) are in place: the checkpoint is whole
+        if rank() == 0:
+            ckpt = self.run_dir / f"checkpoint-{state.global_step}"
+            if ckpt.is_dir():
+                write_json(ckpt / SAVED, {"step": state.global_step, "elapsed": self.elapsed()})
         if state.global_step in self.schedule:
             self._evaluate(model, state, args)
             self._protect_best(args, state)
@@ -281,7 +290,7 @@ class EvalCallback(TrainerCallback):
 
     def _mark(self, state) -> None:
         """Write the marker into this step's checkpoint: it is whole, and evaluated."""
-        barrier()  # every rank's files (weights, optimizer, RNG state) are in place
+        barrier()  # the evaluation is written
         if rank() == 0:
             ckpt = self.run_dir / f"checkpoint-{state.global_step}"
             if ckpt.is_dir():
@@ -398,6 +407,10 @@ def full_params(trainer):
     return _NullCtx()
 
 
+class PausedBeforeTraining(Exception):
+    """Raised (on every rank alike) when a paused call has made all its evaluations before its first step."""
+
+
 class PauseCallback(TrainerCallback):
     """Stops training once `evals` scheduled evaluations have run in this call (each after its
     checkpoint and marker are written), so a later call resumes there exactly as after a kill.
@@ -407,6 +420,15 @@ class PauseCallback(TrainerCallback):
         self.evaluator = evaluator
         self.evals = evals
         self.seen = 0
+
+    def on_train_begin(self, args, state, control, **kw):
+        # the evaluation a kill interrupted, made again at the start of this call, counts (the
+        # EvalCallback's on_train_begin runs first); with nothing left to count, stop before training
+        self.seen = int(self.evaluator.evaluated_at_begin)
+
+    def on_step_begin(self, args, state, control, **kw):
+        if self.seen >= self.evals:
+            raise PausedBeforeTraining(state.global_step)
 
     def on_save(self, args, state, control, **kw):
         if state.global_step in self.evaluator.schedule:
@@ -499,17 +521,18 @@ def resumed_elapsed(run_dir: Path, resume) -> float:
     kill left unmarked, the last evaluation's before it."""
     if not resume:
         return 0.0
-    marked = (marker_of(resume[1]) or {}).get("elapsed")
-    if isinstance(marked, (int, float)):
-        return float(marked)
+    for name in (MARKER, SAVED):
+        marked = (marker_of(resume[1], name) or {}).get("elapsed")
+        if isinstance(marked, (int, float)):
+            return float(marked)
     rows = [r for r in read_curve(Path(run_dir) / "eval.jsonl") if r["step"] <= resume[0]]
     last = rows[-1].get("elapsed") if rows else None
     return float(last) if isinstance(last, (int, float)) else 0.0
 
 
-def marker_of(ckpt: Path) -> dict | None:
-    """A checkpoint's marker, or None where it has none (or none that reads as one)."""
-    p = Path(ckpt) / MARKER
+def marker_of(ckpt: Path, name: str = MARKER) -> dict | None:
+    """A checkpoint's marker (`name`: MARKER, or SAVED), or None where it has none (or none that reads as one)."""
+    p = Path(ckpt) / name
     if not p.is_file():
         return None
     try:

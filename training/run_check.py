@@ -50,17 +50,23 @@ def check_run_folder(run_dir: Path, key: str) -> None:
 
 
 def checkpoints(run_dir: Path) -> list[tuple[int, Path, bool]]:
-    """(step, path, complete) for every checkpoint folder, oldest first. Complete: the Trainer
-    wrote all of it (its trainer_state.json, written last, reads back). Its marker may still be
-    missing: a kill during the evaluation that follows the save, after the Trainer's rotation
-    deleted the checkpoint before it; the resumed run evaluates that step first
+    """(step, path, complete) for every checkpoint folder, oldest first. Complete: every rank's
+    files are in place (`callbacks.SAVED`, written after a barrier, or the marker written after the
+    evaluation; a one-process checkpoint's rng_state.pth, which its one rank wrote before the rest)
+    and the Trainer's trainer_state.json, its last file, reads back. The marker may still be missing:
+    a kill during the evaluation that follows the save, after the Trainer's rotation deleted the
+    checkpoint before it; the resumed run evaluates that step first
     (`callbacks.EvalCallback.on_train_begin`)."""
+    from capacity_advisor.training.callbacks import MARKER, SAVED
+
     out = []
     if run_dir.is_dir():
         for p in run_dir.iterdir():
             mt = CHECKPOINT.match(p.name)
             if mt and p.is_dir():
-                out.append((int(mt.group(1)), p, _trainer_state_whole(p / "trainer_state.json")))
+                ranks_done = (p / MARKER).is_file() or (p / SAVED).is_file() or (p / "rng_state.pth").is_file()
+                whole = ranks_done and _trainer_state_whole(p / "trainer_state.json")
+                out.append((int(mt.group(1)), p, whole))
     return sorted(out)
 
 

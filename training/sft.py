@@ -119,7 +119,11 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
                                                     keep_best=store if keep_best is None else keep_best,
                                                     eval_progress=eval_progress)
     _note_start(m, checked, trainer, settings, world, resume, progress)
-    trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
+    try:
+        trainer.train(resume_from_checkpoint=str(resume[1]) if resume else None)
+    except cbs.PausedBeforeTraining:  # the interrupted evaluation was this call's last one
+        cbs.barrier()
+        return {"paused_at_step": trainer.state.global_step}
 
     if trainer.state.global_step < trainer.state.max_steps:  # paused (pause_after_evals): resumed by the next call
         cbs.barrier()
@@ -163,7 +167,8 @@ def _resume_point(run_dir: Path, is_main: bool):
         # its marker holds): one whose row is lost resumes from the one before, redoing that evaluation;
         # one a kill left unmarked (during its evaluation) is evaluated first (EvalCallback.on_train_begin)
         evaluated = {r.get("step") for r in cbs.read_curve(run_dir / "eval.jsonl")}
-        complete = [c for c in ckpts if c[2] and (c[0] in evaluated or cbs.marker_of(c[1]) is None)]
+        # (unmarked, with the run's earlier rows in place: a run whose eval.jsonl is lost starts over)
+        complete = [c for c in ckpts if c[2] and (c[0] in evaluated or (cbs.marker_of(c[1]) is None and 0 in evaluated))]
         resume = (complete[-1][0], complete[-1][1]) if complete else None
         for step, path, ok in ckpts:
             if not ok or not resume or step > resume[0]:

@@ -338,7 +338,9 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
                 gated.setdefault(cap, []).extend(gated_picks(outer, policy, gate) if gate else [])
                 if cap == CAP and gate is not None:
                     chosen[name]["race"] = gate.to_dict()
-                    everywhere.extend((m["row"], *gate.replay(m["row"])) for m in outer)  # its race, on every pool
+                    if not gate.never:  # its race, on every pool (a gate that never opens has none)
+                        everywhere.extend((m["row"], *gate.replay(m["row"]), o)
+                                          for m, (*_, o) in zip(outer, gated[cap][-len(outer):]))
         for m in outer:
             picks["policy"].append((m["row"], policy.choose(m["probs"], m["outside"], m["ratio"]) or "high"))
             picks["predictor"].append((m["row"], max(m["probs"], key=m["probs"].get)))

@@ -145,6 +145,11 @@ def test_the_config_only_description_says_what_the_loaded_tokenizer_says_of_its_
     assert load_model(str(plain), device="cpu").description["chat_template"] is False
     (plain / "tokenizer_config.json").write_text("{not json")  # unreadable: unknown, never a crash
     assert describe_config(str(plain))["chat_template"] is None
+    from capacity_advisor.models.template import declared_chat_template
+
+    (plain / "tokenizer_config.json").unlink()
+    os.mkfifo(plain / "tokenizer_config.json")  # a FIFO is not waited on
+    assert declared_chat_template(plain) is None
 
 
 def test_a_tokenizer_beside_the_file_is_not_taken_for_the_files_own(files, tmp_path, monkeypatch):

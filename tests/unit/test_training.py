@@ -235,6 +235,10 @@ def test_a_run_killed_during_an_evaluation_resumes_from_that_checkpoint_and_eval
         run_sft(path, run, records=str(store), threads=1, keep_best=False, eval_progress=kill_in_evaluation)
     assert [p.name for p in run.glob("checkpoint-*")] == ["checkpoint-3"] and not (run / "checkpoint-3" / MARKER).exists()
     assert max(r["step"] for r in read_jsonl(run / "eval.jsonl")) == 2
+    # a race's paused segment (one evaluation a call) that resumes there makes that evaluation and stops
+    assert run_sft(path, run, records=str(store), threads=1, keep_best=False, pause_after_evals=1) == {"paused_at_step": 3}
+    assert (run / "checkpoint-3" / MARKER).exists() and max(r["step"] for r in read_jsonl(run / "eval.jsonl")) == 3
+    (run / "checkpoint-3" / MARKER).unlink()  # as if killed again after that evaluation: resumed, not redone
     record = run_sft(path, run, records=str(store), threads=1, keep_best=False)
     assert record["provenance"]["resumed_from_step"] == 3
     full = run_sft(path, tmp_path / "full", records=str(store), threads=1, keep_best=False)

@@ -99,9 +99,10 @@ def test_the_documented_fsdp_config_on_cpu_trains_data_parallel_and_resumes_afte
     # fp32 to compare with one fp32 process (the config's bf16 applies on CPU too: the record says so)
     cmd = [ADVISOR, "train", str(path), "--out", str(run), "--records", str(store), "--nproc", "2",
            "--launcher", "accelerate", "--accelerate-config", str(cpu_config(tmp_path, mixed_precision="no"))]
-    # killed (the CLI, accelerate's launcher and both workers) right after rank 0 has written the
-    # marker of checkpoint 5, wherever the machine's load puts that moment
-    env, flag = frozen_at(tmp_path / "freeze", re.escape(str(run / "checkpoint-5" / "advisor_state.json")), ENV)
+    # killed (the CLI, accelerate's launcher and both workers) right after rank 0 has said checkpoint 5
+    # is whole (advisor_saved.json), before its evaluation, wherever the machine's load puts that
+    # moment: both processes resume from it and evaluate step 5 first
+    env, flag = frozen_at(tmp_path / "freeze", re.escape(str(run / "checkpoint-5" / "advisor_saved.json")), ENV)
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                          start_new_session=True)
     kill_when_frozen(p, flag)

@@ -247,8 +247,8 @@ class EvalCallback(TrainerCallback):
         step as the uninterrupted run did (its loss from the log history), then mark it."""
         step = state.global_step
         ckpt = self.run_dir / f"checkpoint-{step}"
-        todo = gather_to_main((marker_of(ckpt) is None, step not in {r["step"] for r in read_curve(self.eval_file)})
-                              if rank() == 0 else None)[0]
+        row = next((r for r in read_curve(self.eval_file) if r["step"] == step), None) if rank() == 0 else None
+        todo = gather_to_main((marker_of(ckpt) is None, row is None) if rank() == 0 else None)[0]
         if not todo[0]:
             return
         if todo[1]:
@@ -261,7 +261,7 @@ class EvalCallback(TrainerCallback):
             self._protect_best(args, state)
             self.evaluated_at_begin = True
         elif rank() == 0:
-            self.last_row = next(r for r in read_curve(self.eval_file) if r["step"] == step)
+            self.last_row = row
         self._mark(state)
 
     def on_log(self, args, state, control, logs=None, **kw):
@@ -458,6 +458,7 @@ class ProgressCallback(TrainerCallback):
         self.t0 = None
         self.start_step = 0
         self.every = 1
+        self.eval_shown: float | None = None  # when an evaluation's progress was last written
 
     def on_train_begin(self, args, state, control, **kw):
         self.t0 = time.perf_counter()
@@ -489,10 +490,10 @@ class ProgressCallback(TrainerCallback):
         if rank() != 0:
             return
         now = time.monotonic()
-        last = getattr(self, "_eval_shown", None)
+        last = self.eval_shown
         if not self.tty and done and done < total and last is not None and now - last < every:
             return
-        self._eval_shown = now
+        self.eval_shown = now
         line = f"eval step {step}: {done}/{total} problems generated"
         if self.tty:
             self.stream.write("\r" + line.ljust(78))
@@ -531,7 +532,8 @@ def resumed_elapsed(run_dir: Path, resume) -> float:
 
 
 def marker_of(ckpt: Path, name: str = MARKER) -> dict | None:
-    """A checkpoint's marker (`name`: MARKER, or SAVED), or None where it has none (or none that reads as one)."""
+    """A checkpoint's JSON object file `name` (its MARKER, SAVED, or the Trainer's trainer_state.json),
+    or None where it has none (or none that reads as one)."""
     p = Path(ckpt) / name
     if not p.is_file():
         return None

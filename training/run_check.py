@@ -57,7 +57,7 @@ def checkpoints(run_dir: Path) -> list[tuple[int, Path, bool]]:
     a kill during the evaluation that follows the save, after the Trainer's rotation deleted the
     checkpoint before it; the resumed run evaluates that step first
     (`callbacks.EvalCallback.on_train_begin`)."""
-    from capacity_advisor.training.callbacks import MARKER, SAVED
+    from capacity_advisor.training.callbacks import MARKER, SAVED, marker_of
 
     out = []
     if run_dir.is_dir():
@@ -65,18 +65,9 @@ def checkpoints(run_dir: Path) -> list[tuple[int, Path, bool]]:
             mt = CHECKPOINT.match(p.name)
             if mt and p.is_dir():
                 ranks_done = (p / MARKER).is_file() or (p / SAVED).is_file() or (p / "rng_state.pth").is_file()
-                whole = ranks_done and _trainer_state_whole(p / "trainer_state.json")
+                whole = ranks_done and marker_of(p, "trainer_state.json") is not None
                 out.append((int(mt.group(1)), p, whole))
     return sorted(out)
-
-
-def _trainer_state_whole(path: Path) -> bool:
-    import json
-
-    try:
-        return path.is_file() and isinstance(json.loads(path.read_text(encoding="utf-8")), dict)
-    except (OSError, ValueError, RecursionError):
-        return False
 
 
 @dataclass

@@ -103,13 +103,17 @@ SCORING = "scoring"  # what `probe_pool`'s progress names the scoring by (its ot
 
 def progress_label(name: str, prefix: str = "probe ") -> str:
     """How a progress display names one of `probe_pool`'s counts: the scoring, or a probed set."""
-    return "scoring candidates" if name == SCORING or name.startswith(SCORING + " ") else f"{prefix}D_{name}"
+    return "scoring candidates" if _scoring(name) else f"{prefix}D_{name}"
+
+
+def _scoring(name: str) -> bool:
+    return name == SCORING or name.startswith(SCORING + " ")
 
 
 def progress_unit(name: str) -> str:
     """What one of `probe_pool`'s counts counts: candidates scored, problems generated in an
     evaluation (`probes.run.evaluation_name`), or training steps."""
-    if name == SCORING or name.startswith(SCORING + " "):
+    if _scoring(name):
         return "candidates"
     return "problems" if EVALUATION in name else "steps"
 

@@ -25,6 +25,7 @@ from capacity_advisor.advisor.predictor import (
     CV_SPLITS, FEATURE_SETS, FITTABLE, LARGEST_PROXY, PROXY, Rule, SPLITS, TIE_MARGIN, WITHOUT_PROXIES, cross_validate,
     fit_predictor, folds, label_rows, options_in, read_records, select_policy, unit_of,
 )
+from capacity_advisor.advisor.predictor.gate import RACE_GRIDS
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix, ranking_sum
 from capacity_advisor.advisor.predictor.policy import (
     CHOOSE_BY, EITHER, EITHER_PREDICTOR, PROXY_RULE, measured_policy, with_gate,
@@ -167,6 +168,10 @@ class FitSettings:
     open_cap: float | None = field(default=None, metadata={"help": (
         "The most the races the gate opens may cost on average, as a share of one run (e.g. 0.5: a user whose gate "
         "opens trains at most half a run more); default: no bound beyond the mean over all pools.")})
+    race_grid: str = field(default="fixed", metadata={"help": (
+        "The races the gate may open: fixed (a share of the budget, or waiting for a gaining D_low; the shipped "
+        "grid), adaptive (also races that stop once one set clearly leads), patient (also adaptive races that a "
+        "D_high lead stops only once D_low is seen not gaining).")})
     n_members: int = field(default=MEMBERS, metadata={"help": "Ensemble members (bootstrap resamples of the calibration units)."})
     jobs: int = field(default=1, metadata={"help": "Processes fitting members in parallel."})
     seed: int = field(default=0, metadata={"help": "Bootstrap draws and LightGBM's seed."})
@@ -192,6 +197,8 @@ class FitSettings:
             bad.append(f"--cv {','.join(unknown)}: use {', '.join(CV_SPLITS)}")
         if self.open_cap is not None and not (number(self.open_cap) and 0 < self.open_cap <= 1):
             bad.append(f"--open-cap {self.open_cap} must be a share of one run, above 0 and at most 1")
+        if self.race_grid not in RACE_GRIDS:
+            bad.append(f"--race-grid {self.race_grid!r} is unknown: use {', '.join(RACE_GRIDS)}")
         if not self.choose_by or any(s not in SPLITS for s in self.choose_by):
             bad.append(f"--choose-by {','.join(self.choose_by) or '(none)'}: one or more of {', '.join(SPLITS)}")
         if bad:
@@ -224,16 +231,18 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
     split = tuple(s for s in settings.choose_by if folds(rows, s)) or ("student",)
     by = " and ".join(f"leave-one-{s}-out" for s in split) + (" (the worse)" if len(split) > 1 else "")
     cv_tables = {}
+    races = RACE_GRIDS[settings.race_grid]
     for s in settings.cv:
         if not folds(rows, s):
             continue
         say(f"cross-validating {', '.join(kinds)}, one {s} held out at a time (kind and thresholds chosen inside "
             "each fold)")
         cv_tables[s] = cross_validate(rows, s, kinds, feats, cv_members, tie_margin, seed, jobs,
-                                      policy_split=split, open_cap=settings.open_cap)
+                                      policy_split=split, open_cap=settings.open_cap, races=races)
     say(f"choosing the kind and the policy's thresholds by {by} regret")
-    chosen, policy, kind_regret, measured_rows = measured_policy(rows, split, kinds, feats, cv_members, seed, jobs)
-    policy = with_gate(policy, measured_rows, open_cap=settings.open_cap)
+    chosen, policy, kind_regret, measured_rows = measured_policy(rows, split, kinds, feats, cv_members, seed, jobs,
+                                                                 races)
+    policy = with_gate(policy, measured_rows, open_cap=settings.open_cap, races=races)
     own = own_sources(records, files)
     policy_own = None
     if own and folds(rows, PROXY):

@@ -63,9 +63,15 @@ def _quiet(line: str) -> None:
 
 
 def planned_race(manifest: str) -> RaceRule | None:
-    """The race a manifest plans (`race`: the recommendation's gate opened), as the rule that runs it."""
+    """The race a manifest plans (`race`: the recommendation's gate opened), as the rule that runs it:
+    it stops on a clear lead only where the plan names `k` (the gate's race is an adaptive one)."""
     race = load_manifest(manifest).race
-    return None if race is None else RaceRule(fraction=float(race["fraction"]), k=None, wait=race.get("wait"))
+    if race is None:
+        return None
+    k, margin = race.get("k"), race.get("margin")
+    return RaceRule(fraction=float(race["fraction"]), k=None if k is None else int(k),
+                    margin=RaceRule.margin if margin is None else float(margin), wait=race.get("wait"),
+                    patient=bool(race.get("patient", False)))
 
 
 def plan_training(manifest: str, race: float | None = None, no_race: bool = False, stops: dict | None = None,

@@ -128,13 +128,15 @@ def key_list(keys) -> str:
     return ", ".join(show(k, 30) for k in sorted(keys)[:10]) + (f" and {len(keys) - 10} more" if len(keys) > 10 else "")
 
 
-RACE_KEYS = ("fraction", "wait", "why", "expected")
+RACE_KEYS = ("fraction", "wait", "k", "margin", "patient", "why", "expected")
 EXPECTED_KEYS = {"regret", "overhead", "overhead_where_open"}  # the last absent from older manifests
 
 
 def race_problems(race: Any) -> list[str]:
     """The problems of a manifest's `race` (the race a recommendation plans: {"fraction": share of
-    the budget in (0, 1], "wait": null or a larger share up to 1, "why": text, "expected":
+    the budget in (0, 1], "wait": null or a larger share up to 1, "k": absent, null or the
+    evaluations in a row a clear lead stops it at, "margin": that lead's least accuracy difference
+    in [0, 1), "patient": whether a D_high lead waits on a gaining D_low, "why": text, "expected":
     {"regret", "overhead", "overhead_where_open"} or null}); that it names two different sets is the manifest's check."""
     if race is None:
         return []
@@ -150,6 +152,13 @@ def race_problems(race: Any) -> list[str]:
     elif w is not None and (not number(w) or not f < w <= 1):
         bad.append(f"race.wait: must be null or a share of the budget above race.fraction ({show(f)}), at most 1, "
                    f"got {show(w)}")
+    k, margin = race.get("k"), race.get("margin")
+    if k is not None and not whole(k, 1, 100):
+        bad.append(f"race.k: must be null or a whole number of evaluations from 1 to 100, got {show(k)}")
+    if margin is not None and not (number(margin) and 0 <= margin < 1):
+        bad.append(f"race.margin: must be an accuracy difference in [0, 1), e.g. 0.05, got {show(margin)}")
+    if not isinstance(race.get("patient", False), bool):
+        bad.append(f"race.patient: must be true or false, got {show(race['patient'])}")
     if race.get("why") is not None and not (is_line(race["why"]) and len(race["why"]) <= 2000):
         bad.append(f"race.why: must be one line of text, got {show(race['why'])}")
     expected = race.get("expected")

@@ -13,8 +13,8 @@ start, so the winner continued to the end is the uninterrupted run of that set.
 At each evaluation the two are compared on the same held-out problems, paired: per problem,
 correct under D_high minus correct under D_low. A set leads when the mean difference is beyond
 both `z` standard errors of that mean and `margin` (accuracy, 0.05 = 5 points). The race stops when
-the same set has led at `k` evaluations in a row ("lead"; never with `k` None, as the race a
-recommendation plans runs), or at the first evaluation at or past `fraction` of the budget
+the same set has led at `k` evaluations in a row ("lead"; never with `k` None; with `patient`, a
+D_high lead only once D_low has had three evaluations and is not gaining, `holds_back`), or at the first evaluation at or past `fraction` of the budget
 ("fraction"), where the set with the best held-out accuracy so far is kept (D_high on ties). With
 `wait`, a race due to stop goes on while D_low is behind and gaining faster than D_high
 (`gaining`), up to that share ("wait" when it ends there). The winner then trains to the end; the
@@ -57,6 +57,7 @@ class RaceRule:
     margin: float = 0.05  # the least mean paired difference that counts as a lead (accuracy)
     z: float = 1.96  # standard errors of the mean paired difference that a lead must exceed
     wait: float | None = None  # go on up to this share while D_low is behind and gaining faster
+    patient: bool = False  # a D_high lead stops it only once D_low is seen not gaining (`holds_back`)
 
     def check(self) -> "RaceRule":
         bad = []
@@ -87,6 +88,14 @@ def gaining(acc_high: list, acc_low: list, window: int = WAIT_WINDOW) -> bool:
         return False
     (h0, l0), (h1, l1) = pairs[-1 - window], pairs[-1]
     return max(lo for _, lo in pairs) < max(h for h, _ in pairs) and l1 - l0 > h1 - h0 + 1e-9
+
+
+def holds_back(acc_high: list, acc_low: list, window: int = WAIT_WINDOW) -> bool:
+    """Whether a patient race lets a D_high lead pass: too few evaluations yet to tell whether D_low
+    is gaining (`window` + 1 are needed), or D_low behind and gaining faster (`gaining`). A slow
+    starter is not ruled out by D_high's early lead; a D_low lead always stops a race at once."""
+    pairs = [(h, lo) for h, lo in zip(acc_high, acc_low) if h is not None and lo is not None]
+    return len(pairs) <= window or gaining(acc_high, acc_low, window)
 
 
 def set_files(m: Manifest) -> dict[str, str | None]:
@@ -171,7 +180,8 @@ def decide(curves: dict[str, list[dict]], rule: RaceRule, m: Manifest, finished:
         waits = due and rule.wait is not None and c["share"] < rule.wait - 1e-9 and gaining(
             [x["accuracy_high"] for x in comps], [x["accuracy_low"] for x in comps])
         waited = waited or waits
-        if rule.k is not None and streak >= rule.k:
+        if rule.k is not None and streak >= rule.k and not (rule.patient and c["leader"] == "high" and holds_back(
+                [x["accuracy_high"] for x in comps], [x["accuracy_low"] for x in comps])):
             stop = {"reason": "lead", "winner": c["leader"]}
         elif (due and not waits) or (finished and i == n - 1):
             reason = "wait" if waited else "fraction"

@@ -366,7 +366,8 @@ def written(rec, out: str) -> None:
         extra = rec.race.get("wait") or rec.race["fraction"]
         console.print(f"[bold]race[/bold]: the average training and expected loss are the gated race's, measured "
                       f"on {rec.race['measured_on']}; this race trains the losing set for "
-                      f"{'the whole budget' if extra >= 1 else f'about {extra:.0%} of the budget'} beside the winner's "
+                      + ("at most " if rec.race.get("k") is not None else "")
+                      + f"{'the whole budget' if extra >= 1 else f'about {extra:.0%} of the budget'} beside the winner's "
                       "full run", highlight=False)
     if rec.pool is not None:
         nxt = (f"advisor train {out}/recommendation.json --out RUN (it races D_high against D_low and keeps the "

@@ -9,8 +9,10 @@ on; asked only when D_low may win, it finds most of what is lost. Where the pred
 reaches `threshold`, or the probe's own contrast of accuracy gains (`gap_accuracy_gain_headroom`:
 how much more D_low raised held-out accuracy than D_high in the probe, over the base's headroom)
 reaches `headroom`, the advice is a race of D_high against D_low to `fraction` of the budget (with
-`wait`, longer while D_low is behind and gaining faster, `training.race.gaining`), the leader
-kept and trained to the end; elsewhere the policy's set, at no extra cost.
+`wait`, longer while D_low is behind and gaining faster, `training.race.gaining`; with `k`, sooner
+once one set has led by more than `margin` and the noise at `k` evaluations in a row, so a clear
+race costs a fraction of that share), the leader kept and trained to the end; elsewhere the
+policy's set, at no extra cost.
 
 `threshold`, `headroom` and the race are chosen together on held-out measurements (the predictor
 fitted without each pool source, judged on it) as the lowest mean regret whose mean overhead
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from itertools import product
 from statistics import mean
 from typing import Sequence
@@ -38,7 +41,19 @@ from capacity_advisor.advisor.predictor.races import WAITS, race
 HEADROOM_INPUT = "gap_accuracy_gain_headroom"
 THRESHOLDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, math.inf)
 HEADROOMS = (0.1, 0.2, 0.3, 0.5, 1.0, math.inf)
-RACES = tuple((f, None) for f in (0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0)) + WAITS
+# (fraction, wait, k, margin, patient): the races a gate may open — stopped at a share of the budget,
+# or waiting for a gaining D_low (`races.race`); the grid `advisor fit` chooses from by default
+RACES = (tuple((f, None, None, None, False) for f in (0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0))
+         + tuple((f, w, None, None, False) for f, w in WAITS))
+# ... and `--race-grid`'s others, beside those: adaptive races that stop as soon as one set clearly
+# leads (at most at a share), and patient ones that a D_high lead stops only once D_low is seen not
+# gaining (`training.race.holds_back`); measured held out in docs/results.md, "Cheaper races"
+RACE_GRIDS = {
+    "fixed": RACES,
+    "adaptive": RACES + tuple((f, None, k, m, False) for f in (0.5, 0.75, 1.0) for k in (1, 2) for m in (0.05, 0.1)),
+    "patient": RACES + tuple((f, None, k, m, True) for f in (0.5, 1.0) for k in (1, 2) for m in (0.05, 0.1)),
+}
+LEAD_MARGIN = 0.05  # an adaptive race's least lead (accuracy) where a gate names none
 CAPS = (0.1, 0.15, 0.2, 0.3)  # the overhead caps the frontier reports
 CAP = 0.2  # the shipped cap: mean extra training the gate may cost, as a share of one run
 NEAR = 1e-9  # regrets closer than this are ties
@@ -52,6 +67,9 @@ class Gate:
     wait: float | None = None  # ... or goes on up to this share while D_low is behind and gaining faster
     cap: float = CAP  # the mean overhead it was chosen under
     open_cap: float | None = None  # the mean overhead of the races it opens it was chosen under (None: none)
+    k: int | None = None  # stop once one set has led at k evaluations in a row (None: only at the fraction)
+    margin: float = LEAD_MARGIN  # ... by more than this accuracy difference (and the noise)
+    patient: bool = False  # ... a D_high lead only once D_low is seen not gaining (`training.race.holds_back`)
 
     @property
     def never(self) -> bool:
@@ -70,7 +88,14 @@ class Gate:
     def replay(self, row: dict) -> tuple[str, float]:
         """(kept set, overhead) of this gate's race replayed on a row's curves (`races.with_curves`)."""
         c = row["curves"]
-        return race(c["high"], c["low"], row["budget"], self.fraction, wait=self.wait)
+        return race(c["high"], c["low"], row["budget"], self.fraction, wait=self.wait, k=self.k, margin=self.margin,
+                    patient=self.patient)
+
+    @property
+    def rule(self) -> tuple:
+        """(fraction, wait, k, margin, patient): the race, as RACES lists it."""
+        lead = self.k is not None
+        return (self.fraction, self.wait, self.k, self.margin if lead else None, self.patient and lead)
 
     def describe(self) -> str:
         if self.never:
@@ -79,6 +104,11 @@ class Gate:
                  f"{HEADROOM_INPUT} ≥ {self.headroom:g}" if math.isfinite(self.headroom) else None]
         race_words = f"to {self.fraction:.0%} of the budget" + (f" (up to {self.wait:.0%} while D_low is gaining)"
                                                                  if self.wait else "")
+        if self.k is not None:
+            race_words = (f"until one leads by more than {self.margin:.0%} at {self.k} evaluation"
+                          f"{'s' if self.k > 1 else ''} in a row"
+                          + (" (D_high only once D_low is not gaining)" if self.patient else "")
+                          + f", at most {race_words}")
         return f"races D_high against D_low {race_words} where {' or '.join(p for p in parts if p)}"
 
     def to_dict(self) -> dict:
@@ -87,6 +117,9 @@ class Gate:
             d[key] = None if math.isinf(d[key]) else d[key]
         if d["open_cap"] is None:  # absent, so files from before read as they did
             d.pop("open_cap")
+        if d["k"] is None:  # a race that stops only at its share: no lead rule to state
+            for key in ("k", "margin", "patient"):
+                d.pop(key)
         return d
 
     @classmethod
@@ -94,10 +127,19 @@ class Gate:
         """A gate as a predictor file states it, already checked (`checks.gate_ok`)."""
         return cls(*(math.inf if d.get(k) is None else float(d[k]) for k in ("threshold", "headroom")),
                    float(d["fraction"]), None if d.get("wait") is None else float(d["wait"]), float(d["cap"]),
-                   None if d.get("open_cap") is None else float(d["open_cap"]))
+                   None if d.get("open_cap") is None else float(d["open_cap"]),
+                   None if d.get("k") is None else int(d["k"]), float(d.get("margin", LEAD_MARGIN)),
+                   bool(d.get("patient", False)))
 
 
-GRID = tuple(Gate(t, h, f, w) for t, h, (f, w) in product(THRESHOLDS, HEADROOMS, RACES))
+@lru_cache(maxsize=None)
+def grid(races: tuple = RACES) -> tuple[Gate, ...]:
+    """Every gate: each pair of thresholds with each race of `races`."""
+    return tuple(Gate(t, h, f, w, k=k, margin=LEAD_MARGIN if m is None else m, patient=p)
+                 for t, h, (f, w, k, m, p) in product(THRESHOLDS, HEADROOMS, races))
+
+
+GRID = grid()
 
 
 def headroom_of(row: dict) -> float:
@@ -119,24 +161,25 @@ def gated_picks(measured: Sequence[dict], policy, gate: Gate) -> list[tuple[dict
 
 
 def choose_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequence[dict],
-                open_cap: float | None = None) -> Gate:
-    """The gate of GRID with the lowest mean regret on `measured` whose mean overhead is within
+                open_cap: float | None = None, races: tuple = RACES) -> Gate:
+    """The gate of `grid(races)` with the lowest mean regret on `measured` whose mean overhead is within
     `cap`; near-ties to the cheaper, then the more cautious (higher thresholds). With `more` sets
     of held-out measurements (other splits: a task or a teacher left out beside a source), the
     lowest of the worst regret over the sets, each set's overhead within the cap. With `open_cap`,
     also the races it opens cost at most that share of one run on average (what a user whose gate
     opens pays), in every set. The gate that never opens costs nothing, so a choice always exists."""
-    return best_gate(measured, policy, cap, *more, open_cap=open_cap)[0]
+    return best_gate(measured, policy, cap, *more, open_cap=open_cap, races=races)[0]
 
 
-def _gate_arrays(measured: Sequence[dict], policy) -> dict:
+def _gate_arrays(measured: Sequence[dict], policy, races: tuple = RACES) -> dict:
     """What comparing the gates on one set of measurements needs, as arrays: P(D_low), the
     headroom input, the policy's regret where the gate stays shut, and each race's regret and share."""
     rows = [m["row"] for m in measured]
     raced = {}
-    for f, w in RACES:
-        kept = [race(r["curves"]["high"], r["curves"]["low"], r["budget"], f, wait=w) for r in rows]
-        raced[(f, w)] = (np.array([regret(r, k) for r, (k, _) in zip(rows, kept)]), np.array([s for _, s in kept]))
+    for f, w, k, m, p in races:
+        kept = [race(r["curves"]["high"], r["curves"]["low"], r["budget"], f, wait=w, k=k, margin=m or LEAD_MARGIN,
+                     patient=p) for r in rows]
+        raced[(f, w, k, m, p)] = (np.array([regret(r, k) for r, (k, _) in zip(rows, kept)]), np.array([s for _, s in kept]))
     return {"p_low": np.array([m["probs"].get("low", math.nan) for m in measured], dtype=float),
             "head": np.array([headroom_of(r) for r in rows], dtype=float),
             "shut": np.array([regret(r, policy.choose(m["probs"], m["outside"], m["ratio"]) or "high")
@@ -145,19 +188,19 @@ def _gate_arrays(measured: Sequence[dict], policy) -> dict:
 
 
 def best_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequence[dict],
-              open_cap: float | None = None) -> tuple[Gate, float]:
+              open_cap: float | None = None, races: tuple = RACES) -> tuple[Gate, float]:
     """`choose_gate`'s gate and its mean regret (points; with `more`, the worst over the sets).
-    Every race of RACES is replayed once per row and the gates compared as arrays."""
+    Every race of `races` is replayed once per row and the gates compared as arrays."""
     from dataclasses import replace
 
-    sets = [_gate_arrays(m, policy) for m in (measured, *more) if m]
+    sets = [_gate_arrays(m, policy, races) for m in (measured, *more) if m]
     best = None
     with np.errstate(invalid="ignore"):  # a NaN input never opens the gate
-        for g in GRID:
+        for g in grid(races):
             regs, overs, opened_costs = [], [], []
             for a in sets:
                 opened = (a["p_low"] >= g.threshold) | (a["head"] >= g.headroom)
-                reg_r, share = a["raced"][(g.fraction, g.wait)]
+                reg_r, share = a["raced"][g.rule]
                 regs.append(float(np.where(opened, reg_r, a["shut"]).mean()))
                 overs.append(float(np.where(opened, share, 0.0).mean()))
                 opened_costs.append(float(share[opened].mean()) if opened.any() else 0.0)

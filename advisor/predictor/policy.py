@@ -36,7 +36,9 @@ import numpy as np
 from capacity_advisor.advisor.predictor.advice import Advice, Decision
 from capacity_advisor.advisor.predictor.checks import policy_thresholds
 from capacity_advisor.advisor.predictor.ensemble import Predictor, distances, fit_predictor
-from capacity_advisor.advisor.predictor.gate import CAP, CAPS, Gate, best_gate, choose_gate, gated_methods, gated_picks
+from capacity_advisor.advisor.predictor.gate import (
+    CAP, CAPS, RACES, Gate, best_gate, choose_gate, gated_methods, gated_picks,
+)
 from capacity_advisor.advisor.predictor.evaluate import (
     PROXY, PROXY_CUT, TIE_MARGIN, baseline_picks, by_value, cell_of, flips, folds, noise_floor, proxy_folds, regret, repeat,
     seed_spread, summarize,
@@ -110,9 +112,13 @@ class Policy:
         return Decision(strategy, who, "; ".join(reasons) or "off the calibrated data", **base)
 
     def race_plan(self, p_low: float, measured: dict) -> dict | None:
-        """{"fraction", "wait", "why"} of the race the gate opens for these measurements, or None."""
+        """{"fraction", "wait", "why"} of the race the gate opens for these measurements (and its lead
+        rule, "k", "margin" and "patient", where the gate's race stops on a clear lead), or None."""
         why = self.gate.opens(p_low, measured) if self.gate is not None else None
-        return None if why is None else {"fraction": self.gate.fraction, "wait": self.gate.wait, "why": why}
+        if why is None:
+            return None
+        lead = {} if self.gate.k is None else {"k": self.gate.k, "margin": self.gate.margin, "patient": self.gate.patient}
+        return {"fraction": self.gate.fraction, "wait": self.gate.wait, **lead, "why": why}
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -266,13 +272,13 @@ def select_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str |
 
 
 def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str | Sequence[str],
-                    features: Sequence[str], n_members: int = 8, seed: int = 0, jobs: int = 1
-                    ) -> tuple[str, Policy, dict, list[dict]]:
+                    features: Sequence[str], n_members: int = 8, seed: int = 0, jobs: int = 1,
+                    races: tuple = RACES) -> tuple[str, Policy, dict, list[dict]]:
     """`select_policy`'s choice, and the chosen kind's held-out measurements, one list per split
     (none where nothing was measured), from which a gate is chosen (`with_gate`: with several
     splits, for the worst of them). Where the rows carry their runs' curves, the kind is the one
-    whose policy with its best gate (within the shipped cap, gate.CAP) loses least over the
-    splits: the gated race is what ships."""
+    whose policy with its best gate (within the shipped cap, gate.CAP; its race one of `races`)
+    loses least over the splits: the gated race is what ships."""
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     splits = (split,) if isinstance(split, str) else tuple(split)
     if not all(folds(rows, s) for s in splits):
@@ -283,13 +289,14 @@ def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str
         measured = [fold_measurements(rows, s, kind, features, n_members, seed, jobs) for s in splits]
         policy = choose_policy(*measured)
         scores[kind] = 100 * max(_policy_regret(m, policy) for m in measured)
-        key = best_gate(measured[0], policy, CAP, *measured[1:])[1] if gated else scores[kind]
+        key = best_gate(measured[0], policy, CAP, *measured[1:], races=races)[1] if gated else scores[kind]
         if best is None or key < best[3] - 1e-9:
             best = (kind, policy, measured, key)
     return best[0], best[1], scores, best[2]
 
 
-def with_gate(policy: Policy, measured: Sequence, cap: float = CAP, open_cap: float | None = None) -> Policy:
+def with_gate(policy: Policy, measured: Sequence, cap: float = CAP, open_cap: float | None = None,
+              races: tuple = RACES) -> Policy:
     """`policy` with the gate chosen on its held-out `measured` under `cap` — one set of
     measurements, or one per split (`measured_policy`'s): then the gate whose worst regret over
     the splits is lowest, each split's overhead within the cap —; unchanged where the rows carry
@@ -300,13 +307,13 @@ def with_gate(policy: Policy, measured: Sequence, cap: float = CAP, open_cap: fl
     sets = [m for m in sets if m]
     if not sets or not all("curves" in m["row"] for ms in sets for m in ms):
         return policy
-    return replace(policy, gate=choose_gate(sets[0], policy, cap, *sets[1:], open_cap=open_cap))
+    return replace(policy, gate=choose_gate(sets[0], policy, cap, *sets[1:], open_cap=open_cap, races=races))
 
 
 def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Sequence[str] = "lightgbm",
                    features: Sequence[str] | None = None, n_members: int = 8, tie_margin: float = TIE_MARGIN,
                    seed: int = 0, jobs: int = 1, policy_split: str | Sequence[str] | None = None,
-                   open_cap: float | None = None) -> dict:
+                   open_cap: float | None = None, races: tuple = RACES) -> dict:
     """Every method held out by `split`: the policy — its model kind (one of `kind`, when several)
     and thresholds chosen on each outer fold's training rows only, by an inner leave-one-
     `policy_split`-out (default the same split; several: the worse of them; UNTRIED where those
@@ -315,7 +322,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     each with its flip rate across seeds, and for the policy and the predictor the spread of
     P(D_low) across a cell's seeds (`p_low_spread`, the mean range). Where the rows carry their
     runs' curves (`races.with_curves`), also the gated race (`gated_methods`), its races held to
-    `open_cap` of a run on average where it opens, when given."""
+    `open_cap` of a run on average where it opens, when given, each gate's race one of `races`."""
     from capacity_advisor.advisor.predictor.labels import PROBE_FEATURES
 
     features = tuple(features or PROBE_FEATURES)
@@ -329,12 +336,13 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     picks: dict[str, list] = {"policy": [], "predictor": []}
     chosen, p_low, gated, everywhere = {}, [], {}, []
     for name, train, test in fs:
-        fold_kind, policy, _, inner = measured_policy(train, inner_split, kind, features, n_members, seed, jobs)
+        fold_kind, policy, _, inner = measured_policy(train, inner_split, kind, features, n_members, seed, jobs,
+                                                      races)
         chosen[name] = {"kind": fold_kind, **policy.to_dict()}
         outer = held_out(train, test, fold_kind, features, n_members, seed, jobs)
         if split != PROXY and all("curves" in r for r in rows):
             for cap in CAPS:
-                gate = with_gate(policy, inner, cap, open_cap).gate
+                gate = with_gate(policy, inner, cap, open_cap, races).gate
                 gated.setdefault(cap, []).extend(gated_picks(outer, policy, gate) if gate else [])
                 if cap == CAP and gate is not None:
                     chosen[name]["race"] = gate.to_dict()

@@ -27,7 +27,7 @@ from collections import defaultdict
 from capacity_advisor.advisor.predictor.evaluate import is_right, judged_on_other_repeats, regret
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 from capacity_advisor.advisor.predictor.labels import label_rows, record_option, unit_of
-from capacity_advisor.training.race import gaining
+from capacity_advisor.training.race import gaining, holds_back
 
 FIXED = (0.1, 0.2, 0.3, 0.5)
 WAITS = ((0.3, 0.75), (0.5, 0.75), (0.5, 1.0))  # (fraction, wait) of the races that wait for a slow starter
@@ -78,10 +78,12 @@ def with_curves(rows: list[dict], records) -> list[dict]:
 
 
 def race(curve_h, curve_l, budget: float, fraction: float, k: int | None = None, margin: float = 0.05,
-         z: float = 1.96, n_eval: int = FULL_RUN_EVAL_PROBLEMS, wait: float | None = None) -> tuple[str, float]:
+         z: float = 1.96, n_eval: int = FULL_RUN_EVAL_PROBLEMS, wait: float | None = None,
+         patient: bool = False) -> tuple[str, float]:
     """(kept set, share of the budget at which the race stopped) of one replayed race. With `wait`,
     a race due to stop goes on, up to that share, while D_low is behind and gaining faster than
-    D_high (`training.race.gaining`, as `advisor train` races)."""
+    D_high (`training.race.gaining`, as `advisor train` races); with `patient`, a D_high lead stops
+    it only where `training.race.holds_back` lets it."""
     h = [(e, a) for e, a in curve_h if e <= budget + 1e-9]
     lo = [(e, a) for e, a in curve_l if e <= budget + 1e-9]
     seen = {"high": [], "low": []}
@@ -95,7 +97,7 @@ def race(curve_h, curve_l, budget: float, fraction: float, k: int | None = None,
             lead = ("high" if ah > al else "low") if abs(ah - al) > max(z * se, margin) else None
             streak = (streak + 1 if lead == prev else 1) if lead else 0
             prev = lead
-            if lead and streak >= k:
+            if lead and streak >= k and not (patient and lead == "high" and holds_back(seen["high"], seen["low"])):
                 return lead, share
         if share >= fraction - 1e-9:
             if wait is not None and share < wait - 1e-9 and gaining(seen["high"], seen["low"]):

@@ -171,8 +171,14 @@ def race_plan(predictor, race: dict | None) -> dict | None:
 def race_headline(plan: dict) -> str:
     """The report's first line for a planned race: this race's own cost, then what racing only where
     the gate opens cost and lost on average over held-out pool sources (most of them raced nothing)."""
-    f, w = plan["fraction"], plan.get("wait")
-    if f >= 1:
+    f, w, k = plan["fraction"], plan.get("wait"), plan.get("k")
+    if k is not None:
+        line = (f"Race D_high against D_low until one leads by more than {plan.get('margin', 0.05):.0%} and the noise at "
+                f"{k} evaluation{'s' if k > 1 else ''} in a row"
+                + (" (D_high only once D_low is not gaining)" if plan.get("patient") else "") + ", at most "
+                + ("to the end of your budget" if f >= 1 else f"to {f:.0%} of it")
+                + ", then keep the leader (up to " + ("a second full run" if f >= 1 else f"{f:.0%} more training") + ")")
+    elif f >= 1:
         line = "Race D_high against D_low: train both to the end of your budget and keep the better (a second full run)"
     else:
         line = (f"Race D_high against D_low for {f:.0%} of your budget"

@@ -20,6 +20,7 @@ from capacity_advisor.core.files import finite, write_json
 from capacity_advisor.probes.recipe import full_run_manifest
 from capacity_advisor.probes.run import ProbeReport
 from capacity_advisor.training.manifest import SETS
+from capacity_advisor.training.manifest_checks import RACE_KEYS
 
 BUDGET_GRID = tuple(x / 4 for x in range(2, 41))  # 0.5 .. 10 epochs, for the crossover
 
@@ -177,7 +178,7 @@ def write_manifest(rec: Recommendation, out: Path, recipe, spec: str, teacher: s
         features=finite(rec.inputs),  # strict JSON: a measurement that does not apply is null
         pool=finite(rec.pool),
         sets=dict(sets or {}),
-        race=None if rec.race is None else {k: rec.race.get(k) for k in ("fraction", "wait", "why", "expected")},
+        race=None if rec.race is None else {k: rec.race.get(k) for k in RACE_KEYS if k in rec.race},
     )
     manifest.to_json(out / "recommendation.json")
 

@@ -14,10 +14,12 @@ import pytest
 from helpers import RACE_MANIFEST, ROOT, one_error_line, race_curve, race_manifest, run
 
 from capacity_advisor.advisor.predictor import Policy, Predictor
-from capacity_advisor.advisor.predictor.gate import CAP, Gate, choose_gate, gated_picks, judged_on_other_repeats
+from capacity_advisor.advisor.predictor.gate import (
+    CAP, RACE_GRIDS, Gate, choose_gate, gated_picks, judged_on_other_repeats,
+)
 from capacity_advisor.advisor.predictor.races import race, with_curves
 from capacity_advisor.core.errors import InputError
-from capacity_advisor.training.race import RaceRule, decide, gaining
+from capacity_advisor.training.race import RaceRule, decide, gaining, holds_back
 
 SHIPPED = ROOT / "advisor" / "predictor_data"
 ALWAYS_HIGH = Policy(margin=2.0)  # the policy's set is D_high wherever the gate stays shut
@@ -73,6 +75,41 @@ def test_a_gate_chosen_over_several_splits_is_chosen_for_the_worst_of_them():
 
     assert with_gate(ALWAYS_HIGH, [by_source, by_task], 0.2).gate == both
     assert with_gate(ALWAYS_HIGH, by_source, 0.2).gate == alone and with_gate(ALWAYS_HIGH, [], 0.2) == ALWAYS_HIGH
+
+
+def test_a_gate_held_to_half_a_run_where_it_opens_races_until_one_set_clearly_leads():
+    """D_low ahead by 40 points from the first evaluation: a race that stops on a clear lead finds it
+    at an eighth of the budget, where a race to a share would train the losing set to that share.
+    Held to half a run where it opens, the gate's race is such an adaptive one, and it plans the stop."""
+    epochs = [2.0 * k / 8 for k in range(1, 9)]
+    clear = {"source": "c", "score": "sum", "student": "lab:s", "seed": 0, "repeat": 0, "budget": 2.0,
+             "features": {}, "accuracy": {"high": 0.5, "low": 0.9},
+             "curves": {"high": [(e, 0.5) for e in epochs], "low": [(e, 0.9) for e in epochs]}}
+    measured = ([{"row": clear, "probs": {"high": 0.4, "low": 0.6}, "outside": False, "ratio": 0.0}] * 2
+                + [row("b", 0.05, False)[0] for _ in range(8)])
+    assert choose_gate(measured, ALWAYS_HIGH, 0.2, open_cap=0.5).k is None  # the shipped grid has no adaptive race
+    gate = choose_gate(measured, ALWAYS_HIGH, 0.2, open_cap=0.5, races=RACE_GRIDS["adaptive"])
+    assert gate.k is not None and gate.threshold <= 0.6
+    assert gate.replay(clear) == ("low", 0.125)  # stopped at the first evaluation, on the lead
+    picks = gated_picks(measured, ALWAYS_HIGH, gate)
+    assert [c for _, c, _ in picks] == ["low"] * 2 + ["high"] * 8 and all(o == 0 for *_, o in picks[2:])
+    assert Gate.from_dict(gate.to_dict()) == gate and gate.to_dict()["k"] == gate.k
+    assert "until one leads by more than" in gate.describe()
+    patient = choose_gate(measured, ALWAYS_HIGH, 0.2, open_cap=0.5, races=RACE_GRIDS["patient"])
+    assert patient.replay(clear) == ("low", 0.125)  # a D_low lead stops a patient race at once
+    # a race to a share of the budget states no lead rule, so files from before read as they did
+    assert "k" not in Gate(0.2, math.inf, 0.5).to_dict()
+    policy = Policy(0.5, 0.1, True, gate)
+    assert Policy.from_dict(policy.to_dict()) == policy
+    plan = policy.race_plan(0.6, {})
+    assert (plan["k"], plan["margin"], plan["patient"], plan["fraction"]) == (gate.k, gate.margin, gate.patient,
+                                                                              gate.fraction)
+    from capacity_advisor.advisor.predictor.checks import policy_thresholds
+
+    for bad in ({"k": 0}, {"k": 1.5}, {"margin": 1.0}, {"margin": "x"}, {"patient": "yes"}):
+        raw = {**policy.to_dict(), "race": {**policy.to_dict()["race"], **bad}}
+        with pytest.raises(InputError, match="meta.policy"):
+            policy_thresholds(raw)
 
 
 def test_the_gate_reads_the_probes_own_contrast_too():
@@ -139,6 +176,27 @@ def test_a_race_waits_for_a_slow_starter_that_is_gaining():
     assert stop["reason"] == "fraction" and stop["winner"] == "high" and stop["step"] == 4
     with pytest.raises(InputError, match="wait 0.4"):
         RaceRule(fraction=0.5, wait=0.4).check()
+
+
+def test_a_patient_race_is_not_stopped_by_the_early_lead_of_d_high_over_a_slow_starter():
+    """An adaptive race stops on the first clear lead: D_high's, over a D_low that overtakes later.
+    A patient one lets a D_high lead pass until D_low has had three evaluations and is not gaining;
+    a D_low lead still stops it at once. Replayed and live alike."""
+    high, low = [(e / 4, 0.5) for e in range(1, 9)], [(e / 4, min(0.9, 0.11 * e)) for e in range(1, 9)]
+    assert race(high, low, 2.0, 0.5, k=1, wait=1.0) == ("high", 0.125)
+    assert race(high, low, 2.0, 0.5, k=1, wait=1.0, patient=True) == ("low", 0.625)
+    falling = [(e, 0.3 - 0.01 * i) for i, (e, _) in enumerate(high)]  # D_high clear, D_low losing ground
+    assert race(high, falling, 2.0, 1.0, k=1) == ("high", 0.125)
+    assert race(high, falling, 2.0, 1.0, k=1, patient=True) == ("high", 0.375)  # once D_low has had three evaluations
+    assert race(high, [(e, 0.9) for e, _ in high], 2.0, 0.5, k=1, patient=True) == ("low", 0.125)
+    assert holds_back([0.5, 0.5], [0.1, 0.2]) and holds_back([0.5] * 3, [0.1, 0.2, 0.3])
+    assert not holds_back([0.5] * 3, [0.3, 0.2, 0.1])
+    ten = lambda n: [1] * n + [0] * (10 - n)  # noqa: E731
+    curves = {"high": race_curve([ten(5)] * 6), "low": race_curve([ten(1), ten(2), ten(3), ten(4), ten(6), ten(7)])}
+    _, stop = decide(curves, RaceRule(fraction=0.5, k=1, wait=1.0), RACE_MANIFEST)
+    assert (stop["reason"], stop["winner"], stop["step"]) == ("lead", "high", 1)
+    _, stop = decide(curves, RaceRule(fraction=0.5, k=1, wait=1.0, patient=True), RACE_MANIFEST)
+    assert (stop["reason"], stop["winner"], stop["step"]) == ("wait", "low", 5)
 
 
 # ---- the plan end to end ---------------------------------------------------------------------
@@ -271,7 +329,9 @@ def test_export_of_a_planned_race_writes_both_sets(planned, lab_cache, monkeypat
 # ---- bad input: one error line, exit 2, nothing written -------------------------------------
 @pytest.mark.parametrize("race_block, words", [
     ({"fraction": 0}, "race.fraction"), ({"fraction": 1.5}, "race.fraction"), ({"fraction": "half"}, "race.fraction"),
-    ({"fraction": 0.5, "wait": 0.3}, "race.wait"), ({"fraction": 0.5, "k": 2}, "unknown keys"),
+    ({"fraction": 0.5, "wait": 0.3}, "race.wait"), ({"fraction": 0.5, "speed": 2}, "unknown keys"),
+    ({"fraction": 0.5, "k": 0}, "race.k"), ({"fraction": 0.5, "k": 1.5}, "race.k"),
+    ({"fraction": 0.5, "k": 2, "margin": 1.5}, "race.margin"), ({"fraction": 0.5, "k": 2, "patient": 1}, "race.patient"),
     ("fast", "race: must be an object"),
     ({"fraction": 0.5, "expected": {"regret": 1.0, "overhead": 0.2, "overhead_where_open": "most"}}, "race.expected"),
     ({"fraction": 0.5, "expected": {"regret": None, "overhead": 0.2}}, "race.expected"),

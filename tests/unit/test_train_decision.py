@@ -32,6 +32,11 @@ def test_a_planned_race_runs_as_planned_without_a_stop_on_a_lead(planned):
     assert t.rule == RaceRule(fraction=0.5, k=None, wait=0.75)
 
 
+def test_a_planned_adaptive_race_stops_on_the_lead_the_plan_names(tmp_path):
+    adaptive = race_manifest(tmp_path / "adaptive", "lab:xs", race={**PLANNED, "k": 1, "margin": 0.1, "patient": True})
+    assert plan_training(str(adaptive)).rule == RaceRule(fraction=0.5, k=1, margin=0.1, wait=0.75, patient=True)
+
+
 def test_no_race_trains_the_recommended_set_though_a_race_is_planned(planned):
     assert plan_training(planned, no_race=True).action == "run"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import json_object
 from capacity_advisor.models.lab.ladder import LAB_TEACHER, LADDER, MAX_BUILD, TEACHERS, lab_model, n_params, parse_name
-from capacity_advisor.models.lab.tasks import FAMILIES
+from capacity_advisor.models.lab.tasks import FAMILIES, PRETRAINED, SCRIPTED_TEACHERS
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS, LAB
 from capacity_advisor.training.manifest import SETS, schedule_of
 from capacity_advisor.training.manifest_checks import MAX_COUNT
@@ -37,7 +37,7 @@ class CalibrateConfig:
     max_new_tokens: int = LAB.max_new_tokens
     measure_every: int = 1  # --measure-every: the full runs' scoring measures at every Nth evaluation (eval.measure_every)
     jobs: int = 1  # --jobs: units in parallel (one torch thread each)
-    teacher: str = LAB_TEACHER  # --teacher: the lab model that samples the pools, or "program" (the scripted teacher)
+    teacher: str = LAB_TEACHER  # --teacher: the lab model that samples the pools, or a scripted teacher ("program", "explore")
     temperature: float = 1.0  # --temperature: the teacher's sampling temperature
     budget_runs: tuple[float, ...] = ()  # --budget-runs: also train each set as a run of just these epochs (seed 0)
     schedules: tuple[str, ...] = ()  # --schedules: options beyond D_high / D_low / D_mixed, e.g. mixed@0.25,curriculum@2
@@ -84,10 +84,15 @@ class CalibrateConfig:
             if switch is not None and switch >= self.epochs:
                 bad.append(f"--schedules {option}: the switch must come before the last epoch ({self.epochs})")
 
-        if self.teacher != "program" and not (self.teacher.startswith("lab:")
-                                               and self.teacher[len("lab:"):] in {**LADDER, **TEACHERS}):
+        if self.teacher not in SCRIPTED_TEACHERS and not (self.teacher.startswith("lab:")
+                                                          and self.teacher[len("lab:"):] in {**LADDER, **TEACHERS}):
             bad.append(f"--teacher {self.teacher!r}: name a lab model ({', '.join('lab:' + t for t in TEACHERS)}) or "
-                       "'program' for the scripted teacher")
+                       f"a scripted teacher ({', '.join(SCRIPTED_TEACHERS)})")
+        new = [t for t in self.tasks if t not in PRETRAINED]
+        if new and self.teacher.startswith("lab:"):
+            bad.append(f"--tasks {','.join(new)}: no lab teacher model was pretrained on "
+                       f"{'this family' if len(new) == 1 else 'these families'}; use a scripted teacher "
+                       f"({', '.join(SCRIPTED_TEACHERS)})")
         for flag, values in (("--seeds", self.seeds), ("--mean-seeds", self.mean_seeds), ("--builds", self.builds),
                              ("--sizes", self.sizes), ("--tasks", self.tasks), ("--budget-runs", self.budget_runs),
                              ("--schedules", self.schedules)):
@@ -146,12 +151,17 @@ class CalibrateConfig:
     @property
     def source(self) -> str:
         """The pool source this sweep samples from: the teacher, and its temperature for a model."""
-        return "program" if self.teacher == "program" else f"{self.teacher}@T{self.temperature:g}"
+        return self.teacher if self.scripted else f"{self.teacher}@T{self.temperature:g}"
+
+    @property
+    def scripted(self) -> bool:
+        """Whether a scripted teacher (no model, no temperature) writes the pools."""
+        return self.teacher in SCRIPTED_TEACHERS
 
     @property
     def teacher_model(self) -> str | None:
-        """The teacher whose view the evaluations report (none for the scripted teacher)."""
-        return None if self.teacher == "program" else self.teacher
+        """The teacher whose view the evaluations report (none for a scripted teacher)."""
+        return None if self.scripted else self.teacher
 
 
 @dataclass(frozen=True)

@@ -67,8 +67,9 @@ def teacher_pool(cfg: CalibrateConfig, task: str, seed: int, log: Log) -> tuple[
         if path.exists():
             continue
         t0 = time.time()
-        if cfg.teacher == "program":
-            write_jsonl(path, pool_rows(task, candidates=min(8, max(4, cfg.candidates)), seed=s, problems=probs))
+        if cfg.scripted:
+            write_jsonl(path, pool_rows(task, candidates=min(8, max(4, cfg.candidates)), seed=s, problems=probs,
+                                        teacher=cfg.teacher))
             continue
         problems_file = folder / f"{path.stem}.problems.jsonl"
         write_jsonl(problems_file, [{"id": f"{task}-{s}-{i}", "problem": p.prompt, "answer": p.answer, "task": task}

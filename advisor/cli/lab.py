@@ -20,7 +20,7 @@ from capacity_advisor.advisor.cli.options import json_option, seed_option
 from capacity_advisor.advisor.cli.ui import console, emit_json, kv_table, loss_progress, quiet_libraries
 from capacity_advisor.advisor.lab.student import build_students, fetch_pretrained, list_models
 from capacity_advisor.advisor.pools.lab import write_pool
-from capacity_advisor.models.lab.tasks import FAMILIES
+from capacity_advisor.models.lab.tasks import FAMILIES, SCRIPTED_TEACHERS
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -91,13 +91,16 @@ def build(sizes, threads, as_json):
 @click.option("--difficulty", default=None, type=int, help="Task difficulty (operands, digits or list length; default: the task's own).")
 @click.option("--candidates", default=6, show_default=True, help="Teacher responses per problem (4-8).")
 @seed_option("Problems and the scripted teacher's responses.")
+@click.option("--teacher", default="program", show_default=True, type=click.Choice(SCRIPTED_TEACHERS),
+              help="The scripted teacher: program (one reasoning procedure per response) or explore (half of its "
+                   "responses check their work by a second procedure: longer, exploratory).")
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Pool JSONL to write.")
 @json_option
-def pool(task, n, difficulty, candidates, seed, out, as_json):
+def pool(task, n, difficulty, candidates, seed, teacher, out, as_json):
     """Write a grouped pool: problem, teacher candidates (all correct), reference answer."""
-    rows = write_pool(out, task=task, n=n, difficulty=difficulty, candidates=candidates, seed=seed)
+    rows = write_pool(out, task=task, n=n, difficulty=difficulty, candidates=candidates, seed=seed, teacher=teacher)
     summary = {"written": str(out), "problems": rows, "candidates_per_problem": candidates, "task": task,
-               "difficulty": difficulty, "seed": seed}
+               "teacher": teacher, "difficulty": difficulty, "seed": seed}
     if as_json:
         emit_json(summary)
     else:

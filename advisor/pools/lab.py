@@ -15,11 +15,12 @@ from capacity_advisor.models.lab import tasks
 
 
 def pool_rows(task: str = "modchain", n: int = 100, difficulty: int | None = None, candidates: int = 6,
-              seed: int = 0, problems: list | None = None) -> list[dict]:
+              seed: int = 0, problems: list | None = None, teacher: str = "program") -> list[dict]:
+    """The grouped rows of a scripted teacher's pool (`tasks.SCRIPTED_TEACHERS`)."""
     probs = problems if problems is not None else tasks.make_problems(task, n, difficulty, seed)
     rows = []
     for i, p in enumerate(probs):
-        cands = tasks.teacher_candidates(p, candidates, seed)
+        cands = tasks.teacher_candidates(p, candidates, seed, teacher)
         for _style, text in cands:  # the teacher's promise, checked rather than assumed
             assert tasks.check(text, p.answer), (p.prompt, text)
         rows.append({
@@ -38,7 +39,7 @@ MAX_PROBLEMS = 1_000_000  # problems of one lab pool (the sweep's hold 3,000)
 
 
 def write_pool(path: str | os.PathLike, task: str = "modchain", n: int = 100, difficulty: int | None = None,
-               candidates: int = 6, seed: int = 0) -> int:
+               candidates: int = 6, seed: int = 0, teacher: str = "program") -> int:
     """Write `n` problems with `candidates` teacher responses each (`advisor lab pool`); returns the
     row count."""
     check_writable_file(path, "--out")
@@ -46,4 +47,7 @@ def write_pool(path: str | os.PathLike, task: str = "modchain", n: int = 100, di
         raise InputError(f"--candidates must be between 4 and 8, got {candidates}")
     if not 1 <= n <= MAX_PROBLEMS:
         raise InputError(f"--n must be from 1 to {MAX_PROBLEMS:,} problems, got {n}")
-    return write_jsonl(path, pool_rows(task, n, difficulty, candidates, seed))
+    if teacher not in tasks.SCRIPTED_TEACHERS:
+        raise InputError(f"--teacher {teacher!r} is no scripted teacher: use {' or '.join(tasks.SCRIPTED_TEACHERS)}")
+    tasks.family(task)  # an unknown task: one error before the file is opened
+    return write_jsonl(path, pool_rows(task, n, difficulty, candidates, seed, teacher=teacher))

@@ -24,6 +24,7 @@ from capacity_advisor.core.numbers import number, whole
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.jsonl import read_jsonl
 from capacity_advisor.models.lab.ladder import LAB_TEACHER
+from capacity_advisor.models.lab.tasks import SCRIPTED_TEACHERS
 from capacity_advisor.training.manifest import option_of, option_order, schedule_of
 
 BUDGETS = (0.5, 1, 2, 3, 4, 5)
@@ -216,7 +217,7 @@ def unit_of(rec: dict) -> dict:
         teacher = str(u.get("teacher", LAB_TEACHER))  # records from before the unit named its teacher
         temperature = _num(u.get("temperature", 1.0))
         family = str(u.get("task"))
-        writer = "program" if teacher == "program" else f"{teacher}@T{temperature:g}"
+        writer = teacher if teacher in SCRIPTED_TEACHERS else f"{teacher}@T{temperature:g}"
         out = {"task": family, "teacher": teacher, "source": f"lab{u.get('lab', 1)}:{family}/{writer}",
                "score": str(u.get("score")), "student": f"lab:{u.get('size')}", "seed": u.get("seed"),
                "build": u.get("build", 0)}

@@ -90,15 +90,16 @@ CORPUS_STYLES = {
 # The teachers' corpora: every family equally. `teacher`: every reasoning procedure of a family
 # equally; `teacher-xl`: the spelled-out procedures (each family's last two) three times as often
 # as the terse ones.
-TEACHER_FAMILIES = {name: 1 / len(tasks.FAMILIES) for name in tasks.FAMILIES}
+PRETRAINED_FAMILIES = {name: tasks.FAMILIES[name] for name in tasks.PRETRAINED}
+TEACHER_FAMILIES = {name: 1 / len(PRETRAINED_FAMILIES) for name in PRETRAINED_FAMILIES}
 TEACHER_STYLES = {
-    name: {p: 1 / (len(f.procedures) - 1) for p in f.procedures if p != "direct"} for name, f in tasks.FAMILIES.items()
+    name: {p: 1 / (len(f.procedures) - 1) for p in f.procedures if p != "direct"} for name, f in PRETRAINED_FAMILIES.items()
 }
 
 
 def _verbose_styles() -> dict:
     out = {}
-    for name, f in tasks.FAMILIES.items():
+    for name, f in PRETRAINED_FAMILIES.items():
         procs = [p for p in f.procedures if p != "direct"]
         weights = [3.0 if i >= len(procs) - 2 else 1.0 for i in range(len(procs))]
         out[name] = {p: w / sum(weights) for p, w in zip(procs, weights)}
@@ -106,7 +107,7 @@ def _verbose_styles() -> dict:
 
 
 TEACHER_CORPORA = {"teacher": (TEACHER_FAMILIES, TEACHER_STYLES), "teacher-xl": (TEACHER_FAMILIES, _verbose_styles())}
-MAX_LENGTH = 96
+MAX_LENGTH = tasks.MAX_PAIR_TOKENS
 CHECKPOINT_EVERY = 200  # pretraining steps between the checkpoints a stopped build resumes from
 
 
@@ -146,7 +147,7 @@ def recipe(name: str, seed: int = DEFAULT_SEED, steps: int | None = None) -> dic
         "alphabet": tasks.ALPHABET,
         "families": families,
         "styles": styles,
-        "difficulty": {k: list(f.difficulty_range) for k, f in tasks.FAMILIES.items()},
+        "difficulty": {k: list(f.difficulty_range) for k, f in PRETRAINED_FAMILIES.items()},
         "max_length": MAX_LENGTH,
     }
 

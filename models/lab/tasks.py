@@ -1,11 +1,16 @@
 """Synthetic reasoning tasks with exactly checkable answers, and the lab teacher's procedures.
 
 Every problem is a prompt that ends with `=`; every response starts right after it and ends with
-`;A<answer>` (or is just `A<answer>` for the answer-only style). Three families:
+`;A<answer>` (or is just `A<answer>` for the answer-only style). Five families:
 
-    modchain  C3+4*9-2+7=        left-to-right arithmetic mod 10; difficulty = number of operands
-    addition  S457+368=          multi-digit addition with carries; difficulty = digits per operand
-    listmax   M37,82,15,44=      maximum of a list of two-digit numbers; difficulty = list length
+    modchain     C3+4*9-2+7=     left-to-right arithmetic mod 10; difficulty = number of operands
+    addition     S457+368=       multi-digit addition with carries; difficulty = digits per operand
+    listmax      M37,82,15,44=   maximum of a list of two-digit numbers; difficulty = list length
+    digitsum     :48273=         sum of the digits; difficulty = number of digits
+    subtraction  S735-268=       multi-digit subtraction with borrows; difficulty = digits per operand
+
+The lab models are pretrained on the first three only (`PRETRAINED`); the last two are new to all
+of them, as a user's task is.
 
 Each family has several correct *procedures* that show more or less reasoning (`direct` shows
 none). The teacher samples among the reasoning procedures with random surface variation; the
@@ -182,6 +187,84 @@ def _lm_sort(p: Problem, rng: random.Random) -> str:
     return "|" + rng.choice(",,/").join(map(str, sorted(p.data))) + f";A{p.answer}"
 
 
+# --------------------------------------------------------------------------- digitsum
+
+
+def _digitsum_problem(rng: random.Random, d: int) -> Problem:
+    digits = [rng.randrange(1, 10)] + [rng.randrange(10) for _ in range(d - 1)]
+    text = "".join(map(str, digits))
+    return Problem("digitsum", f":{text}=", str(sum(digits)), tuple(digits))
+
+
+def _ds_running(p: Problem, rng: random.Random) -> str:
+    vals, v = [], 0
+    for x in p.data:
+        v += x
+        vals.append(v)
+    return "|" + rng.choice(",,/").join(map(str, vals)) + f";A{p.answer}"
+
+
+def _ds_explicit(p: Problem, rng: random.Random) -> str:
+    steps, v = [], p.data[0]
+    for x in p.data[1:]:
+        steps.append(f"{v}+{x}={v + x}")
+        v += x
+    return "|" + rng.choice(",,/").join(steps) + f";A{p.answer}"
+
+
+def _ds_pairs(p: Problem, rng: random.Random) -> str:
+    """A different procedure: the digits summed two at a time, then the pair sums."""
+    pairs = [sum(p.data[i:i + 2]) for i in range(0, len(p.data), 2)]
+    return "|" + rng.choice(",,/").join(map(str, pairs)) + "=" + "+".join(map(str, pairs)) + f";A{p.answer}"
+
+
+# --------------------------------------------------------------------------- subtraction
+
+
+def _subtraction_problem(rng: random.Random, d: int) -> Problem:
+    lo = 10 ** (d - 1) if d > 1 else 0
+    a, b = rng.randrange(lo, 10**d), rng.randrange(lo, 10**d)
+    a, b = max(a, b), min(a, b)
+    return Problem("subtraction", f"S{a}-{b}=", str(a - b), (a, b))
+
+
+def _sub_columns(p: Problem) -> tuple[list[str], list[str]]:
+    a, b = p.data
+    da, db = str(a)[::-1], str(b)[::-1]
+    borrow, full, short = 0, [], []
+    for i in range(len(da)):
+        x, y = int(da[i]), int(db[i]) if i < len(db) else 0
+        top = x - borrow
+        nxt = 1 if top < y else 0
+        diff = top + 10 * nxt - y
+        full.append((f"{x}-{borrow}" if borrow else f"{x}") + (f"+10-{y}={diff}" if nxt else f"-{y}={diff}"))
+        short.append(f"{diff}c{nxt}")
+        borrow = nxt
+    return full, short
+
+
+def _sb_columns(p: Problem, rng: random.Random) -> str:
+    full, _ = _sub_columns(p)
+    return "|" + rng.choice(",,/").join(full) + f";A{p.answer}"
+
+
+def _sb_digits(p: Problem, rng: random.Random) -> str:
+    _, short = _sub_columns(p)
+    return "|" + rng.choice(",,/").join(short) + f";A{p.answer}"
+
+
+def _sb_countup(p: Problem, rng: random.Random) -> str:
+    """A different procedure: count up from the smaller number to the larger one, a place at a time."""
+    a, b = p.data
+    steps, v, total = [], b, 0
+    for place in (10 ** k for k in range(len(str(a)) - 1, -1, -1)):
+        while v + place <= a:
+            n = (a - v) // place * place
+            steps.append(f"{v}+{n}={v + n}")
+            v, total = v + n, total + n
+    return "|" + rng.choice(",,/").join(steps or [f"{b}+0={a}"]) + f";A{p.answer}"
+
+
 def _direct(p: Problem, rng: random.Random) -> str:
     return f"A{p.answer}"
 
@@ -217,7 +300,26 @@ FAMILIES: dict[str, Family] = {
         default_difficulty=8,
         difficulty_range=(2, 8),
     ),
+    # Two families no lab model was pretrained on (PRETRAINED): a new task, as a user's always is.
+    # Their difficulty_range is what a pool may ask for, not what a corpus covered.
+    "digitsum": Family(
+        "digitsum",
+        _digitsum_problem,
+        {"direct": _direct, "running": _ds_running, "pairs": _ds_pairs, "explicit": _ds_explicit},
+        default_difficulty=6,
+        difficulty_range=(2, 12),
+    ),
+    "subtraction": Family(
+        "subtraction",
+        _subtraction_problem,
+        {"direct": _direct, "digits": _sb_digits, "countup": _sb_countup, "columns": _sb_columns},
+        default_difficulty=3,
+        difficulty_range=(1, 6),
+    ),
 }
+# The families of the lab models' pretraining corpora (models.lab.ladder): the others are new to
+# every lab student and teacher. Frozen: the committed weights' recipes name these.
+PRETRAINED = ("modchain", "addition", "listmax")
 
 # Every character any task can produce; the tokenizer is built from this (order is frozen; new
 # characters are appended). `c` is the carry marker of addition's `digits` procedure.
@@ -253,17 +355,37 @@ def make_problems(task: str, n: int, difficulty: int | None = None, seed: int = 
     return out
 
 
-def teacher_candidates(problem: Problem, n: int = 6, seed: int = 0) -> list[tuple[str, str]]:
-    """`n` correct (procedure, response) pairs: procedures that show reasoning, sampled uniformly,
-    with random surface variation; exact duplicates are re-drawn a few times."""
+# The scripted teachers (no model, no temperature): `program` writes each candidate by one reasoning
+# procedure drawn uniformly; `explore` writes half of them as a worked solution checked by a second,
+# different procedure — longer, exploratory responses, the kind the paper finds low-likelihood
+# under a student and worth learning from as it grows.
+SCRIPTED_TEACHERS = ("program", "explore")
+MAX_PAIR_TOKENS = 96  # positions a lab model trains on (BOS, prompt, response, EOS): `ladder.MAX_LENGTH`
+PAIR_CHARS = MAX_PAIR_TOKENS - 2  # one token per character: the longest prompt + response trained whole
+EXPLORE_SHARE = 0.5  # the share of `explore`'s candidates that check their work by a second procedure
+
+
+def teacher_candidates(problem: Problem, n: int = 6, seed: int = 0, teacher: str = "program") -> list[tuple[str, str]]:
+    """`n` correct (procedure, response) pairs of a scripted teacher (SCRIPTED_TEACHERS): procedures
+    that show reasoning, sampled uniformly, with random surface variation; exact duplicates are
+    re-drawn a few times. An `explore` candidate that checks itself is `first+second`: the first
+    procedure's steps, then `;` and the second's, then the answer."""
+    if teacher not in SCRIPTED_TEACHERS:
+        raise InputError(f"unknown scripted teacher {teacher!r}: use {' or '.join(SCRIPTED_TEACHERS)}")
     fam = family(problem.task)
     names = [k for k in fam.procedures if k != "direct"]
-    rng = random.Random(f"teacher:{problem.prompt}:{seed}")
+    seedtext = f"teacher:{problem.prompt}:{seed}" if teacher == "program" else f"{teacher}:{problem.prompt}:{seed}"
+    rng = random.Random(seedtext)
     out, seen = [], set()
     for _ in range(n):
         for _attempt in range(6):
             name = rng.choice(names)
             text = fam.procedures[name](problem, rng)
+            if teacher == "explore" and rng.random() < EXPLORE_SHARE:
+                second = rng.choice([k for k in names if k != name])
+                checked = _steps(text) + ";" + fam.procedures[second](problem, rng)
+                if len(problem.prompt) + len(checked) <= PAIR_CHARS:  # else the first alone: a student trains it whole
+                    text, name = checked, f"{name}+{second}"
             if text not in seen:
                 break
         seen.add(text)
@@ -271,9 +393,19 @@ def teacher_candidates(problem: Problem, n: int = 6, seed: int = 0) -> list[tupl
     return out
 
 
+def _steps(response: str) -> str:
+    """A worked response without its final answer (`|steps`)."""
+    return response.rpartition(";A")[0]
+
+
 def style_of(problem: Problem, response: str) -> str:
-    """Which procedure wrote `response` (for reports only; selection never looks at it)."""
+    """Which procedure wrote `response` (for reports only; selection never looks at it); a response
+    checked by a second procedure (the `explore` teacher's) is `first+second`."""
     fam = family(problem.task)
+    head, sep, tail = response.partition(";|")
+    if sep:
+        first, second = style_of(problem, f"{head};A{problem.answer}"), style_of(problem, "|" + tail)
+        return f"{first}+{second}" if "other" not in (first, second) else "other"
     norm = response.replace("/", ",")
     for name, fn in fam.procedures.items():
         for seed in range(16):  # enough draws to cover every surface variant

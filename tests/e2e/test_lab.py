@@ -81,6 +81,50 @@ def test_every_teacher_candidate_is_correct_and_varied(task):
     assert "direct" not in procedures and len(procedures) >= 3
 
 
+@pytest.mark.parametrize("task", list(FAMILIES))
+def test_the_exploring_teacher_checks_half_its_answers_by_a_second_procedure(task):
+    """`explore` writes a worked solution and then a second, different procedure's (`first+second`)
+    for about half its candidates — correct, within what a lab student trains whole, and longer than
+    `program`'s; the same seed gives the same pool."""
+    from capacity_advisor.models.lab.tasks import style_of
+
+    probs = make_problems(task, 40, seed=3)
+    checked, lengths = 0, {"program": [], "explore": []}
+    for p in probs:
+        for teacher in lengths:
+            for name, text in teacher_candidates(p, 6, seed=3, teacher=teacher):
+                assert check(text, p.answer) and len(p.prompt) + len(text) + 2 <= MAX_LENGTH, (p.prompt, text)
+                lengths[teacher].append(len(text))
+                if "+" in name:
+                    first, second = name.split("+")
+                    assert teacher == "explore" and first != second and style_of(p, text).count("+") == 1
+                    checked += 1
+    assert 0.2 * len(lengths["explore"]) <= checked <= 0.8 * len(lengths["explore"])
+    mean = {t: sum(v) / len(v) for t, v in lengths.items()}
+    assert mean["explore"] > 1.1 * mean["program"]
+    assert teacher_candidates(probs[0], 6, 3, "explore") == teacher_candidates(probs[0], 6, 3, "explore")
+    with pytest.raises(InputError, match="scripted teacher"):
+        teacher_candidates(probs[0], 6, 3, "oracle")
+
+
+def test_the_new_families_are_no_lab_models_pretraining_and_need_a_scripted_teacher():
+    from capacity_advisor.advisor.calibration.grid import CalibrateConfig
+    from capacity_advisor.models.lab import ladder
+    from capacity_advisor.models.lab.tasks import PRETRAINED
+
+    assert set(FAMILIES) - set(PRETRAINED) == {"digitsum", "subtraction"}
+    for name in (*ladder.LADDER, *ladder.TEACHERS):  # the recipes, and so the committed weights' folders, unchanged
+        r = ladder.recipe(name)
+        assert set(r["families"]) == set(r["difficulty"]) == set(PRETRAINED)
+    assert make_problems("digitsum", 1, seed=0)[0].answer == str(sum(map(int, make_problems("digitsum", 1, seed=0)[0].prompt[1:-1])))
+    sub = make_problems("subtraction", 20, difficulty=4, seed=0)
+    assert all(p.answer == str(eval(p.prompt[1:-1])) and int(p.answer) >= 0 for p in sub)
+    CalibrateConfig(tasks=("digitsum", "subtraction"), teacher="explore").validate()
+    assert CalibrateConfig(teacher="explore").source == "explore" and CalibrateConfig(teacher="explore").teacher_model is None
+    with pytest.raises(InputError, match="no lab teacher model was pretrained on this family"):
+        CalibrateConfig(tasks=("digitsum",), teacher="lab:teacher").validate()
+
+
 def test_modchain_reference_answers_by_hand():
     from capacity_advisor.models.lab.tasks import Problem, _modchain_values
 
@@ -323,6 +367,10 @@ def test_cli_list_pool_and_errors(shared_home, tmp_path):
     res = runner.invoke(lab, ["pool", "--task", "addition", "--n", "12", "--out", str(out), "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["problems"] == 12 and len(out.read_text().splitlines()) == 12
+    res = runner.invoke(lab, ["pool", "--task", "digitsum", "--teacher", "explore", "--n", "12", "--out", str(out), "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["teacher"] == "explore", res.output
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert any("+" in s for r in rows for s in r["styles"]) and all(r["task"] == "digitsum" for r in rows)
 
     res = runner.invoke(lab, ["build", "--sizes", "xs,giant"])
     assert isinstance(res.exception, InputError) and "giant" in str(res.exception)

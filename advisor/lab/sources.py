@@ -55,6 +55,15 @@ SOURCES: dict[str, dict] = {
 }
 BUILD_SIZES = ("m", "l", "xl", "xxl")
 # Other pretraining builds of four balanced students, on the pools of a scripted and a neural source.
+# The two families no lab model was pretrained on and the exploring scripted teacher (models.lab.tasks):
+# new tasks and a new teacher kind for the held-out-task and held-out-teacher splits.
+SOURCES.update({
+    "digitsum-program": dict(tasks=("digitsum",), teacher="program"),
+    "subtraction-explore": dict(tasks=("subtraction",), teacher="explore"),
+    "digitsum-explore": dict(tasks=("digitsum",), teacher="explore"),
+    "subtraction-program": dict(tasks=("subtraction",), teacher="program"),
+    "listmax-explore": dict(tasks=("listmax",), teacher="explore"),
+})
 SOURCES.update({
     f"{name}-builds": {**{k: v for k, v in SOURCES[name].items() if k != "budget_runs"}, "sizes": BUILD_SIZES,
                        "builds": (1, 2), "pools_from": name}

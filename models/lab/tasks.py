@@ -7,7 +7,7 @@ Every problem is a prompt that ends with `=`; every response starts right after 
     addition     S457+368=       multi-digit addition with carries; difficulty = digits per operand
     listmax      M37,82,15,44=   maximum of a list of two-digit numbers; difficulty = list length
     digitsum     :48273=         sum of the digits; difficulty = number of digits
-    subtraction  S735-268=       multi-digit subtraction with borrows; difficulty = digits per operand
+    subtraction  S73-28=         multi-digit subtraction with borrows; difficulty = digits per operand
 
 The lab models are pretrained on the first three only (`PRETRAINED`); the last two are new to all
 of them, as a user's task is.
@@ -313,7 +313,7 @@ FAMILIES: dict[str, Family] = {
         "subtraction",
         _subtraction_problem,
         {"direct": _direct, "digits": _sb_digits, "countup": _sb_countup, "columns": _sb_columns},
-        default_difficulty=3,
+        default_difficulty=2,
         difficulty_range=(1, 6),
     ),
 }

@@ -106,6 +106,12 @@ def test_a_gate_held_to_half_a_run_where_it_opens_races_until_one_set_clearly_le
                                                                               gate.fraction)
     from capacity_advisor.advisor.predictor.checks import policy_thresholds
 
+    from capacity_advisor.advisor.recommendation.draws import race_headline
+
+    line = race_headline({**plan, "fraction": 1.0, "patient": True, "expected": None})
+    assert line.startswith(f"Race D_high against D_low until one leads by more than {gate.margin:.0%} and the noise at "
+                           f"{gate.k} evaluation") and "(D_high only once D_low is not gaining)" in line
+    assert line.endswith("at most to the end of your budget, then keep the leader (up to a second full run)")
     for bad in ({"k": 0}, {"k": 1.5}, {"margin": 1.0}, {"margin": "x"}, {"patient": "yes"}):
         raw = {**policy.to_dict(), "race": {**policy.to_dict()["race"], **bad}}
         with pytest.raises(InputError, match="meta.policy"):

@@ -175,7 +175,7 @@ def train_race(req: RunRequest, rule: RaceRule, dry_run: bool = False, planned: 
                        cuda=torch.cuda.is_available())  # the launcher and its config refused now, not mid-race
     if dry_run:
         stop = (f", or when one set leads by more than {rule.margin:g} (and its noise) at {rule.k} evaluations in a row"
-                if rule.k is not None else "")
+                + (" (D_high only once D_low is not gaining)" if rule.patient else "") if rule.k is not None else "")
         wait = f" (up to {rule.wait:.0%} while D_low is behind and gaining)" if rule.wait else ""
         say(f"race of D_high against D_low in {req.out}: stop at {rule.fraction:.0%} of the budget{wait}{stop}"
             + (f"; each run launched over {req.nproc} processes ({req.launcher})" if launch else "")

@@ -350,7 +350,10 @@ def check_rule_fits(rule: RaceRule, runs: dict, checked: dict, world: int) -> No
 def race_key(checked: dict, rule: RaceRule) -> str:
     """Identifies a race: both runs (their run keys: manifest, data, schedule) and the rule that
     decides between them. OUT/config.json records it; a folder holding another is refused."""
-    return stable_hash({"runs": {s: checked[s].key for s in RACED}, "rule": asdict(rule)})
+    rule_fields = asdict(rule)
+    if not rule.patient:  # as keyed before races could be patient, so their folders still resume
+        rule_fields.pop("patient")
+    return stable_hash({"runs": {s: checked[s].key for s in RACED}, "rule": rule_fields})
 
 
 def check_race_folder(out: Path, key: str) -> None:

@@ -39,7 +39,7 @@ from capacity_advisor.advisor.scoring.score import ScoreConfig
 from capacity_advisor.advisor.scoring.select import FORMATS, SelectConfig
 from capacity_advisor.core.errors import InputError, one_line
 from capacity_advisor.models.backends import BACKENDS
-from capacity_advisor.models.lab.tasks import FAMILIES
+from capacity_advisor.models.lab.tasks import PRETRAINED
 from capacity_advisor.training.manifest import STRATEGIES
 
 
@@ -295,7 +295,7 @@ def fit(records_path, out, kinds, cv, choose_by, as_json, **kw):
                    "show each draw's own advice; N times the probe's cost.")
 @field_option(RecommendConfig, "backend", type=click.Choice(tuple(BACKENDS)),
               help="Scoring backend (the probe trains with transformers either way).")
-@field_option(RecommendConfig, "lab_task", type=click.Choice(tuple(FAMILIES)))
+@field_option(RecommendConfig, "lab_task", type=click.Choice(PRETRAINED))
 @field_option(RecommendConfig, "lab_n", help="Problems of the lab pool.")
 @checker_option
 @score_option

@@ -42,7 +42,7 @@ from capacity_advisor.models.lab.ladder import folder_of
 COMMON = CalibrateConfig(seeds=(0, 1), mean_seeds=(), epochs=5, n_train=2000, n_eval=200, candidates=8)
 
 # In run order: the scripted sources need no teacher model, so they run while the teachers build.
-# Every task family has two sources, every teacher two, every temperature two.
+# Of these eight, every task family has two sources, every teacher two, every temperature two.
 SOURCES: dict[str, dict] = {
     "modchain-program": dict(tasks=("modchain",), teacher="program", budget_runs=(1.0, 2.0)),
     "listmax-program": dict(tasks=("listmax",), teacher="program"),
@@ -55,6 +55,11 @@ SOURCES: dict[str, dict] = {
 }
 BUILD_SIZES = ("m", "l", "xl", "xxl")
 # Other pretraining builds of four balanced students, on the pools of a scripted and a neural source.
+SOURCES.update({
+    f"{name}-builds": {**{k: v for k, v in SOURCES[name].items() if k != "budget_runs"}, "sizes": BUILD_SIZES,
+                       "builds": (1, 2), "pools_from": name}
+    for name in ("modchain-program", "modchain-teacher-xl-t1")
+})
 # The two families no lab model was pretrained on and the exploring scripted teacher (models.lab.tasks):
 # new tasks and a new teacher kind for the held-out-task and held-out-teacher splits.
 SOURCES.update({
@@ -63,11 +68,6 @@ SOURCES.update({
     "digitsum-explore": dict(tasks=("digitsum",), teacher="explore"),
     "subtraction-program": dict(tasks=("subtraction",), teacher="program"),
     "listmax-explore": dict(tasks=("listmax",), teacher="explore"),
-})
-SOURCES.update({
-    f"{name}-builds": {**{k: v for k, v in SOURCES[name].items() if k != "budget_runs"}, "sizes": BUILD_SIZES,
-                       "builds": (1, 2), "pools_from": name}
-    for name in ("modchain-program", "modchain-teacher-xl-t1")
 })
 LISTED = ("tasks", "teacher", "temperature", "seeds", "budget_runs", "sizes", "builds")  # what --list shows
 

@@ -123,7 +123,7 @@ def gate_ok(g) -> bool:
     if not (isinstance(g, dict) and keys <= set(g) <= keys | {"open_cap", "k", "margin", "patient"}):
         return False
     f, w, o = g["fraction"], g["wait"], g.get("open_cap")
-    lead, margin = g.get("k"), g.get("margin", 0.0)
+    lead, margin = g.get("k"), g.get("margin", 0.05)
     return (all(g[k] is None or (number(g[k]) and -1e6 < g[k] < 1e6) for k in ("threshold", "headroom"))
             and number(f) and 0 < f <= 1 and (w is None or (number(w) and f < w <= 1))
             and number(g["cap"]) and 0 <= g["cap"] <= 100 and (o is None or (number(o) and 0 <= o <= 100))

@@ -37,6 +37,7 @@ from capacity_advisor.advisor.predictor.evaluate import (
 )
 from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, inputs, model_inputs
 from capacity_advisor.advisor.predictor.races import WAITS, race
+from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 
 HEADROOM_INPUT = "gap_accuracy_gain_headroom"
 THRESHOLDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, math.inf)
@@ -89,7 +90,7 @@ class Gate:
         """(kept set, overhead) of this gate's race replayed on a row's curves (`races.with_curves`)."""
         c = row["curves"]
         return race(c["high"], c["low"], row["budget"], self.fraction, wait=self.wait, k=self.k, margin=self.margin,
-                    patient=self.patient)
+                    patient=self.patient, n_eval=row.get("n_eval", FULL_RUN_EVAL_PROBLEMS))
 
     @property
     def rule(self) -> tuple:
@@ -177,8 +178,9 @@ def _gate_arrays(measured: Sequence[dict], policy, races: tuple = RACES) -> dict
     rows = [m["row"] for m in measured]
     raced = {}
     for f, w, k, m, p in races:
-        kept = [race(r["curves"]["high"], r["curves"]["low"], r["budget"], f, wait=w, k=k, margin=m or LEAD_MARGIN,
-                     patient=p) for r in rows]
+        kept = [race(r["curves"]["high"], r["curves"]["low"], r["budget"], f, wait=w, k=k,
+                     margin=LEAD_MARGIN if m is None else m, patient=p, n_eval=r.get("n_eval", FULL_RUN_EVAL_PROBLEMS))
+                for r in rows]
         raced[(f, w, k, m, p)] = (np.array([regret(r, k) for r, (k, _) in zip(rows, kept)]), np.array([s for _, s in kept]))
     return {"p_low": np.array([m["probs"].get("low", math.nan) for m in measured], dtype=float),
             "head": np.array([headroom_of(r) for r in rows], dtype=float),

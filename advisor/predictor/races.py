@@ -62,8 +62,15 @@ def with_curves(rows: list[dict], records) -> list[dict]:
     """`rows` (label_rows of `records`), each with the accuracy curves of its D_high and D_low runs
     (`curves`: what a replayed race reads) and, where those runs kept per-problem correctness,
     the race reads the even problems and `judge` holds every option's best accuracy within the
-    budget on the odd ones (what the race's pick is judged on)."""
+    budget on the odd ones (what the race's pick is judged on); `n_eval` then says how many
+    problems that half holds (an adaptive race's noise is that of its own problems)."""
     full, select, judge = curves_of(records), curves_of(records, 0), curves_of(records, 1)
+    problems = {}
+    for rec in records:  # each unit's held-out problems, from the correctness its evaluations kept
+        correct = next((e["correct"] for e in rec.get("evals", []) if isinstance(e.get("correct"), str)), None)
+        if correct:
+            u = unit_of(rec)
+            problems[(u["source"], u["score"], u["student"], u["repeat"])] = len(correct)
     out = []
     for r in rows:
         key = (r["source"], r["score"], r["student"], r["repeat"])
@@ -71,6 +78,7 @@ def with_curves(rows: list[dict], records) -> list[dict]:
         row = {**r, "curves": {o: full[key][o] for o in ("high", "low")}}
         if all(o in halves for o in ("high", "low")) and all(o in judge.get(key, {}) for o in r["accuracy"]):
             row["curves"] = {o: halves[o] for o in ("high", "low")}
+            row["n_eval"] = (problems[key] + 1) // 2 if key in problems else FULL_RUN_EVAL_PROBLEMS // 2
             row["judge"] = {o: max((a for e, a in judge[key][o] if e <= r["budget"] + 1e-9), default=float("nan"))
                             for o in r["accuracy"]}
         out.append(row)

@@ -51,7 +51,7 @@ from capacity_advisor.core.files import (
 )
 from capacity_advisor.models import loading
 from capacity_advisor.models.backends import BACKENDS
-from capacity_advisor.models.lab.tasks import FAMILIES
+from capacity_advisor.models.lab.tasks import FAMILIES, PRETRAINED
 from capacity_advisor.models.loading import check_model_spec, describe_config
 from capacity_advisor.probes.recipe import file_name
 from capacity_advisor.probes.student import Student, student_of
@@ -113,8 +113,10 @@ class RecommendConfig:
             bad.append(f"--probe-repeats {self.probe_repeats} must be from 1 to {MAX_REPEATS}")
         elif self.probe_repeats > 1 and self.no_probe:
             bad.append("--probe-repeats repeats the probe, and --no-probe runs none: drop one of them")
-        if self.lab_task not in FAMILIES:
-            bad.append(f"--lab-task {self.lab_task!r} is unknown: use one of {', '.join(FAMILIES)}")
+        if self.lab_task not in PRETRAINED:  # the built-in pool is the lab teacher model's, pretrained on these only
+            bad.append(f"--lab-task {self.lab_task!r} has no built-in pool: use one of {', '.join(PRETRAINED)}"
+                       + (f" (for {self.lab_task}, write a pool with `advisor lab pool --task {self.lab_task}` and pass "
+                          "--pool)" if self.lab_task in FAMILIES else ""))
         if not self.pool and student.size is None and not self.no_probe:
             bad.append(f"--pool is needed to probe {self.model} (only lab students have a built-in pool); "
                        "or pass --no-probe for advice from the parameter count alone")

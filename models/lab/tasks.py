@@ -301,20 +301,20 @@ FAMILIES: dict[str, Family] = {
         difficulty_range=(2, 8),
     ),
     # Two families no lab model was pretrained on (PRETRAINED): a new task, as a user's always is.
-    # Their difficulty_range is what a pool may ask for, not what a corpus covered.
+    # Their difficulty_range is what fits the 96 tokens a lab model trains on, not what a corpus covered.
     "digitsum": Family(
         "digitsum",
         _digitsum_problem,
         {"direct": _direct, "running": _ds_running, "pairs": _ds_pairs, "explicit": _ds_explicit},
         default_difficulty=6,
-        difficulty_range=(2, 12),
+        difficulty_range=(2, 10),
     ),
     "subtraction": Family(
         "subtraction",
         _subtraction_problem,
         {"direct": _direct, "digits": _sb_digits, "countup": _sb_countup, "columns": _sb_columns},
         default_difficulty=2,
-        difficulty_range=(1, 6),
+        difficulty_range=(1, 4),
     ),
 }
 # The families of the lab models' pretraining corpora (models.lab.ladder): the others are new to
@@ -340,8 +340,11 @@ def make_problems(task: str, n: int, difficulty: int | None = None, seed: int = 
     fam = family(task)
     k = fam.default_difficulty if difficulty is None else int(difficulty)
     if not 1 <= k <= MAX_DIFFICULTY:
+        lo, hi = fam.difficulty_range
+        covers = (f"its corpus covers {lo}-{hi}" if task in PRETRAINED
+                  else f"no lab model was pretrained on {task}; {lo}-{hi} trains whole in 96 tokens")
         raise InputError(f"--difficulty must be from 1 to {MAX_DIFFICULTY} (a lab student reads at most 128 tokens, "
-                         f"and its corpus covers {fam.difficulty_range[0]}-{fam.difficulty_range[1]}), got {k}")
+                         f"and {covers}), got {k}")
     rng = random.Random(f"{task}:{k}:{seed}")
     seen, out = set(), []
     for _ in range(n * 20):

@@ -163,6 +163,7 @@ def test_races_decide_on_one_half_of_the_problems_and_are_judged_on_the_other():
     r = next(x for x in rows if x["budget"] == 1)
     assert r["curves"] == {"high": [(0.5, 1.0), (1.0, 1.0)], "low": [(0.5, 0.0), (1.0, 0.0)]}  # the even half
     assert r["judge"] == {"high": 0.0, "low": 1.0}  # the odd half
+    assert r["n_eval"] == 2  # an adaptive race's noise is that of the 2 problems it reads
     kept, _ = race(r["curves"]["high"], r["curves"]["low"], 1.0, 0.5)
     assert kept == "high"  # picked on the even half, where it is wrong on the odd
 
@@ -203,6 +204,19 @@ def test_a_patient_race_is_not_stopped_by_the_early_lead_of_d_high_over_a_slow_s
     assert (stop["reason"], stop["winner"], stop["step"]) == ("lead", "high", 1)
     _, stop = decide(curves, RaceRule(fraction=0.5, k=1, wait=1.0, patient=True), RACE_MANIFEST)
     assert (stop["reason"], stop["winner"], stop["step"]) == ("wait", "low", 5)
+    # the replay of the same accuracies stops where the live race did (its noise: 10 problems, unpaired)
+    acc = [(r["epoch"], r["accuracy"]) for r in curves["high"][1:]], [(r["epoch"], r["accuracy"]) for r in curves["low"][1:]]
+    assert race(*acc, 2.0, 0.5, k=1, wait=1.0, patient=True, n_eval=10) == ("low", 1.25 / 2.0)
+    # a race folder from before races could be patient keeps its key
+    from types import SimpleNamespace
+
+    from capacity_advisor.core.files import stable_hash
+    from capacity_advisor.training.race import race_key
+
+    checked = {s: SimpleNamespace(key=f"{s}-key") for s in ("high", "low")}
+    old = {"fraction": 0.5, "k": 2, "margin": 0.05, "z": 1.96, "wait": None}
+    assert race_key(checked, RaceRule(0.5)) == stable_hash({"runs": {"high": "high-key", "low": "low-key"}, "rule": old})
+    assert race_key(checked, RaceRule(0.5, patient=True)) != race_key(checked, RaceRule(0.5))
 
 
 # ---- the plan end to end ---------------------------------------------------------------------

@@ -123,6 +123,12 @@ def test_the_new_families_are_no_lab_models_pretraining_and_need_a_scripted_teac
     assert CalibrateConfig(teacher="explore").source == "explore" and CalibrateConfig(teacher="explore").teacher_model is None
     with pytest.raises(InputError, match="no lab teacher model was pretrained on this family"):
         CalibrateConfig(tasks=("digitsum",), teacher="lab:teacher").validate()
+    # `recommend --lab-task` reads the lab teacher model's pool: none exists for a new family
+    from capacity_advisor.advisor.cli.main import cli
+
+    res = CliRunner().invoke(cli, ["recommend", "--model", "lab:s", "--budget", "1", "--out", "unused", "--lab-task",
+                                   "digitsum"])
+    assert res.exit_code == 2 and "digitsum" in res.output, res.output
 
 
 def test_modchain_reference_answers_by_hand():

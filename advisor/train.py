@@ -33,7 +33,7 @@ from capacity_advisor.training.record import best_checkpoint
 from capacity_advisor.training.run_check import with_overrides
 from capacity_advisor.training.run_manifest import RunRequest, run_manifest
 
-RACE_STOPS = {"k": "--race-k", "margin": "--race-margin"}  # the RaceRule settings that say when a race stops
+RACE_STOPS = {"k": "--race-k", "margin": "--race-margin", "patient": "--race-patient"}  # when a race stops
 
 
 @dataclass(frozen=True)
@@ -91,11 +91,12 @@ def plan_training(manifest: str, race: float | None = None, no_race: bool = Fals
                          f"none ({why}): drop {'them' if len(stops) > 1 else 'it'}")
     if planned is not None and stops:
         if planned.k is None and "k" not in stops:
-            raise InputError("--race-margin sets what counts as a lead, and the planned race stops on none: "
-                             "give --race-k N too (stop once one set leads N evaluations in a row)")
+            shown = " and ".join(RACE_STOPS[n] for n in stops)
+            raise InputError(f"{shown} {'set' if len(stops) > 1 else 'sets'} what counts as a lead, and the planned "
+                             "race stops on none: give --race-k N too (stop once one set leads N evaluations in a row)")
         planned = replace(planned, **stops)  # a planned race, stopped early on a lead as asked
     if race is not None:
-        return Training("race", RaceRule(fraction=race, k=k, margin=margin))
+        return Training("race", RaceRule(fraction=race, k=k, margin=margin, patient=bool(stops.get("patient", False))))
     if export_dir:
         return Training("export")
     if planned is not None:

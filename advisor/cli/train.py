@@ -51,14 +51,17 @@ from capacity_advisor.training.sft_cli import run_options
 @field_option(RaceRule, "k", "--race-k", help="--race: evaluations in a row one set must lead (provisional).")
 @field_option(RaceRule, "margin", "--race-margin",
               help="--race: least mean paired accuracy difference that counts as a lead (0.05 = 5 points; provisional).")
+@click.option("--race-patient", "patient", is_flag=True,
+              help="--race: a D_high lead stops the race only once D_low has had three evaluations and is not gaining "
+                   "(a slow starter is not ruled out early); a D_low lead stops it at once.")
 @click.option("--no-race", is_flag=True,
               help="Train the recommended set alone, even where the manifest plans a race (its `race`).")
 @json_option
 @click.pass_context
-def train(ctx, manifest, dry_run, export_dir, formats, fraction, k, margin, no_race, as_json, **kw):
+def train(ctx, manifest, dry_run, export_dir, formats, fraction, k, margin, patient, no_race, as_json, **kw):
     """Full SFT on the recommended data: the paper's protocol, checkpoints, resume, a RunRecord."""
     try:
-        stops = {name: value for name, value in (("k", k), ("margin", margin))
+        stops = {name: value for name, value in (("k", k), ("margin", margin), ("patient", patient))
                  if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT}
         quiet_libraries()
         result = train_manifest(take(RunRequest, kw, manifest=manifest), race=fraction, no_race=no_race, stops=stops,

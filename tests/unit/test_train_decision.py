@@ -37,6 +37,15 @@ def test_a_planned_adaptive_race_stops_on_the_lead_the_plan_names(tmp_path):
     assert plan_training(str(adaptive)).rule == RaceRule(fraction=0.5, k=1, margin=0.1, wait=0.75, patient=True)
 
 
+def test_race_patient_makes_a_race_wait_on_d_highs_lead(plain, planned):
+    t = plan_training(plain, race=0.5, k=1, stops={"patient": True})
+    assert t.rule == RaceRule(fraction=0.5, k=1, patient=True)
+    t = plan_training(planned, stops={"k": 1, "patient": True})  # a planned race, stopped on a lead as asked
+    assert t.rule == RaceRule(fraction=0.5, k=1, wait=0.75, patient=True)
+    with pytest.raises(InputError, match="--race-patient sets what counts as a lead.*give --race-k N too"):
+        plan_training(planned, stops={"patient": True})
+
+
 def test_no_race_trains_the_recommended_set_though_a_race_is_planned(planned):
     assert plan_training(planned, no_race=True).action == "run"
 

@@ -140,9 +140,6 @@ def grid(races: tuple = RACES) -> tuple[Gate, ...]:
                  for t, h, (f, w, k, m, p) in product(THRESHOLDS, HEADROOMS, races))
 
 
-GRID = grid()
-
-
 def headroom_of(row: dict) -> float:
     v = inputs(model_inputs(row["features"], row["budget"], row["score"])).get(HEADROOM_INPUT)
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan

@@ -123,12 +123,26 @@ class HFBackend:
 
         if temperature == 0 and n > 1:
             raise InputError("greedy decoding (temperature 0) gives one completion per prompt; set a temperature > 0 for n > 1")
-        tok, model, dev = self.lm.tokenizer, self.lm.model, self.lm.device
+        tok, dev = self.lm.tokenizer, self.lm.device
         encoded = [prompt_ids(tok, p) for p in prompts]
         out: list[list] = [[] for _ in prompts]
         gen = torch.Generator(device="cpu").manual_seed(seed)
         budget = max(1, self.generate_budget // max(1, n))
         lengths = [len(e) + max_new_tokens for e in encoded]
+        # Sampling reseeds the global generators per batch (seeded by `seed`, so the same call samples
+        # the same text); fork_rng gives the caller's state back afterwards, so an evaluation in the
+        # middle of training leaves its dropout and shuffling exactly as they would be without it.
+        cuda = getattr(dev, "type", str(dev)).startswith("cuda")
+        with torch.random.fork_rng(devices=[torch.device(dev).index or 0] if cuda else []):
+            self._generate_batches(encoded, lengths, budget, gen, out, max_new_tokens, temperature, n, top_p,
+                                   details, progress)
+        return out
+
+    def _generate_batches(self, encoded, lengths, budget, gen, out, max_new_tokens, temperature, n, top_p, details,
+                          progress) -> None:
+        import torch
+
+        tok, model, dev = self.lm.tokenizer, self.lm.model, self.lm.device
         for idx in length_batches(lengths, budget, self.max_batch):
             L = max(len(encoded[i]) for i in idx)
             pad = tok.pad_token_id or 0
@@ -156,7 +170,6 @@ class HFBackend:
                 out[i] = comps[b * n:(b + 1) * n]
             if progress:
                 progress(len(idx))
-        return out
 
 
 def _finished(row: list[int], eos: int | None) -> dict:

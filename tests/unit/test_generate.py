@@ -146,3 +146,24 @@ def test_data_parallel_ranks(tiny_llama, tmp_path):
     dp_bytes = (tmp_path / "pool.jsonl").read_bytes()
     single = generate_pool(GenerateConfig(**common))
     assert single["from_cache"] == 6 and (tmp_path / "pool.jsonl").read_bytes() == dp_bytes
+
+
+def test_sampling_leaves_the_callers_random_state_as_it_was(tiny_llama):
+    """An evaluation generated in the middle of training must not move the training's RNG (dropout,
+    shuffling): the draws after a sampled generation are the draws there would have been without it,
+    while the sampled text itself is still fixed by the generation's own seed."""
+    import torch
+
+    from capacity_advisor.models.hf import HFBackend
+    from capacity_advisor.models.loading import load_model
+
+    backend = HFBackend(load_model(tiny_llama, device="cpu"))
+    prompts = ["2+3=", "7*6="]
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    first = backend.generate(prompts, max_new_tokens=6, temperature=1.0, n=2, seed=5)
+    after = torch.rand(4)
+    assert torch.equal(after, expected)
+    torch.manual_seed(999)  # another caller state: the same seed still samples the same text
+    assert backend.generate(prompts, max_new_tokens=6, temperature=1.0, n=2, seed=5) == first

@@ -268,11 +268,12 @@ def teacher_check(rows: list[dict]) -> list[dict]:
 
 def teacher_manifest() -> dict:
     """The neural teacher's fine-tuning: the real student, one epoch of its data (two scripted styles
-    per problem), judged by the math checker on `teacher_check` once."""
+    per problem), judged by the math checker on `teacher_check` five times. Each evaluation is a
+    checkpoint: on one CPU core the epoch takes hours, and a killed run resumes from the last one."""
     return {"model": {"spec": "lab:smollm2-135m"}, "dataset": "data.jsonl", "strategy": "high",
             "eval": {"path": "eval.jsonl", "checker": "math", "max_new_tokens": 160, "limit": None},
             "training": {"epochs": 1, "learning_rate": 0.0002, "batch_size": 16, "max_length": 384,
-                         "evals_per_epoch": 1, "seed": 0, "save_total_limit": 1}}
+                         "evals_per_epoch": 5, "seed": 0, "save_total_limit": 1}}
 
 
 def neural_pool(generated: list[dict], size: int = SPLITS["pool"]) -> list[dict]:

@@ -14,6 +14,11 @@ scored three ways: regret against the best set at the budget (points), the same 
 row's other seeds (a pick is not scored on the noise it was made on), and for the races, which
 read the held-out problems, the pick made on the even problems judged on the odd ones. Overhead
 is the share of one run the losing set trains.
+
+"gated race, scouted" asks whether the probe already ran the race: where D_low's accuracy gain over
+the base in the probe leads D_high's by SCOUT or more (`gap_accuracy_gain`), it takes D_low without
+a race, and elsewhere plans as the gated race does. The lead is never taken for D_high, whose
+early leads D_low overtakes on the lab's scripted pools.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from capacity_advisor.core.files import json_object
 from capacity_advisor.training.race import RaceRule, decide
 
 RACES = (0.2, 0.5, 1.0)
+SCOUT = 0.2  # chosen on the 906 lab records: the smallest lead at which the scouted plan loses nothing there
 PAIRED = ((2, 0.05, 0.5), (2, 0.05, 1.0), (1, 0.05, 1.0))  # (k, margin, fraction) of the paired races replayed
 
 
@@ -98,6 +104,7 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
         runs.setdefault((u["source"], u["score"], u["student"], u["repeat"]), {})[record_option(rec)] = rec
     picks: dict[str, list[tuple[dict, str, float]]] = {m: [] for m in (
         "always high", "always low", "always mixed", "predictor alone", "policy", "gated race (shipped)",
+        "gated race, scouted",
         *(f"race on every pool, at {f:.0%}" for f in RACES))}
     opened = []
     for r in rows:
@@ -112,6 +119,9 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
             picks["gated race (shipped)"].append((r, kept, share))
         else:
             picks["gated race (shipped)"].append((r, d.strategy, 0.0))
+        lead = r["features"].get("gap_accuracy_gain")
+        picks["gated race, scouted"].append((r, "low", 0.0) if lead is not None and lead >= SCOUT - 1e-9
+                                            else picks["gated race (shipped)"][-1])
         opened.append(d.race is not None)
         for f in RACES:
             picks[f"race on every pool, at {f:.0%}"].append((r, *race(c["high"], c["low"], r["budget"], f)))

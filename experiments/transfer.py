@@ -18,7 +18,8 @@ is the share of one run the losing set trains.
 "gated race, scouted" asks whether the probe already ran the race: where D_low's accuracy gain over
 the base in the probe leads D_high's by SCOUT or more (`gap_accuracy_gain`), it takes D_low without
 a race, and elsewhere plans as the gated race does. The lead is never taken for D_high, whose
-early leads D_low overtakes on the lab's scripted pools.
+early leads D_low overtakes on the lab's scripted pools ("scouted both ways" takes it, to show what
+that costs).
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
         runs.setdefault((u["source"], u["score"], u["student"], u["repeat"]), {})[record_option(rec)] = rec
     picks: dict[str, list[tuple[dict, str, float]]] = {m: [] for m in (
         "always high", "always low", "always mixed", "predictor alone", "policy", "gated race (shipped)",
-        "gated race, scouted",
+        "gated race, scouted", "gated race, scouted both ways",
         *(f"race on every pool, at {f:.0%}" for f in RACES))}
     opened = []
     for r in rows:
@@ -122,6 +123,8 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
         lead = r["features"].get("gap_accuracy_gain")
         picks["gated race, scouted"].append((r, "low", 0.0) if lead is not None and lead >= SCOUT - 1e-9
                                             else picks["gated race (shipped)"][-1])
+        picks["gated race, scouted both ways"].append((r, "high", 0.0) if lead is not None and lead <= -SCOUT + 1e-9
+                                                      else picks["gated race, scouted"][-1])
         opened.append(d.race is not None)
         for f in RACES:
             picks[f"race on every pool, at {f:.0%}"].append((r, *race(c["high"], c["low"], r["budget"], f)))

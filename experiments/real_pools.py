@@ -12,6 +12,9 @@ Tasks (the generators' easiest third of their difficulty range, integer answers)
   steps (collect terms, divide); written out, it is the computation a 135M model cannot do at once.
 - `place`: numbers__place_value, "What is the tens digit of 60976?" The answer is read off the
   number; a worked solution lists the places, which a terse answer leaves implicit.
+- `arith`: arithmetic__add_sub_multiple, "Calculate -11 - -5 - (-3 - 3)." A chain of signed
+  additions and subtractions with brackets; a worked solution reduces it one operation at a time.
+  Its rows come after the other two tasks' in the problems file, so adding it left theirs as they were.
 
 The problem file holds three disjoint splits per task: `pool` (the calibration pools), `teacher`
 (the neural teacher's fine-tuning data, never in a pool) and `spare`. The scripted teacher writes
@@ -29,6 +32,10 @@ generate` from its best checkpoint, then `neural-pool`:
         --temperature 1.0 --top-p 1.0 --max-new-tokens 272 --device cpu --out runs/place-generated.jsonl
     python -m experiments.real_pools neural-pool runs/place-generated.jsonl --out calibration/real/pools/place-neural.jsonl
 
+The generators name their variables in an order that follows Python's string hashing, so a new
+`problems` run draws the same questions with other letters: the committed file is the one the pools
+were made from (the `arith` rows were appended to it).
+
 mathematics_dataset 1.0.1 imports a function sympy has since moved
 (`sympy.solvers.diophantine.base_solution_linear`); `_generators` puts it back where the package
 looks before importing it. Install it beside the project with `pip install mathematics_dataset==1.0.1`.
@@ -42,7 +49,8 @@ import re
 from fractions import Fraction
 from pathlib import Path
 
-TASKS = {"linear": "algebra__linear_1d", "place": "numbers__place_value"}
+TASKS = {"linear": "algebra__linear_1d", "place": "numbers__place_value", "arith": "arithmetic__add_sub_multiple"}
+NEURAL_TASKS = ("linear", "place")  # the tasks the neural teacher is fine-tuned and checked on
 SPLITS = {"pool": 300, "teacher": 600, "spare": 200}  # problems per task in each split
 SEED = 2026
 STYLES = ("answer", "equations", "prose", "explore")
@@ -109,6 +117,7 @@ def make_problems(seed: int = SEED) -> list[dict]:
 # ---- the scripted teacher ------------------------------------------------------------------------
 
 LINEAR = re.compile(r"Solve (?P<eq>.+=.+) for (?P<v>[a-z])\.")
+ARITH = re.compile(r"(?:(?:What is|Calculate|Evaluate|Work out)\s+)?(?P<e>[-\d\s+()]+?)\s*[?.]?")
 PLACE = re.compile(r"What is the (?P<place>[a-z ]+) digit of (?P<n>\d+)\?")
 PLACES = ("units", "tens", "hundreds", "thousands", "ten thousands", "hundred thousands", "millions")
 
@@ -125,6 +134,15 @@ def parse(task: str, question: str) -> dict | None:
         if a is None or a == 0 or Fraction(-b, a).denominator != 1:
             return None
         return {"left": left, "right": right, "v": m["v"], "a": a, "b": b, "x": -b // a}
+    if task == "arith":
+        m = ARITH.fullmatch(question)
+        if not m or not re.search(r"\d", m["e"]):
+            return None
+        try:
+            steps = arith_steps(m["e"])
+        except (ValueError, SyntaxError):
+            return None
+        return {"e": " ".join(m["e"].split()), "steps": steps, "x": steps[-1][1]}
     m = PLACE.fullmatch(question)
     if not m or m["place"] not in PLACES or PLACES.index(m["place"]) >= len(m["n"]):
         return None
@@ -147,6 +165,84 @@ def _linear(expr: str, v: str) -> tuple[int | None, int]:
     if a.denominator != 1 or b.denominator != 1:
         return None, 0
     return int(a), int(b)
+
+
+ATOM = r"-?\d+"
+PAIR = re.compile(rf"(?P<a>{ATOM})\s*(?P<op>[+-])\s*(?P<b>{ATOM})")
+
+
+def arith_steps(expr: str, slip: bool = False) -> list[tuple[str, int]]:
+    """The expression reduced one operation at a time, innermost brackets first and left to right:
+    [(the expression after the step, its value)], the last value the answer. `slip` reads every
+    `- -n` as `- n` (the wrong candidate's sign slip)."""
+    if not re.fullmatch(r"[-\d\s+()]+", expr):
+        raise ValueError(expr)
+    e = " ".join(expr.split())
+    value = int(eval(e, {"__builtins__": {}}, {}))  # digits, signs and brackets only, checked above
+    out = []
+    for _ in range(64):
+        e = re.sub(r"\((-?\d+)\)", r"\1", e)  # a bracket around one number is that number
+        inner = re.search(r"\(([^()]*)\)", e)
+        span = inner.span(1) if inner else (0, len(e))
+        m = PAIR.search(e, *span)
+        if not m:
+            break
+        a, b = int(m["a"]), int(m["b"])
+        r = a + b if m["op"] == "+" else (a + b if slip and b < 0 else a - b)
+        e = e[:m.start()] + str(r) + e[m.end():]
+        e = re.sub(r"\((-?\d+)\)", r"\1", e)
+        out.append((e, r))
+    if not re.fullmatch(ATOM, e):
+        raise ValueError(expr)
+    if not slip and int(e) != value:
+        raise ValueError(expr)
+    return out or [(e, int(e))]
+
+
+def flat_terms(expr: str) -> list[int]:
+    """The expression's numbers with the signs its brackets and minus signs give them: a second
+    procedure the exploring style checks the reduction by (their sum is the value)."""
+    stack, pending, out = [1], 1, []
+    for tok in re.findall(r"\d+|[-+()]", expr):
+        if tok == "-":
+            pending = -pending
+        elif tok == "(":
+            stack.append(stack[-1] * pending)
+            pending = 1
+        elif tok == ")":
+            stack.pop()
+        elif tok != "+":
+            out.append(stack[-1] * pending * int(tok))
+            pending = 1
+    return out
+
+
+def arith_solution(p: dict, style: str, rng: random.Random, slip: bool = False) -> str:
+    """A solution of `style`; `slip` reduces with the sign slip (the wrong candidate)."""
+    steps = arith_steps(p["e"], slip) if slip else p["steps"]
+    x = steps[-1][1]
+    box = f"\\boxed{{{x}}}"
+    if style == "answer":
+        return rng.choice([f"{p['e']} = {x}\n{box}", f"The answer is {box}.", f"{box}"])
+    if style == "equations":
+        return "\n".join([p["e"], *(f"= {e}" for e, _ in steps), box])
+    if style == "prose":
+        lead = rng.choice(["Working from the innermost brackets outwards", "One operation at a time",
+                           "Reducing it step by step"])
+        return (f"{lead}: " + ", then ".join(e for e, _ in steps) + f". So the answer is {box}.")
+    start = rng.choice(["Let me work through this carefully.", "I'll take it one operation at a time.",
+                        "Let's reduce the expression step by step."])
+    lines = [start, f"The expression is {p['e']}."]
+    for i, (e, _) in enumerate(steps, 1):
+        lines.append(f"Step {i}: it becomes {e}.")
+    terms = flat_terms(p["e"])
+    pos, neg = sum(t for t in terms if t > 0), sum(t for t in terms if t < 0)
+    lines.append("Let me check it another way: opening every bracket, the terms are "
+                 + ", ".join(f"{t:+d}" for t in terms) + f". The positive ones add to {pos}, the negative "
+                 f"ones to {neg}, and {pos} + {neg} = {pos + neg}. "
+                 + ("That matches." if pos + neg == x else "That does not match; I'll keep the first result."))
+    lines.append(f"The answer is {box}.")
+    return "\n".join(lines)
 
 
 def _value(side: str, v: str, x: int) -> int:
@@ -210,6 +306,16 @@ def place_solution(p: dict, style: str, rng: random.Random, k: int | None = None
 def scripted_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[bool], list[str]]:
     """(candidates, correctness, styles): the four styles in a shuffled order, and one wrong candidate."""
     p = parse(row["task"], row["problem"])
+    if row["task"] == "arith":
+        out = [(arith_solution(p, s, rng), True, s) for s in STYLES]
+        wrong = arith_steps(p["e"], slip=True)[-1][1]
+        if wrong == p["x"]:  # no `- -n` to slip on: an off-by-one in the last step
+            p_wrong = {**p, "steps": [*p["steps"][:-1], (str(p["x"] + 1), p["x"] + 1)]}
+            out.append((arith_solution(p_wrong, rng.choice(("equations", "prose")), rng), False, "wrong"))
+        else:
+            out.append((arith_solution(p, rng.choice(("equations", "prose")), rng, slip=True), False, "wrong"))
+        rng.shuffle(out)
+        return [t for t, _, _ in out], [ok for _, ok, _ in out], [s for _, _, s in out]
     solve = linear_solution if row["task"] == "linear" else place_solution
     out = [(solve(p, s, rng), True, s) for s in STYLES]
     if row["task"] == "linear":
@@ -246,7 +352,7 @@ def teacher_data(rows: list[dict], seed: int = SEED) -> list[dict]:
     rng = random.Random(f"{seed}-teacher")
     out = []
     for r in rows:
-        if r["split"] != "teacher":
+        if r["split"] != "teacher" or r["task"] not in NEURAL_TASKS:
             continue
         texts, ok, _ = scripted_candidates(r, rng)
         good = [t for t, right in zip(texts, ok) if right]
@@ -263,7 +369,7 @@ def teacher_check(rows: list[dict]) -> list[dict]:
     """The neural teacher's held-out problems: the last TEACHER_CHECK spare problems of each task."""
     first = SPLITS["spare"] - TEACHER_CHECK
     return [{"prompt": r["problem"], "answer": r["answer"], "task": r["task"]} for r in rows
-            if r["split"] == "spare" and int(r["id"].rsplit("-", 1)[1]) >= first]
+            if r["split"] == "spare" and r["task"] in NEURAL_TASKS and int(r["id"].rsplit("-", 1)[1]) >= first]
 
 
 def teacher_manifest() -> dict:

@@ -41,12 +41,12 @@ def test_the_splits_are_disjoint_and_the_pools_hold_only_pool_problems(problems)
 def test_the_teacher_run_folder_trains_on_its_split_and_checks_on_problems_no_pool_holds(problems, tmp_path):
     assert real_pools.main(["teacher-run", str(PROBLEMS), "--out", str(tmp_path)]) == 0
     data, held = read_jsonl(tmp_path / "data.jsonl"), read_jsonl(tmp_path / "eval.jsonl")
-    teacher = {r["problem"] for r in problems if r["split"] == "teacher"}
-    assert len(data) == real_pools.SPLITS["teacher"] * len(real_pools.TASKS) * real_pools.TEACHER_STYLES
+    teacher = {r["problem"] for r in problems if r["split"] == "teacher" and r["task"] in real_pools.NEURAL_TASKS}
+    assert len(data) == real_pools.SPLITS["teacher"] * len(real_pools.NEURAL_TASKS) * real_pools.TEACHER_STYLES
     assert {r["prompt"] for r in data} == teacher
     assert all(check_answer(r["completion"], next(p["answer"] for p in problems if p["problem"] == r["prompt"]), "math")
                for r in data[:50])
-    assert len(held) == real_pools.TEACHER_CHECK * len(real_pools.TASKS)
+    assert len(held) == real_pools.TEACHER_CHECK * len(real_pools.NEURAL_TASKS)
     pooled = {r["problem"] for path in POOLS for r in read_jsonl(path)}
     usable = {r["problem"] for r in problems if r["split"] == "spare"
               and int(r["id"].rsplit("-", 1)[1]) < real_pools.SPARE_FOR_POOLS}
@@ -54,3 +54,16 @@ def test_the_teacher_run_folder_trains_on_its_split_and_checks_on_problems_no_po
     m = load_manifest(tmp_path / "manifest.json")
     assert m.model_spec == "lab:smollm2-135m" and m.dataset_path.is_file() and m.eval_path.is_file()
     assert json.loads((tmp_path / "manifest.json").read_text()) == real_pools.teacher_manifest()
+
+
+def test_every_arith_problem_reduces_step_by_step_to_its_answer_and_the_slip_is_the_one_wrong_candidate(problems):
+    rows = [r for r in problems if r["task"] == "arith"]
+    assert len(rows) == sum(real_pools.SPLITS.values())
+    for r in rows:
+        p = real_pools.parse("arith", r["problem"])
+        assert p is not None and p["x"] == int(r["answer"]), r["problem"]
+        assert sum(real_pools.flat_terms(p["e"])) == p["x"]  # the exploring style's second procedure agrees
+    pool = read_jsonl(ROOT / "calibration" / "real" / "pools" / "arith-scripted.jsonl")
+    for r in pool:
+        assert sorted(r["styles"]) == sorted([*real_pools.STYLES, "wrong"])
+        assert [s == "wrong" for s in r["styles"]] == [not ok for ok in r["correctness"]]

@@ -25,7 +25,7 @@ from capacity_advisor.advisor.predictor import (
     CV_SPLITS, FEATURE_SETS, FITTABLE, LARGEST_PROXY, PROXY, Rule, SPLITS, TIE_MARGIN, WITHOUT_PROXIES, cross_validate,
     fit_predictor, folds, label_rows, options_in, read_records, select_policy, unit_of,
 )
-from capacity_advisor.advisor.predictor.gate import RACE_GRIDS
+from capacity_advisor.advisor.predictor.gate import NO_SCOUT, RACE_GRIDS, SCOUTS
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix, ranking_sum
 from capacity_advisor.advisor.predictor.policy import (
     CHOOSE_BY, EITHER, EITHER_PREDICTOR, PROXY_RULE, measured_policy, with_gate,
@@ -172,6 +172,9 @@ class FitSettings:
         "The races the gate may open: fixed (a share of the budget, or waiting for a gaining D_low; the shipped "
         "grid), adaptive (also races that stop once one set clearly leads), patient (also adaptive races that a "
         "D_high lead stops only once D_low is seen not gaining).")})
+    scout: bool = field(default=False, metadata={"help": (
+        "Also offer the gate a scout: where the probe's own accuracy-gain contrast for D_low reaches it, D_low "
+        "without a race (the probe already raced both sets on held-out problems).")})
     n_members: int = field(default=MEMBERS, metadata={"help": "Ensemble members (bootstrap resamples of the calibration units)."})
     jobs: int = field(default=1, metadata={"help": "Processes fitting members in parallel."})
     seed: int = field(default=0, metadata={"help": "Bootstrap draws and LightGBM's seed."})
@@ -232,17 +235,18 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
     by = " and ".join(f"leave-one-{s}-out" for s in split) + (" (the worse)" if len(split) > 1 else "")
     cv_tables = {}
     races = RACE_GRIDS[settings.race_grid]
+    scouts = SCOUTS if settings.scout else NO_SCOUT
     for s in settings.cv:
         if not folds(rows, s):
             continue
         say(f"cross-validating {', '.join(kinds)}, one {s} held out at a time (kind and thresholds chosen inside "
             "each fold)")
         cv_tables[s] = cross_validate(rows, s, kinds, feats, cv_members, tie_margin, seed, jobs,
-                                      policy_split=split, open_cap=settings.open_cap, races=races)
+                                      policy_split=split, open_cap=settings.open_cap, races=races, scouts=scouts)
     say(f"choosing the kind and the policy's thresholds by {by} regret")
     chosen, policy, kind_regret, measured_rows = measured_policy(rows, split, kinds, feats, cv_members, seed, jobs,
-                                                                 races)
-    policy = with_gate(policy, measured_rows, open_cap=settings.open_cap, races=races)
+                                                                 races, scouts)
+    policy = with_gate(policy, measured_rows, open_cap=settings.open_cap, races=races, scouts=scouts)
     own = own_sources(records, files)
     policy_own = None
     if own and folds(rows, PROXY):

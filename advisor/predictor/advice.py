@@ -50,10 +50,13 @@ class Advice:
                 "confidence_reasons": list(self.confidence_reasons)}
 
 
+PROBE_RACE = "the probe's race"  # Decision.answered_by where the gate takes the probe's own lead for D_low
+
+
 @dataclass(frozen=True)
 class Decision:
     strategy: str  # the set the policy keeps
-    answered_by: str  # "predictor", "the policy: always D_high", or "fallback: ..."
+    answered_by: str  # "predictor", "the policy: always D_high", PROBE_RACE, or "fallback: ..."
     why: str  # in words
     advice: Advice  # the predictor's own advice, which the policy read
     distance_ratio: float  # the nearest calibrated student's distance over the typical distance
@@ -72,4 +75,6 @@ class Decision:
         line = (f"{self.answered_by}: {self.why}; the predictor alone would say D_{own.strategy} "
                 f"(P = {own.probabilities[own.strategy]:.2f})")
         given = replace(given, confidence_reasons=(line,) + own.confidence_reasons)
+        if self.answered_by == PROBE_RACE:  # a measured lead on held-out problems, not a fallback's guess
+            return replace(given, confidence="medium")
         return given.lower() if self.answered_by != "predictor" else given

@@ -1,6 +1,7 @@
 """The gated race: the probe decides when to look, the race looks.
 
     gate = choose_gate(measured, policy, cap=0.2)     # chosen on held-out measurements of other sources
+    why = gate.scouts(inputs)                         # not None: the probe already raced, D_low at no cost
     why = gate.opens(p_low, inputs)                   # None: train the policy's set; else why to race
     kept, overhead = gate.replay(row)                 # the race replayed on a calibration row's curves
 
@@ -12,9 +13,12 @@ reaches `headroom`, the advice is a race of D_high against D_low to `fraction` o
 `wait`, longer while D_low is behind and gaining faster, `training.race.gaining`; with `k`, sooner
 once one set has led by more than `margin` and the noise at `k` evaluations in a row, so a clear
 race costs a fraction of that share), the leader kept and trained to the end; elsewhere the
-policy's set, at no extra cost.
+policy's set, at no extra cost. Where that contrast reaches `scout` the probe itself is taken as
+the race (it trained both sets and evaluated them on the same held-out problems): D_low, at no
+extra cost. A D_high lead in the probe is never taken so, since D_low overtakes late on the lab's
+scripted pools.
 
-`threshold`, `headroom` and the race are chosen together on held-out measurements (the predictor
+`threshold`, `headroom`, `scout` and the race are chosen together on held-out measurements (the predictor
 fitted without each pool source, judged on it) as the lowest mean regret whose mean overhead
 stays within `cap` (the share of one run's training the losing set costs); near-ties go to the
 cheaper, then the more cautious gate. Races are replayed on the records' curves
@@ -42,6 +46,8 @@ from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 HEADROOM_INPUT = "gap_accuracy_gain_headroom"
 THRESHOLDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, math.inf)
 HEADROOMS = (0.1, 0.2, 0.3, 0.5, 1.0, math.inf)
+SCOUTS = (math.inf, 0.2, 0.3, 0.5)  # the headroom contrasts from which `advisor fit --scout` may take the probe as the race
+NO_SCOUT = (math.inf,)  # the shipped grid: the probe's lead never decides alone
 # (fraction, wait, k, margin, patient): the races a gate may open — stopped at a share of the budget,
 # or waiting for a gaining D_low (`races.race`); the grid `advisor fit` chooses from by default
 RACES = (tuple((f, None, None, None, False) for f in (0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0))
@@ -71,10 +77,19 @@ class Gate:
     k: int | None = None  # stop once one set has led at k evaluations in a row (None: only at the fraction)
     margin: float = LEAD_MARGIN  # ... by more than this accuracy difference (and the noise)
     patient: bool = False  # ... a D_high lead only once D_low is seen not gaining (`training.race.holds_back`)
+    scout: float = math.inf  # the headroom contrast from which the probe's own lead for D_low decides (inf: never)
 
     @property
     def never(self) -> bool:
         return math.isinf(self.threshold) and math.isinf(self.headroom)
+
+    def scouts(self, measured: dict) -> str | None:
+        """Why the probe's own lead decides for D_low without a race (words), or None."""
+        h = measured.get(HEADROOM_INPUT)
+        if isinstance(h, (int, float)) and math.isfinite(h) and h >= self.scout:
+            return (f"the probe already raced: D_low raised held-out accuracy more than D_high ({HEADROOM_INPUT} "
+                    f"{h:.2f} reaches the gate's {self.scout:g})")
+        return None
 
     def opens(self, p_low: float, measured: dict) -> str | None:
         """Why the race opens for these measurements (words), or None where it stays shut."""
@@ -99,8 +114,11 @@ class Gate:
         return (self.fraction, self.wait, self.k, self.margin if lead else None, self.patient and lead)
 
     def describe(self) -> str:
+        scout = (f"; takes D_low without a race where {HEADROOM_INPUT} ≥ {self.scout:g} (the probe already raced)"
+                 if math.isfinite(self.scout) else "")
         if self.never:
-            return "never races (on the held-out sources no gate beat the policy alone within the overhead cap)"
+            return ("never races (on the held-out sources no gate beat the policy alone within the overhead cap)"
+                    + scout)
         parts = [f"P(D_low) ≥ {self.threshold:g}" if math.isfinite(self.threshold) else None,
                  f"{HEADROOM_INPUT} ≥ {self.headroom:g}" if math.isfinite(self.headroom) else None]
         race_words = f"to {self.fraction:.0%} of the budget" + (f" (up to {self.wait:.0%} while D_low is gaining)"
@@ -110,12 +128,14 @@ class Gate:
                           f"{'s' if self.k > 1 else ''} in a row"
                           + (" (D_high only once D_low is not gaining)" if self.patient else "")
                           + f", at most {race_words}")
-        return f"races D_high against D_low {race_words} where {' or '.join(p for p in parts if p)}"
+        return f"races D_high against D_low {race_words} where {' or '.join(p for p in parts if p)}{scout}"
 
     def to_dict(self) -> dict:
         d = asdict(self)
         for key in ("threshold", "headroom"):
             d[key] = None if math.isinf(d[key]) else d[key]
+        if math.isinf(d["scout"]):  # absent, so files from before read as they did
+            d.pop("scout")
         if d["open_cap"] is None:  # absent, so files from before read as they did
             d.pop("open_cap")
         if d["k"] is None:  # a race that stops only at its share: no lead rule to state
@@ -130,14 +150,14 @@ class Gate:
                    float(d["fraction"]), None if d.get("wait") is None else float(d["wait"]), float(d["cap"]),
                    None if d.get("open_cap") is None else float(d["open_cap"]),
                    None if d.get("k") is None else int(d["k"]), float(d.get("margin", LEAD_MARGIN)),
-                   bool(d.get("patient", False)))
+                   bool(d.get("patient", False)), math.inf if d.get("scout") is None else float(d["scout"]))
 
 
 @lru_cache(maxsize=None)
-def grid(races: tuple = RACES) -> tuple[Gate, ...]:
-    """Every gate: each pair of thresholds with each race of `races`."""
-    return tuple(Gate(t, h, f, w, k=k, margin=LEAD_MARGIN if m is None else m, patient=p)
-                 for t, h, (f, w, k, m, p) in product(THRESHOLDS, HEADROOMS, races))
+def grid(races: tuple = RACES, scouts: tuple = NO_SCOUT) -> tuple[Gate, ...]:
+    """Every gate: each pair of thresholds and each scout with each race of `races`."""
+    return tuple(Gate(t, h, f, w, k=k, margin=LEAD_MARGIN if m is None else m, patient=p, scout=sc)
+                 for t, h, (f, w, k, m, p), sc in product(THRESHOLDS, HEADROOMS, races, scouts))
 
 
 def headroom_of(row: dict) -> float:
@@ -146,12 +166,15 @@ def headroom_of(row: dict) -> float:
 
 
 def gated_picks(measured: Sequence[dict], policy, gate: Gate) -> list[tuple[dict, str, float]]:
-    """(row, kept set, overhead) for each held-out measurement (`policy.held_out`'s): the gate's race
-    where it opens, the policy's set at no cost elsewhere."""
+    """(row, kept set, overhead) for each held-out measurement (`policy.held_out`'s): D_low where the
+    probe's lead decides (`Gate.scouts`), the gate's race where it opens, the policy's set at no cost
+    elsewhere."""
     out = []
     for m in measured:
         r = m["row"]
-        if gate.opens(m["probs"].get("low", math.nan), {HEADROOM_INPUT: headroom_of(r)}):
+        if gate.scouts({HEADROOM_INPUT: headroom_of(r)}):
+            out.append((r, "low", 0.0))
+        elif gate.opens(m["probs"].get("low", math.nan), {HEADROOM_INPUT: headroom_of(r)}):
             out.append((r, *gate.replay(r)))
         else:
             out.append((r, policy.choose(m["probs"], m["outside"], m["ratio"]) or "high", 0.0))
@@ -159,14 +182,15 @@ def gated_picks(measured: Sequence[dict], policy, gate: Gate) -> list[tuple[dict
 
 
 def choose_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequence[dict],
-                open_cap: float | None = None, races: tuple = RACES) -> Gate:
+                open_cap: float | None = None, races: tuple = RACES, scouts: tuple = NO_SCOUT) -> Gate:
     """The gate of `grid(races)` with the lowest mean regret on `measured` whose mean overhead is within
     `cap`; near-ties to the cheaper, then the more cautious (higher thresholds). With `more` sets
     of held-out measurements (other splits: a task or a teacher left out beside a source), the
     lowest of the worst regret over the sets, each set's overhead within the cap. With `open_cap`,
     also the races it opens cost at most that share of one run on average (what a user whose gate
-    opens pays), in every set. The gate that never opens costs nothing, so a choice always exists."""
-    return best_gate(measured, policy, cap, *more, open_cap=open_cap, races=races)[0]
+    opens pays), in every set. `scouts`: the contrasts from which the probe's own D_low lead may
+    decide (NO_SCOUT: never). The gate that never opens costs nothing, so a choice always exists."""
+    return best_gate(measured, policy, cap, *more, open_cap=open_cap, races=races, scouts=scouts)[0]
 
 
 def _gate_arrays(measured: Sequence[dict], policy, races: tuple = RACES) -> dict:
@@ -183,11 +207,12 @@ def _gate_arrays(measured: Sequence[dict], policy, races: tuple = RACES) -> dict
             "head": np.array([headroom_of(r) for r in rows], dtype=float),
             "shut": np.array([regret(r, policy.choose(m["probs"], m["outside"], m["ratio"]) or "high")
                               for r, m in zip(rows, measured)]),
+            "low": np.array([regret(r, "low") for r in rows]),
             "raced": raced}
 
 
 def best_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequence[dict],
-              open_cap: float | None = None, races: tuple = RACES) -> tuple[Gate, float]:
+              open_cap: float | None = None, races: tuple = RACES, scouts: tuple = NO_SCOUT) -> tuple[Gate, float]:
     """`choose_gate`'s gate and its mean regret (points; with `more`, the worst over the sets).
     Every race of `races` is replayed once per row and the gates compared as arrays."""
     from dataclasses import replace
@@ -195,18 +220,19 @@ def best_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequenc
     sets = [_gate_arrays(m, policy, races) for m in (measured, *more) if m]
     best = None
     with np.errstate(invalid="ignore"):  # a NaN input never opens the gate
-        for g in grid(races):
+        for g in grid(races, scouts):
             regs, overs, opened_costs = [], [], []
             for a in sets:
-                opened = (a["p_low"] >= g.threshold) | (a["head"] >= g.headroom)
+                scouted = a["head"] >= g.scout
+                opened = ((a["p_low"] >= g.threshold) | (a["head"] >= g.headroom)) & ~scouted
                 reg_r, share = a["raced"][g.rule]
-                regs.append(float(np.where(opened, reg_r, a["shut"]).mean()))
+                regs.append(float(np.where(scouted, a["low"], np.where(opened, reg_r, a["shut"])).mean()))
                 overs.append(float(np.where(opened, share, 0.0).mean()))
                 opened_costs.append(float(share[opened].mean()) if opened.any() else 0.0)
             reg, over = max(regs), max(overs)
             if over > cap + 1e-9 or (open_cap is not None and max(opened_costs) > open_cap + 1e-9):
                 continue
-            key = (reg, over, -g.threshold, -g.headroom)
+            key = (reg, over, -g.threshold, -g.headroom, -g.scout)
             if best is None or reg < best[0][0] - NEAR or (abs(reg - best[0][0]) <= NEAR and key[1:] < best[0][1:]):
                 best = (key, g)
     return replace(best[1], cap=cap, open_cap=open_cap), 100 * best[0][0]

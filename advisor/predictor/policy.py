@@ -20,7 +20,8 @@ chosen on its training rows only.
 A policy may carry a gate (`gate.Gate`): where the measurements say D_low may win, the advice is a
 race of D_high against D_low rather than a set (`Decision.race`). The gate is chosen on the same
 held-out measurements as the thresholds, under an overhead cap, and measured the same nested way
-(`cross_validate`'s "gated race").
+(`cross_validate`'s "gated race"). Where the gate's `scout` is reached, the probe's own lead for
+D_low is the answer (`Decision.answered_by` PROBE_RACE), with no race.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ from typing import Sequence
 
 import numpy as np
 
-from capacity_advisor.advisor.predictor.advice import Advice, Decision
+from capacity_advisor.advisor.predictor.advice import PROBE_RACE, Advice, Decision
 from capacity_advisor.advisor.predictor.checks import policy_thresholds
 from capacity_advisor.advisor.predictor.ensemble import Predictor, distances, fit_predictor
 from capacity_advisor.advisor.predictor.gate import (
-    CAP, CAPS, RACES, Gate, best_gate, choose_gate, gated_methods, gated_picks,
+    CAP, CAPS, NO_SCOUT, RACES, Gate, best_gate, choose_gate, gated_methods, gated_picks,
 )
 from capacity_advisor.advisor.predictor.evaluate import (
     PROXY, PROXY_CUT, TIE_MARGIN, baseline_picks, by_value, cell_of, flips, folds, noise_floor, proxy_folds, regret, repeat,
@@ -93,6 +94,9 @@ class Policy:
         pick = self.choose(advice.probabilities, advice.outside, ratio)
         base = {"advice": advice, "distance_ratio": ratio, "outside": advice.outside,
                 "race": self.race_plan(advice.probabilities.get("low", math.nan), inputs(measured))}
+        scouted = self.gate.scouts(inputs(measured)) if self.gate is not None else None
+        if scouted is not None:  # the probe already raced the two sets on held-out problems
+            return Decision("low", PROBE_RACE, scouted, **{**base, "race": None})
         if pick is not None and self.never_overrides:
             return Decision("high", "the policy: always D_high",
                             "on the held-out splits its thresholds were chosen by (meta.policy.chosen_by), the "
@@ -273,7 +277,7 @@ def select_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str |
 
 def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str | Sequence[str],
                     features: Sequence[str], n_members: int = 8, seed: int = 0, jobs: int = 1,
-                    races: tuple = RACES) -> tuple[str, Policy, dict, list[dict]]:
+                    races: tuple = RACES, scouts: tuple = NO_SCOUT) -> tuple[str, Policy, dict, list[dict]]:
     """`select_policy`'s choice, and the chosen kind's held-out measurements, one list per split
     (none where nothing was measured), from which a gate is chosen (`with_gate`: with several
     splits, for the worst of them). Where the rows carry their runs' curves, the kind is the one
@@ -289,14 +293,14 @@ def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str
         measured = [fold_measurements(rows, s, kind, features, n_members, seed, jobs) for s in splits]
         policy = choose_policy(*measured)
         scores[kind] = 100 * max(_policy_regret(m, policy) for m in measured)
-        key = best_gate(measured[0], policy, CAP, *measured[1:], races=races)[1] if gated else scores[kind]
+        key = best_gate(measured[0], policy, CAP, *measured[1:], races=races, scouts=scouts)[1] if gated else scores[kind]
         if best is None or key < best[3] - 1e-9:
             best = (kind, policy, measured, key)
     return best[0], best[1], scores, best[2]
 
 
 def with_gate(policy: Policy, measured: Sequence, cap: float = CAP, open_cap: float | None = None,
-              races: tuple = RACES) -> Policy:
+              races: tuple = RACES, scouts: tuple = NO_SCOUT) -> Policy:
     """`policy` with the gate chosen on its held-out `measured` under `cap` — one set of
     measurements, or one per split (`measured_policy`'s): then the gate whose worst regret over
     the splits is lowest, each split's overhead within the cap —; unchanged where the rows carry
@@ -307,13 +311,14 @@ def with_gate(policy: Policy, measured: Sequence, cap: float = CAP, open_cap: fl
     sets = [m for m in sets if m]
     if not sets or not all("curves" in m["row"] for ms in sets for m in ms):
         return policy
-    return replace(policy, gate=choose_gate(sets[0], policy, cap, *sets[1:], open_cap=open_cap, races=races))
+    return replace(policy, gate=choose_gate(sets[0], policy, cap, *sets[1:], open_cap=open_cap, races=races,
+                                            scouts=scouts))
 
 
 def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Sequence[str] = "lightgbm",
                    features: Sequence[str] | None = None, n_members: int = 8, tie_margin: float = TIE_MARGIN,
                    seed: int = 0, jobs: int = 1, policy_split: str | Sequence[str] | None = None,
-                   open_cap: float | None = None, races: tuple = RACES) -> dict:
+                   open_cap: float | None = None, races: tuple = RACES, scouts: tuple = NO_SCOUT) -> dict:
     """Every method held out by `split`: the policy — its model kind (one of `kind`, when several)
     and thresholds chosen on each outer fold's training rows only, by an inner leave-one-
     `policy_split`-out (default the same split; several: the worse of them; UNTRIED where those
@@ -322,7 +327,8 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     each with its flip rate across seeds, and for the policy and the predictor the spread of
     P(D_low) across a cell's seeds (`p_low_spread`, the mean range). Where the rows carry their
     runs' curves (`races.with_curves`), also the gated race (`gated_methods`), its races held to
-    `open_cap` of a run on average where it opens, when given, each gate's race one of `races`."""
+    `open_cap` of a run on average where it opens, when given, each gate's race one of `races` (and its
+    scout one of `scouts`)."""
     from capacity_advisor.advisor.predictor.labels import PROBE_FEATURES
 
     features = tuple(features or PROBE_FEATURES)
@@ -337,12 +343,12 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     chosen, p_low, gated, everywhere = {}, [], {}, []
     for name, train, test in fs:
         fold_kind, policy, _, inner = measured_policy(train, inner_split, kind, features, n_members, seed, jobs,
-                                                      races)
+                                                      races, scouts)
         chosen[name] = {"kind": fold_kind, **policy.to_dict()}
         outer = held_out(train, test, fold_kind, features, n_members, seed, jobs)
         if split != PROXY and all("curves" in r for r in rows):
             for cap in CAPS:
-                gate = with_gate(policy, inner, cap, open_cap, races).gate
+                gate = with_gate(policy, inner, cap, open_cap, races, scouts).gate
                 gated.setdefault(cap, []).extend(gated_picks(outer, policy, gate) if gate else [])
                 if cap == CAP and gate is not None:
                     chosen[name]["race"] = gate.to_dict()

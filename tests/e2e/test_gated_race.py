@@ -15,7 +15,7 @@ from helpers import RACE_MANIFEST, ROOT, one_error_line, race_curve, race_manife
 
 from capacity_advisor.advisor.predictor import Policy, Predictor
 from capacity_advisor.advisor.predictor.gate import (
-    CAP, RACE_GRIDS, Gate, choose_gate, gated_picks, judged_on_other_repeats,
+    CAP, RACE_GRIDS, SCOUTS, Gate, choose_gate, gated_picks, judged_on_other_repeats,
 )
 from capacity_advisor.advisor.predictor.races import race, with_curves
 from capacity_advisor.core.errors import InputError
@@ -124,6 +124,48 @@ def test_the_gate_reads_the_probes_own_contrast_too():
     assert gate.opens(0.01, {"gap_accuracy_gain_headroom": 0.2}) is None
     assert gate.opens(math.nan, {"gap_accuracy_gain_headroom": math.nan}) is None
     assert Gate.from_dict(gate.to_dict()) == gate and gate.to_dict()["threshold"] is None
+
+
+def test_where_the_probe_already_raced_for_d_low_the_gate_takes_its_lead_at_no_cost():
+    """D_low rows whose probe contrast is large (headroom 0.6) and rows where the probe's D_low led
+    but D_high won in the end (0.25): the gate chosen takes the probe's lead only from above the
+    misleading rows' contrast, and races neither those nor anything where its cost is zero."""
+    def with_contrast(m, gain):
+        m["row"]["features"] = {"base_accuracy": 0.0, "low_accuracy_gain": gain, "high_accuracy_gain": 0.0}
+        return m
+
+    clear = [with_contrast(row("a", 0.7, True)[0], 0.6) for _ in range(2)]
+    misleading = [with_contrast(row("b", 0.3, False)[0], 0.25) for _ in range(2)]
+    rest = [with_contrast(row("c", 0.05, False)[0], 0.0) for _ in range(6)]
+    measured = clear + misleading + rest
+    assert choose_gate(measured, ALWAYS_HIGH, cap=0.2).scout == math.inf  # the shipped grid offers no scout
+    gate = choose_gate(measured, ALWAYS_HIGH, cap=0.2, scouts=SCOUTS)
+    assert 0.25 < gate.scout <= 0.6  # the probe's lead decides on the clear rows only
+    picks = gated_picks(measured, ALWAYS_HIGH, gate)
+    assert [c for _, c, _ in picks] == ["low"] * 2 + ["high"] * 8 and all(o == 0 for *_, o in picks)
+    assert gate.scouts({"gap_accuracy_gain_headroom": 0.6}).startswith("the probe already raced")
+    assert gate.scouts({"gap_accuracy_gain_headroom": math.nan}) is None
+    assert Gate.from_dict(gate.to_dict()) == gate and "(the probe already raced)" in gate.describe()
+    assert "scout" not in Gate(0.2, math.inf, 0.5).to_dict()  # files from before read as they did
+    # the policy answers D_low from the probe, with no race, before its own thresholds or fallback
+    from capacity_advisor.advisor.predictor.advice import PROBE_RACE
+    from capacity_advisor.advisor.predictor.checks import policy_thresholds
+
+    policy = Policy(0.5, 0.1, True, Gate(0.2, math.inf, 1.0, scout=0.5))
+    assert Policy.from_dict(policy.to_dict()) == policy
+    for bad in ({"scout": "x"}, {"scout": True}, {"scout": [0.5]}):
+        with pytest.raises(InputError, match="meta.policy"):
+            policy_thresholds({**policy.to_dict(), "race": {**policy.to_dict()["race"], **bad}})
+    from capacity_advisor.advisor.probe.plan import load_predictor
+
+    predictor = load_predictor(str(SHIPPED))
+    measured = {**json.loads((ROOT / "calibration" / "records.jsonl").open().readline())["features"],
+                "base_accuracy": 0.1, "low_accuracy_gain": 0.5, "high_accuracy_gain": 0.1}  # headroom 0.44
+    assert policy.decide(predictor, measured, 1e6, 2.0, "sum", student="lab:x").answered_by != PROBE_RACE  # 0.44 < 0.5
+    scouting = Policy(0.5, 0.1, True, Gate(0.2, math.inf, 1.0, scout=0.4))
+    d = scouting.decide(predictor, measured, 1e6, 2.0, "sum", student="lab:x")
+    assert (d.strategy, d.answered_by, d.race) == ("low", PROBE_RACE, None)
+    assert "0.44 reaches the gate's 0.4" in d.why and d.advice_given("words").confidence == "medium"
 
 
 def test_a_policy_with_a_gate_plans_the_race_and_its_file_is_checked():

@@ -15,9 +15,9 @@ row's other seeds (a pick is not scored on the noise it was made on), and for th
 read the held-out problems, the pick made on the even problems judged on the odd ones. Overhead
 is the share of one run the losing set trains.
 
-"gated race, scouted" asks whether the probe already ran the race: where D_low's accuracy gain over
-the base in the probe leads D_high's by SCOUT or more (`gap_accuracy_gain`), it takes D_low without
-a race, and elsewhere plans as the gated race does. The lead is never taken for D_high, whose
+"gated race, scouted" asks whether the probe already ran the race: where D_low's accuracy gain in
+the probe leads D_high's by SCOUT or more (`gap_accuracy_gain`, what a gate's scout reads: `advisor
+fit --scout`), it takes D_low without a race, and elsewhere plans as the gated race does. The lead is never taken for D_high, whose
 early leads D_low overtakes on the lab's scripted pools ("scouted both ways" takes it, to show what
 that costs).
 """
@@ -34,7 +34,7 @@ from capacity_advisor.advisor.lab import published
 from capacity_advisor.advisor.predictor import Policy, label_rows
 from capacity_advisor.advisor.predictor import read_records as read_file
 from capacity_advisor.advisor.predictor.evaluate import is_right, judged_on_other_repeats, noise_floor, regret
-from capacity_advisor.advisor.predictor.gate import judged_on_other_half
+from capacity_advisor.advisor.predictor.gate import judged_on_other_half, lead_of
 from capacity_advisor.advisor.predictor.labels import record_option, unit_of
 from capacity_advisor.advisor.predictor.races import race, with_curves
 from capacity_advisor.advisor.probe.plan import load_predictor
@@ -120,10 +120,10 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
             picks["gated race (shipped)"].append((r, kept, share))
         else:
             picks["gated race (shipped)"].append((r, d.strategy, 0.0))
-        lead = r["features"].get("gap_accuracy_gain")
-        picks["gated race, scouted"].append((r, "low", 0.0) if lead is not None and lead >= SCOUT - 1e-9
+        lead = lead_of(r["features"])  # what a gate's scout reads: D_low's accuracy gain in the probe minus D_high's
+        picks["gated race, scouted"].append((r, "low", 0.0) if lead >= SCOUT - 1e-9
                                             else picks["gated race (shipped)"][-1])
-        picks["gated race, scouted both ways"].append((r, "high", 0.0) if lead is not None and lead <= -SCOUT + 1e-9
+        picks["gated race, scouted both ways"].append((r, "high", 0.0) if lead <= -SCOUT + 1e-9
                                                       else picks["gated race, scouted"][-1])
         opened.append(d.race is not None)
         for f in RACES:

@@ -13,10 +13,10 @@ reaches `headroom`, the advice is a race of D_high against D_low to `fraction` o
 `wait`, longer while D_low is behind and gaining faster, `training.race.gaining`; with `k`, sooner
 once one set has led by more than `margin` and the noise at `k` evaluations in a row, so a clear
 race costs a fraction of that share), the leader kept and trained to the end; elsewhere the
-policy's set, at no extra cost. Where that contrast reaches `scout` the probe itself is taken as
-the race (it trained both sets and evaluated them on the same held-out problems): D_low, at no
-extra cost. A D_high lead in the probe is never taken so, since D_low overtakes late on the lab's
-scripted pools.
+policy's set, at no extra cost. With a `scout`, the probe itself may be taken as the race (it
+trained both sets and evaluated them on the same held-out problems): where D_low's accuracy gain
+leads D_high's by `scout` (`gap_accuracy_gain`), D_low at no extra cost. A D_high lead in the
+probe is never taken so, since D_low overtakes late on the lab's scripted pools.
 
 `threshold`, `headroom`, `scout` and the race are chosen together on held-out measurements (the predictor
 fitted without each pool source, judged on it) as the lowest mean regret whose mean overhead
@@ -39,14 +39,15 @@ import numpy as np
 from capacity_advisor.advisor.predictor.evaluate import (
     by_value, flips, is_right, judged_on_other_repeats, near_best, regret,
 )
-from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, inputs, model_inputs
+from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, _num, inputs, model_inputs
 from capacity_advisor.advisor.predictor.races import WAITS, race
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 
 HEADROOM_INPUT = "gap_accuracy_gain_headroom"
+SCOUT_INPUT = "gap_accuracy_gain"  # the probe's lead for D_low in accuracy (held-out problems solved, as a share)
 THRESHOLDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, math.inf)
 HEADROOMS = (0.1, 0.2, 0.3, 0.5, 1.0, math.inf)
-SCOUTS = (math.inf, 0.2, 0.3, 0.5)  # the headroom contrasts from which `advisor fit --scout` may take the probe as the race
+SCOUTS = (math.inf, 0.1, 0.2, 0.3)  # the leads from which `advisor fit --scout` may take the probe as the race
 NO_SCOUT = (math.inf,)  # the shipped grid: the probe's lead never decides alone
 # (fraction, wait, k, margin, patient): the races a gate may open — stopped at a share of the budget,
 # or waiting for a gaining D_low (`races.race`); the grid `advisor fit` chooses from by default
@@ -85,10 +86,10 @@ class Gate:
 
     def scouts(self, measured: dict) -> str | None:
         """Why the probe's own lead decides for D_low without a race (words), or None."""
-        h = measured.get(HEADROOM_INPUT)
-        if isinstance(h, (int, float)) and math.isfinite(h) and h >= self.scout:
-            return (f"the probe already raced: D_low raised held-out accuracy more than D_high ({HEADROOM_INPUT} "
-                    f"{h:.2f} reaches the gate's {self.scout:g})")
+        h = lead_of(measured)
+        if math.isfinite(h) and h >= self.scout:
+            return (f"the probe already raced: D_low raised held-out accuracy {h:.2f} more than D_high did (the "
+                    f"gate's scout: {self.scout:g})")
         return None
 
     def opens(self, p_low: float, measured: dict) -> str | None:
@@ -114,7 +115,7 @@ class Gate:
         return (self.fraction, self.wait, self.k, self.margin if lead else None, self.patient and lead)
 
     def describe(self) -> str:
-        scout = (f"; takes D_low without a race where {HEADROOM_INPUT} ≥ {self.scout:g} (the probe already raced)"
+        scout = (f"; takes D_low without a race where {SCOUT_INPUT} ≥ {self.scout:g} (the probe already raced)"
                  if math.isfinite(self.scout) else "")
         if self.never:
             return ("never races (on the held-out sources no gate beat the policy alone within the overhead cap)"
@@ -160,6 +161,13 @@ def grid(races: tuple = RACES, scouts: tuple = NO_SCOUT) -> tuple[Gate, ...]:
                  for t, h, (f, w, k, m, p), sc in product(THRESHOLDS, HEADROOMS, races, scouts))
 
 
+def lead_of(features: dict) -> float:
+    """The probe's lead for D_low: D_low's held-out accuracy gain over the base minus D_high's (NaN
+    where the probe measured neither)."""
+    gain = _num(features.get("low_accuracy_gain")) - _num(features.get("high_accuracy_gain"))
+    return gain if math.isfinite(gain) else _num(features.get(SCOUT_INPUT))
+
+
 def headroom_of(row: dict) -> float:
     v = inputs(model_inputs(row["features"], row["budget"], row["score"])).get(HEADROOM_INPUT)
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
@@ -172,7 +180,7 @@ def gated_picks(measured: Sequence[dict], policy, gate: Gate) -> list[tuple[dict
     out = []
     for m in measured:
         r = m["row"]
-        if gate.scouts({HEADROOM_INPUT: headroom_of(r)}):
+        if gate.scouts(r["features"]):
             out.append((r, "low", 0.0))
         elif gate.opens(m["probs"].get("low", math.nan), {HEADROOM_INPUT: headroom_of(r)}):
             out.append((r, *gate.replay(r)))
@@ -208,6 +216,7 @@ def _gate_arrays(measured: Sequence[dict], policy, races: tuple = RACES) -> dict
             "shut": np.array([regret(r, policy.choose(m["probs"], m["outside"], m["ratio"]) or "high")
                               for r, m in zip(rows, measured)]),
             "low": np.array([regret(r, "low") for r in rows]),
+            "lead": np.array([lead_of(r["features"]) for r in rows], dtype=float),
             "raced": raced}
 
 
@@ -223,7 +232,7 @@ def best_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequenc
         for g in grid(races, scouts):
             regs, overs, opened_costs = [], [], []
             for a in sets:
-                scouted = a["head"] >= g.scout
+                scouted = a["lead"] >= g.scout
                 opened = ((a["p_low"] >= g.threshold) | (a["head"] >= g.headroom)) & ~scouted
                 reg_r, share = a["raced"][g.rule]
                 regs.append(float(np.where(scouted, a["low"], np.where(opened, reg_r, a["shut"])).mean()))

@@ -94,7 +94,7 @@ class Policy:
         pick = self.choose(advice.probabilities, advice.outside, ratio)
         base = {"advice": advice, "distance_ratio": ratio, "outside": advice.outside,
                 "race": self.race_plan(advice.probabilities.get("low", math.nan), inputs(measured))}
-        scouted = self.gate.scouts(inputs(measured)) if self.gate is not None else None
+        scouted = self.gate.scouts(measured) if self.gate is not None else None
         if scouted is not None:  # the probe already raced the two sets on held-out problems
             return Decision("low", PROBE_RACE, scouted, **{**base, "race": None})
         if pick is not None and self.never_overrides:

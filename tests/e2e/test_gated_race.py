@@ -127,9 +127,9 @@ def test_the_gate_reads_the_probes_own_contrast_too():
 
 
 def test_where_the_probe_already_raced_for_d_low_the_gate_takes_its_lead_at_no_cost():
-    """D_low rows whose probe contrast is large (headroom 0.6) and rows where the probe's D_low led
-    but D_high won in the end (0.25): the gate chosen takes the probe's lead only from above the
-    misleading rows' contrast, and races neither those nor anything where its cost is zero."""
+    """D_low rows where D_low led by 60 points in the probe and rows where it led by 25 but D_high won
+    in the end: the gate chosen takes the probe's lead only from above the misleading rows', at no
+    cost."""
     def with_contrast(m, gain):
         m["row"]["features"] = {"base_accuracy": 0.0, "low_accuracy_gain": gain, "high_accuracy_gain": 0.0}
         return m
@@ -143,8 +143,8 @@ def test_where_the_probe_already_raced_for_d_low_the_gate_takes_its_lead_at_no_c
     assert 0.25 < gate.scout <= 0.6  # the probe's lead decides on the clear rows only
     picks = gated_picks(measured, ALWAYS_HIGH, gate)
     assert [c for _, c, _ in picks] == ["low"] * 2 + ["high"] * 8 and all(o == 0 for *_, o in picks)
-    assert gate.scouts({"gap_accuracy_gain_headroom": 0.6}).startswith("the probe already raced")
-    assert gate.scouts({"gap_accuracy_gain_headroom": math.nan}) is None
+    assert gate.scouts({"low_accuracy_gain": 0.6, "high_accuracy_gain": 0.0}).startswith("the probe already raced")
+    assert gate.scouts({"gap_accuracy_gain": 0.6}) is not None and gate.scouts({}) is None
     assert Gate.from_dict(gate.to_dict()) == gate and "(the probe already raced)" in gate.describe()
     assert "scout" not in Gate(0.2, math.inf, 0.5).to_dict()  # files from before read as they did
     # the policy answers D_low from the probe, with no race, before its own thresholds or fallback
@@ -160,12 +160,12 @@ def test_where_the_probe_already_raced_for_d_low_the_gate_takes_its_lead_at_no_c
 
     predictor = load_predictor(str(SHIPPED))
     measured = {**json.loads((ROOT / "calibration" / "records.jsonl").open().readline())["features"],
-                "base_accuracy": 0.1, "low_accuracy_gain": 0.5, "high_accuracy_gain": 0.1}  # headroom 0.44
-    assert policy.decide(predictor, measured, 1e6, 2.0, "sum", student="lab:x").answered_by != PROBE_RACE  # 0.44 < 0.5
+                "base_accuracy": 0.1, "low_accuracy_gain": 0.5, "high_accuracy_gain": 0.1}  # D_low leads by 0.4
+    assert policy.decide(predictor, measured, 1e6, 2.0, "sum", student="lab:x").answered_by != PROBE_RACE  # 0.4 < 0.5
     scouting = Policy(0.5, 0.1, True, Gate(0.2, math.inf, 1.0, scout=0.4))
     d = scouting.decide(predictor, measured, 1e6, 2.0, "sum", student="lab:x")
     assert (d.strategy, d.answered_by, d.race) == ("low", PROBE_RACE, None)
-    assert "0.44 reaches the gate's 0.4" in d.why and d.advice_given("words").confidence == "medium"
+    assert "accuracy 0.40 more than D_high" in d.why and d.advice_given("words").confidence == "medium"
 
 
 def test_a_policy_with_a_gate_plans_the_race_and_its_file_is_checked():

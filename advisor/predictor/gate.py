@@ -48,7 +48,7 @@ SCOUT_INPUT = "gap_accuracy_gain"  # the probe's lead for D_low in accuracy (hel
 THRESHOLDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, math.inf)
 HEADROOMS = (0.1, 0.2, 0.3, 0.5, 1.0, math.inf)
 SCOUTS = (math.inf, 0.1, 0.2, 0.3)  # the leads from which `advisor fit --scout` may take the probe as the race
-NO_SCOUT = (math.inf,)  # the shipped grid: the probe's lead never decides alone
+NO_SCOUT = (math.inf,)  # without `--scout`: the probe's lead never decides alone
 # (fraction, wait, k, margin, patient): the races a gate may open — stopped at a share of the budget,
 # or waiting for a gaining D_low (`races.race`); the grid `advisor fit` chooses from by default
 RACES = (tuple((f, None, None, None, False) for f in (0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0))

@@ -14,6 +14,7 @@ from helpers import stored_numbers
 
 from capacity_advisor.advisor.fit import CHOOSE_BY, compact
 from capacity_advisor.advisor.predictor import FEATURE_SETS, cross_validate, label_rows, read_records
+from capacity_advisor.advisor.predictor.gate import SCOUTS
 from capacity_advisor.advisor.predictor.races import with_curves
 from helpers import ROOT
 
@@ -26,7 +27,8 @@ STORED = Path(__file__).parents[1] / "data" / "cv_table.json"
 def test_the_cv_table_of_the_committed_records_matches_the_stored_numbers(split):
     records = read_records(RECORDS)
     rows = with_curves(label_rows(records), records)
-    table = cross_validate(rows, split, "logistic", FEATURE_SETS["contrast"], n_members=2, policy_split=CHOOSE_BY)
+    table = cross_validate(rows, split, "logistic", FEATURE_SETS["contrast"], n_members=2, policy_split=CHOOSE_BY,
+                           scouts=SCOUTS)  # the shipped gate's grid (`advisor fit --scout`)
     got = compact({split: table})[split]
     want = stored_numbers(STORED, split, got)
     assert sorted(got) == sorted(want)

@@ -39,7 +39,7 @@ import numpy as np
 from capacity_advisor.advisor.predictor.evaluate import (
     by_value, flips, is_right, judged_on_other_repeats, near_best, regret,
 )
-from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, _num, inputs, model_inputs
+from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, inputs, model_inputs
 from capacity_advisor.advisor.predictor.races import WAITS, race
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 
@@ -161,11 +161,15 @@ def grid(races: tuple = RACES, scouts: tuple = NO_SCOUT) -> tuple[Gate, ...]:
                  for t, h, (f, w, k, m, p), sc in product(THRESHOLDS, HEADROOMS, races, scouts))
 
 
+def _finite(v) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else math.nan
+
+
 def lead_of(features: dict) -> float:
     """The probe's lead for D_low: D_low's held-out accuracy gain over the base minus D_high's (NaN
     where the probe measured neither)."""
-    gain = _num(features.get("low_accuracy_gain")) - _num(features.get("high_accuracy_gain"))
-    return gain if math.isfinite(gain) else _num(features.get(SCOUT_INPUT))
+    gain = _finite(features.get("low_accuracy_gain")) - _finite(features.get("high_accuracy_gain"))
+    return gain if math.isfinite(gain) else _finite(features.get(SCOUT_INPUT))
 
 
 def headroom_of(row: dict) -> float:

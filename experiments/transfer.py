@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 from statistics import mean
 
@@ -86,9 +87,13 @@ def read_records(paths) -> list[dict]:
             out += read_file(p)
         elif published.is_published(p) or (p / "records.jsonl").is_file():
             out += published.records(p)
-        else:  # an `advisor calibrate` folder still running: its finished runs
-            out += [json_object(r, "delete that run's folder and run the calibration again")
-                    for r in sorted(p.glob("units/*/*/record.json"))]
+        else:  # an `advisor calibrate` folder still running: its finished runs, each with its unit's seed
+            for path in sorted(p.glob("units/*/*/record.json")):  # (units/STUDENT-sSEED/SET/record.json)
+                rec = json_object(path, "delete that run's folder and run the calibration again")
+                seed = re.search(r"-s(\d+)$", path.parent.parent.name)
+                if seed and (rec.get("settings") or {}).get("seed") is None:
+                    rec["settings"] = {**(rec.get("settings") or {}), "seed": int(seed.group(1))}
+                out.append(rec)
     return out
 
 

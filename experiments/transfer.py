@@ -35,8 +35,8 @@ from capacity_advisor.advisor.lab import published
 from capacity_advisor.advisor.predictor import Policy, label_rows
 from capacity_advisor.advisor.predictor import read_records as read_file
 from capacity_advisor.advisor.predictor.evaluate import is_right, judged_on_other_repeats, noise_floor, regret
-from capacity_advisor.advisor.predictor.gate import judged_on_other_half, lead_of
-from capacity_advisor.advisor.predictor.labels import record_option, unit_of
+from capacity_advisor.advisor.predictor.gate import judged_on_other_half
+from capacity_advisor.advisor.predictor.labels import accuracy_lead, record_option, unit_of
 from capacity_advisor.advisor.predictor.races import race, with_curves
 from capacity_advisor.advisor.probe.plan import load_predictor
 from capacity_advisor.core.files import json_object
@@ -125,7 +125,7 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
             picks["gated race (shipped)"].append((r, kept, share))
         else:
             picks["gated race (shipped)"].append((r, d.strategy, 0.0))
-        lead = lead_of(r["features"])  # what a gate's scout reads: D_low's accuracy gain in the probe minus D_high's
+        lead = accuracy_lead(r["features"])  # what a gate's scout reads: D_low's accuracy gain in the probe minus D_high's
         picks["gated race, scouted"].append((r, "low", 0.0) if lead >= SCOUT - 1e-9
                                             else picks["gated race (shipped)"][-1])
         picks["gated race, scouted both ways"].append((r, "high", 0.0) if lead <= -SCOUT + 1e-9

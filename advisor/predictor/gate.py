@@ -39,7 +39,7 @@ import numpy as np
 from capacity_advisor.advisor.predictor.evaluate import (
     by_value, flips, is_right, judged_on_other_repeats, near_best, regret,
 )
-from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, inputs, model_inputs
+from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, accuracy_lead, inputs, model_inputs
 from capacity_advisor.advisor.predictor.races import WAITS, race
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 
@@ -78,7 +78,7 @@ class Gate:
     k: int | None = None  # stop once one set has led at k evaluations in a row (None: only at the fraction)
     margin: float = LEAD_MARGIN  # ... by more than this accuracy difference (and the noise)
     patient: bool = False  # ... a D_high lead only once D_low is seen not gaining (`training.race.holds_back`)
-    scout: float = math.inf  # the headroom contrast from which the probe's own lead for D_low decides (inf: never)
+    scout: float = math.inf  # the probe's lead for D_low (`accuracy_lead`) from which it decides alone (inf: never)
 
     @property
     def never(self) -> bool:
@@ -86,7 +86,7 @@ class Gate:
 
     def scouts(self, measured: dict) -> str | None:
         """Why the probe's own lead decides for D_low without a race (words), or None."""
-        h = lead_of(measured)
+        h = accuracy_lead(measured)
         if math.isfinite(h) and h >= self.scout:
             return (f"the probe already raced: D_low raised held-out accuracy {h:.2f} more than D_high did (the "
                     f"gate's scout: {self.scout:g})")
@@ -161,17 +161,6 @@ def grid(races: tuple = RACES, scouts: tuple = NO_SCOUT) -> tuple[Gate, ...]:
                  for t, h, (f, w, k, m, p), sc in product(THRESHOLDS, HEADROOMS, races, scouts))
 
 
-def _finite(v) -> float:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else math.nan
-
-
-def lead_of(features: dict) -> float:
-    """The probe's lead for D_low: D_low's held-out accuracy gain over the base minus D_high's (NaN
-    where the probe measured neither)."""
-    gain = _finite(features.get("low_accuracy_gain")) - _finite(features.get("high_accuracy_gain"))
-    return gain if math.isfinite(gain) else _finite(features.get(SCOUT_INPUT))
-
-
 def headroom_of(row: dict) -> float:
     v = inputs(model_inputs(row["features"], row["budget"], row["score"])).get(HEADROOM_INPUT)
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
@@ -220,7 +209,7 @@ def _gate_arrays(measured: Sequence[dict], policy, races: tuple = RACES) -> dict
             "shut": np.array([regret(r, policy.choose(m["probs"], m["outside"], m["ratio"]) or "high")
                               for r, m in zip(rows, measured)]),
             "low": np.array([regret(r, "low") for r in rows]),
-            "lead": np.array([lead_of(r["features"]) for r in rows], dtype=float),
+            "lead": np.array([accuracy_lead(r["features"]) for r in rows], dtype=float),
             "raced": raced}
 
 

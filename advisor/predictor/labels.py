@@ -83,13 +83,18 @@ def _num(v) -> float:
     return x if math.isfinite(x) else float("nan")
 
 
+def accuracy_lead(f: dict) -> float:
+    """The probe's lead for D_low: D_low's held-out accuracy gain over the base minus D_high's
+    (`gap_accuracy_gain` where only that is stated; NaN where neither was measured)."""
+    gain = _num(f.get("low_accuracy_gain")) - _num(f.get("high_accuracy_gain"))
+    return _num(f.get("gap_accuracy_gain")) if math.isnan(gain) else gain
+
+
 def contrasts(f: dict) -> dict:
     """The contrast inputs derived from a probe's features (NaN where an ingredient is missing)."""
     base_acc, base_lp = _num(f.get("base_accuracy")), _num(f.get("base_answer_logprob"))
     out = {}
-    gain = _num(f.get("low_accuracy_gain")) - _num(f.get("high_accuracy_gain"))
-    if math.isnan(gain):
-        gain = _num(f.get("gap_accuracy_gain"))
+    gain = accuracy_lead(f)
     out["gap_accuracy_gain_headroom"] = gain / max(1.0 - base_acc, 0.05) if math.isfinite(base_acc) else float("nan")
     lp = _num(f.get("gap_answer_logprob_gain"))
     out["gap_answer_logprob_gain_rel"] = lp / max(abs(base_lp), 1e-3) if math.isfinite(base_lp) else float("nan")

@@ -171,7 +171,8 @@ class FitSettings:
     race_grid: str = field(default="fixed", metadata={"help": (
         "The races the gate may open: fixed (a share of the budget, or waiting for a gaining D_low; the shipped "
         "grid), adaptive (also races that stop once one set clearly leads), patient (also adaptive races that a "
-        "D_high lead stops only once D_low is seen not gaining).")})
+        "D_high lead stops only once D_low is seen not gaining), tie (also races that stop for D_high at an early "
+        "check where D_low has not led and is not gaining, alone or beside a stop on a clear lead).")})
     scout: bool = field(default=False, metadata={"help": (
         "Also offer the gate a scout: where the probe's own accuracy-gain contrast for D_low reaches it, D_low "
         "without a race (the probe already raced both sets on held-out problems).")})

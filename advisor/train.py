@@ -33,7 +33,9 @@ from capacity_advisor.training.record import best_checkpoint
 from capacity_advisor.training.run_check import with_overrides
 from capacity_advisor.training.run_manifest import RunRequest, run_manifest
 
-RACE_STOPS = {"k": "--race-k", "margin": "--race-margin", "patient": "--race-patient"}  # when a race stops
+RACE_STOPS = {"k": "--race-k", "margin": "--race-margin", "patient": "--race-patient",
+              "tie": "--race-tie"}  # when a race stops
+LEAD_STOPS = ("k", "margin", "patient")  # ... those that say what counts as a lead
 
 
 @dataclass(frozen=True)
@@ -68,17 +70,17 @@ def planned_race(manifest: str) -> RaceRule | None:
     race = load_manifest(manifest).race
     if race is None:
         return None
-    k, margin = race.get("k"), race.get("margin")
+    k, margin, tie = race.get("k"), race.get("margin"), race.get("tie")
     return RaceRule(fraction=float(race["fraction"]), k=None if k is None else int(k),
                     margin=RaceRule.margin if margin is None else float(margin), wait=race.get("wait"),
-                    patient=bool(race.get("patient", False)))
+                    patient=bool(race.get("patient", False)), tie=None if tie is None else float(tie))
 
 
 def plan_training(manifest: str, race: float | None = None, no_race: bool = False, stops: dict | None = None,
                   export_dir: str | None = None, k: int | None = RaceRule.k,
                   margin: float = RaceRule.margin) -> Training:
     """What to do with `manifest`: `race` (--race F) races with `k` and `margin`; `stops` are the race
-    settings the user gave ({"k" | "margin": value}), refused where no race runs."""
+    settings the user gave ({"k" | "margin" | "patient" | "tie": value}), refused where no race runs."""
     stops = dict(stops or {})
     if race is not None and no_race:
         raise InputError("--race and --no-race contradict each other: give one")
@@ -90,13 +92,15 @@ def plan_training(manifest: str, race: float | None = None, no_race: bool = Fals
         raise InputError(f"{shown} {'set' if len(stops) > 1 else 'sets'} when a race stops, and this command runs "
                          f"none ({why}): drop {'them' if len(stops) > 1 else 'it'}")
     if planned is not None and stops:
-        if planned.k is None and "k" not in stops:
-            shown = " and ".join(RACE_STOPS[n] for n in stops)
-            raise InputError(f"{shown} {'set' if len(stops) > 1 else 'sets'} what counts as a lead, and the planned "
+        lead = [n for n in stops if n in LEAD_STOPS]
+        if planned.k is None and lead and "k" not in stops:
+            shown = " and ".join(RACE_STOPS[n] for n in lead)
+            raise InputError(f"{shown} {'set' if len(lead) > 1 else 'sets'} what counts as a lead, and the planned "
                              "race stops on none: give --race-k N too (stop once one set leads N evaluations in a row)")
         planned = replace(planned, **stops)  # a planned race, stopped early on a lead as asked
     if race is not None:
-        return Training("race", RaceRule(fraction=race, k=k, margin=margin, patient=bool(stops.get("patient", False))))
+        return Training("race", RaceRule(fraction=race, k=k, margin=margin, patient=bool(stops.get("patient", False)),
+                                         tie=stops.get("tie")))
     if export_dir:
         return Training("export")
     if planned is not None:

@@ -128,7 +128,7 @@ def key_list(keys) -> str:
     return ", ".join(show(k, 30) for k in sorted(keys)[:10]) + (f" and {len(keys) - 10} more" if len(keys) > 10 else "")
 
 
-RACE_KEYS = ("fraction", "wait", "k", "margin", "patient", "why", "expected")
+RACE_KEYS = ("fraction", "wait", "k", "margin", "patient", "tie", "why", "expected")
 EXPECTED_KEYS = {"regret", "overhead", "overhead_where_open"}  # the last absent from older manifests
 
 
@@ -136,7 +136,8 @@ def race_problems(race: Any) -> list[str]:
     """The problems of a manifest's `race` (the race a recommendation plans: {"fraction": share of
     the budget in (0, 1], "wait": null or a larger share up to 1, "k": absent, null or the
     evaluations in a row a clear lead stops it at, "margin": that lead's least accuracy difference
-    in [0, 1), "patient": whether a D_high lead waits on a gaining D_low, "why": text, "expected":
+    in [0, 1), "patient": whether a D_high lead waits on a gaining D_low, "tie": absent, null or a
+    share below the fraction at which it stops for D_high unless D_low has led or is gaining, "why": text, "expected":
     {"regret", "overhead", "overhead_where_open"} or null}); that it names two different sets is the manifest's check."""
     if race is None:
         return []
@@ -159,6 +160,10 @@ def race_problems(race: Any) -> list[str]:
         bad.append(f"race.margin: must be an accuracy difference in [0, 1), e.g. 0.05, got {show(margin)}")
     if not isinstance(race.get("patient", False), bool):
         bad.append(f"race.patient: must be true or false, got {show(race['patient'])}")
+    tie = race.get("tie")
+    if tie is not None and not (number(tie) and number(f) and 0 < tie < f):
+        bad.append(f"race.tie: must be null or a share of the budget above 0 and below race.fraction ({show(f)}), "
+                   f"got {show(tie)}")
     if race.get("why") is not None and not (is_line(race["why"]) and len(race["why"]) <= 2000):
         bad.append(f"race.why: must be one line of text, got {show(race['why'])}")
     expected = race.get("expected")

@@ -16,6 +16,9 @@ both `z` standard errors of that mean and `margin` (accuracy, 0.05 = 5 points). 
 the same set has led at `k` evaluations in a row ("lead"; never with `k` None; with `patient`, a
 D_high lead only once D_low has had three evaluations and is not gaining, `holds_back`), or at the first evaluation at or past `fraction` of the budget
 ("fraction"), where the set with the best held-out accuracy so far is kept (D_high on ties). With
+`tie`, at the first evaluation at or past that share the race stops for D_high ("tie") where D_low
+has not been ahead at any evaluation and is not gaining on it (`levels`): a D_low that shows
+nothing early costs no more. With
 `wait`, a race due to stop goes on while D_low is behind and gaining faster than D_high
 (`gaining`), up to that share ("wait" when it ends there). The winner then trains to the end; the
 loser's folder stays as it is.
@@ -58,6 +61,7 @@ class RaceRule:
     z: float = 1.96  # standard errors of the mean paired difference that a lead must exceed
     wait: float | None = None  # go on up to this share while D_low is behind and gaining faster
     patient: bool = False  # a D_high lead stops it only once D_low is seen not gaining (`holds_back`)
+    tie: float | None = None  # at this share it stops for D_high unless D_low has led or is gaining (`levels`)
 
     def check(self) -> "RaceRule":
         bad = []
@@ -69,6 +73,10 @@ class RaceRule:
             bad.append(f"--race-k {self.k} must be a whole number ≥ 1")
         if not (isinstance(self.margin, (int, float)) and math.isfinite(self.margin) and 0 <= self.margin < 1):
             bad.append(f"--race-margin {self.margin} must be an accuracy difference in [0, 1), e.g. 0.05")
+        if self.tie is not None and not (isinstance(self.tie, (int, float)) and not isinstance(self.tie, bool)
+                                         and isinstance(self.fraction, (int, float)) and 0 < self.tie < self.fraction):
+            bad.append(f"--race-tie {self.tie} must be a share of the budget above 0 and below the race's fraction "
+                       f"{self.fraction}, e.g. 0.3")
         if not (isinstance(self.z, (int, float)) and math.isfinite(self.z) and self.z >= 0):
             bad.append(f"z {self.z} must be ≥ 0")
         if bad:
@@ -88,6 +96,16 @@ def gaining(acc_high: list, acc_low: list, window: int = WAIT_WINDOW) -> bool:
         return False
     (h0, l0), (h1, l1) = pairs[-1 - window], pairs[-1]
     return max(lo for _, lo in pairs) < max(h for h, _ in pairs) and l1 - l0 > h1 - h0 + 1e-9
+
+
+def levels(acc_high: list, acc_low: list, window: int = WAIT_WINDOW) -> bool:
+    """Whether a race with a tie check stops there for D_high: D_low has never been ahead (its best
+    accuracy so far at most D_high's) and is not gaining on it (`gaining`). A race whose D_low shows
+    nothing by the check costs no more; one whose D_low leads or climbs goes on."""
+    pairs = [(h, lo) for h, lo in zip(acc_high, acc_low) if h is not None and lo is not None]
+    if not pairs:
+        return False
+    return max(lo for _, lo in pairs) <= max(h for h, _ in pairs) and not gaining(acc_high, acc_low, window)
 
 
 def holds_back(acc_high: list, acc_low: list, window: int = WAIT_WINDOW) -> bool:
@@ -165,7 +183,7 @@ def decide(curves: dict[str, list[dict]], rule: RaceRule, m: Manifest, finished:
     high, low = ([r for r in curves[s] if r["step"] > 0] for s in RACED)
     n = min(len(high), len(low))
     comps: list[dict] = []
-    streak, best, waited = 0, {s: -math.inf for s in RACED}, False
+    streak, best, waited, checked = 0, {s: -math.inf for s in RACED}, False, rule.tie is None
     for i in range(n):
         c = paired(high[i], low[i], rule)
         c["share"] = budget_share(high[i], m)
@@ -180,9 +198,13 @@ def decide(curves: dict[str, list[dict]], rule: RaceRule, m: Manifest, finished:
         waits = due and rule.wait is not None and c["share"] < rule.wait - 1e-9 and gaining(
             [x["accuracy_high"] for x in comps], [x["accuracy_low"] for x in comps])
         waited = waited or waits
+        tie_due = not checked and c["share"] >= rule.tie - 1e-9  # the first evaluation at or past the tie check
+        checked = checked or tie_due
         if rule.k is not None and streak >= rule.k and not (rule.patient and c["leader"] == "high" and holds_back(
                 [x["accuracy_high"] for x in comps], [x["accuracy_low"] for x in comps])):
             stop = {"reason": "lead", "winner": c["leader"]}
+        elif tie_due and levels([x["accuracy_high"] for x in comps], [x["accuracy_low"] for x in comps]):
+            stop = {"reason": "tie", "winner": "high"}
         elif (due and not waits) or (finished and i == n - 1):
             reason = "wait" if waited else "fraction"
             stop = {"reason": reason, "winner": "high" if best["high"] >= best["low"] else "low"}
@@ -353,6 +375,8 @@ def race_key(checked: dict, rule: RaceRule) -> str:
     rule_fields = asdict(rule)
     if not rule.patient:  # as keyed before races could be patient, so their folders still resume
         rule_fields.pop("patient")
+    if rule.tie is None:  # ... and before they could check for a tie
+        rule_fields.pop("tie")
     return stable_hash({"runs": {s: checked[s].key for s in RACED}, "rule": rule_fields})
 
 

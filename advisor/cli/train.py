@@ -54,14 +54,17 @@ from capacity_advisor.training.sft_cli import run_options
 @click.option("--race-patient", "patient", is_flag=True,
               help="--race: a D_high lead stops the race only once D_low has had three evaluations and is not gaining "
                    "(a slow starter is not ruled out early); a D_low lead stops it at once.")
+@field_option(RaceRule, "tie", "--race-tie", metavar="T",
+              help="--race: at the first evaluation at or past T of the budget (below F), stop for D_high unless D_low "
+                   "has led at some evaluation or is gaining on it (a D_low that shows nothing early costs no more).")
 @click.option("--no-race", is_flag=True,
               help="Train the recommended set alone, even where the manifest plans a race (its `race`).")
 @json_option
 @click.pass_context
-def train(ctx, manifest, dry_run, export_dir, formats, fraction, k, margin, patient, no_race, as_json, **kw):
+def train(ctx, manifest, dry_run, export_dir, formats, fraction, k, margin, patient, tie, no_race, as_json, **kw):
     """Full SFT on the recommended data: the paper's protocol, checkpoints, resume, a RunRecord."""
     try:
-        stops = {name: value for name, value in (("k", k), ("margin", margin), ("patient", patient))
+        stops = {name: value for name, value in (("k", k), ("margin", margin), ("patient", patient), ("tie", tie))
                  if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT}
         quiet_libraries()
         result = train_manifest(take(RunRequest, kw, manifest=manifest), race=fraction, no_race=no_race, stops=stops,

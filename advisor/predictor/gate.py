@@ -49,17 +49,23 @@ THRESHOLDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, ma
 HEADROOMS = (0.1, 0.2, 0.3, 0.5, 1.0, math.inf)
 SCOUTS = (math.inf, 0.1, 0.2, 0.3)  # the leads from which `advisor fit --scout` may take the probe as the race
 NO_SCOUT = (math.inf,)  # without `--scout`: the probe's lead never decides alone
-# (fraction, wait, k, margin, patient): the races a gate may open — stopped at a share of the budget,
-# or waiting for a gaining D_low (`races.race`); the grid `advisor fit` chooses from by default
-RACES = (tuple((f, None, None, None, False) for f in (0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0))
-         + tuple((f, w, None, None, False) for f, w in WAITS))
+TIES = (0.2, 0.3, 0.5)  # the shares at which a race of the "tie" grid may check that D_low shows anything
+# (fraction, wait, k, margin, patient, tie): the races a gate may open — stopped at a share of the
+# budget, or waiting for a gaining D_low (`races.race`); the grid `advisor fit` chooses from by default
+RACES = (tuple((f, None, None, None, False, None) for f in (0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0))
+         + tuple((f, w, None, None, False, None) for f, w in WAITS))
 # ... and `--race-grid`'s others, beside those: adaptive races that stop as soon as one set clearly
-# leads (at most at a share), and patient ones that a D_high lead stops only once D_low is seen not
-# gaining (`training.race.holds_back`); measured held out in docs/results.md, "Cheaper races"
+# leads (at most at a share), patient ones that a D_high lead stops only once D_low is seen not
+# gaining (`training.race.holds_back`), and races with a tie check, which stop for D_high at an early
+# share where D_low has not been ahead and is not gaining (`training.race.levels`), on their own or
+# beside a stop on a clear lead; measured held out in docs/results.md, "Cheaper races"
 RACE_GRIDS = {
     "fixed": RACES,
-    "adaptive": RACES + tuple((f, None, k, m, False) for f in (0.5, 0.75, 1.0) for k in (1, 2) for m in (0.05, 0.1)),
-    "patient": RACES + tuple((f, None, k, m, True) for f in (0.5, 1.0) for k in (1, 2) for m in (0.05, 0.1)),
+    "adaptive": RACES + tuple((f, None, k, m, False, None) for f in (0.5, 0.75, 1.0) for k in (1, 2)
+                              for m in (0.05, 0.1)),
+    "patient": RACES + tuple((f, None, k, m, True, None) for f in (0.5, 1.0) for k in (1, 2) for m in (0.05, 0.1)),
+    "tie": RACES + tuple((f, None, None, None, False, t) for t in TIES for f in (0.5, 0.75, 1.0) if t < f)
+                 + tuple((f, None, 2, 0.05, False, t) for t in TIES[1:] for f in (0.75, 1.0)),
 }
 LEAD_MARGIN = 0.05  # an adaptive race's least lead (accuracy) where a gate names none
 CAPS = (0.1, 0.15, 0.2, 0.3)  # the overhead caps the frontier reports
@@ -79,6 +85,7 @@ class Gate:
     margin: float = LEAD_MARGIN  # ... by more than this accuracy difference (and the noise)
     patient: bool = False  # ... a D_high lead only once D_low is seen not gaining (`training.race.holds_back`)
     scout: float = math.inf  # the probe's lead for D_low (`accuracy_lead`) from which it decides alone (inf: never)
+    tie: float | None = None  # at this share the race stops for D_high unless D_low has led or is gaining
 
     @property
     def never(self) -> bool:
@@ -106,13 +113,13 @@ class Gate:
         """(kept set, overhead) of this gate's race replayed on a row's curves (`races.with_curves`)."""
         c = row["curves"]
         return race(c["high"], c["low"], row["budget"], self.fraction, wait=self.wait, k=self.k, margin=self.margin,
-                    patient=self.patient, n_eval=row.get("n_eval", FULL_RUN_EVAL_PROBLEMS))
+                    patient=self.patient, n_eval=row.get("n_eval", FULL_RUN_EVAL_PROBLEMS), tie=self.tie)
 
     @property
     def rule(self) -> tuple:
-        """(fraction, wait, k, margin, patient): the race, as RACES lists it."""
+        """(fraction, wait, k, margin, patient, tie): the race, as RACES lists it."""
         lead = self.k is not None
-        return (self.fraction, self.wait, self.k, self.margin if lead else None, self.patient and lead)
+        return (self.fraction, self.wait, self.k, self.margin if lead else None, self.patient and lead, self.tie)
 
     def describe(self) -> str:
         scout = (f"; takes D_low without a race where {SCOUT_INPUT} ≥ {self.scout:g} (the probe already raced)"
@@ -129,6 +136,8 @@ class Gate:
                           f"{'s' if self.k > 1 else ''} in a row"
                           + (" (D_high only once D_low is not gaining)" if self.patient else "")
                           + f", at most {race_words}")
+        if self.tie is not None:
+            race_words += (f"; at {self.tie:.0%} it stops for D_high unless D_low has led or is gaining")
         return f"races D_high against D_low {race_words} where {' or '.join(p for p in parts if p)}{scout}"
 
     def to_dict(self) -> dict:
@@ -142,6 +151,8 @@ class Gate:
         if d["k"] is None:  # a race that stops only at its share: no lead rule to state
             for key in ("k", "margin", "patient"):
                 d.pop(key)
+        if d["tie"] is None:  # absent, so files from before read as they did
+            d.pop("tie")
         return d
 
     @classmethod
@@ -151,14 +162,15 @@ class Gate:
                    float(d["fraction"]), None if d.get("wait") is None else float(d["wait"]), float(d["cap"]),
                    None if d.get("open_cap") is None else float(d["open_cap"]),
                    None if d.get("k") is None else int(d["k"]), float(d.get("margin", LEAD_MARGIN)),
-                   bool(d.get("patient", False)), math.inf if d.get("scout") is None else float(d["scout"]))
+                   bool(d.get("patient", False)), math.inf if d.get("scout") is None else float(d["scout"]),
+                   None if d.get("tie") is None else float(d["tie"]))
 
 
 @lru_cache(maxsize=None)
 def grid(races: tuple = RACES, scouts: tuple = NO_SCOUT) -> tuple[Gate, ...]:
     """Every gate: each pair of thresholds and each scout with each race of `races`."""
-    return tuple(Gate(t, h, f, w, k=k, margin=LEAD_MARGIN if m is None else m, patient=p, scout=sc)
-                 for t, h, (f, w, k, m, p), sc in product(THRESHOLDS, HEADROOMS, races, scouts))
+    return tuple(Gate(t, h, f, w, k=k, margin=LEAD_MARGIN if m is None else m, patient=p, scout=sc, tie=ti)
+                 for t, h, (f, w, k, m, p, ti), sc in product(THRESHOLDS, HEADROOMS, races, scouts))
 
 
 def headroom_of(row: dict) -> float:
@@ -199,11 +211,12 @@ def _gate_arrays(measured: Sequence[dict], policy, races: tuple = RACES) -> dict
     headroom input, the policy's regret where the gate stays shut, and each race's regret and share."""
     rows = [m["row"] for m in measured]
     raced = {}
-    for f, w, k, m, p in races:
+    for f, w, k, m, p, ti in races:
         kept = [race(r["curves"]["high"], r["curves"]["low"], r["budget"], f, wait=w, k=k,
-                     margin=LEAD_MARGIN if m is None else m, patient=p, n_eval=r.get("n_eval", FULL_RUN_EVAL_PROBLEMS))
+                     margin=LEAD_MARGIN if m is None else m, patient=p, n_eval=r.get("n_eval", FULL_RUN_EVAL_PROBLEMS),
+                     tie=ti)
                 for r in rows]
-        raced[(f, w, k, m, p)] = (np.array([regret(r, k) for r, (k, _) in zip(rows, kept)]), np.array([s for _, s in kept]))
+        raced[(f, w, k, m, p, ti)] = (np.array([regret(r, k) for r, (k, _) in zip(rows, kept)]), np.array([s for _, s in kept]))
     return {"p_low": np.array([m["probs"].get("low", math.nan) for m in measured], dtype=float),
             "head": np.array([headroom_of(r) for r in rows], dtype=float),
             "shut": np.array([regret(r, policy.choose(m["probs"], m["outside"], m["ratio"]) or "high")

@@ -117,12 +117,14 @@ class Policy:
 
     def race_plan(self, p_low: float, measured: dict) -> dict | None:
         """{"fraction", "wait", "why"} of the race the gate opens for these measurements (and its lead
-        rule, "k", "margin" and "patient", where the gate's race stops on a clear lead), or None."""
+        rule, "k", "margin" and "patient", where the gate's race stops on a clear lead, and "tie",
+        where it checks that D_low shows anything), or None."""
         why = self.gate.opens(p_low, measured) if self.gate is not None else None
         if why is None:
             return None
         lead = {} if self.gate.k is None else {"k": self.gate.k, "margin": self.gate.margin, "patient": self.gate.patient}
-        return {"fraction": self.gate.fraction, "wait": self.gate.wait, **lead, "why": why}
+        tie = {} if self.gate.tie is None else {"tie": self.gate.tie}
+        return {"fraction": self.gate.fraction, "wait": self.gate.wait, **lead, **tie, "why": why}
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -7,7 +7,8 @@ Each (unit, budget) row of `label_rows` is raced on the first B epochs of its ru
 are read): at the first evaluation at or past F of the budget the set with the best held-out
 accuracy so far is kept (D_high on ties) and trained to the end (overhead F); the adaptive race
 stops earlier once one set has led by more than the margin and z standard errors on k
-evaluations in a row. The records hold accuracies, not per-problem correctness, so the standard
+evaluations in a row; a race with a tie check stops for D_high at that share where D_low has not
+been ahead and is not gaining. The records hold accuracies, not per-problem correctness, so the standard
 error is the unpaired one of two proportions — the real race pairs per problem, which is never
 less sensitive. `advisor fit` stores the table (`meta.races`) and `advisor recommend` states what
 a race would cost beside its advice; `python -m experiments.frontier` prints it per source.
@@ -27,7 +28,7 @@ from collections import defaultdict
 from capacity_advisor.advisor.predictor.evaluate import is_right, judged_on_other_repeats, regret
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 from capacity_advisor.advisor.predictor.labels import label_rows, record_option, unit_of
-from capacity_advisor.training.race import gaining, holds_back
+from capacity_advisor.training.race import gaining, holds_back, levels
 
 FIXED = (0.1, 0.2, 0.3, 0.5)
 WAITS = ((0.3, 0.75), (0.5, 0.75), (0.5, 1.0))  # (fraction, wait) of the races that wait for a slow starter
@@ -87,15 +88,16 @@ def with_curves(rows: list[dict], records) -> list[dict]:
 
 def race(curve_h, curve_l, budget: float, fraction: float, k: int | None = None, margin: float = 0.05,
          z: float = 1.96, n_eval: int = FULL_RUN_EVAL_PROBLEMS, wait: float | None = None,
-         patient: bool = False) -> tuple[str, float]:
+         patient: bool = False, tie: float | None = None) -> tuple[str, float]:
     """(kept set, share of the budget at which the race stopped) of one replayed race. With `wait`,
     a race due to stop goes on, up to that share, while D_low is behind and gaining faster than
     D_high (`training.race.gaining`, as `advisor train` races); with `patient`, a D_high lead stops
-    it only where `training.race.holds_back` lets it."""
+    it only where `training.race.holds_back` lets it; with `tie`, at the first evaluation at or past
+    that share it stops for D_high unless D_low has been ahead or is gaining (`training.race.levels`)."""
     h = [(e, a) for e, a in curve_h if e <= budget + 1e-9]
     lo = [(e, a) for e, a in curve_l if e <= budget + 1e-9]
     seen = {"high": [], "low": []}
-    streak, prev = 0, None
+    streak, prev, checked = 0, None, tie is None
     for (e, ah), (_, al) in zip(h, lo):
         seen["high"].append(ah)
         seen["low"].append(al)
@@ -107,6 +109,10 @@ def race(curve_h, curve_l, budget: float, fraction: float, k: int | None = None,
             prev = lead
             if lead and streak >= k and not (patient and lead == "high" and holds_back(seen["high"], seen["low"])):
                 return lead, share
+        if not checked and share >= tie - 1e-9:
+            checked = True
+            if levels(seen["high"], seen["low"]):
+                return "high", share
         if share >= fraction - 1e-9:
             if wait is not None and share < wait - 1e-9 and gaining(seen["high"], seen["low"]):
                 continue

@@ -184,6 +184,9 @@ def race_headline(plan: dict) -> str:
         line = (f"Race D_high against D_low for {f:.0%} of your budget"
                 + (f" ({w:.0%} while D_low is behind and gaining)" if w else "")
                 + f", then keep the leader (about {f:.0%}" + (f" to {w:.0%}" if w else "") + " more training than one run)")
+    if plan.get("tie") is not None:
+        line += (f"; at {plan['tie']:.0%} of the budget it stops for D_high unless D_low has led or is gaining "
+                 f"(about {plan['tie']:.0%} more training then)")
     e = plan.get("expected")
     if e:
         opened = e.get("overhead_where_open")

@@ -118,6 +118,42 @@ def test_a_gate_held_to_half_a_run_where_it_opens_races_until_one_set_clearly_le
             policy_thresholds(raw)
 
 
+def test_a_gate_with_a_tie_check_stops_early_where_d_low_shows_nothing_and_plans_the_check():
+    """Rows the predictor is unsure of (P(D_low) 0.4): two where D_low leads throughout and wins, two
+    where its early lead is overtaken at 5/8 of the budget, six where it never leads. Only a race past
+    5/8 keeps the right set everywhere, at 5/8 on every row; with the tie grid the gate's race
+    stops the six at the check for D_high, for less, and keeps the right set on all ten."""
+    epochs = [2.0 * k / 8 for k in range(1, 9)]
+    def unsure(name, high, low):
+        r = {"source": name, "score": "sum", "student": "lab:s", "seed": 0, "repeat": 0, "budget": 2.0,
+             "features": {}, "accuracy": {"high": max(high), "low": max(low)},
+             "curves": {"high": list(zip(epochs, high)), "low": list(zip(epochs, low))}}
+        return {"row": r, "probs": {"high": 0.6, "low": 0.4}, "outside": False, "ratio": 0.0}
+
+    measured = ([unsure("wins", [0.5] * 8, [0.6] * 8)] * 2 + [unsure("overtaken", [0.5] * 4 + [0.7] * 4, [0.6] * 8)] * 2
+                + [unsure("nothing", [0.5] * 8, [0.3] * 8)] * 6)
+    right = ["low"] * 2 + ["high"] * 8
+    fixed = choose_gate(measured, ALWAYS_HIGH, 1.0)
+    tie = choose_gate(measured, ALWAYS_HIGH, 1.0, races=RACE_GRIDS["tie"])
+    for gate in (fixed, tie):
+        assert [c for _, c, _ in gated_picks(measured, ALWAYS_HIGH, gate)] == right
+    cost = lambda g: sum(o for *_, o in gated_picks(measured, ALWAYS_HIGH, g)) / len(measured)  # noqa: E731
+    assert (fixed.fraction, fixed.tie, cost(fixed)) == (0.6, None, 0.625)  # the first evaluation past 5/8
+    assert tie.tie is not None and cost(tie) == pytest.approx((4 * 0.75 + 6 * 0.25) / 10)
+    assert Gate.from_dict(tie.to_dict()) == tie and "unless D_low has led or is gaining" in tie.describe()
+    assert "tie" not in Gate(0.2, math.inf, 0.5).to_dict()  # files from before read as they did
+    policy = Policy(0.5, 0.1, True, tie)
+    assert Policy.from_dict(policy.to_dict()) == policy and policy.race_plan(0.4, {})["tie"] == tie.tie
+    from capacity_advisor.advisor.predictor.checks import policy_thresholds
+    from capacity_advisor.advisor.recommendation.draws import race_headline
+
+    assert "stops for D_high unless D_low has led or is gaining" in race_headline({**policy.race_plan(0.4, {}),
+                                                                                    "expected": None})
+    for bad in ({"tie": tie.fraction}, {"tie": 0}, {"tie": "x"}, {"tie": True}):
+        with pytest.raises(InputError, match="meta.policy"):
+            policy_thresholds({**policy.to_dict(), "race": {**policy.to_dict()["race"], **bad}})
+
+
 def test_the_gate_reads_the_probes_own_contrast_too():
     gate = Gate(threshold=math.inf, headroom=0.3, fraction=0.5)
     assert gate.opens(0.01, {"gap_accuracy_gain_headroom": 0.4}).startswith("in the probe D_low raised")

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.training.manifest import EvalSpec
+from capacity_advisor.advisor.predictor.races import race
 from capacity_advisor.training.race import RaceRule, decide, race_manifests, run_race
 from helpers import RACE_MANIFEST, race_curve, race_manifest
 
@@ -188,6 +189,34 @@ def test_at_the_share_the_best_accuracy_so_far_wins_and_high_wins_ties():
     assert stop["reason"] == "fraction" and stop["winner"] == "low" and stop["share"] == 0.5 and stop["step"] == 4
     _, stop = decide({"high": race_curve([ten(4)] * 4), "low": race_curve([ten(4)] * 4)}, rule, RACE_MANIFEST)
     assert stop["winner"] == "high"
+
+
+def test_a_tie_check_stops_for_d_high_where_d_low_shows_nothing_and_the_replay_agrees():
+    """At the first evaluation at or past `tie`, a race whose D_low has never been ahead and is not
+    gaining stops for D_high ("tie"); one whose D_low led once, or is climbing, goes on to its
+    fraction. The replay of the calibration records (`races.race`) stops the same races the same way."""
+    ten = lambda n: [1] * n + [0] * (10 - n)  # noqa: E731
+    rule = RaceRule(fraction=0.75, k=None, tie=0.375)  # evaluations every eighth of the budget: the check is the 3rd
+    cases = {
+        "nothing": ([4, 4, 4, 4, 4, 4], [3, 3, 3, 3, 3, 3], ("tie", "high", 3)),
+        "led once": ([4, 4, 4, 4, 4, 4], [5, 3, 3, 3, 3, 3], ("fraction", "low", 6)),
+        "climbing": ([4, 4, 4, 4, 4, 4], [1, 2, 3, 3, 3, 3], ("fraction", "high", 6)),
+        "level": ([4] * 6, [4] * 6, ("tie", "high", 3)),
+    }
+    for name, (high, low, (reason, winner, at)) in cases.items():
+        curves = {"high": race_curve([ten(n) for n in high]), "low": race_curve([ten(n) for n in low])}
+        _, stop = decide(curves, rule, RACE_MANIFEST)
+        assert (stop["reason"], stop["winner"], stop["evaluation"]) == (reason, winner, at), name
+        replayed = race([(r["epoch"], r["accuracy"]) for r in curves["high"][1:]],
+                        [(r["epoch"], r["accuracy"]) for r in curves["low"][1:]], 2.0, 0.75, tie=0.375, n_eval=10)
+        assert replayed == (winner, stop["share"]), name
+    # without the check the level race runs to its fraction
+    _, stop = decide({"high": race_curve([ten(4)] * 6), "low": race_curve([ten(4)] * 6)},
+                     RaceRule(fraction=0.75, k=None), RACE_MANIFEST)
+    assert (stop["reason"], stop["evaluation"]) == ("fraction", 6)
+    for bad in (0.75, 0.9, 0.0, -0.1, math.nan):
+        with pytest.raises(InputError, match="--race-tie"):
+            RaceRule(fraction=0.75, tie=bad).check()
 
 
 # ---- bad input: one error line, exit 2, nothing written ----------------------------------------

@@ -46,6 +46,20 @@ def test_race_patient_makes_a_race_wait_on_d_highs_lead(plain, planned):
         plan_training(planned, stops={"patient": True})
 
 
+def test_a_tie_check_comes_from_the_plan_or_race_tie(tmp_path, plain, planned):
+    checked = race_manifest(tmp_path / "tie", "lab:xs", race={**PLANNED, "tie": 0.3})
+    assert plan_training(str(checked)).rule == RaceRule(fraction=0.5, k=None, wait=0.75, tie=0.3)
+    assert plan_training(planned, stops={"tie": 0.2}).rule == RaceRule(fraction=0.5, k=None, wait=0.75, tie=0.2)
+    assert plan_training(plain, race=0.75, k=None, stops={"tie": 0.25}).rule == RaceRule(fraction=0.75, k=None, tie=0.25)
+    with pytest.raises(InputError, match="--race-tie sets when a race stops.*runs none"):
+        plan_training(plain, stops={"tie": 0.2})
+    from capacity_advisor.training.manifest_checks import race_problems
+
+    assert race_problems({**PLANNED, "tie": 0.3}) == []
+    for bad in (0.5, 0.0, "x", True):
+        assert any(p.startswith("race.tie:") for p in race_problems({**PLANNED, "tie": bad})), bad
+
+
 def test_no_race_trains_the_recommended_set_though_a_race_is_planned(planned):
     assert plan_training(planned, no_race=True).action == "run"
 

@@ -35,14 +35,16 @@ from capacity_advisor.advisor.lab import published
 from capacity_advisor.advisor.predictor import Policy, label_rows
 from capacity_advisor.advisor.predictor import read_records as read_file
 from capacity_advisor.advisor.predictor.evaluate import is_right, judged_on_other_repeats, noise_floor, regret
-from capacity_advisor.advisor.predictor.gate import judged_on_other_half
+from capacity_advisor.advisor.predictor.gate import LEAD_MARGIN, judged_on_other_half
 from capacity_advisor.advisor.predictor.labels import accuracy_lead, record_option, unit_of
 from capacity_advisor.advisor.predictor.races import race, with_curves
 from capacity_advisor.advisor.probe.plan import load_predictor
 from capacity_advisor.core.files import json_object
+from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 from capacity_advisor.training.race import RaceRule, decide
 
 RACES = (0.2, 0.5, 1.0)
+TIE_RACES = ((0.3, 0.75),)  # (tie check, fraction) of the races with a tie check replayed on every pool
 SCOUT = 0.2  # chosen on the 906 lab records: the smallest lead at which the scouted plan loses nothing there
 PAIRED = ((2, 0.05, 0.5), (2, 0.05, 1.0), (1, 0.05, 1.0))  # (k, margin, fraction) of the paired races replayed
 
@@ -111,7 +113,8 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
     picks: dict[str, list[tuple[dict, str, float]]] = {m: [] for m in (
         "always high", "always low", "always mixed", "predictor alone", "policy", "gated race (shipped)",
         "gated race, scouted", "gated race, scouted both ways",
-        *(f"race on every pool, at {f:.0%}" for f in RACES))}
+        *(f"race on every pool, at {f:.0%}" for f in RACES),
+        *(f"race on every pool, tie check at {t:.0%}, else at {f:.0%}" for t, f in TIE_RACES))}
     opened = []
     for r in rows:
         d = policy.decide(predictor, r["features"], r["n_params"], r["budget"], r["score"], student=r["student"])
@@ -120,8 +123,11 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
             picks[f"always {s}"].append((r, s, 0.0))
         picks["predictor alone"].append((r, d.advice.strategy, 0.0))
         picks["policy"].append((r, d.strategy, 0.0))
-        if d.race is not None:
-            kept, share = race(c["high"], c["low"], r["budget"], d.race["fraction"], wait=d.race.get("wait"))
+        if d.race is not None:  # the planned race as `advisor train` runs it: its share, wait, lead rule and tie check
+            kept, share = race(c["high"], c["low"], r["budget"], d.race["fraction"], wait=d.race.get("wait"),
+                               k=d.race.get("k"), margin=d.race.get("margin", LEAD_MARGIN),
+                               patient=d.race.get("patient", False), tie=d.race.get("tie"),
+                               n_eval=r.get("n_eval", FULL_RUN_EVAL_PROBLEMS))
             picks["gated race (shipped)"].append((r, kept, share))
         else:
             picks["gated race (shipped)"].append((r, d.strategy, 0.0))
@@ -133,6 +139,9 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
         opened.append(d.race is not None)
         for f in RACES:
             picks[f"race on every pool, at {f:.0%}"].append((r, *race(c["high"], c["low"], r["budget"], f)))
+        for t, f in TIE_RACES:
+            picks[f"race on every pool, tie check at {t:.0%}, else at {f:.0%}"].append(
+                (r, *race(c["high"], c["low"], r["budget"], f, tie=t)))
         unit = runs.get((r["source"], r["score"], r["student"], r["repeat"]), {})
         for k, margin, f in PAIRED:
             got = paired_race(unit["high"], unit["low"], r["budget"], k, margin, f) if "high" in unit and "low" in unit \

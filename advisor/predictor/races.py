@@ -32,6 +32,7 @@ from capacity_advisor.training.race import gaining, holds_back, levels
 
 FIXED = (0.1, 0.2, 0.3, 0.5)
 WAITS = ((0.3, 0.75), (0.5, 0.75), (0.5, 1.0))  # (fraction, wait) of the races that wait for a slow starter
+TIE_CHECKS = ((0.3, 0.75, None), (0.5, 0.75, None), (0.5, 1.0, None), (0.5, 0.75, 2))  # (tie, fraction, k) replayed
 
 
 def curves_of(records, half: int | None = None) -> dict:
@@ -155,6 +156,10 @@ def race_table(records, n_eval: int = FULL_RUN_EVAL_PROBLEMS) -> dict:
         for f, w in WAITS:  # a stop that waits while D_low is behind and gaining (training.race.gaining)
             kept, share = race(c["high"], c["low"], b, f, n_eval=n_eval, wait=w)
             methods[f"race, at {f:.0%} waiting up to {w:.0%} for a gaining D_low"].append((r, kept, share))
+        for t, f, k in TIE_CHECKS:  # a stop for D_high where D_low shows nothing by the check (training.race.levels)
+            kept, share = race(c["high"], c["low"], b, f, k=k, n_eval=n_eval, tie=t)
+            lead = " or on a lead (k 2, margin 5 points)" if k else ""
+            methods[f"race, tie check at {t:.0%}, else at {f:.0%}{lead}"].append((r, kept, share))
     sources = sorted({r["source"] for r in rows})
     table = {}
     for name, pairs in methods.items():

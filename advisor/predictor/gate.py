@@ -293,7 +293,7 @@ def gated_methods(gated: dict, picks: dict, rows: Sequence[dict], tie_margin: fl
     regret, overhead, regret on other seeds and worst source against always-high at every cap of
     CAPS under `caps`; with `everywhere`, the same race run on every held-out pool — its regret,
     overhead and share within 3 points — and the training the gate saves against it), and for the
-    policy, the predictor and always-high the same stricter judgment on other seeds and the regret
+    policy, the predictor and always-high the same stricter judgments (other seeds, other half) and the regret
     per pool source, to compare."""
     high = by_value(picks["always high"], "source", tie_margin)
     caps = {}
@@ -309,7 +309,7 @@ def gated_methods(gated: dict, picks: dict, rows: Sequence[dict], tie_margin: fl
         out["gated race"]["race_every_pool"] = every
         gated_cost = mean(g for *_, g in everywhere)  # on the same rows
         out["gated race"]["compute_saved"] = 1 - gated_cost / every["overhead"] if every["overhead"] > 0 else None
-    for m in ("policy", "predictor", "always high"):
-        out[m] = {"other_seed": judged_on_other_repeats(picks[m], rows),
+    for m in ("policy", "predictor", "always high"):  # judged as strictly, on the same rows, to compare
+        out[m] = {"other_seed": judged_on_other_repeats(picks[m], rows), "other_half": judged_on_other_half(picks[m]),
                   "by_source": by_value(picks[m], "source", tie_margin)}
     return out

@@ -79,19 +79,24 @@ def gated_table(cv: dict) -> None:
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for split, m in rows:
         g, high = m["gated race"], m.get("always high") or {}
-        half, high_half = g.get("other_half") or {}, high.get("other_half") or {}
         above = [s for s, v in (g.get("by_source") or {}).items()
                  if v["regret"] > ((high.get("by_source") or {}).get(s) or {}).get("regret", float("inf")) + 1e-9]
         cells = [NAMES.get(split, split), f"{g['regret']:.2f} at {100 * g['overhead']:.0f} %", f"{high['regret']:.2f}",
-                 f"{(g.get('other_seed') or {}).get('regret', float('nan')):.2f} "
-                 f"({(high.get('other_seed') or {}).get('regret', float('nan')):.2f})",
-                 (f"{half['regret']:.2f} ({high_half['regret']:.2f}; {half['rows']})" if half.get("regret") is not None
-                  and high_half.get("regret") is not None else
-                  f"{half['regret']:.2f} ({half['rows']} rows)" if half.get("regret") is not None else "—"),
+                 _judged(g, high, "other_seed"), _judged(g, high, "other_half", rows=True),
                  _pct(g.get("opened")), _pct(g.get("overhead_where_open")), _pct(g.get("within_3_points")),
                  _pct(g.get("compute_saved")), ", ".join(above) or "none"]
         print("| " + " | ".join(cells) + " |")
     print()
+
+
+def _judged(gated: dict, high: dict, key: str, rows: bool = False) -> str:
+    """The gated race's regret under a stricter judgment, always-high's beside it (and the rows judged)."""
+    g, h = gated.get(key) or {}, high.get(key) or {}
+    if g.get("regret") is None:
+        return "—"
+    if h.get("regret") is None:
+        return f"{g['regret']:.2f}" + (f" ({g['rows']} rows)" if rows else "")
+    return f"{g['regret']:.2f} ({h['regret']:.2f}" + (f"; {g['rows']})" if rows else ")")
 
 
 def _pct(share) -> str:

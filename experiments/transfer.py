@@ -35,12 +35,11 @@ from capacity_advisor.advisor.lab import published
 from capacity_advisor.advisor.predictor import Policy, label_rows
 from capacity_advisor.advisor.predictor import read_records as read_file
 from capacity_advisor.advisor.predictor.evaluate import is_right, judged_on_other_repeats, noise_floor, regret
-from capacity_advisor.advisor.predictor.gate import LEAD_MARGIN, judged_on_other_half
+from capacity_advisor.advisor.predictor.gate import judged_on_other_half
 from capacity_advisor.advisor.predictor.labels import accuracy_lead, record_option, unit_of
 from capacity_advisor.advisor.predictor.races import race, with_curves
 from capacity_advisor.advisor.probe.plan import load_predictor
 from capacity_advisor.core.files import json_object
-from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 from capacity_advisor.training.race import RaceRule, decide
 
 RACES = (0.2, 0.5, 1.0)
@@ -123,11 +122,8 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
             picks[f"always {s}"].append((r, s, 0.0))
         picks["predictor alone"].append((r, d.advice.strategy, 0.0))
         picks["policy"].append((r, d.strategy, 0.0))
-        if d.race is not None:  # the planned race as `advisor train` runs it: its share, wait, lead rule and tie check
-            kept, share = race(c["high"], c["low"], r["budget"], d.race["fraction"], wait=d.race.get("wait"),
-                               k=d.race.get("k"), margin=d.race.get("margin", LEAD_MARGIN),
-                               patient=d.race.get("patient", False), tie=d.race.get("tie"),
-                               n_eval=r.get("n_eval", FULL_RUN_EVAL_PROBLEMS))
+        if d.race is not None:  # the gate's race as `advisor train` runs it: its share, wait, lead rule and tie check
+            kept, share = policy.gate.replay(r)
             picks["gated race (shipped)"].append((r, kept, share))
         else:
             picks["gated race (shipped)"].append((r, d.strategy, 0.0))

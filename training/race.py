@@ -194,16 +194,15 @@ def decide(curves: dict[str, list[dict]], rule: RaceRule, m: Manifest, finished:
             acc = c[f"accuracy_{s}"]
             best[s] = max(best[s], acc if acc is not None else -math.inf)
         stop = None
+        seen = ([x["accuracy_high"] for x in comps], [x["accuracy_low"] for x in comps])
         due = c["share"] >= rule.fraction - 1e-9
-        waits = due and rule.wait is not None and c["share"] < rule.wait - 1e-9 and gaining(
-            [x["accuracy_high"] for x in comps], [x["accuracy_low"] for x in comps])
+        waits = due and rule.wait is not None and c["share"] < rule.wait - 1e-9 and gaining(*seen)
         waited = waited or waits
         tie_due = not checked and c["share"] >= rule.tie - 1e-9  # the first evaluation at or past the tie check
         checked = checked or tie_due
-        if rule.k is not None and streak >= rule.k and not (rule.patient and c["leader"] == "high" and holds_back(
-                [x["accuracy_high"] for x in comps], [x["accuracy_low"] for x in comps])):
+        if rule.k is not None and streak >= rule.k and not (rule.patient and c["leader"] == "high" and holds_back(*seen)):
             stop = {"reason": "lead", "winner": c["leader"]}
-        elif tie_due and levels([x["accuracy_high"] for x in comps], [x["accuracy_low"] for x in comps]):
+        elif tie_due and levels(*seen):
             stop = {"reason": "tie", "winner": "high"}
         elif (due and not waits) or (finished and i == n - 1):
             reason = "wait" if waited else "fraction"

@@ -212,10 +212,8 @@ def _gate_arrays(measured: Sequence[dict], policy, races: tuple = RACES) -> dict
     rows = [m["row"] for m in measured]
     raced = {}
     for f, w, k, m, p, ti in races:
-        kept = [race(r["curves"]["high"], r["curves"]["low"], r["budget"], f, wait=w, k=k,
-                     margin=LEAD_MARGIN if m is None else m, patient=p, n_eval=r.get("n_eval", FULL_RUN_EVAL_PROBLEMS),
-                     tie=ti)
-                for r in rows]
+        g = Gate(fraction=f, wait=w, k=k, margin=LEAD_MARGIN if m is None else m, patient=p, tie=ti)
+        kept = [g.replay(r) for r in rows]
         raced[(f, w, k, m, p, ti)] = (np.array([regret(r, k) for r, (k, _) in zip(rows, kept)]), np.array([s for _, s in kept]))
     return {"p_low": np.array([m["probs"].get("low", math.nan) for m in measured], dtype=float),
             "head": np.array([headroom_of(r) for r in rows], dtype=float),

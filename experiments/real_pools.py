@@ -34,9 +34,12 @@ checkpoint and its evaluation were written), then `neural-pool`:
         --temperature 1.0 --top-p 1.0 --max-new-tokens 272 --device cpu --out runs/place-generated.jsonl
     python -m experiments.real_pools neural-pool runs/place-generated.jsonl --out calibration/real/pools/place-neural.jsonl
 
-The generators name their variables in an order that follows Python's string hashing, so a new
-`problems` run draws the same questions with other letters: the committed file is the one the pools
-were made from (the `arith` rows were appended to it).
+The generators name their variables in an order that follows Python's string hashing, so
+`problems` runs itself again under PYTHONHASHSEED=0 unless the interpreter already has it, and two
+runs write the same file. The committed file predates that: its `linear` rows were drawn under an
+unpinned hash and a new run draws the same questions with other letters (its `place` and `arith`
+rows, which name no variable, come out identical); it is the one the pools were made from (the
+`arith` rows were appended to it).
 
 mathematics_dataset 1.0.1 imports a function sympy has since moved
 (`sympy.solvers.diophantine.base_solution_linear`); `_generators` puts it back where the package
@@ -46,8 +49,11 @@ looks before importing it. Install it beside the project with `pip install mathe
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import re
+import subprocess
+import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -418,6 +424,9 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("generated", help="what `advisor generate` wrote")
     e.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    if args.cmd == "problems" and os.environ.get("PYTHONHASHSEED") != "0":  # the variables' letters follow str hashing
+        cmd = [sys.executable, "-m", "experiments.real_pools", *(sys.argv[1:] if argv is None else argv)]
+        return subprocess.run(cmd, env={**os.environ, "PYTHONHASHSEED": "0"}).returncode
     if args.cmd == "problems":
         n = write_jsonl(args.out, make_problems(args.seed))
         print(f"wrote {n} problems to {args.out}")

@@ -78,7 +78,32 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     `keep_best`: keep the best evaluation's checkpoint as RUN/best/ (by default a stored run does).
     `eval_progress(step, done, total)`: hears each evaluation's generation as it goes (prompts
     done of the held-out set), beside the run's own progress line.
+
+    The trained copy, its optimizer state and the Trainer are freed before this returns: the
+    Trainer holds them in reference cycles, which only a full garbage collection breaks, so
+    without one a race's next segment, a probe's second set or a calibration's next run loaded
+    beside the last one's weights (twice the memory on a GPU).
     """
+    try:
+        return _run_sft(manifest, out, records, device, dtype, threads, callbacks, stream, lm, store, step0_row,
+                        epochs, max_steps, pause_after_evals, provenance, keep_best, eval_progress)
+    finally:
+        release_memory()
+
+
+def release_memory() -> None:
+    """Collect what reference cycles keep (a finished Trainer's model and optimizer state) and give
+    the accelerator's cached blocks back."""
+    import gc
+
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def _run_sft(manifest, out, records, device, dtype, threads, callbacks, stream, lm, store, step0_row, epochs,
+             max_steps, pause_after_evals, provenance, keep_best, eval_progress) -> dict:
     check_transformers()
     manifest_file = None if isinstance(manifest, Manifest) else str(Path(manifest).resolve())
     run_dir = Path(out)

@@ -587,3 +587,34 @@ def test_measure_every_thins_the_scoring_measures_and_nothing_else(tmp_path, tin
     path.write_text(json.dumps(d))
     with pytest.raises(InputError, match="eval.measure_every"):
         load_manifest(path)
+
+
+def test_the_trained_model_and_its_optimizer_are_freed_when_a_run_returns(tmp_path, tiny_llama):
+    """The Trainer keeps its model and optimizer in reference cycles: without a collection at the
+    end of `run_sft`, a race's next segment (or a probe's second set) loaded beside them. With the
+    collector's automatic runs off, nothing but `run_sft` itself can free them."""
+    import gc
+    import weakref
+
+    from transformers import TrainerCallback
+
+    from capacity_advisor.training.sft import run_sft
+
+    held = {}
+
+    class Hold(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, optimizer=None, **kw):
+            held.setdefault("model", weakref.ref(model))
+            held.setdefault("state", [weakref.ref(t) for s in optimizer.state.values() for t in s.values()
+                                      if hasattr(t, "shape")])
+
+    path = make_manifest(tmp_path / "rec", tiny_llama)
+    gc.collect()
+    gc.disable()
+    try:
+        got = run_sft(path, tmp_path / "run", threads=1, keep_best=False, store=False, pause_after_evals=1,
+                      callbacks=[Hold()])
+        assert got == {"paused_at_step": 1}
+        assert held["state"] and held["model"]() is None and all(r() is None for r in held["state"])
+    finally:
+        gc.enable()

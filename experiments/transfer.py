@@ -13,7 +13,8 @@ lie on the calibrated data, else the declared fallback; the gate's race where it
 scored three ways: regret against the best set at the budget (points), the same judged on the
 row's other seeds (a pick is not scored on the noise it was made on), and for the races, which
 read the held-out problems, the pick made on the even problems judged on the odd ones. Overhead
-is the share of one run the losing set trains.
+is the share of one run the losing set trains: its mean over every row, and over the rows the
+method raced on (what the user whose plan is a race pays).
 
 "gated race, scouted" asks whether the probe already ran the race: where D_low's accuracy gain in
 the probe leads D_high's by SCOUT or more (`gap_accuracy_gain`, what a gate's scout reads: `advisor
@@ -167,6 +168,9 @@ def summary(pairs, rows) -> dict:
             "decision_accuracy": mean(is_right(r, c) for r, c, _ in pairs),
             "within_3": mean(regret(r, c) <= 0.03 + 1e-9 for r, c, _ in pairs),
             "overhead": mean(o for *_, o in pairs),
+            # what the user whose plan races pays: the mean over the rows it raced on
+            "raced": mean(o > 0 for *_, o in pairs),
+            "overhead_where_raced": mean([o for *_, o in pairs if o > 0] or [math.nan]),
             "other_seed": judged_on_other_repeats(pairs, rows)["regret"],
             "other_half": judged_on_other_half(pairs)["regret"]}
 
@@ -179,12 +183,13 @@ def markdown(t: dict) -> str:
 
     lines = [f"{t['rows']} rows (unit x budget), sources: {', '.join(t['sources'])}; the shipped gate opened on "
              f"{f(t['gate_opened'], True)} of them", "",
-             "| method | regret | other seed | other half | within 3 points | extra training | "
-             + " | ".join(t["sources"]) + " |", "|---" * (6 + len(t["sources"])) + "|"]
+             "| method | regret | other seed | other half | within 3 points | extra training | raced on | "
+             "extra training where raced | " + " | ".join(t["sources"]) + " |", "|---" * (8 + len(t["sources"])) + "|"]
     for name, m in t["methods"].items():
         a = m["all"]
         lines.append(f"| {name} | {f(a.get('regret'))} | {f(a.get('other_seed'))} | {f(a.get('other_half'))} | "
-                     f"{f(a.get('within_3'), True)} | {f(a.get('overhead'), True)} | "
+                     f"{f(a.get('within_3'), True)} | {f(a.get('overhead'), True)} | {f(a.get('raced'), True)} | "
+                     f"{f(a.get('overhead_where_raced'), True)} | "
                      + " | ".join(f(m["by_source"][s].get("regret")) for s in t["sources"]) + " |")
     return "\n".join(lines)
 

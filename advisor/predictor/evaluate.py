@@ -146,7 +146,7 @@ def cell_of(row: dict) -> tuple:
 
 def repeat(row: dict) -> object:
     """Which repeat of its cell a row is: its seed, and its pretraining build (`labels.repeat_of`)."""
-    return row.get("repeat", row["seed"])
+    return row["repeat"] if "repeat" in row else row["seed"]
 
 
 def _by_cell(pairs: Sequence[tuple[dict, object]]) -> list[list]:

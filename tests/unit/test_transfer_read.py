@@ -44,3 +44,25 @@ def test_the_gated_race_is_replayed_with_the_plans_own_stops(monkeypatch):
         plain = [Gate(0.0, math.inf, gate.fraction).replay(r) for r in rows]  # the same share, no stop before it
         assert got["rows"] == len(rows) == 24 and want != plain
         assert got["overhead"] == pytest.approx(sum(s for _, s in want) / len(want)), gate
+
+
+def test_the_cost_where_a_plan_races_is_the_mean_over_the_rows_it_raced_on():
+    """Issue 50's figure for the user whose gate opens: a plan that races on a quarter of the rows at
+    80 % of a run costs 20 % on average, and 80 % where it raced; one that never races, nothing."""
+    import math
+
+    from experiments.transfer import markdown, summary
+
+    rows = [{"source": "s", "score": "sum", "student": f"st{i}", "budget": 1.0, "label": "high", "repeat": 0,
+             "accuracy": {"high": 0.5, "low": 0.4, "mixed": 0.3}} for i in range(4)]
+    raced = summary([(r, "high", 0.8 if i == 0 else 0.0) for i, r in enumerate(rows)], rows)
+    assert raced["overhead"] == pytest.approx(0.2) and raced["raced"] == 0.25
+    assert raced["overhead_where_raced"] == pytest.approx(0.8)
+    never = summary([(r, "high", 0.0) for r in rows], rows)
+    assert never["raced"] == 0 and math.isnan(never["overhead_where_raced"])
+    table = {"rows": 4, "gate_opened": 0.25, "sources": ["s"],
+             "methods": {"gated": {"all": raced, "by_source": {"s": raced}},
+                         "always high": {"all": never, "by_source": {"s": never}}}}
+    lines = markdown(table).splitlines()
+    assert "| raced on | extra training where raced |" in lines[2]
+    assert "| 20 % | 25 % | 80 % |" in lines[4] and "| 0 % | 0 % | — |" in lines[5]

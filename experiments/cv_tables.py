@@ -81,7 +81,8 @@ def gated_table(cv: dict) -> None:
         g, high = m["gated race"], m.get("always high") or {}
         above = [s for s, v in (g.get("by_source") or {}).items()
                  if v["regret"] > ((high.get("by_source") or {}).get(s) or {}).get("regret", float("inf")) + 1e-9]
-        cells = [NAMES.get(split, split), f"{g['regret']:.2f} at {100 * g['overhead']:.0f} %", f"{high['regret']:.2f}",
+        cells = [NAMES.get(split, split), f"{g['regret']:.2f} at {100 * g['overhead']:.0f} %",
+                 f"{high['regret']:.2f}" if "regret" in high else "—",
                  _judged(g, high, "other_seed"), _judged(g, high, "other_half", rows=True),
                  _pct(g.get("opened")), _pct(g.get("overhead_where_open")), _pct(g.get("within_3_points")),
                  _pct(g.get("compute_saved")), ", ".join(above) or "none"]

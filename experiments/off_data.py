@@ -23,6 +23,7 @@ from capacity_advisor.advisor.predictor.ensemble import fit_predictor
 from capacity_advisor.advisor.predictor.evaluate import folds, regret
 from capacity_advisor.advisor.predictor.labels import label_rows
 from capacity_advisor.advisor.predictor.races import race, with_curves
+from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 from experiments.transfer import read_records
 
 SPLITS = ("source", "task", "teacher")
@@ -37,7 +38,7 @@ def off_data(rows: list[dict], split: str, features: tuple[str, ...]) -> list[di
         pred = fit_predictor(train, "logistic", features, 1, 0)  # only its calibrated range is read
         for r in test:
             c = r["curves"]
-            kept, share = race(c["high"], c["low"], r["budget"], FRACTION, n_eval=r.get("n_eval", 64))
+            kept, share = race(c["high"], c["low"], r["budget"], FRACTION, n_eval=r.get("n_eval", FULL_RUN_EVAL_PROBLEMS))
             out.append({"fold": name, "off": any(x["inside"] is False for x in pred.range_check(r["features"])),
                         "high": 100 * regret(r, "high"), "race": 100 * regret(r, kept), "share": share})
     return out

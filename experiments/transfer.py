@@ -170,7 +170,7 @@ def summary(pairs, rows) -> dict:
             "overhead": mean(o for *_, o in pairs),
             # what the user whose plan races pays: the mean over the rows it raced on
             "raced": mean(o > 0 for *_, o in pairs),
-            "overhead_where_raced": mean([o for *_, o in pairs if o > 0] or [math.nan]),
+            "overhead_where_raced": mean([o for *_, o in pairs if o > 0]) if any(o > 0 for *_, o in pairs) else None,
             "other_seed": judged_on_other_repeats(pairs, rows)["regret"],
             "other_half": judged_on_other_half(pairs)["regret"]}
 

@@ -130,7 +130,7 @@ class Manifest:
     features: dict = field(default_factory=dict)  # probe features, copied into the RunRecord
     pool: dict = field(default_factory=dict)  # pool summary, copied into the RunRecord
     sets: dict = field(default_factory=dict)  # {"high": FILE, "low": FILE}: each set's own data, for `advisor train --race`
-    race: dict | None = None  # the race the recommendation plans ({"fraction", "wait", "why", "expected"}, and "k", "margin" where it stops on a lead): `advisor train` runs it
+    race: dict | None = None  # the race the recommendation plans ({"fraction", "wait", "why", "expected"}; "k", "margin", "patient" where it stops on a lead; "tie" where it has a tie check): `advisor train` runs it
     version: int = MANIFEST_VERSION
     base_dir: str = field(default=".", repr=False, compare=False)  # the manifest's folder (not written)
 

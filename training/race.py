@@ -61,7 +61,7 @@ class RaceRule:
     z: float = 1.96  # standard errors of the mean paired difference that a lead must exceed
     wait: float | None = None  # go on up to this share while D_low is behind and gaining faster
     patient: bool = False  # a D_high lead stops it only once D_low is seen not gaining (`holds_back`)
-    tie: float | None = None  # at this share it stops for D_high unless D_low has led or is gaining (`levels`)
+    tie: float | None = None  # at this share it stops for D_high unless D_low has been ahead or is gaining (`levels`)
 
     def check(self) -> "RaceRule":
         bad = []
@@ -99,13 +99,14 @@ def gaining(acc_high: list, acc_low: list, window: int = WAIT_WINDOW) -> bool:
 
 
 def levels(acc_high: list, acc_low: list, window: int = WAIT_WINDOW) -> bool:
-    """Whether a race with a tie check stops there for D_high: D_low has never been ahead (its best
-    accuracy so far at most D_high's) and is not gaining on it (`gaining`). A race whose D_low shows
-    nothing by the check costs no more; one whose D_low leads or climbs goes on."""
+    """Whether a race with a tie check stops there for D_high: D_low has not been ahead at any
+    evaluation (above D_high's accuracy at the same one) and is not gaining on it (`gaining`, which
+    needs `window` + 1 evaluations). A race whose D_low shows nothing by the check costs no more;
+    one whose D_low led at some evaluation, even if overtaken since, or climbs, goes on."""
     pairs = [(h, lo) for h, lo in zip(acc_high, acc_low) if h is not None and lo is not None]
     if not pairs:
         return False
-    return max(lo for _, lo in pairs) <= max(h for h, _ in pairs) and not gaining(acc_high, acc_low, window)
+    return not any(lo > h for h, lo in pairs) and not gaining(acc_high, acc_low, window)
 
 
 def holds_back(acc_high: list, acc_low: list, window: int = WAIT_WINDOW) -> bool:
@@ -385,7 +386,7 @@ def check_race_folder(out: Path, key: str) -> None:
     refuse_special(out, ("config.json", "race.json"), "remove it, or pass a new --out")
     if recorded_key(out, "race_key") not in (None, key):
         raise InputError(f"{out} holds something other than this race (a race of another manifest, data or rule "
-                         "(--race, --race-k, --race-margin), or another command's output); pass a new --out "
+                         "(--race, --race-k, --race-margin, --race-patient, --race-tie), or another command's output); pass a new --out "
                          "(or delete that folder to start over)")
 
 

@@ -136,9 +136,9 @@ class Gate:
                           f"{'s' if self.k > 1 else ''} in a row"
                           + (" (D_high only once D_low is not gaining)" if self.patient else "")
                           + f", at most {race_words}")
-        if self.tie is not None:
-            race_words += (f"; at {self.tie:.0%} it stops for D_high unless D_low has led or is gaining")
-        return f"races D_high against D_low {race_words} where {' or '.join(p for p in parts if p)}{scout}"
+        tie = (f" (at {self.tie:.0%} it stops for D_high unless D_low has been ahead at an evaluation or is gaining)"
+               if self.tie is not None else "")
+        return f"races D_high against D_low {race_words} where {' or '.join(p for p in parts if p)}{tie}{scout}"
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -307,7 +307,7 @@ def gated_methods(gated: dict, picks: dict, rows: Sequence[dict], tie_margin: fl
         out["gated race"]["race_every_pool"] = every
         gated_cost = mean(g for *_, g in everywhere)  # on the same rows
         out["gated race"]["compute_saved"] = 1 - gated_cost / every["overhead"] if every["overhead"] > 0 else None
-    for m in ("policy", "predictor", "always high"):  # judged as strictly, on the same rows, to compare
+    for m in ("policy", "predictor", "always high"):  # judged as strictly (other seed, other half), over every fold's rows
         out[m] = {"other_seed": judged_on_other_repeats(picks[m], rows), "other_half": judged_on_other_half(picks[m]),
                   "by_source": by_value(picks[m], "source", tie_margin)}
     return out

@@ -192,14 +192,17 @@ def test_at_the_share_the_best_accuracy_so_far_wins_and_high_wins_ties():
 
 
 def test_a_tie_check_stops_for_d_high_where_d_low_shows_nothing_and_the_replay_agrees():
-    """At the first evaluation at or past `tie`, a race whose D_low has never been ahead and is not
-    gaining stops for D_high ("tie"); one whose D_low led once, or is climbing, goes on to its
+    """At the first evaluation at or past `tie`, a race whose D_low has not been ahead at any evaluation
+    and is not gaining stops for D_high ("tie"); one whose D_low led once (even if overtaken since), or
+    is climbing, goes on to its
     fraction. The replay of the calibration records (`races.race`) stops the same races the same way."""
     ten = lambda n: [1] * n + [0] * (10 - n)  # noqa: E731
     rule = RaceRule(fraction=0.75, k=None, tie=0.375)  # evaluations every eighth of the budget: the check is the 3rd
     cases = {
         "nothing": ([4, 4, 4, 4, 4, 4], [3, 3, 3, 3, 3, 3], ("tie", "high", 3)),
         "led once": ([4, 4, 4, 4, 4, 4], [5, 3, 3, 3, 3, 3], ("fraction", "low", 6)),
+        # ahead at the first evaluation, overtaken since (D_high's best is higher): it has been ahead, so it goes on
+        "led, then overtaken": ([4, 6, 6, 6, 6, 6], [5, 3, 3, 3, 3, 3], ("fraction", "high", 6)),
         "climbing": ([4, 4, 4, 4, 4, 4], [1, 2, 3, 3, 3, 3], ("fraction", "high", 6)),
         "level": ([4] * 6, [4] * 6, ("tie", "high", 3)),
     }

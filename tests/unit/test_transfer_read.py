@@ -32,6 +32,7 @@ def test_the_gated_race_is_replayed_with_the_plans_own_stops(monkeypatch):
 
     import experiments.transfer as transfer
     from capacity_advisor.advisor.predictor import Policy, label_rows
+    from capacity_advisor.advisor.predictor.evaluate import regret
     from capacity_advisor.advisor.predictor.gate import Gate
     from capacity_advisor.advisor.predictor.races import with_curves
 
@@ -44,13 +45,13 @@ def test_the_gated_race_is_replayed_with_the_plans_own_stops(monkeypatch):
         plain = [Gate(0.0, math.inf, gate.fraction).replay(r) for r in rows]  # the same share, no stop before it
         assert got["rows"] == len(rows) == 24 and want != plain
         assert got["overhead"] == pytest.approx(sum(s for _, s in want) / len(want)), gate
+        kept = [regret(r, c) for r, (c, _) in zip(rows, want)]  # the very sets the replay kept, not only its cost
+        assert got["regret"] == pytest.approx(100 * sum(kept) / len(kept)), gate
 
 
 def test_the_cost_where_a_plan_races_is_the_mean_over_the_rows_it_raced_on():
     """Issue 50's figure for the user whose gate opens: a plan that races on a quarter of the rows at
     80 % of a run costs 20 % on average, and 80 % where it raced; one that never races, nothing."""
-    import math
-
     from experiments.transfer import markdown, summary
 
     rows = [{"source": "s", "score": "sum", "student": f"st{i}", "budget": 1.0, "label": "high", "repeat": 0,
@@ -59,7 +60,7 @@ def test_the_cost_where_a_plan_races_is_the_mean_over_the_rows_it_raced_on():
     assert raced["overhead"] == pytest.approx(0.2) and raced["raced"] == 0.25
     assert raced["overhead_where_raced"] == pytest.approx(0.8)
     never = summary([(r, "high", 0.0) for r in rows], rows)
-    assert never["raced"] == 0 and math.isnan(never["overhead_where_raced"])
+    assert never["raced"] == 0 and never["overhead_where_raced"] is None
     table = {"rows": 4, "gate_opened": 0.25, "sources": ["s"],
              "methods": {"gated": {"all": raced, "by_source": {"s": raced}},
                          "always high": {"all": never, "by_source": {"s": never}}}}

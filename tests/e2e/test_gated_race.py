@@ -140,7 +140,7 @@ def test_a_gate_with_a_tie_check_stops_early_where_d_low_shows_nothing_and_plans
     cost = lambda g: sum(o for *_, o in gated_picks(measured, ALWAYS_HIGH, g)) / len(measured)  # noqa: E731
     assert (fixed.fraction, fixed.tie, cost(fixed)) == (0.6, None, 0.625)  # the first evaluation past 5/8
     assert tie.tie is not None and cost(tie) == pytest.approx((4 * 0.75 + 6 * 0.25) / 10)
-    assert Gate.from_dict(tie.to_dict()) == tie and "unless D_low has led or is gaining" in tie.describe()
+    assert Gate.from_dict(tie.to_dict()) == tie and "unless D_low has been ahead at an evaluation or is gaining" in tie.describe()
     assert "tie" not in Gate(0.2, math.inf, 0.5).to_dict()  # files from before read as they did
     policy = Policy(0.5, 0.1, True, tie)
     assert Policy.from_dict(policy.to_dict()) == policy and policy.race_plan(0.4, {})["tie"] == tie.tie

@@ -57,6 +57,31 @@ def _load_cached(spec: str, dtype: str):
     return _LOADED[key]
 
 
+def release_memory() -> None:
+    """Collect what reference cycles keep (a finished Trainer's model and optimizer state) and give
+    the accelerator's cached blocks back."""
+    import gc
+
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def releasing(fn):
+    """`fn`, then `release_memory` once it returns or raises (after its frame, which held them, is gone)."""
+    import functools
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            release_memory()
+    return run
+
+
+@releasing
 def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, records: str | None = None,
             device: str = "auto", dtype: str = "auto", threads: int = 0, callbacks=(), stream=None,
             lm=None, store: bool = True, step0_row: dict | None = None, epochs: float | None = None,
@@ -84,26 +109,6 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     without one a race's next segment, a probe's second set or a calibration's next run loaded
     beside the last one's weights (twice the memory on a GPU).
     """
-    try:
-        return _run_sft(manifest, out, records, device, dtype, threads, callbacks, stream, lm, store, step0_row,
-                        epochs, max_steps, pause_after_evals, provenance, keep_best, eval_progress)
-    finally:
-        release_memory()
-
-
-def release_memory() -> None:
-    """Collect what reference cycles keep (a finished Trainer's model and optimizer state) and give
-    the accelerator's cached blocks back."""
-    import gc
-
-    gc.collect()
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-
-
-def _run_sft(manifest, out, records, device, dtype, threads, callbacks, stream, lm, store, step0_row, epochs,
-             max_steps, pause_after_evals, provenance, keep_best, eval_progress) -> dict:
     check_transformers()
     manifest_file = None if isinstance(manifest, Manifest) else str(Path(manifest).resolve())
     run_dir = Path(out)

@@ -28,7 +28,7 @@ from capacity_advisor.core.files import check_writable_dir
 from capacity_advisor.training.export import FORMATS, export
 from capacity_advisor.training.launch import launch_command
 from capacity_advisor.training.manifest import load_manifest
-from capacity_advisor.training.race import RaceRule, check_race, run_race
+from capacity_advisor.training.race import TIE_WORDS, RaceRule, check_race, run_race
 from capacity_advisor.training.record import best_checkpoint
 from capacity_advisor.training.run_check import with_overrides
 from capacity_advisor.training.run_manifest import RunRequest, run_manifest
@@ -182,8 +182,7 @@ def train_race(req: RunRequest, rule: RaceRule, dry_run: bool = False, planned: 
         stop = (f", or when one set leads by more than {rule.margin:g} (and its noise) at {rule.k} evaluations in a row"
                 + (" (D_high only once D_low is not gaining)" if rule.patient else "") if rule.k is not None else "")
         wait = f" (up to {rule.wait:.0%} while D_low is behind and gaining)" if rule.wait else ""
-        tie = (f"; at {rule.tie:.0%} of the budget it stops for D_high unless D_low has been ahead at an evaluation "
-               "or is gaining" if rule.tie is not None else "")
+        tie = f"; at {rule.tie:.0%} of the budget {TIE_WORDS}" if rule.tie is not None else ""
         say(f"race of D_high against D_low in {req.out}: stop at {rule.fraction:.0%} of the budget{wait}{stop}{tie}"
             + (f"; each run launched over {req.nproc} processes ({req.launcher})" if launch else "")
             + ("; planned by the recommendation (--no-race trains the recommended set alone)" if planned else ""))

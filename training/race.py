@@ -84,6 +84,7 @@ class RaceRule:
         return self
 
 
+TIE_WORDS = "it stops for D_high unless D_low has been ahead at an evaluation or is gaining"  # the tie check, as reports say it
 WAIT_WINDOW = 2  # evaluations over which `gaining` compares the two sets' gains
 
 

@@ -42,6 +42,7 @@ from capacity_advisor.advisor.predictor.evaluate import (
 from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, accuracy_lead, inputs, model_inputs
 from capacity_advisor.advisor.predictor.races import WAITS, race
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
+from capacity_advisor.training.race import TIE_WORDS
 
 HEADROOM_INPUT = "gap_accuracy_gain_headroom"
 SCOUT_INPUT = "gap_accuracy_gain"  # the probe's lead for D_low in accuracy (held-out problems solved, as a share)
@@ -136,8 +137,7 @@ class Gate:
                           f"{'s' if self.k > 1 else ''} in a row"
                           + (" (D_high only once D_low is not gaining)" if self.patient else "")
                           + f", at most {race_words}")
-        tie = (f" (at {self.tie:.0%} it stops for D_high unless D_low has been ahead at an evaluation or is gaining)"
-               if self.tie is not None else "")
+        tie = f" (at {self.tie:.0%} {TIE_WORDS})" if self.tie is not None else ""
         return f"races D_high against D_low {race_words} where {' or '.join(p for p in parts if p)}{tie}{scout}"
 
     def to_dict(self) -> dict:

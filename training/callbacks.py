@@ -27,6 +27,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 from transformers import TrainerCallback
 
@@ -98,14 +99,26 @@ def gather_to_main(obj):
 
 
 # ---- schedule ----------------------------------------------------------------------------
-def eval_schedule(steps_per_epoch: int, max_steps: int, evals_per_epoch: int, every: int | None = None) -> list[int]:
+def eval_schedule(steps_per_epoch: int, max_steps: int, evals_per_epoch: int, every: int | None = None,
+                  at: Sequence[float] = (), epochs: float | None = None) -> list[int]:
     """Steps at which to evaluate and checkpoint: evals_per_epoch per epoch (or every `every`
-    steps), and the last step."""
+    steps), the last step, and the first step at or past each share of the budget in `at` (a
+    race's decision points, so that it stops at its share rather than at the next evaluation): the
+    budget is `epochs` epochs, or `max_steps` steps where `epochs` is None."""
     if every:
-        return sorted(set(range(every, max_steps + 1, every)) | {max_steps})
-    n = math.ceil(max_steps / steps_per_epoch * evals_per_epoch)
-    steps = {int(k * steps_per_epoch / evals_per_epoch + 0.5) for k in range(1, n + 1)}  # round half up
+        steps = set(range(every, max_steps + 1, every))
+    else:
+        n = math.ceil(max_steps / steps_per_epoch * evals_per_epoch)
+        steps = {int(k * steps_per_epoch / evals_per_epoch + 0.5) for k in range(1, n + 1)}  # round half up
+    steps |= {share_step(share, steps_per_epoch, max_steps, epochs) for share in at}
     return sorted({s for s in steps if 1 <= s <= max_steps} | {max_steps})
+
+
+def share_step(share: float, steps_per_epoch: int, max_steps: int, epochs: float | None = None) -> int:
+    """The first step at or past `share` of the budget, as `training.race.budget_share` reads a row:
+    its epoch over `epochs`, or its step over `max_steps` where `epochs` is None."""
+    total = epochs * steps_per_epoch if epochs else max_steps
+    return min(max(math.ceil(share * total - 1e-9), 1), max_steps)
 
 
 def steps_per_epoch_of(dataloader, grad_accum: int) -> int:
@@ -196,7 +209,7 @@ class EvalCallback(TrainerCallback):
     def __init__(self, run_dir: Path, evaluator: Evaluator, evals_per_epoch: int, grad_accum: int, seed: int,
                  tokenizer, spec: str, eval_every: int | None = None, elapsed_before: float = 0.0, log=None,
                  step0_row: dict | None = None, measure_every: int = 1, keep_best: bool = False,
-                 on_generated=None):
+                 on_generated=None, eval_at: Sequence[float] = (), epochs: float | None = None):
         self.run_dir = Path(run_dir)
         self.eval_file = self.run_dir / "eval.jsonl"
         self.evaluator = evaluator
@@ -204,6 +217,8 @@ class EvalCallback(TrainerCallback):
         self.checker = evaluator.checker
         self.evals_per_epoch = evals_per_epoch
         self.eval_every = eval_every
+        self.eval_at = tuple(eval_at)  # shares of the budget to evaluate at besides the schedule (`eval_schedule`)
+        self.epochs = epochs  # the budget in epochs, or None where max_steps sets it
         self.step0_row = step0_row
         self.measure_every = measure_every
         self.grad_accum = grad_accum
@@ -229,7 +244,8 @@ class EvalCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, train_dataloader=None, **kw):
         self.steps_per_epoch = steps_per_epoch_of(train_dataloader, self.grad_accum)
-        self.schedule = eval_schedule(self.steps_per_epoch, state.max_steps, self.evals_per_epoch, self.eval_every)
+        self.schedule = eval_schedule(self.steps_per_epoch, state.max_steps, self.evals_per_epoch, self.eval_every,
+                                      self.eval_at, self.epochs)
         self._protect_best(args, state)
         if state.global_step == 0:
             # rank 0's view decides for all ranks, since every rank must join the evaluation

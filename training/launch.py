@@ -20,10 +20,12 @@ LAUNCHERS = ("torchrun", "accelerate")
 
 def sft_args(manifest: str, out: str, records: str | None = None, device: str = "auto", dtype: str = "auto",
              threads: int = 0, epochs: float | None = None, max_steps: int | None = None, race_set: str | None = None,
-             pause_after_evals: int | None = None) -> list[str]:
+             pause_after_evals: int | None = None, race_eval_at: list[float] | None = None) -> list[str]:
     args = ["-m", "capacity_advisor.training.sft", "--manifest", str(manifest), "--out", str(out)]
     if race_set:  # one raced set's run, launched by training.race
         args += ["--race-set", race_set] + (["--pause-after-evals", str(pause_after_evals)] if pause_after_evals else [])
+        if race_eval_at:  # the race's decision points (RaceRule.shares), evaluated besides the schedule
+            args += ["--race-eval-at", ",".join(repr(float(x)) for x in race_eval_at)]
     if records:
         args += ["--records", str(records)]
     if device != "auto":

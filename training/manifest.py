@@ -104,6 +104,7 @@ class TrainingSpec:
     warmup_steps: int | None = None  # warm-up in steps, instead of warmup_ratio (probes: so a shorter probe is a prefix of a longer one)
     max_steps: int | None = None  # stop after this many optimizer steps (probes); None: the epochs decide
     eval_every: int | None = None  # evaluate every N steps (probes) instead of evals_per_epoch per epoch
+    eval_at: list | None = None  # also evaluate at the first step at or past each of these shares of the budget (races)
     weight_decay: float = 0.0
     seed: int = 0  # data order, init of LoRA weights, sampling
     lora: dict | None = None  # None = full-parameter SFT; {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear"}
@@ -270,6 +271,8 @@ class Manifest:
         for key in ("sets", "race"):  # written only when set, so manifests without them read as before
             if not d[key]:
                 d.pop(key)
+        if d["training"].get("eval_at") is None:  # written only when set: run keys stay as they were
+            d["training"].pop("eval_at")
         if d["eval"].get("measure_every") == 1:  # written only when it thins the measures: run keys stay as they were
             d["eval"].pop("measure_every")
         return {"version": d.pop("version"), **d}

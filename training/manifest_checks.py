@@ -16,6 +16,7 @@ MAX_SEED = 2**32 - 1  # numpy's seeds stop here (the trainer seeds numpy, torch 
 MAX_TOKENS = 1 << 20  # max_length, max_new_tokens
 MAX_BATCH = 1 << 16  # sequences per optimizer step, micro-batches per step
 MAX_EPOCHS = 10_000
+MAX_EVAL_AT = 16  # extra evaluation shares a manifest may name (a race names at most three)
 MAX_COUNT = 10 ** 9  # steps, evaluations, rows, checkpoints
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial",
               "inverse_sqrt", "cosine_with_min_lr", "warmup_stable_decay")
@@ -40,6 +41,10 @@ def training_problems(t) -> list[str]:
     for name in ("warmup_steps", "max_steps", "eval_every", "save_total_limit"):
         bad += whole_problems(f"training.{name}", getattr(t, name), 0 if name == "warmup_steps" else 1, MAX_COUNT,
                               null=True)
+    if t.eval_at is not None and not (isinstance(t.eval_at, list) and len(t.eval_at) <= MAX_EVAL_AT
+                                      and all(number(x) and 0 < x <= 1 for x in t.eval_at)):
+        bad.append(f"training.eval_at: must be null or a list of at most {MAX_EVAL_AT} shares of the budget in (0, 1], "
+                   f"e.g. [0.3, 0.75], got {show(t.eval_at)}")
     if not number(t.weight_decay) or not 0 <= t.weight_decay <= 10:
         bad.append(f"training.weight_decay: must be ≥ 0 and at most 10, got {show(t.weight_decay)}")
     if not whole(t.seed) or not 0 <= t.seed <= MAX_SEED:

@@ -23,6 +23,10 @@ nothing early costs no more. With
 (`gaining`), up to that share ("wait" when it ends there). The winner then trains to the end; the
 loser's folder stays as it is.
 
+Each raced run also evaluates at the first step at or past each share the rule may stop at without
+a lead (`RaceRule.shares`: its tie check, fraction and wait; `training.eval_at`), so a race stops
+at its share, not at the next evaluation of the manifest's schedule.
+
 OUT/race.json says what raced, the paired comparison at every evaluation, when and why the race
 stopped and the winner; the winner's RunRecord carries the same under provenance.race. A rerun of
 the same race resumes it: the decision is recomputed from the runs' eval.jsonl files.
@@ -62,6 +66,13 @@ class RaceRule:
     wait: float | None = None  # go on up to this share while D_low is behind and gaining faster
     patient: bool = False  # a D_high lead stops it only once D_low is seen not gaining (`holds_back`)
     tie: float | None = None  # at this share it stops for D_high unless D_low has been ahead or is gaining (`levels`)
+
+    def shares(self) -> list[float]:
+        """The shares of the budget at which this rule may stop the race without a lead (its tie check,
+        fraction and wait, below the whole budget): each raced run evaluates at the first step at or
+        past each (`training.eval_at`), so the race stops at its share, not at the next evaluation
+        of the schedule."""
+        return sorted({float(x) for x in (self.tie, self.fraction, self.wait) if x is not None and x < 1})
 
     def check(self) -> "RaceRule":
         bad = []
@@ -124,9 +135,10 @@ def set_files(m: Manifest) -> dict[str, str | None]:
     return {s: sets.get(s) or (m.dataset if m.strategy == s else None) for s in RACED}
 
 
-def race_manifests(m: Manifest) -> dict[str, Manifest]:
-    """The manifest of each raced run: `m` on that set's data, per-problem correctness kept.
-    InputError when `m` does not name both sets, or has no held-out evaluation to compare them."""
+def race_manifests(m: Manifest, eval_at: list[float] | None = None) -> dict[str, Manifest]:
+    """The manifest of each raced run: `m` on that set's data, per-problem correctness kept, and
+    evaluated also at the shares of the budget in `eval_at` (the rule's decision points,
+    `RaceRule.shares`) besides the manifest's schedule. InputError when `m` does not name both sets, or has no held-out evaluation to compare them."""
     files = set_files(m)
     missing = [f"D_{s} (sets.{s})" for s, f in files.items() if not f]
     if missing:
@@ -143,7 +155,7 @@ def race_manifests(m: Manifest) -> dict[str, Manifest]:
                          "(--no-race where the recommendation planned the race)")
     out = {}
     for s, f in files.items():
-        training = replace(m.training, switch_epoch=None)
+        training = replace(m.training, switch_epoch=None, eval_at=sorted(eval_at) if eval_at else None)
         out[s] = replace(m, dataset=f, strategy=s, mix=0.0, sets={}, race=None, training=training,
                          eval=replace(m.eval, per_problem=True)).validate(where=f"manifest of the D_{s} run")
     return out
@@ -298,7 +310,8 @@ class Segments:
 
         cmd = launch_command(str(self.manifest), str(self.folders[s]), self.launch["nproc"], self.launch["launcher"],
                              self.launch.get("accelerate_config"), cuda=torch.cuda.is_available(), race_set=s,
-                             pause_after_evals=1 if pause else None, **self.kw)
+                             pause_after_evals=1 if pause else None, race_eval_at=self.runs[s].training.eval_at,
+                             **self.kw)
         rc = subprocess.run(cmd).returncode
         if rc:
             raise InputError(f"the D_{s} run of the race exited with status {rc} (see the messages above); rerun the "
@@ -332,7 +345,7 @@ def check_race(manifest, out, rule: RaceRule, device: str, dtype: str, epochs, m
     rule.check()
     m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
     m = with_overrides(m, epochs=epochs, max_steps=max_steps)
-    runs = race_manifests(m)
+    runs = race_manifests(m, rule.shares())
     folders = {s: Path(out) / "race" / s for s in RACED}
     checked = {s: check_run(runs[s], folders[s], world=world, device=device, dtype=dtype) for s in RACED}
     check_rule_fits(rule, runs, checked, world)
@@ -349,7 +362,8 @@ def run_length(m: Manifest, n_rows: int, per_device: int, world: int) -> tuple[i
     t = m.training
     per_epoch = max(math.ceil(math.ceil(n_rows / max(per_device * world, 1)) / t.grad_accum), 1)
     steps = t.max_steps or max(math.ceil(t.epochs * per_epoch), 1)
-    return steps, len(eval_schedule(per_epoch, steps, t.evals_per_epoch, t.eval_every))
+    return steps, len(eval_schedule(per_epoch, steps, t.evals_per_epoch, t.eval_every, t.eval_at or (),
+                                    None if t.max_steps else t.epochs))
 
 
 def check_rule_fits(rule: RaceRule, runs: dict, checked: dict, world: int) -> None:

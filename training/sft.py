@@ -268,7 +268,8 @@ def _trainer(m: Manifest, checked: Checked, args, lm, base, teacher, run_dir: Pa
     evaluator = cbs.EvalCallback(run_dir, measure, t.evals_per_epoch, t.grad_accum, t.seed, tok, m.model_spec,
                                  eval_every=t.eval_every, elapsed_before=cbs.resumed_elapsed(run_dir, resume),
                                  log=progress.note, step0_row=step0_row, measure_every=e.measure_every,
-                                 keep_best=keep_best, on_generated=_both(progress.evaluating, eval_progress))
+                                 keep_best=keep_best, on_generated=_both(progress.evaluating, eval_progress),
+                                 eval_at=t.eval_at or (), epochs=None if t.max_steps else t.epochs)
     extra = [cbs.PauseCallback(evaluator, pause_after_evals)] if pause_after_evals else []
     rerank = None
     if t.rerank:

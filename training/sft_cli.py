@@ -45,13 +45,15 @@ def run_options(f):
 # paused after N evaluations, kept out of the store until it has won, its best checkpoint kept
 @click.option("--race-set", type=click.Choice(["high", "low"]), default=None, hidden=True)
 @click.option("--pause-after-evals", type=click.IntRange(1, None), default=None, hidden=True)
-def main(manifest, out, records, device, dtype, threads, epochs, max_steps, race_set, pause_after_evals):
+@click.option("--race-eval-at", default=None, hidden=True)
+def main(manifest, out, records, device, dtype, threads, epochs, max_steps, race_set, pause_after_evals, race_eval_at):
     """Full SFT from a manifest; the same command under torchrun / accelerate launch runs data-parallel."""
     from capacity_advisor.training.callbacks import end_process_group
 
     try:
         if race_set is not None:
-            raced = race_manifests(with_overrides(load_manifest(manifest), epochs=epochs, max_steps=max_steps))
+            at = race_shares(race_eval_at)
+            raced = race_manifests(with_overrides(load_manifest(manifest), epochs=epochs, max_steps=max_steps), at)
             sft.run_sft(raced[race_set], out, device=device, dtype=dtype, threads=threads, store=False,
                         keep_best=True, pause_after_evals=pause_after_evals)
         else:
@@ -64,6 +66,19 @@ def main(manifest, out, records, device, dtype, threads, epochs, max_steps, race
     # every rank has passed the run's last barrier: the group goes before the interpreter does (a
     # failed run exits at once instead, since a peer may never reach another collective)
     end_process_group()
+
+
+def race_shares(text: str | None) -> list[float] | None:
+    """The shares of --race-eval-at (comma-separated; training.race passes them), checked."""
+    if not text:
+        return None
+    try:
+        shares = [float(x) for x in text.split(",")]
+    except ValueError:
+        shares = []
+    if not shares or not all(0 < x <= 1 for x in shares):
+        raise InputError(f"--race-eval-at {text[:80]!r} must be shares of the budget in (0, 1], comma-separated")
+    return shares
 
 
 if __name__ == "__main__":

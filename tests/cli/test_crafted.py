@@ -36,6 +36,8 @@ BAD_FIELDS = [
     ("training", {"lr_scheduler": ["cosine"]}, "training.lr_scheduler"), ("training", {"lr_scheduler": {"a": 1}}, "training.lr_scheduler"),
     ("training", {"switch_epoch": "1"}, "training.switch_epoch"), ("training", {"weight_decay": None}, "training.weight_decay"),
     ("training", {"warmup_ratio": [0]}, "training.warmup_ratio"),
+    ("training", {"eval_at": 0.5}, "training.eval_at"), ("training", {"eval_at": [0]}, "training.eval_at"),
+    ("training", {"eval_at": ["0.5"]}, "training.eval_at"), ("training", {"eval_at": [0.5] * 17}, "training.eval_at"),
     ("training", {"lora": []}, "training.lora"), ("training", {"lora": {"r": True}}, "training.lora"),
     ("training", {"lora": {"r": 8, "alpha": "16"}}, "training.lora.alpha"),
     ("training", {"lora": {"r": 8, "dropout": [0]}}, "training.lora.dropout"),

@@ -125,6 +125,36 @@ def test_a_race_without_a_lead_stops_at_its_share_of_the_budget(tmp_path, tiny_l
     assert eval_rows(tmp_path / "out" / "race" / "low")[-1]["step"] == 3
 
 
+def test_a_race_evaluates_at_its_share_between_the_scheduled_evaluations(tmp_path, tiny_llama):
+    """One evaluation an epoch (steps 4 and 8): a race to 30 % of the budget adds one at step 3 and
+    stops there, where it stopped at step 4 (half the budget) before."""
+    from capacity_advisor.training.manifest import TrainingSpec
+
+    coarse = TrainingSpec(epochs=2, learning_rate=3e-3, batch_size=4, evals_per_epoch=1, save_total_limit=2,
+                          warmup_ratio=0.0)
+    path = race_manifest(tmp_path / "rec", tiny_llama, low=7, training=coarse)
+    summary = run_race(path, tmp_path / "out", RaceRule(fraction=0.3), records=str(tmp_path / "r.jsonl"), threads=1)
+    assert summary["stopped"] == {"reason": "fraction", "winner": "high", "step": 3, "epoch": 0.75, "share": 0.375,
+                                  "evaluation": 1}
+    assert [r["step"] for r in eval_rows(tmp_path / "out" / "race" / "high")] == [0, 3, 4, 8]
+    assert [r["step"] for r in eval_rows(tmp_path / "out" / "race" / "low")] == [0, 3]
+    record = json.loads((tmp_path / "out" / "race" / "high" / "record.json").read_text())
+    assert [e["step"] for e in record["evals"]] == [0, 3, 4, 8]
+
+
+def test_the_race_shares_a_launched_segment_evaluates_at_are_checked():
+    from capacity_advisor.training.launch import sft_args
+    from capacity_advisor.training.sft_cli import race_shares
+
+    args = sft_args("m.json", "out", race_set="low", pause_after_evals=1, race_eval_at=[0.3, 0.75])
+    assert args[args.index("--race-eval-at") + 1] == "0.3,0.75" and race_shares("0.3,0.75") == [0.3, 0.75]
+    assert race_shares(None) is None
+    for bad in ("x", "0", "0.5,2", ","):
+        with pytest.raises(InputError, match="--race-eval-at"):
+            race_shares(bad)
+    assert RaceRule(fraction=0.75, tie=0.3, wait=1.0).shares() == [0.3, 0.75]
+
+
 def test_a_killed_race_resumes_to_the_same_decision(tmp_path, tiny_llama, monkeypatch, clear_race):
     from transformers import TrainerCallback
 

@@ -51,9 +51,20 @@ def test_eval_schedule_is_four_per_epoch_and_ends_on_the_last_step():
     assert eval_schedule(3, 5, 4) == [1, 2, 3, 4, 5]  # fewer steps than evaluations: every step, once
 
 
+def test_eval_schedule_adds_the_first_step_at_or_past_each_share():
+    # one evaluation an epoch of 4 steps, 2 epochs: a race's 30 % and 75 % are steps 3 and 6, not 4 and 8
+    assert eval_schedule(4, 8, 1, at=(0.3, 0.75), epochs=2) == [3, 4, 6, 8]
+    assert eval_schedule(4, 8, 1, at=(0.5,), epochs=2) == [4, 8]  # already on the schedule: once
+    # a budget in steps (max_steps, no epochs): the share is of the steps
+    assert eval_schedule(10, 7, 1, every=5, at=(0.2,)) == [2, 5, 7]
+    # 2.5 epochs of 3 steps (the Trainer runs 8): 10 % is the first step whose epoch reaches 0.25
+    assert eval_schedule(3, 8, 1, at=(0.1,), epochs=2.5) == [1, 3, 6, 8]
+
+
 # ---- manifests ------------------------------------------------------------------------------
 def test_manifest_round_trip_and_relative_paths(tmp_path):
     path = make_manifest(tmp_path / "rec", "lab:s")
+    assert "eval_at" not in json.loads(path.read_text())["training"]  # written only when set: run keys as before
     m = load_manifest(path)
     assert m.dataset_path == tmp_path / "rec" / "train.jsonl" and m.training.epochs == 2
     assert m.to_dict() == json.loads(path.read_text())

@@ -88,6 +88,16 @@ def gated_table(cv: dict) -> None:
                  _pct(g.get("compute_saved")), ", ".join(above) or "none"]
         print("| " + " | ".join(cells) + " |")
     print()
+    shares = [(split, m["gated race"]["at_shares"]) for split, m in rows if m["gated race"].get("at_shares")]
+    if shares:  # the same gates' races evaluated also at their stop shares, as `advisor train` races
+        print("The same gated race with each race evaluated at its stop shares (regret at mean extra training):\n")
+        head = ["held out", "gated race", "other seed", "other half", "extra training where open", "within 3 points"]
+        print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+        for split, a in shares:
+            other = lambda k: "—" if a.get(k) is None else f"{a[k]:.2f}"  # noqa: E731
+            print(f"| {NAMES.get(split, split)} | {a['regret']:.2f} at {100 * a['overhead']:.0f} % | {other('other_seed')} | "
+                  f"{other('other_half')} | {_pct(a.get('overhead_where_open'))} | {_pct(a.get('within_3_points'))} |")
+        print()
 
 
 def _judged(gated: dict, high: dict, key: str, rows: bool = False) -> str:

@@ -16,6 +16,12 @@ read the held-out problems, the pick made on the even problems judged on the odd
 is the share of one run the losing set trains: its mean over every row, and over the rows the
 method raced on (what the user whose plan is a race pays).
 
+"evaluated at its shares" replays the race as `advisor train` runs it now: each raced run also
+evaluates at the rule's stop shares (`RaceRule.shares`), so it stops there, not at the next
+evaluation of the records' schedule (twice an epoch on the real rows). The records hold no
+evaluation at those shares, so the replay decides there on the evaluations before (less than the
+race will see) and charges the share itself.
+
 "gated race, scouted" asks whether the probe already ran the race: where D_low's accuracy gain in
 the probe leads D_high's by SCOUT or more (`gap_accuracy_gain`, what a gate's scout reads: `advisor
 fit --scout`), it takes D_low without a race, and elsewhere plans as the gated race does. The lead is never taken for D_high, whose
@@ -46,6 +52,7 @@ from capacity_advisor.training.race import RaceRule, decide
 RACES = (0.2, 0.5, 1.0)
 TIE_RACES = ((0.3, 0.75),)  # (tie check, fraction) of the races with a tie check replayed on every pool
 SCOUT = 0.2  # chosen on the 906 lab records: the smallest lead at which the scouted plan loses nothing there
+AT_SHARES = "gated race (shipped), evaluated at its shares"  # as `advisor train` now races: it stops at its share
 PAIRED = ((2, 0.05, 0.5), (2, 0.05, 1.0), (1, 0.05, 1.0))  # (k, margin, fraction) of the paired races replayed
 
 
@@ -112,7 +119,7 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
         runs.setdefault((u["source"], u["score"], u["student"], u["repeat"]), {})[record_option(rec)] = rec
     picks: dict[str, list[tuple[dict, str, float]]] = {m: [] for m in (
         "always high", "always low", "always mixed", "predictor alone", "policy", "gated race (shipped)",
-        "gated race, scouted", "gated race, scouted both ways",
+        "gated race, scouted", "gated race, scouted both ways", AT_SHARES,
         *(f"race on every pool, at {f:.0%}" for f in RACES),
         *(f"race on every pool, tie check at {t:.0%}, else at {f:.0%}" for t, f in TIE_RACES))}
     opened = []
@@ -126,8 +133,10 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
         if d.race is not None:  # the gate's race as `advisor train` runs it: its share, wait, lead rule and tie check
             kept, share = policy.gate.replay(r)
             picks["gated race (shipped)"].append((r, kept, share))
+            picks[AT_SHARES].append((r, *policy.gate.replay(r, at_shares=True)))
         else:
             picks["gated race (shipped)"].append((r, d.strategy, 0.0))
+            picks[AT_SHARES].append((r, d.strategy, 0.0))
         lead = accuracy_lead(r["features"])  # what a gate's scout reads: D_low's accuracy gain in the probe minus D_high's
         picks["gated race, scouted"].append((r, "low", 0.0) if lead >= SCOUT - 1e-9
                                             else picks["gated race (shipped)"][-1])

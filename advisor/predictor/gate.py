@@ -110,11 +110,13 @@ class Gate:
                     f"the gate's {self.headroom:g})")
         return None
 
-    def replay(self, row: dict) -> tuple[str, float]:
-        """(kept set, overhead) of this gate's race replayed on a row's curves (`races.with_curves`)."""
+    def replay(self, row: dict, at_shares: bool = False) -> tuple[str, float]:
+        """(kept set, overhead) of this gate's race replayed on a row's curves (`races.with_curves`);
+        `at_shares`: evaluated also at its stop shares, as `advisor train` races (`races.race`)."""
         c = row["curves"]
         return race(c["high"], c["low"], row["budget"], self.fraction, wait=self.wait, k=self.k, margin=self.margin,
-                    patient=self.patient, n_eval=row.get("n_eval", FULL_RUN_EVAL_PROBLEMS), tie=self.tie)
+                    patient=self.patient, n_eval=row.get("n_eval", FULL_RUN_EVAL_PROBLEMS), tie=self.tie,
+                    at_shares=at_shares)
 
     @property
     def rule(self) -> tuple:
@@ -178,17 +180,17 @@ def headroom_of(row: dict) -> float:
     return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else math.nan
 
 
-def gated_picks(measured: Sequence[dict], policy, gate: Gate) -> list[tuple[dict, str, float]]:
+def gated_picks(measured: Sequence[dict], policy, gate: Gate, at_shares: bool = False) -> list[tuple[dict, str, float]]:
     """(row, kept set, overhead) for each held-out measurement (`policy.held_out`'s): D_low where the
-    probe's lead decides (`Gate.scouts`), the gate's race where it opens, the policy's set at no cost
-    elsewhere."""
+    probe's lead decides (`Gate.scouts`), the gate's race where it opens (`at_shares`: evaluated also
+    at its stop shares, `Gate.replay`), the policy's set at no cost elsewhere."""
     out = []
     for m in measured:
         r = m["row"]
         if gate.scouts(r["features"]):
             out.append((r, "low", 0.0))
         elif gate.opens(m["probs"].get("low", math.nan), {HEADROOM_INPUT: headroom_of(r)}):
-            out.append((r, *gate.replay(r)))
+            out.append((r, *gate.replay(r, at_shares)))
         else:
             out.append((r, policy.choose(m["probs"], m["outside"], m["ratio"]) or "high", 0.0))
     return out
@@ -286,10 +288,11 @@ def summarize_gated(pairs: Sequence[tuple[dict, str, float]], rows: Sequence[dic
 
 
 def gated_methods(gated: dict, picks: dict, rows: Sequence[dict], tie_margin: float,
-                  everywhere: Sequence[tuple[dict, str, float, float]] = ()) -> dict:
+                  everywhere: Sequence[tuple[dict, str, float, float]] = (), at_shares: Sequence[tuple] = ()) -> dict:
     """The held-out tables' entries of the gated race: at the shipped cap (`gated race`, with its
     regret, overhead, regret on other seeds and worst source against always-high at every cap of
-    CAPS under `caps`; with `everywhere`, the same race run on every held-out pool — its regret,
+    CAPS under `caps`; with `at_shares`, the shipped cap's picks with each race evaluated also at its
+    stop shares (`Gate.replay`), under `at_shares`; with `everywhere`, the same race run on every held-out pool — its regret,
     overhead and share within 3 points — and the training the gate saves against it), and for the
     policy, the predictor and always-high the same stricter judgments (other seeds, other half) and the regret
     per pool source, to compare."""
@@ -301,6 +304,12 @@ def gated_methods(gated: dict, picks: dict, rows: Sequence[dict], tie_margin: fl
                               "other_seed": t["other_seed"]["regret"],  # the worst source's loss beside always-high
                               "worst_source_over_high": max(v["regret"] - high[s]["regret"] for s, v in t["by_source"].items())}
     out = {"gated race": {**summarize_gated(gated[CAP], rows, tie_margin), "cap": CAP, "caps": caps}}
+    if at_shares:  # the same gates' races evaluated also at their stop shares, as `advisor train` races
+        t = summarize_gated(at_shares, rows, tie_margin)
+        out["gated race"]["at_shares"] = {k: t[k] for k in ("regret", "overhead", "opened", "overhead_where_open",
+                                                             "within_3_points")}
+        out["gated race"]["at_shares"]["other_half"] = t["other_half"]["regret"]
+        out["gated race"]["at_shares"]["other_seed"] = t["other_seed"]["regret"]
     if everywhere:  # (row, kept, overhead racing it, the gated race's overhead on it), folds whose gate opens at all
         every = {"rows": len(everywhere), "regret": 100 * mean(regret(r, c) for r, c, *_ in everywhere),
                  "overhead": mean(o for _, _, o, _ in everywhere), "within_3_points": near_best(everywhere)}

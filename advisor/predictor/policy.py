@@ -342,7 +342,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
                          + (f"; the proxy split needs sources with students on both sides of {PROXY_CUT:.0e} "
                             "parameters" if split == PROXY else "") + ")")
     picks: dict[str, list] = {"policy": [], "predictor": []}
-    chosen, p_low, gated, everywhere = {}, [], {}, []
+    chosen, p_low, gated, everywhere, at_shares = {}, [], {}, [], []
     for name, train, test in fs:
         fold_kind, policy, _, inner = measured_policy(train, inner_split, kind, features, n_members, seed, jobs,
                                                       races, scouts)
@@ -353,6 +353,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
                 gate = with_gate(policy, inner, cap, open_cap, races, scouts).gate
                 gated.setdefault(cap, []).extend(gated_picks(outer, policy, gate) if gate else [])
                 if cap == CAP and gate is not None:
+                    at_shares.extend(gated_picks(outer, policy, gate, at_shares=True))
                     chosen[name]["race"] = gate.to_dict()
                     if not gate.never:  # its race, on every pool (a gate that never opens has none)
                         everywhere.extend((m["row"], *gate.replay(m["row"]), o)
@@ -388,7 +389,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     for m in ("policy", "predictor"):
         methods[m]["p_low_spread"] = seed_spread(p_low)
     if gated.get(CAP):
-        for m, extra in gated_methods(gated, picks, rows, tie_margin, everywhere).items():
+        for m, extra in gated_methods(gated, picks, rows, tie_margin, everywhere, at_shares).items():
             methods.setdefault(m, {}).update(extra)
     return {"split": split, "folds": [f[0] for f in fs], "kind": kind, "policies": chosen, "methods": methods}
 

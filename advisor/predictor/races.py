@@ -89,21 +89,33 @@ def with_curves(rows: list[dict], records) -> list[dict]:
 
 def race(curve_h, curve_l, budget: float, fraction: float, k: int | None = None, margin: float = 0.05,
          z: float = 1.96, n_eval: int = FULL_RUN_EVAL_PROBLEMS, wait: float | None = None,
-         patient: bool = False, tie: float | None = None) -> tuple[str, float]:
+         patient: bool = False, tie: float | None = None, at_shares: bool = False) -> tuple[str, float]:
     """(kept set, share of the budget at which the race stopped) of one replayed race. With `wait`,
     a race due to stop goes on, up to that share, while D_low is behind and gaining faster than
     D_high (`training.race.gaining`, as `advisor train` races); with `patient`, a D_high lead stops
     it only where `training.race.holds_back` lets it; with `tie`, at the first evaluation at or past
-    that share it stops for D_high unless D_low has been ahead or is gaining (`training.race.levels`)."""
+    that share it stops for D_high unless D_low has been ahead or is gaining (`training.race.levels`).
+
+    `at_shares`: the race as `advisor train` now runs it, evaluating also at its tie check, fraction
+    and wait (`RaceRule.shares`): it may stop at those shares exactly. The records hold no evaluation
+    there, so the replay decides at such a share on the evaluations before it (less than the race
+    will see) and charges the share itself."""
     h = [(e, a) for e, a in curve_h if e <= budget + 1e-9]
     lo = [(e, a) for e, a in curve_l if e <= budget + 1e-9]
+    events = [(min(1.0, e / budget), ah, al) for (e, ah), (_, al) in zip(h, lo)]
+    if at_shares and events:
+        on_grid = [s for s, _, _ in events]
+        for d in (tie, fraction, wait):
+            if d is not None and d < 1 and not any(abs(d - s) < 1e-9 for s in on_grid):
+                events.append((d, None, None))  # an evaluation the records lack: nothing new is seen there
+        events.sort(key=lambda x: (x[0], x[1] is None))
     seen = {"high": [], "low": []}
     streak, prev, checked = 0, None, tie is None
-    for (e, ah), (_, al) in zip(h, lo):
-        seen["high"].append(ah)
-        seen["low"].append(al)
-        share = min(1.0, e / budget)
-        if k is not None:
+    for share, ah, al in events:
+        if ah is not None:
+            seen["high"].append(ah)
+            seen["low"].append(al)
+        if k is not None and ah is not None:
             se = math.sqrt(max(ah * (1 - ah), 0) / n_eval + max(al * (1 - al), 0) / n_eval)
             lead = ("high" if ah > al else "low") if abs(ah - al) > max(z * se, margin) else None
             streak = (streak + 1 if lead == prev else 1) if lead else 0

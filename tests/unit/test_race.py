@@ -221,6 +221,23 @@ def test_at_the_share_the_best_accuracy_so_far_wins_and_high_wins_ties():
     assert stop["winner"] == "high"
 
 
+def test_a_replay_at_the_shares_stops_there_on_what_was_seen_before():
+    """`races.race(at_shares=True)` replays a race that evaluates at its stop shares on records that
+    evaluated twice a budget: it stops at the share itself and decides on the evaluations before it."""
+    high, low = [(0.5, 0.4), (1.0, 0.5)], [(0.5, 0.3), (1.0, 0.9)]  # D_low ahead only at the end
+    assert race(high, low, 1.0, 0.75) == ("low", 1.0)  # the schedule's next evaluation: the whole budget
+    assert race(high, low, 1.0, 0.75, at_shares=True) == ("high", 0.75)  # at 75 %, on the half-way evaluation
+    assert race(high, low, 1.0, 0.5, at_shares=True) == ("high", 0.5)  # on the schedule: as before
+    # nothing seen before a share: the tie check cannot stop for D_high, the race stops at F for D_high
+    assert race(high, low, 1.0, 0.75, tie=0.3, at_shares=True) == ("high", 0.75)
+    assert race([(1.0, 0.5)], [(1.0, 0.9)], 1.0, 0.75, at_shares=True) == ("high", 0.75)
+    # a race waiting for a gaining D_low stops at its wait share, not at the end
+    rising = [(0.2, 0.1), (0.4, 0.2), (0.55, 0.3), (0.8, 0.35), (1.0, 0.9)]
+    flat = [(e, 0.4) for e, _ in rising]
+    assert race(flat, rising, 1.0, 0.6, wait=0.9, at_shares=True) == ("high", 0.9)
+    assert race(flat, rising, 1.0, 0.6, wait=0.9) == ("low", 1.0)
+
+
 def test_a_tie_check_stops_for_d_high_where_d_low_shows_nothing_and_the_replay_agrees():
     """At the first evaluation at or past `tie`, a race whose D_low has not been ahead at any evaluation
     and is not gaining stops for D_high ("tie"); one whose D_low led once (even if overtaken since), or

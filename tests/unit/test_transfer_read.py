@@ -40,7 +40,10 @@ def test_the_gated_race_is_replayed_with_the_plans_own_stops(monkeypatch):
     rows = with_curves(label_rows(records), records)
     for gate in (Gate(0.0, math.inf, 0.75, tie=0.3), Gate(0.0, math.inf, 1.0, k=1, margin=0.0)):
         monkeypatch.setattr(transfer.Policy, "of", classmethod(lambda cls, p, g=gate: Policy(margin=2.0, gate=g)))
-        got = transfer.judge(records)["methods"]["gated race (shipped)"]["all"]
+        judged = transfer.judge(records)["methods"]
+        got = judged["gated race (shipped)"]["all"]
+        at = [gate.replay(r, at_shares=True) for r in rows]  # the race as `advisor train` runs it: at its shares
+        assert judged[transfer.AT_SHARES]["all"]["overhead"] == pytest.approx(sum(s for _, s in at) / len(at))
         want = [gate.replay(r) for r in rows]
         plain = [Gate(0.0, math.inf, gate.fraction).replay(r) for r in rows]  # the same share, no stop before it
         assert got["rows"] == len(rows) == 24 and want != plain

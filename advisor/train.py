@@ -183,10 +183,14 @@ def train_race(req: RunRequest, rule: RaceRule, dry_run: bool = False, planned: 
                 + (" (D_high only once D_low is not gaining)" if rule.patient else "") if rule.k is not None else "")
         wait = f" (up to {rule.wait:.0%} while D_low is behind and gaining)" if rule.wait else ""
         tie = f"; at {rule.tie:.0%} of the budget {TIE_WORDS}" if rule.tie is not None else ""
+        shares = ", ".join(f"{x:.0%}" for x in rule.shares())
+        evaluated = f"; both runs also evaluated at {shares} of the budget, so it stops there" if shares else ""
         say(f"race of D_high against D_low in {req.out}: stop at {rule.fraction:.0%} of the budget{wait}{stop}{tie}"
+            + evaluated
             + (f"; each run launched over {req.nproc} processes ({req.launcher})" if launch else "")
             + ("; planned by the recommendation (--no-race trains the recommended set alone)" if planned else ""))
-        return Trained("race", {"dry_run": True, "out": req.out, "race": asdict(rule), "planned": planned,
+        return Trained("race", {"dry_run": True, "out": req.out, "race": asdict(rule), "evaluated_at": rule.shares(),
+                                "planned": planned,
                                 "launch": launch})
     summary = run_race(req.manifest, req.out, rule, records=req.records, device=req.device, dtype=req.dtype,
                        threads=req.threads, epochs=req.epochs, max_steps=req.max_steps, launch=launch)

@@ -109,8 +109,9 @@ def test_a_dry_run_of_each_says_what_it_would_do(plain, planned, tmp_path):
     race = train_manifest(RunRequest(planned, str(tmp_path / "race")), dry_run=True, say=said.append)
     assert race.summary["planned"] is True and race.summary["race"]["fraction"] == 0.5 and race.title is None
     assert said == [f"race of D_high against D_low in {tmp_path / 'race'}: stop at 50% of the budget (up to 75% while "
-                    "D_low is behind and gaining); planned by the recommendation (--no-race trains the recommended "
-                    "set alone)"]
+                    "D_low is behind and gaining); both runs also evaluated at 50%, 75% of the budget, so it stops "
+                    "there; planned by the recommendation (--no-race trains the recommended set alone)"]
+    assert race.summary["evaluated_at"] == [0.5, 0.75]
     exported = train_manifest(RunRequest(plain, ""), export_dir=str(tmp_path / "exp"), dry_run=True)
     assert exported.message.startswith(f"export checked; it would write {len(exported.summary['would_write'])} files")
     assert not (tmp_path / "exp").exists()

@@ -47,7 +47,7 @@ from capacity_advisor.training import sft
 from capacity_advisor.training.launch import launch_command
 from capacity_advisor.training.manifest import Manifest, SETS, load_manifest
 from capacity_advisor.training.record import best_checkpoint, write_record
-from capacity_advisor.training.run_check import check_run, with_overrides
+from capacity_advisor.training.run_check import check_run, run_key, with_overrides
 
 RACED = SETS[:2]  # high, low: D_high first, so it is preferred on ties
 RACE_VERSION = 1
@@ -347,10 +347,10 @@ def check_race(manifest, out, rule: RaceRule, device: str, dtype: str, epochs, m
     m = with_overrides(m, epochs=epochs, max_steps=max_steps)
     runs = race_manifests(m, rule.shares())
     folders = {s: Path(out) / "race" / s for s in RACED}
+    key = race_key({s: run_key(runs[s]) for s in RACED}, rule)
+    check_race_folder(Path(out), key)  # before the runs' own checks: a folder of another race is named as such
     checked = {s: check_run(runs[s], folders[s], world=world, device=device, dtype=dtype) for s in RACED}
     check_rule_fits(rule, runs, checked, world)
-    key = race_key(checked, rule)
-    check_race_folder(Path(out), key)
     return m, runs, folders, checked, key
 
 
@@ -384,7 +384,7 @@ def check_rule_fits(rule: RaceRule, runs: dict, checked: dict, world: int) -> No
                          f"({evals}): give at most {evals}")
 
 
-def race_key(checked: dict, rule: RaceRule) -> str:
+def race_key(run_keys: dict[str, str], rule: RaceRule) -> str:
     """Identifies a race: both runs (their run keys: manifest, data, schedule) and the rule that
     decides between them. OUT/config.json records it; a folder holding another is refused."""
     rule_fields = asdict(rule)
@@ -392,7 +392,7 @@ def race_key(checked: dict, rule: RaceRule) -> str:
         rule_fields.pop("patient")
     if rule.tie is None:  # ... and before they could check for a tie
         rule_fields.pop("tie")
-    return stable_hash({"runs": {s: checked[s].key for s in RACED}, "rule": rule_fields})
+    return stable_hash({"runs": {s: run_keys[s] for s in RACED}, "rule": rule_fields})
 
 
 def check_race_folder(out: Path, key: str) -> None:

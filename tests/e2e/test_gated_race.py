@@ -286,12 +286,10 @@ def test_a_patient_race_is_not_stopped_by_the_early_lead_of_d_high_over_a_slow_s
     acc = [(r["epoch"], r["accuracy"]) for r in curves["high"][1:]], [(r["epoch"], r["accuracy"]) for r in curves["low"][1:]]
     assert race(*acc, 2.0, 0.5, k=1, wait=1.0, patient=True, n_eval=10) == ("low", 1.25 / 2.0)
     # a race folder from before races could be patient keeps its key
-    from types import SimpleNamespace
-
     from capacity_advisor.core.files import stable_hash
     from capacity_advisor.training.race import race_key
 
-    checked = {s: SimpleNamespace(key=f"{s}-key") for s in ("high", "low")}
+    checked = {s: f"{s}-key" for s in ("high", "low")}
     old = {"fraction": 0.5, "k": 2, "margin": 0.05, "z": 1.96, "wait": None}
     assert race_key(checked, RaceRule(0.5)) == stable_hash({"runs": {"high": "high-key", "low": "low-key"}, "rule": old})
     assert race_key(checked, RaceRule(0.5, patient=True)) != race_key(checked, RaceRule(0.5))

@@ -170,7 +170,9 @@ def train_race(req: RunRequest, rule: RaceRule, dry_run: bool = False, planned: 
     if req.nproc < 1:
         raise InputError(f"--nproc {req.nproc} must be at least 1")
     check_writable_dir(req.out, "--out")
-    check_race(req.manifest, req.out, rule, req.device, req.dtype, req.epochs, req.max_steps, world=req.nproc)
+    _, runs, *_ = check_race(req.manifest, req.out, rule, req.device, req.dtype, req.epochs, req.max_steps,
+                             world=req.nproc)
+    evaluated_at = runs["high"].training.eval_at or []
     launch = None
     if req.nproc > 1 or req.accelerate_config:  # each run's segments launched over the processes
         import torch
@@ -183,13 +185,13 @@ def train_race(req: RunRequest, rule: RaceRule, dry_run: bool = False, planned: 
                 + (" (D_high only once D_low is not gaining)" if rule.patient else "") if rule.k is not None else "")
         wait = f" (up to {rule.wait:.0%} while D_low is behind and gaining)" if rule.wait else ""
         tie = f"; at {rule.tie:.0%} of the budget {TIE_WORDS}" if rule.tie is not None else ""
-        shares = ", ".join(f"{x:.0%}" for x in rule.shares())
+        shares = ", ".join(f"{x:.0%}" for x in evaluated_at)
         evaluated = f"; both runs also evaluated at {shares} of the budget, so it stops there" if shares else ""
         say(f"race of D_high against D_low in {req.out}: stop at {rule.fraction:.0%} of the budget{wait}{stop}{tie}"
             + evaluated
             + (f"; each run launched over {req.nproc} processes ({req.launcher})" if launch else "")
             + ("; planned by the recommendation (--no-race trains the recommended set alone)" if planned else ""))
-        return Trained("race", {"dry_run": True, "out": req.out, "race": asdict(rule), "evaluated_at": rule.shares(),
+        return Trained("race", {"dry_run": True, "out": req.out, "race": asdict(rule), "evaluated_at": evaluated_at,
                                 "planned": planned,
                                 "launch": launch})
     summary = run_race(req.manifest, req.out, rule, records=req.records, device=req.device, dtype=req.dtype,

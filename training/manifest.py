@@ -271,7 +271,7 @@ class Manifest:
         for key in ("sets", "race"):  # written only when set, so manifests without them read as before
             if not d[key]:
                 d.pop(key)
-        if d["training"].get("eval_at") is None:  # written only when set: run keys stay as they were
+        if not d["training"].get("eval_at"):  # written only when set (null and [] alike): run keys stay as they were
             d["training"].pop("eval_at")
         if d["eval"].get("measure_every") == 1:  # written only when it thins the measures: run keys stay as they were
             d["eval"].pop("measure_every")

@@ -25,7 +25,9 @@ loser's folder stays as it is.
 
 Each raced run also evaluates at the first step at or past each share the rule may stop at without
 a lead (`RaceRule.shares`: its tie check, fraction and wait; `training.eval_at`), so a race stops
-at its share, not at the next evaluation of the manifest's schedule.
+at its share, not at the next evaluation of the manifest's schedule — where both sets have as many
+rows, so that both runs evaluate at the same steps (evaluations are paired by their order). The
+extra evaluations count as evaluations for `k`, the wait's window and `holds_back`.
 
 OUT/race.json says what raced, the paired comparison at every evaluation, when and why the race
 stopped and the winner; the winner's RunRecord carries the same under provenance.race. A rerun of
@@ -45,6 +47,7 @@ from capacity_advisor.core.files import folder_lock, recorded_key, refuse_specia
 from capacity_advisor.models import loading
 from capacity_advisor.training import sft
 from capacity_advisor.training.launch import launch_command
+from capacity_advisor.training.data import read_sft_rows
 from capacity_advisor.training.manifest import Manifest, SETS, load_manifest
 from capacity_advisor.training.record import best_checkpoint, write_record
 from capacity_advisor.training.run_check import check_run, run_key, with_overrides
@@ -138,7 +141,7 @@ def set_files(m: Manifest) -> dict[str, str | None]:
 def race_manifests(m: Manifest, eval_at: list[float] | None = None) -> dict[str, Manifest]:
     """The manifest of each raced run: `m` on that set's data, per-problem correctness kept, and
     evaluated also at the shares of the budget in `eval_at` (the rule's decision points,
-    `RaceRule.shares`) besides the manifest's schedule. InputError when `m` does not name both sets, or has no held-out evaluation to compare them."""
+    `RaceRule.shares`) beside the manifest's schedule and its own `eval_at`. InputError when `m` does not name both sets, or has no held-out evaluation to compare them."""
     files = set_files(m)
     missing = [f"D_{s} (sets.{s})" for s, f in files.items() if not f]
     if missing:
@@ -155,7 +158,8 @@ def race_manifests(m: Manifest, eval_at: list[float] | None = None) -> dict[str,
                          "(--no-race where the recommendation planned the race)")
     out = {}
     for s, f in files.items():
-        training = replace(m.training, switch_epoch=None, eval_at=sorted(eval_at) if eval_at else None)
+        shares = sorted(set(m.training.eval_at or ()) | set(eval_at or ()))  # the manifest's own, and the rule's
+        training = replace(m.training, switch_epoch=None, eval_at=shares or None)
         out[s] = replace(m, dataset=f, strategy=s, mix=0.0, sets={}, race=None, training=training,
                          eval=replace(m.eval, per_problem=True)).validate(where=f"manifest of the D_{s} run")
     return out
@@ -345,7 +349,10 @@ def check_race(manifest, out, rule: RaceRule, device: str, dtype: str, epochs, m
     rule.check()
     m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
     m = with_overrides(m, epochs=epochs, max_steps=max_steps)
-    runs = race_manifests(m, rule.shares())
+    # the rule's shares are evaluated only where both sets have as many rows (as `advisor recommend` writes
+    # them): the two runs then take the same steps, and `decide` pairs their evaluations by order
+    sizes = {s: len(read_sft_rows(p.dataset_path)) for s, p in race_manifests(m).items()}
+    runs = race_manifests(m, rule.shares() if sizes["high"] == sizes["low"] else None)
     folders = {s: Path(out) / "race" / s for s in RACED}
     key = race_key({s: run_key(runs[s]) for s in RACED}, rule)
     check_race_folder(Path(out), key)  # before the runs' own checks: a folder of another race is named as such

@@ -51,6 +51,8 @@ def main(manifest, out, records, device, dtype, threads, epochs, max_steps, race
     from capacity_advisor.training.callbacks import end_process_group
 
     try:
+        if race_eval_at and race_set is None:
+            raise InputError("--race-eval-at goes with --race-set (training.race passes both)")
         if race_set is not None:
             at = race_shares(race_eval_at)
             raced = race_manifests(with_overrides(load_manifest(manifest), epochs=epochs, max_steps=max_steps), at)

@@ -100,9 +100,11 @@ def race(curve_h, curve_l, budget: float, fraction: float, k: int | None = None,
     and wait (`RaceRule.shares`): it may stop at those shares exactly. The records hold no evaluation
     there, so the replay decides at such a share on the evaluations before it (less than the race
     will see) and charges the share itself."""
-    h = [(e, a) for e, a in curve_h if e <= budget + 1e-9]
-    lo = [(e, a) for e, a in curve_l if e <= budget + 1e-9]
-    events = [(min(1.0, e / budget), ah, al) for (e, ah), (_, al) in zip(h, lo)]
+    # the two runs' evaluations paired by epoch: one a race kept (evaluated also at its shares) beside
+    # a plain run of the other set pairs on the evaluations both made
+    lo = {round(e, 9): a for e, a in curve_l if e <= budget + 1e-9}
+    events = [(min(1.0, e / budget), ah, lo[round(e, 9)]) for e, ah in curve_h
+              if e <= budget + 1e-9 and round(e, 9) in lo]
     if at_shares and events:
         on_grid = [s for s, _, _ in events]
         for d in (tie, fraction, wait):

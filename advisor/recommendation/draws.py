@@ -159,13 +159,20 @@ def race_plan(predictor, race: dict | None) -> dict | None:
         return None
     methods = (((predictor.meta or {}).get("cv") or {}).get("source") or {}).get("methods") or {}
     gated, high = methods.get("gated race") or {}, methods.get("always high") or {}
+    # the replay of the race as `advisor train` runs it (evaluated at its stop shares), where the fit has it
+    shares = gated.get("at_shares") if isinstance(gated.get("at_shares"), dict) else {}
+    at_shares = all(isinstance(shares.get(k), (int, float)) for k in ("regret", "overhead"))
+    gated = shares if at_shares else gated
     measured = all(isinstance(gated.get(k), (int, float)) for k in ("regret", "overhead"))
     where_open = gated.get("overhead_where_open")
     expected = {"regret": gated["regret"], "overhead": gated["overhead"],
                 "overhead_where_open": where_open if isinstance(where_open, (int, float)) else None} if measured else None
+    replayed = ("each race evaluated at its stop shares" if at_shares
+                else "each race stopped at the schedule's next evaluation")
     return {**race, "expected": expected,
             "always_high_regret": high.get("regret") if measured else None,
-            "measured_on": "the predictor's held-out table, one pool source left out at a time (meta.cv.source)"}
+            "measured_on": f"the predictor's held-out table, one pool source left out at a time (meta.cv.source; "
+                           f"{replayed})"}
 
 
 def race_headline(plan: dict) -> str:

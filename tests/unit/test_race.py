@@ -142,6 +142,31 @@ def test_a_race_evaluates_at_its_share_between_the_scheduled_evaluations(tmp_pat
     assert [e["step"] for e in record["evals"]] == [0, 3, 4, 8]
 
 
+def test_only_sets_of_equal_size_are_evaluated_at_the_shares_and_a_manifests_own_are_kept(tmp_path, tiny_llama):
+    """Evaluations are paired by their order, so the rule's shares are added only where both runs take
+    the same steps (as many rows in both sets); a manifest's own eval_at is kept beside them."""
+    from capacity_advisor.training.manifest import TrainingSpec
+    from capacity_advisor.training.race import check_race
+    from helpers import write_set
+
+    own = TrainingSpec(epochs=2, learning_rate=3e-3, batch_size=4, evals_per_epoch=1, warmup_ratio=0.0, eval_at=[0.9])
+    path = race_manifest(tmp_path / "rec", tiny_llama, training=own)
+    _, runs, *_ = check_race(path, tmp_path / "out", RaceRule(fraction=0.75, tie=0.3), "cpu", "auto", None, None)
+    assert all(runs[s].training.eval_at == [0.3, 0.75, 0.9] for s in ("high", "low"))
+    write_set(tmp_path / "rec" / "train-low.jsonl", 3, n=12)  # D_low now has 3 steps an epoch, D_high 4
+    _, runs, *_ = check_race(path, tmp_path / "out2", RaceRule(fraction=0.75, tie=0.3), "cpu", "auto", None, None)
+    assert all(runs[s].training.eval_at == [0.9] for s in ("high", "low"))
+
+
+def test_a_replay_pairs_the_two_runs_by_epoch():
+    """A race's winner stored with an evaluation at its share, beside a plain run of the other set:
+    the replay pairs the evaluations both made, as if the extra one were not there."""
+    plain = [(0.5, 0.4), (1.0, 0.5), (1.5, 0.6), (2.0, 0.6)]
+    extra = [(0.5, 0.4), (1.0, 0.5), (1.25, 0.9), (1.5, 0.6), (2.0, 0.6)]
+    low = [(0.5, 0.3), (1.0, 0.55), (1.5, 0.7), (2.0, 0.7)]
+    assert race(extra, low, 2.0, 0.75) == race(plain, low, 2.0, 0.75) == ("low", 0.75)
+
+
 def test_the_race_shares_a_launched_segment_evaluates_at_are_checked():
     from capacity_advisor.training.launch import sft_args
     from capacity_advisor.training.sft_cli import race_shares
@@ -153,6 +178,10 @@ def test_the_race_shares_a_launched_segment_evaluates_at_are_checked():
         with pytest.raises(InputError, match="--race-eval-at"):
             race_shares(bad)
     assert RaceRule(fraction=0.75, tie=0.3, wait=1.0).shares() == [0.3, 0.75]
+    from capacity_advisor.training.sft_cli import main
+
+    r = CliRunner().invoke(main, ["--manifest", "m.json", "--out", "o", "--race-eval-at", "0.5"])
+    assert r.exit_code == 2 and "--race-eval-at goes with --race-set" in r.output
 
 
 def test_a_killed_race_resumes_to_the_same_decision(tmp_path, tiny_llama, monkeypatch, clear_race):

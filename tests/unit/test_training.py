@@ -65,6 +65,10 @@ def test_eval_schedule_adds_the_first_step_at_or_past_each_share():
 def test_manifest_round_trip_and_relative_paths(tmp_path):
     path = make_manifest(tmp_path / "rec", "lab:s")
     assert "eval_at" not in json.loads(path.read_text())["training"]  # written only when set: run keys as before
+    from dataclasses import replace
+
+    empty = load_manifest(path)
+    assert replace(empty, training=replace(empty.training, eval_at=[])).to_dict() == empty.to_dict()
     m = load_manifest(path)
     assert m.dataset_path == tmp_path / "rec" / "train.jsonl" and m.training.epochs == 2
     assert m.to_dict() == json.loads(path.read_text())

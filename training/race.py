@@ -156,10 +156,10 @@ def race_manifests(m: Manifest, eval_at: list[float] | None = None) -> dict[str,
         raise InputError("a race compares the sets on held-out problems, and the manifest has no eval.path with a "
                          "checker (lab or math): give the manifest an eval set and eval.checker, or train one set "
                          "(--no-race where the recommendation planned the race)")
+    shares = sorted(set(m.training.eval_at or ()) | set(eval_at or ()))  # the manifest's own, and the rule's
+    training = replace(m.training, switch_epoch=None, eval_at=shares or None)
     out = {}
     for s, f in files.items():
-        shares = sorted(set(m.training.eval_at or ()) | set(eval_at or ()))  # the manifest's own, and the rule's
-        training = replace(m.training, switch_epoch=None, eval_at=shares or None)
         out[s] = replace(m, dataset=f, strategy=s, mix=0.0, sets={}, race=None, training=training,
                          eval=replace(m.eval, per_problem=True)).validate(where=f"manifest of the D_{s} run")
     return out
@@ -351,12 +351,13 @@ def check_race(manifest, out, rule: RaceRule, device: str, dtype: str, epochs, m
     m = with_overrides(m, epochs=epochs, max_steps=max_steps)
     # the rule's shares are evaluated only where both sets have as many rows (as `advisor recommend` writes
     # them): the two runs then take the same steps, and `decide` pairs their evaluations by order
-    sizes = {s: len(read_sft_rows(p.dataset_path)) for s, p in race_manifests(m).items()}
-    runs = race_manifests(m, rule.shares() if sizes["high"] == sizes["low"] else None)
+    rows = {s: read_sft_rows(p.dataset_path) for s, p in race_manifests(m).items()}  # read once, checked below
+    runs = race_manifests(m, rule.shares() if len(rows["high"]) == len(rows["low"]) else None)
     folders = {s: Path(out) / "race" / s for s in RACED}
     key = race_key({s: run_key(runs[s]) for s in RACED}, rule)
     check_race_folder(Path(out), key)  # before the runs' own checks: a folder of another race is named as such
-    checked = {s: check_run(runs[s], folders[s], world=world, device=device, dtype=dtype) for s in RACED}
+    checked = {s: check_run(runs[s], folders[s], world=world, device=device, dtype=dtype, rows=rows[s])
+               for s in RACED}
     check_rule_fits(rule, runs, checked, world)
     return m, runs, folders, checked, key
 

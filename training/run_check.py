@@ -87,11 +87,13 @@ class Checked:
 
 
 def check_run(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, world: int = 1, device: str = "auto",
-              dtype: str = "auto", epochs: float | None = None, max_steps: int | None = None) -> Checked:
+              dtype: str = "auto", epochs: float | None = None, max_steps: int | None = None,
+              rows: list | None = None) -> Checked:
     """Everything a run refuses, refused before it starts: the manifest (with any --epochs /
     --max-steps), the run folder, the batch split over `world` processes, the device and dtype,
     the data, eval and re-ranking files, LoRA's library. `run_sft` calls it, and so does
-    `advisor train --dry-run`, so a dry run refuses exactly what the run would."""
+    `advisor train --dry-run`, so a dry run refuses exactly what the run would. `rows`: the
+    dataset's rows, where the caller read them already (`read_sft_rows`)."""
     m = manifest if isinstance(manifest, Manifest) else load_manifest(manifest)
     m = with_overrides(m, epochs=epochs, max_steps=max_steps)
     key = run_key(m)
@@ -107,7 +109,7 @@ def check_run(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, wo
     check_model_spec(m.model_spec)  # its path, not its weights
     # every file the manifest names is read and checked before the device, the libraries or a model
     # are touched: a damaged set is refused at once, whichever set of a race it is
-    rows = read_sft_rows(m.dataset_path)
+    rows = read_sft_rows(m.dataset_path) if rows is None else rows
     train_set = SFTDataset(rows, t.switch_epoch, where=str(m.dataset_path))
     eval_rows = read_eval_set(m.eval_path, m.eval.limit) if m.eval_path else []
     if m.eval.teacher and eval_rows:

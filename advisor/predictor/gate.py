@@ -306,10 +306,9 @@ def gated_methods(gated: dict, picks: dict, rows: Sequence[dict], tie_margin: fl
     out = {"gated race": {**summarize_gated(gated[CAP], rows, tie_margin), "cap": CAP, "caps": caps}}
     if at_shares:  # the same gates' races evaluated also at their stop shares, as `advisor train` races
         t = summarize_gated(at_shares, rows, tie_margin)
-        out["gated race"]["at_shares"] = {k: t[k] for k in ("regret", "overhead", "opened", "overhead_where_open",
-                                                             "within_3_points")}
-        out["gated race"]["at_shares"]["other_half"] = t["other_half"]["regret"]
-        out["gated race"]["at_shares"]["other_seed"] = t["other_seed"]["regret"]
+        out["gated race"]["at_shares"] = {**{k: t[k] for k in ("regret", "overhead", "opened", "overhead_where_open",
+                                                                "within_3_points")},
+                                          **{k: t[k]["regret"] for k in ("other_half", "other_seed")}}
     if everywhere:  # (row, kept, overhead racing it, the gated race's overhead on it), folds whose gate opens at all
         every = {"rows": len(everywhere), "regret": 100 * mean(regret(r, c) for r, c, *_ in everywhere),
                  "overhead": mean(o for _, _, o, _ in everywhere), "within_3_points": near_best(everywhere)}

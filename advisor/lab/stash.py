@@ -8,8 +8,9 @@ carried in the repository to the machine that goes on with it.
 A stash is DIR/NAME.tar.gz (replaced each time; under a megabyte): the source's config.json, its
 teacher pools and every finished unit's records, evaluations and probe report, nothing else (no
 checkpoints, datasets or score caches, and no pool summary's cache folder, which names the
-machine). Restoring unpacks it into WORK/NAME when WORK/NAME does not exist yet, so the sweep skips
-the finished units. It is whole or not at all: every member is checked from its header (a plain
+machine). The source folder's own path, which its config, records and probe reports name, is written
+as SOURCE_MARK, so the archive holds no machine's path; restoring unpacks it into WORK/NAME when
+WORK/NAME does not exist yet, that folder's path put back, so the sweep skips the finished units. It is whole or not at all: every member is checked from its header (a plain
 file whose normalised path lies inside NAME/, of at most MEMBER_BYTES, STASH_BYTES in all, at most
 MAX_MEMBERS of them, the whole archive read through once first to bound what it unpacks to) and the
 archive is unpacked into a temporary folder renamed into place, so an archive refused or damaged
@@ -59,9 +60,14 @@ def stash_files(work: Path, cfg: CalibrateConfig, name: str) -> tuple[list[Path]
     return files, done
 
 
+# What stands for a sweep source's folder (WORK/NAME) in a stashed file: put back on restore.
+SOURCE_MARK = "<sweep source folder>"
+
+
 def stash(work: Path, cfg: CalibrateConfig, name: str, dest: Path) -> dict:
     """DEST/NAME.tar.gz from WORK/NAME, the source `cfg` describes (see the module doc); what was kept."""
     files, done = stash_files(work, cfg, name)
+    here = str((work / name).resolve()).encode()
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=9) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
         for f in files:
@@ -71,6 +77,7 @@ def stash(work: Path, cfg: CalibrateConfig, name: str, dest: Path) -> dict:
                 for part in (summary, summary.get("summary") or {}):
                     part.pop("cache", None)
                 data = (json.dumps(summary, indent=2) + "\n").encode()
+            data = data.replace(here, SOURCE_MARK.encode())
             info = tarfile.TarInfo(str(f.relative_to(work)))
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
@@ -83,9 +90,21 @@ def stash(work: Path, cfg: CalibrateConfig, name: str, dest: Path) -> dict:
 
 def restore(stashed: Path, work: Path, name: str) -> bool:
     """Unpack STASHED/NAME.tar.gz into WORK when WORK/NAME does not exist; True if it did (see the
-    module doc: whole or not at all)."""
+    module doc: whole or not at all), the folder's own path put back where the stash marks it."""
     return unpack(Path(stashed) / f"{name}.tar.gz", Path(work), name, "the source again (`advisor lab stash`)",
-                  "to start the source over")
+                  "to start the source over", put_back(SOURCE_MARK, Path(work) / name))
+
+
+def put_back(mark: str, folder: Path):
+    """The `fix` of `unpack` that writes FOLDER's path where a stashed file holds MARK."""
+    here = str(folder.resolve()).encode()
+
+    def fix(unpacked: Path) -> None:
+        for f in unpacked.rglob("*"):
+            if f.is_file() and mark.encode() in (data := f.read_bytes()):
+                f.write_bytes(data.replace(mark.encode(), here))
+
+    return fix
 
 
 def unpack(archive: Path, work: Path, name: str, again: str, over: str, fix=None) -> bool:
@@ -226,11 +245,5 @@ def restore_calibration(stashed: Path, work: Path, name: str) -> bool:
     """Unpack STASHED/NAME.tar.gz into WORK/NAME when that folder does not exist, the folder's own
     path put back where the stash marks it; True if it did. Whole or not at all, every member
     checked as `restore` checks a sweep's stash."""
-    here = str((Path(work) / name).resolve()).encode()
-
-    def put_back(folder: Path) -> None:
-        for f in folder.rglob("*"):
-            if f.is_file() and FOLDER_MARK.encode() in (data := f.read_bytes()):
-                f.write_bytes(data.replace(FOLDER_MARK.encode(), here))
-
-    return unpack(Path(stashed) / f"{name}.tar.gz", Path(work), name, "the folder again", "to start over", put_back)
+    return unpack(Path(stashed) / f"{name}.tar.gz", Path(work), name, "the folder again", "to start over",
+                  put_back(FOLDER_MARK, Path(work) / name))

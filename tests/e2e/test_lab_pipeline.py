@@ -186,9 +186,10 @@ def test_a_source_is_stashed_and_restored_through_the_verbs(capsys, tmp_path):
     (work / name / "config.json").write_text(json.dumps({"stage": "calibrate", "settings": asdict(cfg)}) + "\n")
     (work / name / "listmax" / "pools" / "s0.jsonl").write_text('{"id": "q0"}\n')
     unit = cells(cfg)[0]
-    for r in run_names(cfg, unit):
+    for r in run_names(cfg, unit):  # a record names its run's folder, as a finished run's does
         (unit.folder(work / name) / r).mkdir(parents=True)
-        (unit.folder(work / name) / r / "record.json").write_text("{}")
+        (unit.folder(work / name) / r / "record.json").write_text(
+            json.dumps({"best_checkpoint": str((unit.folder(work / name) / r / "checkpoint-4").resolve())}))
         (unit.folder(work / name) / r / "eval.jsonl").write_text('{"step": 0}\n')
     (unit.folder(work / name) / "probe").mkdir()
     (unit.folder(work / name) / "probe" / "probe.json").write_text("{}")
@@ -196,7 +197,12 @@ def test_a_source_is_stashed_and_restored_through_the_verbs(capsys, tmp_path):
     assert code == 0, err
     (row,) = json.loads(out[out.index("["):])
     assert (row["source"], row["units_done"]) == (name, 1) and (tmp_path / "s" / f"{name}.tar.gz").is_file()
+    import gzip
+    assert str(tmp_path.resolve()).encode() not in gzip.decompress((tmp_path / "s" / f"{name}.tar.gz").read_bytes())
     fresh = tmp_path / "fresh"
     code, out, err = advisor(capsys, "lab", "restore", "--work", fresh, "--stash-dir", tmp_path / "s", "--json")
     assert code == 0 and json.loads(out[out.index("{"):])["restored"] == [name], err
     assert (unit.folder(fresh / name) / "probe" / "probe.json").read_text() == "{}"
+    r = run_names(cfg, unit)[0]  # the restored record names the restored folder
+    assert json.loads((unit.folder(fresh / name) / r / "record.json").read_text())["best_checkpoint"] == \
+        str((unit.folder(fresh / name) / r / "checkpoint-4").resolve())

@@ -1,7 +1,8 @@
 """The shipped predictor's advice on fixed probe inputs is what it was when it was stored.
 
 The inputs are the committed records' own probe measurements: for every pool source, its first
-student in the records (seed 0, summed ranking) at budgets 1 and 5. For each, the ensemble's
+student in the records (seed 0, summed ranking) at a budget of 1 epoch and at its largest (5 on the lab's
+pools, 3 on the real student's). For each, the ensemble's
 probabilities, the policy's set, who answered and the race its gate plans (or none) are compared
 with tests/data/shipped_advice.json,
 so a refit, a change to the policy or to how a row is read shows here as changed advice, not
@@ -18,15 +19,17 @@ from capacity_advisor.advisor.probe.plan import load_predictor
 from helpers import ROOT
 
 STORE = ROOT / "tests" / "data" / "shipped_advice.json"
-BUDGETS = (1, 5)
 
 
 def fixed_inputs() -> list[dict]:
     rows = label_rows(read_records(ROOT / "calibration" / "records.jsonl"))
+    largest = {}
+    for r in rows:
+        largest[r["source"]] = max(largest.get(r["source"], 0), r["budget"])
     chosen, seen = [], set()
     for r in rows:
         key = (r["source"], r["budget"])
-        if r["seed"] == 0 and r["score"] == "sum" and r["budget"] in BUDGETS \
+        if r["seed"] == 0 and r["score"] == "sum" and r["budget"] in (1, largest[r["source"]]) \
                 and key not in seen:
             seen.add(key)
             chosen.append(r)

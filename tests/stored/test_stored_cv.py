@@ -1,5 +1,6 @@
-"""Stored numbers: the held-out table `advisor fit` computes on the committed calibration records
-(a small logistic ensemble, so it runs in seconds), against tests/data/cv_table.json. A change to
+"""Stored numbers: the held-out table `advisor fit` computes on the committed calibration records of
+the lab's first eleven pool sources (a small logistic ensemble, so it runs in seconds), against
+tests/data/cv_table.json. A change to
 labelling, folds, the policy's threshold search, the gate's choice and the replayed races, the
 baselines, the noise floor or the flip rate across seeds that moves any figure shows here.
 
@@ -13,19 +14,26 @@ import pytest
 from helpers import stored_numbers
 
 from capacity_advisor.advisor.fit import CHOOSE_BY, compact
-from capacity_advisor.advisor.predictor import FEATURE_SETS, cross_validate, label_rows, read_records
+from capacity_advisor.advisor.predictor import FEATURE_SETS, cross_validate, label_rows, read_records, unit_of
 from capacity_advisor.advisor.predictor.gate import SCOUTS
 from capacity_advisor.advisor.predictor.races import with_curves
 from helpers import ROOT
 
 RECORDS = ROOT / "calibration" / "records.jsonl"
 STORED = Path(__file__).parents[1] / "data" / "cv_table.json"
+# the pool sources of the table stored (the lab's first two recipes); the sources published since sit
+# beside them in the file and in the shipped fit, and are left out here to keep this check's size
+FIRST_SOURCES = ("lab1:addition/lab:teacher@T1", "lab1:modchain/lab:teacher@T1", "lab1:modchain/program",
+                 "lab2:addition/lab:teacher-xl@T0.7", "lab2:addition/lab:teacher@T1", "lab2:listmax/lab:teacher-xl@T1",
+                 "lab2:listmax/lab:teacher@T0.7", "lab2:listmax/program", "lab2:modchain/lab:teacher-xl@T1",
+                 "lab2:modchain/lab:teacher@T1", "lab2:modchain/program")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("split", ["student", "source"])
 def test_the_cv_table_of_the_committed_records_matches_the_stored_numbers(split):
-    records = read_records(RECORDS)
+    records = [r for r in read_records(RECORDS) if unit_of(r)["source"] in FIRST_SOURCES]
+    assert len(records) == 906
     rows = with_curves(label_rows(records), records)
     table = cross_validate(rows, split, "logistic", FEATURE_SETS["contrast"], n_members=2, policy_split=CHOOSE_BY,
                            scouts=SCOUTS)  # the shipped gate's grid (`advisor fit --scout`)

@@ -1,6 +1,7 @@
 """The predictor's held-out tables as Markdown, from the predictor folder `advisor fit` wrote.
 
     .venv/bin/python -m experiments.cv_tables advisor/predictor_data
+    .venv/bin/python -m experiments.cv_tables runs/wide --sources lab2:digitsum/explore,linear/scripted
 
 Tables: docs/results.md section 4, the shipped predictor's held-out tables (the command above).
 
@@ -11,7 +12,10 @@ interval over units, the decision accuracy (a choice within 1 point of the best 
 regret per ranking arm; and, where the table measured them, the flip rate (the share of
 (student, source, ranking, budget) cells whose seeds got different advice; 0 by construction for
 the constant rules and the size rule) and the spread of P(D_low) across a cell's seeds. Then the
-gated race per split (`gated_table`). The numbers are the ones `advisor fit` measured and stored in
+gated race per split (`gated_table`). With `--sources`, only the gated race and always-high held out
+per split on the rows of those pool sources, per source and pooled (each source weighted by its
+rows): what a fit does on given sources, to set beside `experiments.transfer` of another fit on
+the same ones. The numbers are the ones `advisor fit` measured and stored in
 the predictor (`meta.cv`), not recomputed.
 """
 
@@ -31,9 +35,12 @@ ORDER = ("policy", "predictor", "always high", "always low", "always mixed", "si
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("predictor", type=Path)
+    ap.add_argument("--sources", help="comma-separated pool sources: the gated race held out on their rows only")
     args = ap.parse_args()
     p = Predictor.load(args.predictor)
     meta = p.meta
+    if args.sources:
+        return sources_table(meta["cv"], [s for s in args.sources.split(",") if s])
     pol = meta.get("policy") or {}
     print(f"Fitted on {meta['records']} records: {meta['rows']} (unit, budget) rows, labels {meta['labels']}, "
           f"near-ties {meta['ties']}; kind {p.kind} ({len(p.members)} members, inputs `{meta.get('feature_set')}`); "
@@ -98,6 +105,37 @@ def gated_table(cv: dict) -> None:
             print(f"| {NAMES.get(split, split)} | {a['regret']:.2f} at {100 * a['overhead']:.0f} % | {other('other_seed')} | "
                   f"{other('other_half')} | {_pct(a.get('overhead_where_open'))} | {_pct(a.get('within_3_points'))} |")
         print()
+
+
+def sources_table(cv: dict, sources: list[str]) -> int:
+    """Per split, the gated race and always-high held out on the rows of `sources`: per source, and
+    pooled (weighted by rows); a split whose table lacks one of them (the shape split holds only the
+    lab's students) is named and passed over. 2 where a source is in no split's table."""
+    found = {s for t in cv.values() for s in ((t["methods"].get("gated race") or {}).get("by_source") or {})}
+    unknown = [s for s in sources if s not in found]
+    if unknown:
+        print(f"error: {', '.join(unknown)} in no held-out table of this predictor (its sources: "
+              f"{', '.join(sorted(found))})", file=sys.stderr)
+        return 2
+    for split, t in cv.items():
+        g = (t["methods"].get("gated race") or {}).get("by_source") or {}
+        high = (t["methods"].get("always high") or {}).get("by_source") or {}
+        if not g:
+            continue
+        missing = [s for s in sources if s not in g]
+        if missing:
+            print(f"(held out by {NAMES.get(split, split)}: no rows of {', '.join(missing)})\n")
+            continue
+        n = sum(g[s]["rows"] for s in sources)
+        pooled = lambda v, k: sum(v[s][k] * v[s]["rows"] for s in sources) / n  # noqa: E731
+        print(f"Held out by {NAMES.get(split, split)} ({n} rows of {len(sources)} sources):\n")
+        print("| source | rows | gated race | always high |\n|---|---|---|---|")
+        for s in sources:
+            print(f"| {s} | {g[s]['rows']} | {g[s]['regret']:.2f} at {100 * g[s]['overhead']:.0f} % | "
+                  f"{high[s]['regret']:.2f} |")
+        print(f"| **pooled** | {n} | **{pooled(g, 'regret'):.2f} at {100 * pooled(g, 'overhead'):.0f} %** | "
+              f"{pooled(high, 'regret'):.2f} |\n")
+    return 0
 
 
 def _judged(gated: dict, high: dict, key: str, rows: bool = False) -> str:

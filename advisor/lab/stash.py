@@ -10,10 +10,10 @@ teacher pools and every finished unit's records, evaluations and probe report, n
 checkpoints, datasets or score caches, and no pool summary's cache folder, which names the
 machine). The source folder's own path, which its config, records and probe reports name, is written
 as SOURCE_MARK, so the archive holds no machine's path; restoring unpacks it into WORK/NAME when
-WORK/NAME does not exist yet, that folder's path put back, so the sweep skips the finished units. It is whole or not at all: every member is checked from its header (a plain
-file whose normalised path lies inside NAME/, of at most MEMBER_BYTES, STASH_BYTES in all, at most
-MAX_MEMBERS of them, the whole archive read through once first to bound what it unpacks to) and the
-archive is unpacked into a temporary folder renamed into place, so an archive refused or damaged
+WORK/NAME does not exist yet, that folder's path put back, so the sweep skips the finished units.
+It is whole or not at all: every member is checked from its header (a plain file whose normalised
+path lies inside NAME/, of at most MEMBER_BYTES, STASH_BYTES in all, at most MAX_MEMBERS of them,
+the whole archive read through once first to bound what it unpacks to) and the archive is unpacked into a temporary folder renamed into place, so an archive refused or damaged
 part way leaves nothing a later run would take for a restored source.
 """
 

@@ -14,7 +14,8 @@ WORK/NAME does not exist yet, that folder's path put back, so the sweep skips th
 It is whole or not at all: every member is checked from its header (a plain file whose normalised
 path lies inside NAME/, of at most MEMBER_BYTES, STASH_BYTES in all, at most MAX_MEMBERS of them,
 the whole archive read through once first to bound what it unpacks to) and the archive is unpacked
-into a temporary folder renamed into place, so an archive refused or damaged part way leaves nothing a later run would take for a restored source.
+into a temporary folder renamed into place, so an archive refused or damaged part way leaves nothing
+a later run would take for a restored source.
 """
 
 from __future__ import annotations

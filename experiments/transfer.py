@@ -26,7 +26,10 @@ race will see) and charges the share itself.
 the probe leads D_high's by SCOUT or more (`gap_accuracy_gain`, what a gate's scout reads: `advisor
 fit --scout`), it takes D_low without a race, and elsewhere plans as the gated race does. The lead is never taken for D_high, whose
 early leads D_low overtakes on the lab's scripted pools ("scouted both ways" takes it, to show what
-that costs).
+that costs). "... evaluated at its shares, D_high scouted at T" is the race as `advisor train` runs
+it (at its shares) with a scout for D_high too, at a lead of T (`--high-scout`, default 0.5): where
+D_high's accuracy gain in the probe leads D_low's by T or more, D_high without a race — a gate input
+not shipped, measured to see what a pool where D_high wins costs without it.
 """
 
 from __future__ import annotations
@@ -106,7 +109,10 @@ def read_records(paths) -> list[dict]:
     return out
 
 
-def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
+HIGH_SCOUT = 0.5  # the D_high lead of the "D_high scouted" row (`--high-scout`)
+
+
+def judge(records: list[dict], predictor_dir: str | None = None, high_scout: float = HIGH_SCOUT) -> dict:
     """{method: {"all": summary, "by_source": {source: summary}}, "rows": n} on the records' rows."""
 
     predictor = load_predictor(predictor_dir)
@@ -119,7 +125,7 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
         runs.setdefault((u["source"], u["score"], u["student"], u["repeat"]), {})[record_option(rec)] = rec
     picks: dict[str, list[tuple[dict, str, float]]] = {m: [] for m in (
         "always high", "always low", "always mixed", "predictor alone", "policy", "gated race (shipped)",
-        "gated race, scouted", "gated race, scouted both ways", AT_SHARES,
+        "gated race, scouted", "gated race, scouted both ways", AT_SHARES, high_row(high_scout),
         *(f"race on every pool, at {f:.0%}" for f in RACES),
         *(f"race on every pool, tie check at {t:.0%}, else at {f:.0%}" for t, f in TIE_RACES))}
     opened = []
@@ -142,6 +148,8 @@ def judge(records: list[dict], predictor_dir: str | None = None) -> dict:
                                             else picks["gated race (shipped)"][-1])
         picks["gated race, scouted both ways"].append((r, "high", 0.0) if lead <= -SCOUT + 1e-9
                                                       else picks["gated race, scouted"][-1])
+        picks[high_row(high_scout)].append((r, "high", 0.0) if d.race is not None and lead <= -high_scout + 1e-9
+                                           else picks[AT_SHARES][-1])
         opened.append(d.race is not None)
         for f in RACES:
             picks[f"race on every pool, at {f:.0%}"].append((r, *race(c["high"], c["low"], r["budget"], f)))
@@ -203,14 +211,20 @@ def markdown(t: dict) -> str:
     return "\n".join(lines)
 
 
+def high_row(t: float) -> str:
+    return f"{AT_SHARES}, D_high scouted at {t:g}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.transfer", description=__doc__.split("\n\n")[0])
     ap.add_argument("paths", nargs="+")
     ap.add_argument("--predictor", default=None, help="a folder of `advisor fit` (default: the shipped predictor)")
+    ap.add_argument("--high-scout", type=float, default=HIGH_SCOUT,
+                    help="the probe's D_high lead from which the \"D_high scouted\" row takes D_high without a race")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
-    t = judge(read_records(args.paths), args.predictor)
+    t = judge(read_records(args.paths), args.predictor, args.high_scout)
     print(json.dumps(t, indent=1) if args.json else markdown(t))
     return 0
 

@@ -50,6 +50,14 @@ def test_the_gated_race_is_replayed_with_the_plans_own_stops(monkeypatch):
         assert got["overhead"] == pytest.approx(sum(s for _, s in want) / len(want)), gate
         kept = [regret(r, c) for r, (c, _) in zip(rows, want)]  # the very sets the replay kept, not only its cost
         assert got["regret"] == pytest.approx(100 * sum(kept) / len(kept)), gate
+    # the row with a D_high scout: where the probe's D_high lead reaches it, D_high at no cost; elsewhere the race
+    leads = [transfer.accuracy_lead(r["features"]) for r in rows]
+    t = sorted(-x for x in leads)[len(leads) // 2]  # a lead half of these rows reach
+    scouted = transfer.judge(records, high_scout=t)["methods"][transfer.high_row(t)]["all"]
+    at = [("high", 0.0) if -x >= t - 1e-9 else gate.replay(r, at_shares=True) for r, x in zip(rows, leads)]
+    assert 0 < sum(-x >= t - 1e-9 for x in leads) < len(rows)
+    assert scouted["overhead"] == pytest.approx(sum(s for _, s in at) / len(at))
+    assert scouted["regret"] == pytest.approx(100 * sum(regret(r, c) for r, (c, _) in zip(rows, at)) / len(at))
 
 
 def test_the_cost_where_a_plan_races_is_the_mean_over_the_rows_it_raced_on():

@@ -25,7 +25,7 @@ from capacity_advisor.advisor.predictor import (
     CV_SPLITS, FEATURE_SETS, FITTABLE, LARGEST_PROXY, PROXY, Rule, SPLITS, TIE_MARGIN, WITHOUT_PROXIES, cross_validate,
     fit_predictor, folds, label_rows, options_in, read_records, select_policy, unit_of,
 )
-from capacity_advisor.advisor.predictor.gate import NO_SCOUT, RACE_GRIDS, SCOUTS
+from capacity_advisor.advisor.predictor.gate import NO_SCOUT, RACE_GRIDS, SCOUTS, SCOUTS_BOTH
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix, ranking_sum
 from capacity_advisor.advisor.predictor.policy import (
     CHOOSE_BY, EITHER, EITHER_PREDICTOR, PROXY_RULE, measured_policy, with_gate,
@@ -176,6 +176,9 @@ class FitSettings:
     scout: bool = field(default=False, metadata={"help": (
         "Also offer the gate a scout: where the probe's own accuracy-gain contrast for D_low reaches it, D_low "
         "without a race (the probe already raced both sets on held-out problems).")})
+    high_scout: bool = field(default=False, metadata={"help": (
+        "Beside --scout's, also offer a scout for D_high: where the gate would open but D_high's accuracy gain in "
+        "the probe leads D_low's by 0.3 or 0.5, D_high without a race.")})
     n_members: int = field(default=MEMBERS, metadata={"help": "Ensemble members (bootstrap resamples of the calibration units)."})
     jobs: int = field(default=1, metadata={"help": "Processes fitting members in parallel."})
     seed: int = field(default=0, metadata={"help": "Bootstrap draws and LightGBM's seed."})
@@ -236,7 +239,7 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
     by = " and ".join(f"leave-one-{s}-out" for s in split) + (" (the worse)" if len(split) > 1 else "")
     cv_tables = {}
     races = RACE_GRIDS[settings.race_grid]
-    scouts = SCOUTS if settings.scout else NO_SCOUT
+    scouts = SCOUTS_BOTH if settings.high_scout else SCOUTS if settings.scout else NO_SCOUT
     for s in settings.cv:
         if not folds(rows, s):
             continue

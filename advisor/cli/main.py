@@ -261,6 +261,7 @@ def generate(as_json, **kw):
 @field_option(FitSettings, "open_cap")
 @field_option(FitSettings, "race_grid", type=click.Choice(tuple(RACE_GRIDS)))
 @field_option(FitSettings, "scout")
+@field_option(FitSettings, "high_scout")
 @field_option(FitSettings, "n_members", "--members", type=click.IntRange(1, MAX_MEMBERS))
 @field_option(FitSettings, "jobs", type=click.IntRange(1, MAX_JOBS))
 @field_option(FitSettings, "seed", type=SEEDS)

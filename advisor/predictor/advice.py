@@ -50,7 +50,7 @@ class Advice:
                 "confidence_reasons": list(self.confidence_reasons)}
 
 
-PROBE_RACE = "the probe's race"  # Decision.answered_by where the gate takes the probe's own lead for D_low
+PROBE_RACE = "the probe's race"  # Decision.answered_by where the gate takes the probe's own lead (for D_low, or D_high)
 
 
 @dataclass(frozen=True)

@@ -115,17 +115,19 @@ def gate_ok(g) -> bool:
     """A policy's gate (`meta.policy.race`): absent, or its thresholds (null: never by that one), the
     race's fraction and wait as shares of the budget, its lead rule (k evaluations in a row, a
     margin in accuracy, whether a D_high lead waits on a gaining D_low; absent where it stops only
-    at its share), its scout (absent or null: the probe's lead never decides), its tie check (absent
-    or null: none; else a share of the budget below the fraction), and the overhead caps it was
-    chosen under (over all pools, and where it opens)."""
+    at its share), its scouts for D_low and for D_high (absent or null: the probe's lead never
+    decides), its tie check (absent or null: none; else a share of the budget below the fraction),
+    and the overhead caps it was chosen under (over all pools, and where it opens)."""
     if g is None:
         return True
     keys = {"threshold", "headroom", "fraction", "wait", "cap"}
-    if not (isinstance(g, dict) and keys <= set(g) <= keys | {"open_cap", "k", "margin", "patient", "scout", "tie"}):
+    optional = {"open_cap", "k", "margin", "patient", "scout", "tie", "high_scout"}
+    if not (isinstance(g, dict) and keys <= set(g) <= keys | optional):
         return False
     f, w, o, tie = g["fraction"], g["wait"], g.get("open_cap"), g.get("tie")
     lead, margin = g.get("k"), g.get("margin", 0.05)
-    return (all(g.get(k) is None or (number(g[k]) and -1e6 < g[k] < 1e6) for k in ("threshold", "headroom", "scout"))
+    levels = ("threshold", "headroom", "scout", "high_scout")
+    return (all(g.get(k) is None or (number(g[k]) and -1e6 < g[k] < 1e6) for k in levels)
             and number(f) and 0 < f <= 1 and (w is None or (number(w) and f < w <= 1))
             and number(g["cap"]) and 0 <= g["cap"] <= 100 and (o is None or (number(o) and 0 <= o <= 100))
             and (lead is None or whole(lead, 1, 100)) and number(margin) and 0 <= margin < 1

@@ -16,7 +16,9 @@ race costs a fraction of that share), the leader kept and trained to the end; el
 policy's set, at no extra cost. With a `scout`, the probe itself may be taken as the race (it
 trained both sets and evaluated them on the same held-out problems): where D_low's accuracy gain
 leads D_high's by `scout` (`gap_accuracy_gain`), D_low at no extra cost. A D_high lead in the
-probe is never taken so, since D_low overtakes late on the lab's scripted pools.
+probe is never taken so by default, since D_low overtakes late on the lab's scripted pools; a gate
+chosen with `advisor fit --high-scout` may take one (`high_scout`): where the gate would open but
+D_high's accuracy gain in the probe leads D_low's by `high_scout`, D_high at no extra cost.
 
 `threshold`, `headroom`, `scout` and the race are chosen together on held-out measurements (the predictor
 fitted without each pool source, judged on it) as the lowest mean regret whose mean overhead
@@ -50,6 +52,10 @@ THRESHOLDS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.8, ma
 HEADROOMS = (0.1, 0.2, 0.3, 0.5, 1.0, math.inf)
 SCOUTS = (math.inf, 0.1, 0.2, 0.3)  # the leads from which `advisor fit --scout` may take the probe as the race
 NO_SCOUT = (math.inf,)  # without `--scout`: the probe's lead never decides alone
+# A scout of the grid is a D_low lead, or a pair (D_low lead, D_high lead): `advisor fit --high-scout`
+# also offers a D_high lead of the probe from which a gate that would open takes D_high without a race
+HIGH_SCOUTS = (math.inf, 0.3, 0.5)
+SCOUTS_BOTH = tuple((lo, hi) for lo in SCOUTS for hi in HIGH_SCOUTS)
 TIES = (0.2, 0.3, 0.5)  # the shares at which a race of the "tie" grid may check that D_low shows anything
 # (fraction, wait, k, margin, patient, tie): the races a gate may open — stopped at a share of the
 # budget, or waiting for a gaining D_low (`races.race`); the grid `advisor fit` chooses from by default
@@ -87,6 +93,7 @@ class Gate:
     patient: bool = False  # ... a D_high lead only once D_low is seen not gaining (`training.race.holds_back`)
     scout: float = math.inf  # the probe's lead for D_low (`accuracy_lead`) from which it decides alone (inf: never)
     tie: float | None = None  # at this share the race stops for D_high unless D_low has led or is gaining
+    high_scout: float = math.inf  # the probe's lead for D_high from which an opened gate takes D_high (inf: never)
 
     @property
     def never(self) -> bool:
@@ -98,6 +105,15 @@ class Gate:
         if math.isfinite(h) and h >= self.scout:
             return (f"the probe already raced: D_low raised held-out accuracy {h:.2f} more than D_high did (the "
                     f"gate's scout: {self.scout:g})")
+        return None
+
+    def scouts_high(self, measured: dict) -> str | None:
+        """Why the probe's own lead for D_high decides, where this gate would open, for D_high without
+        a race (words), or None."""
+        h = -accuracy_lead(measured)
+        if math.isfinite(h) and h >= self.high_scout:
+            return (f"the probe already raced: D_high raised held-out accuracy {h:.2f} more than D_low did (the "
+                    f"gate's scout for D_high: {self.high_scout:g})")
         return None
 
     def opens(self, p_low: float, measured: dict) -> str | None:
@@ -127,6 +143,8 @@ class Gate:
     def describe(self) -> str:
         scout = (f"; takes D_low without a race where {SCOUT_INPUT} ≥ {self.scout:g} (the probe already raced)"
                  if math.isfinite(self.scout) else "")
+        if math.isfinite(self.high_scout):
+            scout += f"; takes D_high instead of a race where {SCOUT_INPUT} ≤ −{self.high_scout:g}"
         if self.never:
             return ("never races (on the held-out sources no gate beat the policy alone within the overhead cap)"
                     + scout)
@@ -155,6 +173,8 @@ class Gate:
                 d.pop(key)
         if d["tie"] is None:  # absent, so files from before read as they did
             d.pop("tie")
+        if math.isinf(d["high_scout"]):  # absent, so files from before read as they did
+            d.pop("high_scout")
         return d
 
     @classmethod
@@ -165,14 +185,18 @@ class Gate:
                    None if d.get("open_cap") is None else float(d["open_cap"]),
                    None if d.get("k") is None else int(d["k"]), float(d.get("margin", LEAD_MARGIN)),
                    bool(d.get("patient", False)), math.inf if d.get("scout") is None else float(d["scout"]),
-                   None if d.get("tie") is None else float(d["tie"]))
+                   None if d.get("tie") is None else float(d["tie"]),
+                   math.inf if d.get("high_scout") is None else float(d["high_scout"]))
 
 
 @lru_cache(maxsize=None)
 def grid(races: tuple = RACES, scouts: tuple = NO_SCOUT) -> tuple[Gate, ...]:
-    """Every gate: each pair of thresholds and each scout with each race of `races`."""
-    return tuple(Gate(t, h, f, w, k=k, margin=LEAD_MARGIN if m is None else m, patient=p, scout=sc, tie=ti)
-                 for t, h, (f, w, k, m, p, ti), sc in product(THRESHOLDS, HEADROOMS, races, scouts))
+    """Every gate: each pair of thresholds and each scout (a D_low lead, or a pair of D_low and D_high
+    leads) with each race of `races`."""
+    pairs = [sc if isinstance(sc, tuple) else (sc, math.inf) for sc in scouts]
+    return tuple(Gate(t, h, f, w, k=k, margin=LEAD_MARGIN if m is None else m, patient=p, scout=lo, tie=ti,
+                      high_scout=hi)
+                 for t, h, (f, w, k, m, p, ti), (lo, hi) in product(THRESHOLDS, HEADROOMS, races, pairs))
 
 
 def headroom_of(row: dict) -> float:
@@ -183,14 +207,15 @@ def headroom_of(row: dict) -> float:
 def gated_picks(measured: Sequence[dict], policy, gate: Gate, at_shares: bool = False) -> list[tuple[dict, str, float]]:
     """(row, kept set, overhead) for each held-out measurement (`policy.held_out`'s): D_low where the
     probe's lead decides (`Gate.scouts`), the gate's race where it opens (`at_shares`: evaluated also
-    at its stop shares, `Gate.replay`), the policy's set at no cost elsewhere."""
+    at its stop shares, `Gate.replay`) — D_high at no cost instead where the probe's lead for D_high
+    decides (`Gate.scouts_high`) —, the policy's set at no cost elsewhere."""
     out = []
     for m in measured:
         r = m["row"]
         if gate.scouts(r["features"]):
             out.append((r, "low", 0.0))
         elif gate.opens(m["probs"].get("low", math.nan), {HEADROOM_INPUT: headroom_of(r)}):
-            out.append((r, *gate.replay(r, at_shares)))
+            out.append((r, "high", 0.0) if gate.scouts_high(r["features"]) else (r, *gate.replay(r, at_shares)))
         else:
             out.append((r, policy.choose(m["probs"], m["outside"], m["ratio"]) or "high", 0.0))
     return out
@@ -222,6 +247,7 @@ def _gate_arrays(measured: Sequence[dict], policy, races: tuple = RACES) -> dict
             "shut": np.array([regret(r, policy.choose(m["probs"], m["outside"], m["ratio"]) or "high")
                               for r, m in zip(rows, measured)]),
             "low": np.array([regret(r, "low") for r in rows]),
+            "high": np.array([regret(r, "high") for r in rows]),
             "lead": np.array([accuracy_lead(r["features"]) for r in rows], dtype=float),
             "raced": raced}
 
@@ -239,15 +265,18 @@ def best_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequenc
             regs, overs, opened_costs = [], [], []
             for a in sets:
                 scouted = a["lead"] >= g.scout
-                opened = ((a["p_low"] >= g.threshold) | (a["head"] >= g.headroom)) & ~scouted
+                would = ((a["p_low"] >= g.threshold) | (a["head"] >= g.headroom)) & ~scouted
+                high = would & (-a["lead"] >= g.high_scout)  # the probe's D_high lead decides instead of a race
+                opened = would & ~high
                 reg_r, share = a["raced"][g.rule]
-                regs.append(float(np.where(scouted, a["low"], np.where(opened, reg_r, a["shut"])).mean()))
+                regs.append(float(np.where(scouted, a["low"], np.where(high, a["high"],
+                                                                       np.where(opened, reg_r, a["shut"]))).mean()))
                 overs.append(float(np.where(opened, share, 0.0).mean()))
                 opened_costs.append(float(share[opened].mean()) if opened.any() else 0.0)
             reg, over = max(regs), max(overs)
             if over > cap + 1e-9 or (open_cap is not None and max(opened_costs) > open_cap + 1e-9):
                 continue
-            key = (reg, over, -g.threshold, -g.headroom, -g.scout)
+            key = (reg, over, -g.threshold, -g.headroom, -g.scout, -g.high_scout)
             if best is None or reg < best[0][0] - NEAR or (abs(reg - best[0][0]) <= NEAR and key[1:] < best[0][1:]):
                 best = (key, g)
     return replace(best[1], cap=cap, open_cap=open_cap), 100 * best[0][0]

@@ -21,7 +21,8 @@ A policy may carry a gate (`gate.Gate`): where the measurements say D_low may wi
 race of D_high against D_low rather than a set (`Decision.race`). The gate is chosen on the same
 held-out measurements as the thresholds, under an overhead cap, and measured the same nested way
 (`cross_validate`'s "gated race"). Where the gate's `scout` is reached, the probe's own lead for
-D_low is the answer (`Decision.answered_by` PROBE_RACE), with no race.
+D_low is the answer (`Decision.answered_by` PROBE_RACE), with no race; where the gate would race
+and its `high_scout` is reached, the probe's lead for D_high is, the same way.
 """
 
 from __future__ import annotations
@@ -97,6 +98,9 @@ class Policy:
         scouted = self.gate.scouts(measured) if self.gate is not None else None
         if scouted is not None:  # the probe already raced the two sets on held-out problems
             return Decision("low", PROBE_RACE, scouted, **{**base, "race": None})
+        scouted = self.gate.scouts_high(measured) if base["race"] is not None else None
+        if scouted is not None:  # the gate opened, and the probe's race already shows D_high well ahead
+            return Decision("high", PROBE_RACE, scouted, **{**base, "race": None})
         if pick is not None and self.never_overrides:
             return Decision("high", "the policy: always D_high",
                             "on the held-out splits its thresholds were chosen by (meta.policy.chosen_by), the "

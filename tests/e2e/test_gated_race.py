@@ -15,7 +15,7 @@ from helpers import RACE_MANIFEST, ROOT, one_error_line, race_curve, race_manife
 
 from capacity_advisor.advisor.predictor import Policy, Predictor
 from capacity_advisor.advisor.predictor.gate import (
-    CAP, RACE_GRIDS, SCOUTS, Gate, choose_gate, gated_picks, judged_on_other_repeats,
+    CAP, RACE_GRIDS, SCOUTS, SCOUTS_BOTH, Gate, choose_gate, gated_picks, judged_on_other_repeats,
 )
 from capacity_advisor.advisor.predictor.races import race, with_curves
 from capacity_advisor.core.errors import InputError
@@ -202,6 +202,50 @@ def test_where_the_probe_already_raced_for_d_low_the_gate_takes_its_lead_at_no_c
     d = scouting.decide(predictor, measured, 1e6, 2.0, "sum", student="lab:x")
     assert (d.strategy, d.answered_by, d.race) == ("low", PROBE_RACE, None)
     assert "accuracy 0.40 more than D_high" in d.why and d.advice_given("words").confidence == "medium"
+
+
+def test_where_the_gate_would_race_but_the_probe_shows_d_high_far_ahead_it_takes_d_high_at_no_cost():
+    """Rows where D_low wins late (the probe's D_high lead 0.2: a slow starter) and rows where D_high
+    wins and led the probe by 0.6, all with P(D_low) that opens a gate: offered a scout for D_high, the
+    gate chosen takes D_high without a race on the second kind only, for the same regret at less
+    training; without `--high-scout` it races them all."""
+    def with_lead(m, lead):
+        m["row"]["features"] = {"base_accuracy": 0.0, "high_accuracy_gain": lead, "low_accuracy_gain": 0.0}
+        return m
+
+    slow = [with_lead(row("a", 0.5, True)[0], 0.2) for _ in range(3)]
+    clear = [with_lead(row("b", 0.5, False)[0], 0.6) for _ in range(3)]
+    measured = slow + clear
+    plain = choose_gate(measured, ALWAYS_HIGH, cap=1.0, scouts=SCOUTS)
+    gate = choose_gate(measured, ALWAYS_HIGH, cap=1.0, scouts=SCOUTS_BOTH)
+    assert plain.high_scout == math.inf and 0.2 < gate.high_scout <= 0.6
+    raced, scouted = gated_picks(measured, ALWAYS_HIGH, plain), gated_picks(measured, ALWAYS_HIGH, gate)
+    assert [c for _, c, _ in scouted] == ["low"] * 3 + ["high"] * 3 == [c for _, c, _ in raced]
+    assert all(o > 0 for *_, o in scouted[:3]) and all(o == 0 for *_, o in scouted[3:])
+    assert all(o > 0 for *_, o in raced)
+    assert Gate.from_dict(gate.to_dict()) == gate and "takes D_high instead of a race" in gate.describe()
+    assert "high_scout" not in plain.to_dict()  # files from before read as they did
+    assert gate.scouts_high({"high_accuracy_gain": 0.6, "low_accuracy_gain": 0.0}).startswith("the probe already raced")
+    assert gate.scouts_high({"high_accuracy_gain": 0.2, "low_accuracy_gain": 0.0}) is None and gate.scouts_high({}) is None
+    # the policy answers D_high from the probe only where its gate would race
+    from capacity_advisor.advisor.predictor.advice import PROBE_RACE
+    from capacity_advisor.advisor.predictor.checks import policy_thresholds
+    from capacity_advisor.advisor.probe.plan import load_predictor
+
+    policy = Policy(0.5, 0.1, True, Gate(0.0, math.inf, 1.0, high_scout=0.5))  # opens on any P(D_low)
+    assert Policy.from_dict(policy.to_dict()) == policy
+    for bad in ({"high_scout": "x"}, {"high_scout": True}, {"high_scout": [0.5]}):
+        with pytest.raises(InputError, match="meta.policy"):
+            policy_thresholds({**policy.to_dict(), "race": {**policy.to_dict()["race"], **bad}})
+    predictor = load_predictor(str(SHIPPED))
+    features = json.loads((ROOT / "calibration" / "records.jsonl").open().readline())["features"]
+    ahead = {**features, "base_accuracy": 0.1, "high_accuracy_gain": 0.7, "low_accuracy_gain": 0.1}  # by 0.6
+    d = policy.decide(predictor, ahead, 1e6, 2.0, "sum", student="lab:x")
+    assert (d.strategy, d.answered_by, d.race) == ("high", PROBE_RACE, None) and "0.60 more than D_low" in d.why
+    near = {**ahead, "high_accuracy_gain": 0.4}  # by 0.3: the race stands
+    assert policy.decide(predictor, near, 1e6, 2.0, "sum", student="lab:x").race is not None
+    shut = Policy(0.5, 0.1, True, Gate(math.inf, math.inf, 1.0, high_scout=0.5))  # never races: the scout never speaks
+    assert shut.decide(predictor, ahead, 1e6, 2.0, "sum", student="lab:x").answered_by != PROBE_RACE
 
 
 def test_a_policy_with_a_gate_plans_the_race_and_its_file_is_checked():

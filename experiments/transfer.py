@@ -38,6 +38,7 @@ import argparse
 import json
 import math
 import re
+import sys
 from pathlib import Path
 from statistics import mean
 
@@ -224,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
+    if not (math.isfinite(args.high_scout) and args.high_scout > 0):
+        print(f"error: --high-scout {args.high_scout} must be a lead in accuracy above 0, e.g. 0.5", file=sys.stderr)
+        return 2
     t = judge(read_records(args.paths), args.predictor, args.high_scout)
     print(json.dumps(t, indent=1) if args.json else markdown(t))
     return 0

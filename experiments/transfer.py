@@ -39,6 +39,7 @@ import json
 import math
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from statistics import mean
 
@@ -118,6 +119,7 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
 
     predictor = load_predictor(predictor_dir)
     policy = Policy.of(predictor)
+    scouting = replace(policy.gate, high_scout=high_scout) if policy.gate else None  # the gate with a D_high scout
     rows = with_curves(label_rows(records), records)
     runs = {}
     for rec in records:  # each unit's runs, for the paired races
@@ -149,7 +151,7 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
                                             else picks["gated race (shipped)"][-1])
         picks["gated race, scouted both ways"].append((r, "high", 0.0) if lead <= -SCOUT + 1e-9
                                                       else picks["gated race, scouted"][-1])
-        picks[high_row(high_scout)].append((r, "high", 0.0) if d.race is not None and lead <= -high_scout + 1e-9
+        picks[high_row(high_scout)].append((r, "high", 0.0) if d.race is not None and scouting.scouts_high(r["features"])
                                            else picks[AT_SHARES][-1])
         opened.append(d.race is not None)
         for f in RACES:

@@ -87,6 +87,29 @@ def with_curves(rows: list[dict], records) -> list[dict]:
     return out
 
 
+_PAIRED: dict = {}  # (id(curve_h), id(curve_l), budget) -> (curve_h, curve_l, events): `paired`'s replays
+_PAIRED_MAX = 200_000
+
+
+def paired(curve_h, curve_l, budget: float) -> tuple:
+    """The two runs' evaluations within the budget paired by epoch, as (share of the budget, D_high's
+    accuracy, D_low's): one a race kept (evaluated also at its shares) beside a plain run of the other
+    set pairs on the evaluations both made. `advisor fit` replays every race of its grid on the same
+    rows fold after fold, so the pairing is kept per pair of curves: the entry holds the curves
+    themselves, so their ids cannot be reused while it lives, and it is used only for those objects."""
+    key = (id(curve_h), id(curve_l), budget)
+    hit = _PAIRED.get(key)
+    if hit is not None and hit[0] is curve_h and hit[1] is curve_l:
+        return hit[2]
+    lo = {round(e, 9): a for e, a in curve_l if e <= budget + 1e-9}
+    events = tuple((min(1.0, e / budget), ah, lo[round(e, 9)]) for e, ah in curve_h
+                   if e <= budget + 1e-9 and round(e, 9) in lo)
+    if len(_PAIRED) >= _PAIRED_MAX:
+        _PAIRED.clear()
+    _PAIRED[key] = (curve_h, curve_l, events)
+    return events
+
+
 def race(curve_h, curve_l, budget: float, fraction: float, k: int | None = None, margin: float = 0.05,
          z: float = 1.96, n_eval: int = FULL_RUN_EVAL_PROBLEMS, wait: float | None = None,
          patient: bool = False, tie: float | None = None, at_shares: bool = False) -> tuple[str, float]:
@@ -100,12 +123,9 @@ def race(curve_h, curve_l, budget: float, fraction: float, k: int | None = None,
     and wait (`RaceRule.shares`): it may stop at those shares exactly. The records hold no evaluation
     there, so the replay decides at such a share on the evaluations before it (less than the race
     will see) and charges the share itself."""
-    # the two runs' evaluations paired by epoch: one a race kept (evaluated also at its shares) beside
-    # a plain run of the other set pairs on the evaluations both made
-    lo = {round(e, 9): a for e, a in curve_l if e <= budget + 1e-9}
-    events = [(min(1.0, e / budget), ah, lo[round(e, 9)]) for e, ah in curve_h
-              if e <= budget + 1e-9 and round(e, 9) in lo]
+    events = paired(curve_h, curve_l, budget)
     if at_shares and events:
+        events = list(events)
         on_grid = [s for s, _, _ in events]
         for d in (tie, fraction, wait):
             if d is not None and d < 1 and not any(abs(d - s) < 1e-9 for s in on_grid):

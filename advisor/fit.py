@@ -146,6 +146,7 @@ def with_proxy_leads(own: dict, rows: Sequence[dict]) -> dict:
 
 
 MEMBERS, MAX_MEMBERS, MAX_JOBS = 24, 256, 256  # ensemble members: the default and the most a fit takes
+CV_MEMBERS = 8  # members of each held-out fit: `advisor fit --cv-members`
 
 
 @dataclass(frozen=True)
@@ -183,7 +184,9 @@ class FitSettings:
     jobs: int = field(default=1, metadata={"help": "Processes fitting members in parallel."})
     seed: int = field(default=0, metadata={"help": "Bootstrap draws and LightGBM's seed."})
     note: str | None = field(default=None, metadata={"help": "A line stored with the predictor (what the records were)."})
-    cv_members: int = 8  # members of each held-out fit (no flag: the tables' cost, not the shipped ensemble's)
+    cv_members: int = field(default=CV_MEMBERS, metadata={"help": (
+        "Ensemble members of each held-out fit: the held-out tables' P(D_low), which the policy's thresholds and the "
+        "gate are chosen on (their cost grows with it; --members is the saved ensemble's).")})
 
     def check(self) -> None:
         """Every setting's value, all wrong ones in one InputError."""
@@ -193,7 +196,7 @@ class FitSettings:
         if self.features not in FEATURE_SETS:
             bad.append(f"--features {self.features!r} is unknown: use {', '.join(FEATURE_SETS)}")
         for flag, v, lo, hi in (("--members", self.n_members, 1, MAX_MEMBERS), ("--jobs", self.jobs, 1, MAX_JOBS),
-                                ("--seed", self.seed, 0, MAX_SEED), ("cv_members", self.cv_members, 1, MAX_MEMBERS)):
+                                ("--seed", self.seed, 0, MAX_SEED), ("--cv-members", self.cv_members, 1, MAX_MEMBERS)):
             if not whole(v, lo, hi):
                 bad.append(f"{flag} {v!r} must be a whole number from {lo} to {hi}")
         unknown = [k for k in self.kinds if k not in FITTABLE]
@@ -273,6 +276,8 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
         **({"probe": {"steps": recipe["steps"], "eval_problems": recipe["eval_problems"]}} if recipe else {}),
         **({"recipe": recipe} if recipe and "kind" in recipe else {}),
         **({"note": settings.note} if settings.note else {}),
+        # absent at the default, so files from before read as they did
+        **({"cv_members": cv_members} if cv_members != CV_MEMBERS else {}),
         **({"record_files": list(files)} if files else {}),
         **({"own_sources": own} if own else {}),
         **({"policy_own": {**policy_own.to_dict(), "chosen_by": "leave-one-proxy-target-out regret"}}

@@ -263,6 +263,7 @@ def generate(as_json, **kw):
 @field_option(FitSettings, "scout")
 @field_option(FitSettings, "high_scout")
 @field_option(FitSettings, "n_members", "--members", type=click.IntRange(1, MAX_MEMBERS))
+@field_option(FitSettings, "cv_members", "--cv-members", type=click.IntRange(1, MAX_MEMBERS))
 @field_option(FitSettings, "jobs", type=click.IntRange(1, MAX_JOBS))
 @field_option(FitSettings, "seed", type=SEEDS)
 @field_option(FitSettings, "note")

@@ -36,6 +36,7 @@ USAGE = [
     (["fit", "-r", "POOL", "-o", "OUT", "--tie-margin", "2"], "2 is not from 0 to 1"),
     (["fit", "-r", "POOL", "-o", "OUT", "--seed", "-1"], "Invalid value for '--seed'"),
     (["fit", "-r", "POOL", "-o", "OUT", "--members", "0"], "Invalid value for '--members'"),
+    (["fit", "-r", "POOL", "-o", "OUT", "--cv-members", "0"], "Invalid value for '--cv-members'"),
     (["recommend", "-m", "lab:xs", "-b", "nan", "-o", "OUT"], "'nan' is not a finite number"),
     (["probe", "-m", "m", "-p", "p", "-o", "OUT", "--learning-rate", "inf"], "'inf' is not a finite number"),
 ]

@@ -45,7 +45,7 @@ def test_repeated_records_count_once_in_the_fit_and_the_fit_says_how_many(tmp_pa
     (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n" + lines[0][:300])
     (tmp_path / "b.jsonl").write_text("\n".join(lines[:60]) + "\n")  # 60 of a's records again
     (tmp_path / "twice.jsonl").write_text("\n".join(lines + lines) + "\n")  # every record twice
-    fit = ("--kinds", "logistic", "--members", 2, "--cv", "student")
+    fit = ("--kinds", "logistic", "--members", 2, "--cv-members", 2, "--cv", "student")
     r = run("fit", "-r", tmp_path / "a.jsonl", "-r", tmp_path / "b.jsonl", "-o", tmp_path / "ab", *fit)
     assert r.exit_code == 0, r.stderr
     assert "dropped 60 repeated records (60 in b.jsonl): each run counts once" in r.stderr
@@ -55,6 +55,8 @@ def test_repeated_records_count_once_in_the_fit_and_the_fit_says_how_many(tmp_pa
     ab, twice = (json.loads((tmp_path / d / "predictor.json").read_text()) for d in ("ab", "twice"))
     assert [f["records"] for f in ab["meta"]["record_files"]] == [len(lines), 0]
     assert ab["meta"]["record_files"][1]["repeated"] == 60
+    assert ab["meta"]["cv_members"] == 2  # stated where not the default (8): the shipped fit's is
+    assert "cv_members" not in json.loads((ROOT / "advisor" / "predictor_data" / "predictor.json").read_text())["meta"]
     assert twice["meta"]["record_files"] == [{"file": "twice.jsonl", "records": len(lines), "repeated": len(lines),
                                               "sources": ab["meta"]["record_files"][0]["sources"]}]
     # both fitted on the same rows: the same predictor, but for the files they name

@@ -147,7 +147,7 @@ def test_calibrate_on_folders_resumes_and_its_records_refit_beside_the_lab(pool,
             rec["settings"]["probe"] = {**probe, "kind": "lab"}
             f.write(json.dumps(rec) + "\n")
     fit = run("fit", "--records", base, "--records", out / "records.jsonl",
-              "--out", tmp_path / "pred", "--kinds", "logistic", "--members", 2, "--cv", "student", "--json")
+              "--out", tmp_path / "pred", "--kinds", "logistic", "--members", 2, "--cv-members", 2, "--cv", "student", "--json")
     assert fit.exit_code == 0, fit.stderr
     meta = json.loads((tmp_path / "pred" / "predictor.json").read_text())["meta"]
     (own, info), = meta["own_sources"].items()

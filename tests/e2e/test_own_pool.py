@@ -53,7 +53,7 @@ def _split_files(tmp_path):
 def test_fit_on_two_record_files_marks_the_users_own_source(tmp_path):
     a, b, n_a, n_b = _split_files(tmp_path)
     r = run("fit", "--records", a, "--records", b, "--out", tmp_path / "pred", "--kinds", "logistic", "--members", 2,
-            "--cv", "student", "--json")
+            "--cv-members", 2, "--cv", "student", "--json")
     assert r.exit_code == 0, r.stderr
     result = json.loads(r.stdout)
     assert result["own_sources"] == [MINE] and "max_distance" in result["policy_own"]

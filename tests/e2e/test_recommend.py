@@ -19,7 +19,7 @@ PAPER = ROOT / "experiments" / "paper_students"
 @pytest.fixture(scope="module")
 def synthetic_predictor(tmp_path_factory):
     out = tmp_path_factory.mktemp("pred")
-    fit_and_save(make_records(), out, FitSettings(n_members=4, kinds=("logistic",), features="probe"))  # what make_records measures
+    fit_and_save(make_records(), out, FitSettings(n_members=4, kinds=("logistic",), features="probe", cv_members=2))  # what make_records measures
     return out
 
 
@@ -68,7 +68,7 @@ def test_quick_calibration_writes_records_and_resumes(lab_home, tmp_path):
 def test_fit_cli_prints_the_tables_and_saves(tmp_path):
     path = tmp_path / "records.jsonl"
     write_jsonl(path, make_records())
-    r = run("fit", "--records", path, "--out", tmp_path / "pred", "--members", 4, "--features", "probe", "--json")
+    r = run("fit", "--records", path, "--out", tmp_path / "pred", "--members", 4, "--cv-members", 2, "--features", "probe", "--json")
     assert r.exit_code == 0, r.stderr
     res = json.loads(r.stdout)
     methods = set(res["cv"]["student"])
@@ -284,7 +284,7 @@ def test_recommend_writes_the_schedule_the_predictor_chose(lab_pool_file, tmp_pa
         better = {**rec, "strategy": "mixed", "mix": 0.25,
                   "evals": [{**e, "accuracy": min(1.0, e["accuracy"] + 0.2) if e["step"] else e["accuracy"]} for e in rec["evals"]]}
         records.append(better)
-    fit_and_save(records, tmp_path / "pred", FitSettings(n_members=2, kinds=("logistic",), features="probe"))
+    fit_and_save(records, tmp_path / "pred", FitSettings(n_members=2, kinds=("logistic",), features="probe", cv_members=2))
     pred = Predictor.load(tmp_path / "pred")  # the synthetic records lie far from a real probe: trust the predictor anyway
     pred.meta["policy"] = {"max_distance": None, "margin": 0.0, "use_range": False}
     pred.save(tmp_path / "pred")
@@ -560,4 +560,4 @@ def test_fit_on_records_that_measure_none_of_the_inputs_is_one_error_line(tmp_pa
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "--features contrast" in r.stderr, r.stderr
     assert not (tmp_path / "pred").exists()
     assert run("fit", "--records", path, "--out", tmp_path / "pred", "--features", "probe", "--kinds", "logistic",
-               "--members", 2, "--cv", "student").exit_code == 0
+               "--members", 2, "--cv-members", 2, "--cv", "student").exit_code == 0

@@ -30,6 +30,12 @@ that costs). "... evaluated at its shares, D_high scouted at T" is the race as `
 it (at its shares) with a scout for D_high too, at a lead of T (`--high-scout`, default 0.5): where
 D_high's accuracy gain in the probe leads D_low's by T or more, D_high without a race — a gate input
 not shipped, measured to see what a pool where D_high wins costs without it.
+
+`--store NAME` also keeps the judgment in the judged predictor (`--predictor`, else the shipped one)
+as meta.transfer's entry NAME: the gated race (evaluated at its shares, and at the schedule's
+evaluations), the policy, always-high and always-low over all rows, and their regret per source.
+`advisor recommend` quotes it beside a planned race for a student that is not a lab student. The
+shipped predictor's entry "real pretrained student" was stored so (docs/results.md, section 8).
 """
 
 from __future__ import annotations
@@ -168,7 +174,8 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
                     (r, *got))
     floor = noise_floor(rows)
     out = {"rows": len(rows), "gate_opened": mean(opened) if opened else None,
-           "sources": sorted({r["source"] for r in rows}), "methods": {}}
+           "sources": sorted({r["source"] for r in rows}), "students": sorted({str(r["student"]) for r in rows}),
+           "methods": {}}
     for name, pairs in {**picks, "noise floor": [(r, c, 0.0) for r, c in floor]}.items():
         out["methods"][name] = {"all": summary(pairs, rows),
                                 "by_source": {s: summary([p for p in pairs if p[0]["source"] == s], rows)
@@ -218,6 +225,36 @@ def high_row(t: float) -> str:
     return f"{AT_SHARES}, D_high scouted at {t:g}"
 
 
+# what `--store` keeps of a judgment in the predictor's meta.transfer: {stored name: the row of judge's table}
+STORED = {"gated race": AT_SHARES, "gated race, at the schedule's evaluations": "gated race (shipped)",
+          "policy": "policy", "always high": "always high", "always low": "always low"}
+STORED_KEYS = ("rows", "regret", "overhead", "raced", "overhead_where_raced", "other_seed", "other_half")
+
+
+def stored_entry(t: dict, name: str, paths) -> dict:
+    """One entry of meta.transfer: what the predictor's advice did on rows it was never fitted on
+    (`advisor recommend` quotes it beside a planned race for a student like those): the methods of
+    STORED over all rows, and the gated race per pool source."""
+    shown = [p if not Path(p).is_absolute() else Path(p).name for p in map(str, paths)]
+    return {"name": name, "rows": t["rows"], "students": t["students"], "sources": t["sources"],
+            "command": "python -m experiments.transfer " + " ".join(shown),
+            "methods": {k: {key: t["methods"][v]["all"].get(key) for key in STORED_KEYS} for k, v in STORED.items()},
+            "by_source": {s: {k: t["methods"][v]["by_source"][s].get("regret") for k, v in STORED.items()}
+                          for s in t["sources"]}}
+
+
+def store(t: dict, name: str, paths, predictor_dir: str | None) -> Path:
+    """Keep `t` as meta.transfer's entry `name` in the predictor judged (replacing one of that name)."""
+    from capacity_advisor.advisor.predictor import Predictor
+    from capacity_advisor.advisor.probe.plan import predictor_root
+
+    folder = Path(str(predictor_root(predictor_dir)))
+    pred = Predictor.load(folder)
+    kept = [e for e in (pred.meta or {}).get("transfer") or [] if isinstance(e, dict) and e.get("name") != name]
+    pred.meta = {**(pred.meta or {}), "transfer": kept + [stored_entry(t, name, paths)]}
+    return pred.save(folder)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.transfer", description=__doc__.split("\n\n")[0])
     ap.add_argument("paths", nargs="+")
@@ -226,11 +263,25 @@ def main(argv: list[str] | None = None) -> int:
                     help="the probe's D_high lead from which the \"D_high scouted\" row takes D_high without a race")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--store", metavar="NAME", default=None,
+                    help="also keep the judgment in the judged predictor's meta.transfer under NAME (e.g. \"real "
+                         "pretrained student\"), which `advisor recommend` quotes beside a planned race")
     args = ap.parse_args(argv)
     if not (math.isfinite(args.high_scout) and args.high_scout > 0):
         print(f"error: --high-scout {args.high_scout} must be a lead in accuracy above 0, e.g. 0.5", file=sys.stderr)
         return 2
+    if args.store is not None and not (0 < len(args.store.strip()) <= 80):
+        print("error: --store NAME must be a short name (1 to 80 characters), e.g. \"real pretrained student\"",
+              file=sys.stderr)
+        return 2
     t = judge(read_records(args.paths), args.predictor, args.high_scout)
+    if args.store is not None:
+        if not t["rows"]:
+            print("error: --store: the paths hold no rows to judge the predictor on; name published calibrations",
+                  file=sys.stderr)
+            return 2
+        print(f"stored as meta.transfer[{args.store.strip()!r}] in {store(t, args.store.strip(), args.paths, args.predictor)}",
+              file=sys.stderr)
     print(json.dumps(t, indent=1) if args.json else markdown(t))
     return 0
 

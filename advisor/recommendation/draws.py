@@ -12,6 +12,7 @@ the two sets on the student would cost instead.
 from __future__ import annotations
 
 import math
+import re
 
 from capacity_advisor.advisor.predictor.proxy_rule import ProxyRule, largest_mean
 from capacity_advisor.probes.run import ProbeReport
@@ -149,12 +150,45 @@ def race_note(predictor, out) -> str | None:
             f"{race['regret']:.2f} points of accuracy on average, always-high {high['regret']:.2f}")
 
 
-def race_plan(predictor, race: dict | None) -> dict | None:
+PLAIN = re.compile(r"[\w .,:/@+()'-]+")  # names a report prints as they are: no markup, no control characters
+
+
+def plain(v, most: int) -> bool:
+    return isinstance(v, str) and 0 < len(v) <= most and PLAIN.fullmatch(v) is not None
+
+
+def judged_elsewhere(predictor) -> dict | None:
+    """The predictor's first judgment on rows it was never fitted on (meta.transfer, stored by
+    `python -m experiments.transfer --store`), as {"name", "rows", "students", "sources", "regret",
+    "overhead", "always_high_regret"}; None where the file states none, or none that reads as one
+    (a predictor file may come from anyone: a value of another type is passed over, not trusted)."""
+    entries = (predictor.meta or {}).get("transfer")
+    for e in entries if isinstance(entries, list) else []:
+        if not isinstance(e, dict):
+            continue
+        methods = e.get("methods") if isinstance(e.get("methods"), dict) else {}
+        gated, high = methods.get("gated race"), methods.get("always high")
+        name, rows, students, sources = e.get("name"), e.get("rows"), e.get("students"), e.get("sources")
+        texts = lambda v: isinstance(v, list) and 0 < len(v) <= 1000 and all(plain(x, 200) for x in v)
+        if not (plain(name, 80) and isinstance(rows, int) and not isinstance(rows, bool)
+                and rows > 0 and texts(students) and texts(sources) and isinstance(gated, dict) and isinstance(high, dict)):
+            continue
+        nums = [gated.get("regret"), gated.get("overhead"), high.get("regret")]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in nums):
+            continue
+        return {"name": name, "rows": rows, "students": list(students), "sources": list(sources),
+                "regret": float(nums[0]), "overhead": float(nums[1]), "always_high_regret": float(nums[2])}
+    return None
+
+
+def race_plan(predictor, race: dict | None, real_student: bool = False) -> dict | None:
     """The race the policy's gate opened ({"fraction", "wait", "why"}, `Decision.race`) with what the
     gated race was measured to cost and lose leaving each pool source out (`expected`: regret in
     points, mean overhead and, where the predictor states it, the mean overhead of the races it
     opened, from meta.cv.source.methods["gated race"]) and always-high's regret on the same rows;
-    None where the gate stayed shut."""
+    for a student that is not a lab student (`real_student`), also what the same plan did on a real
+    student's rows the predictor was never fitted on, where it states that (`elsewhere`,
+    `judged_elsewhere`). None where the gate stayed shut."""
     if race is None:
         return None
     methods = (((predictor.meta or {}).get("cv") or {}).get("source") or {}).get("methods") or {}
@@ -169,7 +203,8 @@ def race_plan(predictor, race: dict | None) -> dict | None:
                 "overhead_where_open": where_open if isinstance(where_open, (int, float)) else None} if measured else None
     replayed = ("each race evaluated at its stop shares" if at_shares
                 else "each race stopped at the schedule's next evaluation")
-    return {**race, "expected": expected,
+    elsewhere = judged_elsewhere(predictor) if real_student else None
+    return {**race, "expected": expected, **({"elsewhere": elsewhere} if elsewhere else {}),
             "always_high_regret": high.get("regret") if measured else None,
             "measured_on": f"the predictor's held-out table, one pool source left out at a time (meta.cv.source; "
                            f"{replayed})"}
@@ -200,5 +235,10 @@ def race_headline(plan: dict) -> str:
         line += (f"; racing only where the gate opens cost {e['overhead']:.0%} more training on average over held-out "
                  + (f"pool sources ({opened:.0%} of a run where it opened)" if opened is not None else "pool sources")
                  + f", expected loss {e['regret']:.1f} points ({plan['always_high_regret']:.1f} without races)")
+    w = plan.get("elsewhere")
+    if w:
+        line += (f"; judged where it was never fitted ({w['name']}: {', '.join(w['students'][:3])}, "
+                 f"{len(w['sources'])} pool source{'s' if len(w['sources']) != 1 else ''}, {w['rows']} rows) it lost "
+                 f"{w['regret']:.1f} points at {w['overhead']:.0%} more training ({w['always_high_regret']:.1f} without races)")
     return line
 

@@ -311,7 +311,7 @@ def measured_advice(cfg: RecommendConfig, predictor, desc: dict, plan: ProbePlan
                      confidence_reasons=tuple(notes) + advice.confidence_reasons,
                      # what the paper found for students of this size, beside the measurement
                      paper_prior=paper_prior_advice(desc["n_params"], cfg.budget) if desc["n_params"] >= PAPER_FROM else None)
-    return advice, curve, draws, race_plan(predictor, decision.race)
+    return advice, curve, draws, race_plan(predictor, decision.race, real_student=plan.recipe.kind != "lab")
 
 
 def advise_only(cfg: RecommendConfig, checked: Checked, student: Student, plan: ProbePlan, t0: float) -> Recommendation:

@@ -1,0 +1,90 @@
+"""The shipped predictor's judgment on the real pretrained student (meta.transfer, stored by
+`python -m experiments.transfer ... --store NAME`): it is what the committed real rows give today,
+`advisor recommend` quotes it beside a planned race for a student that is not a lab student only,
+and a predictor file's meta.transfer that does not read as one is passed over, never trusted."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT
+
+from capacity_advisor.advisor.predictor import Predictor
+from capacity_advisor.advisor.recommendation.draws import judged_elsewhere, race_headline, race_plan
+from experiments.transfer import judge, read_records, stored_entry
+
+SHIPPED = ROOT / "advisor" / "predictor_data"
+NAME = "real pretrained student"
+
+
+def shipped_entry() -> dict:
+    entries = Predictor.load(SHIPPED).meta["transfer"]
+    (entry,) = [e for e in entries if e["name"] == NAME]
+    return entry
+
+
+def test_the_stored_judgment_is_what_the_committed_real_rows_give():
+    entry = shipped_entry()
+    paths = entry["command"].split()[3:]  # python -m experiments.transfer PATHS
+    assert paths and all((ROOT / p).is_dir() for p in paths)
+    fresh = stored_entry(judge(read_records([ROOT / p for p in paths])), NAME, paths)
+    assert fresh == entry
+    assert entry["rows"] == 24 and len(entry["sources"]) == 4 and entry["students"] == ["lab:smollm2-135m"]
+    gated, high = entry["methods"]["gated race"], entry["methods"]["always high"]
+    assert gated["regret"] < high["regret"] and 0 < gated["overhead"] <= gated["overhead_where_raced"] <= 1
+
+
+def test_a_planned_race_for_a_real_student_quotes_it_and_for_a_lab_student_does_not():
+    pred = Predictor.load(SHIPPED)
+    race = {"fraction": 0.75, "wait": None, "why": "P(D_low) 0.60 reaches the gate's 0.2"}
+    lab, real = race_plan(pred, race), race_plan(pred, race, real_student=True)
+    assert "elsewhere" not in lab
+    w = real["elsewhere"]
+    entry = shipped_entry()
+    assert w["rows"] == 24 and w["regret"] == entry["methods"]["gated race"]["regret"]
+    assert w["always_high_regret"] == entry["methods"]["always high"]["regret"]
+    line = race_headline(real)
+    assert (f"judged where it was never fitted (real pretrained student: lab:smollm2-135m, 4 pool sources, 24 rows) "
+            f"it lost {w['regret']:.1f} points at {w['overhead']:.0%} more training "
+            f"({w['always_high_regret']:.1f} without races)") in line
+    assert "never fitted" not in race_headline(lab)
+    assert race_plan(pred, None, real_student=True) is None
+
+
+@pytest.mark.parametrize("transfer", [
+    None, "text", [1, None], [{"name": "[bold]x[/bold]", "rows": 24, "students": ["a"], "sources": ["b"],
+                               "methods": {"gated race": {"regret": 1, "overhead": 0.2}, "always high": {"regret": 3}}}],
+    [{"name": "n", "rows": True, "students": ["a"], "sources": ["b"],
+      "methods": {"gated race": {"regret": 1, "overhead": 0.2}, "always high": {"regret": 3}}}],
+    [{"name": "n", "rows": 24, "students": ["a\x1b[31m"], "sources": ["b"],
+      "methods": {"gated race": {"regret": 1, "overhead": 0.2}, "always high": {"regret": 3}}}],
+    [{"name": "n", "rows": 24, "students": ["a"], "sources": ["b"],
+      "methods": {"gated race": {"regret": float("nan"), "overhead": 0.2}, "always high": {"regret": 3}}}],
+    [{"name": "n", "rows": 24, "students": ["a"], "sources": ["b"], "methods": {"gated race": {"regret": "1"}}}],
+])
+def test_a_meta_transfer_that_does_not_read_as_one_is_passed_over(transfer):
+    pred = Predictor.load(SHIPPED)
+    pred.meta = {**pred.meta, "transfer": transfer}
+    assert judged_elsewhere(pred) is None
+    plan = race_plan(pred, {"fraction": 1.0, "wait": None, "why": "w"}, real_student=True)
+    assert "elsewhere" not in plan and "never fitted" not in race_headline(plan)
+
+
+def test_store_keeps_one_entry_per_name_in_the_predictor_judged(tmp_path):
+    pred = tmp_path / "pred"
+    shutil.copytree(SHIPPED, pred, ignore=shutil.ignore_patterns("*.py", "__pycache__", "paper_findings.json"))
+    cmd = [sys.executable, "-m", "experiments.transfer", "calibration/real/place-scripted-s0", "--predictor", str(pred),
+           "--store", "one source", "--json"]
+    for _ in range(2):  # stored again under the same name: replaced, not added
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+    meta = Predictor.load(pred).meta
+    names = [e["name"] for e in meta["transfer"]]
+    assert names == [NAME, "one source"]
+    (mine,) = [e for e in meta["transfer"] if e["name"] == "one source"]
+    assert mine["rows"] == json.loads(p.stdout)["rows"] == 3 and mine["sources"] == ["place/scripted"]
+    assert mine["command"] == "python -m experiments.transfer calibration/real/place-scripted-s0"
+    bad = subprocess.run(cmd[:-3] + ["--store", " "], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --store") and bad.stderr.count("\n") == 1

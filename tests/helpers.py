@@ -152,6 +152,14 @@ def addition_pool(path, n: int, generations):
     return write_jsonl(path, rows)
 
 
+def real_pool(path, n=40, empty_first=True):
+    """Sums with two boxed answers each; with `empty_first`, the first problem also has an empty
+    candidate (skipped, and counted)."""
+    return addition_pool(path, n, lambda a, b, i: [
+        f"The answer is \\\\boxed{{{a + b}}}.", f"Let us think. {a} + {b} = {a + b}. The answer is \\\\boxed{{{a + b}}}.",
+        *([""] if empty_first and i == 0 else [])])
+
+
 def answer_pool(path) -> Path:
     """48 problems "what is a + b?", each with two right candidates: the proxies' pool of the
     calibration tests (run with CALIBRATE_SMALL)."""

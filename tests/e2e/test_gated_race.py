@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 
 import pytest
-from helpers import RACE_MANIFEST, ROOT, one_error_line, race_curve, race_manifest, run
+from helpers import RACE_MANIFEST, ROOT, one_error_line, race_curve, race_manifest, real_pool, run
 
 from capacity_advisor.advisor.predictor import Policy, Predictor
 from capacity_advisor.advisor.predictor.gate import (
@@ -384,6 +384,23 @@ def test_recommend_plans_the_race_where_the_gate_opens(planned):
     assert m["race"]["expected"] == {k: held[k] for k in ("regret", "overhead", "overhead_where_open")}
     assert f"({held['overhead_where_open']:.0%} of a run where it opened)" in " ".join(report.split())
     assert set(m["sets"]) | {m["strategy"]} >= {"high", "low"}
+    # a lab student: the lab's held-out figures only, not the real student's (meta.transfer)
+    assert "elsewhere" not in m["race"] and "never fitted" not in report
+
+
+def test_a_race_planned_for_a_real_student_quotes_the_real_students_judgment(tiny_llama, tmp_path):
+    """A student that is not a lab model, with a gate that opens on any probe: the headline adds what
+    the shipped plan did on the real pretrained student's rows it was never fitted on (meta.transfer)."""
+    pool = real_pool(tmp_path / "pool.jsonl", empty_first=False)
+    r = run("recommend", "--model", tiny_llama, "--budget", 2, "--pool", pool, "--out", tmp_path / "rec",
+            "--predictor", predictor_with(tmp_path / "open", OPEN), "--probe-steps", 4, "--probe-eval-problems", 4,
+            "--max-new-tokens", 8, "--sample", 30, "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    (entry,) = Predictor.load(SHIPPED).meta["transfer"]
+    gated, high = entry["methods"]["gated race"], entry["methods"]["always high"]
+    assert (f"judged where it was never fitted (real pretrained student: lab:smollm2-135m, 4 pool sources, 24 rows) it "
+            f"lost {gated['regret']:.1f} points at {gated['overhead']:.0%} more training ({high['regret']:.1f} without "
+            "races)") in " ".join(r.output.replace("│", " ").split())  # the report's panel, its borders taken out
 
 
 def test_a_shut_gate_costs_nothing_extra(planned, lab_cache, monkeypatch):

@@ -5,7 +5,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, addition_pool, build_tiny, lab_pool, make_records, read_jsonl, resign, run, write_jsonl
+from helpers import ROOT, addition_pool, build_tiny, lab_pool, make_records, read_jsonl, real_pool, resign, run, write_jsonl
 
 from capacity_advisor.advisor.fit import FitSettings, fit_and_save
 from capacity_advisor.advisor.predictor import Predictor
@@ -223,14 +223,6 @@ def test_recommend_takes_precomputed_scores(lab_home, tmp_path, synthetic_predic
     assert (tmp_path / "given" / "train.jsonl").read_bytes() == (tmp_path / "own" / "train.jsonl").read_bytes()
     r = run("recommend", "--model", "lab:xs", "--budget", 2, "--scores", tmp_path / "s" / "scores.jsonl", "--out", tmp_path / "x")
     assert r.exit_code == 2 and "--scores needs the --pool" in r.stderr
-
-
-def real_pool(path, n=40, empty_first=True):
-    """Sums with two boxed answers each; with `empty_first`, the first problem also has an empty
-    candidate (skipped, and counted)."""
-    return addition_pool(path, n, lambda a, b, i: [
-        f"The answer is \\\\boxed{{{a + b}}}.", f"Let us think. {a} + {b} = {a + b}. The answer is \\\\boxed{{{a + b}}}.",
-        *([""] if empty_first and i == 0 else [])])
 
 
 def test_recommend_on_a_real_model_folder_reports_where_each_setting_came_from(tiny_llama, tmp_path, synthetic_predictor):

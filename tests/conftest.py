@@ -50,6 +50,18 @@ def pytest_collection_finish(session):
     gc.freeze()
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _frozen_heap():
+    """The same at each test file's start: what the files before left alive (session fixtures, the
+    loaded models' cache) is frozen, so a late file's runs do not walk an earlier file's objects.
+    Garbage is collected first, so none is frozen."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    yield
+
+
 @pytest.fixture(scope="session")
 def tiny_llama(tmp_path_factory):
     return build_tiny(tmp_path_factory.mktemp("tiny-llama"), "llama")

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 from dataclasses import replace
@@ -57,6 +58,7 @@ from capacity_advisor.advisor.predictor.gate import judged_on_other_half
 from capacity_advisor.advisor.predictor.labels import accuracy_lead, record_option, unit_of
 from capacity_advisor.advisor.predictor.races import race, with_curves
 from capacity_advisor.advisor.probe.plan import load_predictor
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import json_object
 from capacity_advisor.training.race import RaceRule, decide
 
@@ -234,7 +236,7 @@ STORED_KEYS = ("rows", "regret", "overhead", "raced", "overhead_where_raced", "o
 def stored_entry(t: dict, name: str, paths) -> dict:
     """One entry of meta.transfer: what the predictor's advice did on rows it was never fitted on
     (`advisor recommend` quotes it beside a planned race for a student like those): the methods of
-    STORED over all rows, and the gated race per pool source."""
+    STORED over all rows, and each one's regret per pool source."""
     shown = [p if not Path(p).is_absolute() else Path(p).name for p in map(str, paths)]
     return {"name": name, "rows": t["rows"], "students": t["students"], "sources": t["sources"],
             "command": "python -m experiments.transfer " + " ".join(shown),
@@ -270,11 +272,24 @@ def main(argv: list[str] | None = None) -> int:
     if not (math.isfinite(args.high_scout) and args.high_scout > 0):
         print(f"error: --high-scout {args.high_scout} must be a lead in accuracy above 0, e.g. 0.5", file=sys.stderr)
         return 2
-    if args.store is not None and not (0 < len(args.store.strip()) <= 80):
-        print("error: --store NAME must be a short name (1 to 80 characters), e.g. \"real pretrained student\"",
-              file=sys.stderr)
+    if args.store is not None:
+        from capacity_advisor.advisor.probe.plan import predictor_root
+        from capacity_advisor.advisor.recommendation.draws import plain
+
+        if not plain(args.store.strip(), 80):
+            print("error: --store NAME must be a short name (1 to 80 letters, digits, spaces and .,:/@+()'-), e.g. "
+                  "\"real pretrained student\"", file=sys.stderr)
+            return 2
+        folder = Path(str(predictor_root(args.predictor)))
+        if not os.access(folder / "predictor.json", os.W_OK) or not os.access(folder, os.W_OK):
+            print(f"error: --store: {folder / 'predictor.json'} cannot be written; name a predictor folder you own "
+                  "with --predictor", file=sys.stderr)
+            return 2
+    try:
+        t = judge(read_records(args.paths), args.predictor, args.high_scout)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    t = judge(read_records(args.paths), args.predictor, args.high_scout)
     if args.store is not None:
         if not t["rows"]:
             print("error: --store: the paths hold no rows to judge the predictor on; name published calibrations",

@@ -89,5 +89,5 @@ def test_store_keeps_one_entry_per_name_in_the_predictor_judged(tmp_path):
     for name in (" ", "[bold]x[/bold]"):  # a name the report would not print as it is: refused before any work
         bad = subprocess.run(cmd[:-3] + ["--store", name], cwd=ROOT, capture_output=True, text=True)
         assert bad.returncode == 2 and bad.stderr.startswith("error: --store") and bad.stderr.count("\n") == 1
-    bad = subprocess.run(cmd[:4] + [str(tmp_path / "none")] + cmd[5:], cwd=ROOT, capture_output=True, text=True)
+    bad = subprocess.run(cmd[:5] + [str(tmp_path / "none")] + cmd[6:], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and bad.stderr.count("\n") == 1

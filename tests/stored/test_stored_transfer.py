@@ -73,6 +73,7 @@ def test_a_meta_transfer_that_does_not_read_as_one_is_passed_over(transfer):
 
 
 def test_store_keeps_one_entry_per_name_in_the_predictor_judged(tmp_path):
+    shipped = (SHIPPED / "predictor.json").read_bytes()
     pred = tmp_path / "pred"
     shutil.copytree(SHIPPED, pred, ignore=shutil.ignore_patterns("*.py", "__pycache__", "paper_findings.json"))
     cmd = [sys.executable, "-m", "experiments.transfer", "calibration/real/place-scripted-s0", "--predictor", str(pred),
@@ -91,3 +92,4 @@ def test_store_keeps_one_entry_per_name_in_the_predictor_judged(tmp_path):
         assert bad.returncode == 2 and bad.stderr.startswith("error: --store") and bad.stderr.count("\n") == 1
     bad = subprocess.run(cmd[:5] + [str(tmp_path / "none")] + cmd[6:], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and bad.stderr.count("\n") == 1
+    assert (SHIPPED / "predictor.json").read_bytes() == shipped  # only the predictor named was written

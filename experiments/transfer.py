@@ -31,11 +31,12 @@ it (at its shares) with a scout for D_high too, at a lead of T (`--high-scout`, 
 D_high's accuracy gain in the probe leads D_low's by T or more, D_high without a race — a gate input
 not shipped, measured to see what a pool where D_high wins costs without it.
 
-`--store NAME` also keeps the judgment in the judged predictor (`--predictor`, else the shipped one)
-as meta.transfer's entry NAME: the gated race (evaluated at its shares, and at the schedule's
-evaluations), the policy, always-high and always-low over all rows, and their regret per source.
-`advisor recommend` quotes it beside a planned race for a student that is not a lab student. The
-shipped predictor's entry "real pretrained student" was stored so (docs/results.md, section 8).
+`--store NAME` also keeps the judgment in the judged predictor (`--predictor`, required: the shipped
+one is `--predictor advisor/predictor_data`) as meta.transfer's entry NAME, with the gate it judged
+(meta.policy.race): the gated race (evaluated at its shares, and at the schedule's evaluations), the
+policy, always-high and always-low over all rows, and their regret per source. `advisor recommend`
+quotes it beside a race that gate plans for a student that is not a lab student. The shipped
+predictor's entry "real pretrained student" was stored so (docs/results.md, section 8).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -233,13 +235,25 @@ STORED = {"gated race": AT_SHARES, "gated race, at the schedule's evaluations": 
 STORED_KEYS = ("rows", "regret", "overhead", "raced", "overhead_where_raced", "other_seed", "other_half")
 
 
-def stored_entry(t: dict, name: str, paths) -> dict:
-    """One entry of meta.transfer: what the predictor's advice did on rows it was never fitted on
-    (`advisor recommend` quotes it beside a planned race for a student like those): the methods of
-    STORED over all rows, and each one's regret per pool source."""
-    shown = [p if not Path(p).is_absolute() else Path(p).name for p in map(str, paths)]
-    return {"name": name, "rows": t["rows"], "students": t["students"], "sources": t["sources"],
-            "command": "python -m experiments.transfer " + " ".join(shown),
+ROOT = Path(__file__).resolve().parents[1]  # the checkout: stored commands name paths from here
+
+
+def shown_paths(paths) -> list[str]:
+    """`paths` as the stored command names them: from the checkout's root (a path outside it by its
+    name only: the command then says where the rows came from, not how to read them again)."""
+    out = []
+    for p in map(Path, paths):
+        full = p.resolve()
+        out.append(full.relative_to(ROOT).as_posix() if full.is_relative_to(ROOT) else p.name)
+    return out
+
+
+def stored_entry(t: dict, name: str, paths, gate) -> dict:
+    """One entry of meta.transfer: what the predictor's advice, with its gate `gate` (meta.policy.race),
+    did on rows it was never fitted on (`advisor recommend` quotes it beside a race that gate plans
+    for a student like those): the methods of STORED over all rows, and each one's regret per pool source."""
+    return {"name": name, "gate": gate, "rows": t["rows"], "students": t["students"], "sources": t["sources"],
+            "command": shlex.join(["python", "-m", "experiments.transfer", *shown_paths(paths)]),
             "methods": {k: {key: t["methods"][v]["all"].get(key) for key in STORED_KEYS} for k, v in STORED.items()},
             "by_source": {s: {k: t["methods"][v]["by_source"][s].get("regret") for k, v in STORED.items()}
                           for s in t["sources"]}}
@@ -252,8 +266,12 @@ def store(t: dict, name: str, paths, predictor_dir: str | None) -> Path:
 
     folder = Path(str(predictor_root(predictor_dir)))
     pred = Predictor.load(folder)
-    kept = [e for e in (pred.meta or {}).get("transfer") or [] if isinstance(e, dict) and e.get("name") != name]
-    pred.meta = {**(pred.meta or {}), "transfer": kept + [stored_entry(t, name, paths)]}
+    meta = pred.meta or {}
+    entry = stored_entry(t, name, paths, (meta.get("policy") or {}).get("race"))
+    entries = [e for e in meta.get("transfer") or [] if isinstance(e, dict)]
+    at = next((i for i, e in enumerate(entries) if e.get("name") == name), None)  # replaced where it stood
+    entries = entries[:at] + [entry] + entries[at + 1:] if at is not None else entries + [entry]
+    pred.meta = {**meta, "transfer": entries}
     return pred.save(folder)
 
 
@@ -280,7 +298,15 @@ def main(argv: list[str] | None = None) -> int:
             print("error: --store NAME must be a short name (1 to 80 letters, digits, spaces and .,:/@+()'-), e.g. "
                   "\"real pretrained student\"", file=sys.stderr)
             return 2
+        if args.predictor is None:
+            print("error: --store writes into a predictor folder: name it with --predictor (the shipped one: "
+                  "--predictor advisor/predictor_data)", file=sys.stderr)
+            return 2
         folder = Path(str(predictor_root(args.predictor)))
+        if not (folder / "predictor.json").is_file():
+            print(f"error: --store: no predictor at {folder} (predictor.json missing): run `advisor fit` or name "
+                  "another folder with --predictor", file=sys.stderr)
+            return 2
         if not os.access(folder / "predictor.json", os.W_OK) or not os.access(folder, os.W_OK):
             print(f"error: --store: {folder / 'predictor.json'} cannot be written; name a predictor folder you own "
                   "with --predictor", file=sys.stderr)

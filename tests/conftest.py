@@ -56,7 +56,11 @@ def _frozen_heap():
     loaded models' cache) is frozen, so a late file's runs do not walk an earlier file's objects.
     Garbage is collected first, so none is frozen."""
     import gc
+    import sys
 
+    for name in ("last_exc", "last_type", "last_value", "last_traceback"):  # a failed test's frames: not frozen
+        if hasattr(sys, name):
+            setattr(sys, name, None)
     gc.collect()
     gc.freeze()
     yield

@@ -88,7 +88,7 @@ def with_curves(rows: list[dict], records) -> list[dict]:
 
 
 _PAIRED: dict = {}  # (id(curve_h), id(curve_l), budget) -> (curve_h, curve_l, events): `paired`'s replays
-_PAIRED_MAX = 200_000
+_PAIRED_MAX = 20_000  # a fit pairs each held-out row's curves once: a few thousand pairs
 
 
 def paired(curve_h, curve_l, budget: float) -> tuple:

@@ -154,17 +154,23 @@ PLAIN = re.compile(r"[\w .,:/@+()'-]+")  # names a report prints as they are: no
 
 
 def plain(v, most: int) -> bool:
-    return isinstance(v, str) and 0 < len(v) <= most and PLAIN.fullmatch(v) is not None
+    """`v` is text of at most `most` characters a report prints as it is (no markup, no control
+    characters, no `:name:` a console would turn into an emoji)."""
+    return (isinstance(v, str) and 0 < len(v) <= most and PLAIN.fullmatch(v) is not None
+            and re.search(r":[\w+-]+:", v) is None)
 
 
 def judged_elsewhere(predictor) -> dict | None:
     """The predictor's first judgment on rows it was never fitted on (meta.transfer, stored by
-    `python -m experiments.transfer --store`), as {"name", "rows", "students", "sources", "regret",
-    "overhead", "always_high_regret"}; None where the file states none, or none that reads as one
-    (a predictor file may come from anyone: a value of another type is passed over, not trusted)."""
-    entries = (predictor.meta or {}).get("transfer")
+    `python -m experiments.transfer --store`) of the gate it ships (the entry's `gate` is its
+    meta.policy.race), as {"name", "rows", "students", "sources", "regret", "overhead",
+    "always_high_regret"}; None where the file states none, or none that reads as one (a predictor
+    file may come from anyone: a value of another type or range is passed over, not trusted)."""
+    meta = predictor.meta or {}
+    entries = meta.get("transfer")
+    gate = (meta.get("policy") or {}).get("race") if isinstance(meta.get("policy"), dict) else None
     for e in entries if isinstance(entries, list) else []:
-        if not isinstance(e, dict):
+        if not isinstance(e, dict) or e.get("gate") != gate:  # a judgment of another gate says nothing of this one
             continue
         methods = e.get("methods") if isinstance(e.get("methods"), dict) else {}
         gated, high = methods.get("gated race"), methods.get("always high")
@@ -174,7 +180,8 @@ def judged_elsewhere(predictor) -> dict | None:
                 and rows > 0 and texts(students) and texts(sources) and isinstance(gated, dict) and isinstance(high, dict)):
             continue
         nums = [gated.get("regret"), gated.get("overhead"), high.get("regret")]
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in nums):
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= most
+                   for v, most in zip(nums, (100, 1, 100))):  # points, a share of one run, points
             continue
         return {"name": name, "rows": rows, "students": list(students), "sources": list(sources),
                 "regret": float(nums[0]), "overhead": float(nums[1]), "always_high_regret": float(nums[2])}

@@ -392,11 +392,18 @@ def test_a_race_planned_for_a_real_student_quotes_the_real_students_judgment(tin
     """A student that is not a lab model, with a gate that opens on any probe: the headline adds what
     the shipped plan did on the real pretrained student's rows it was never fitted on (meta.transfer)."""
     pool = real_pool(tmp_path / "pool.jsonl", empty_first=False)
-    r = run("recommend", "--model", tiny_llama, "--budget", 2, "--pool", pool, "--out", tmp_path / "rec",
-            "--predictor", predictor_with(tmp_path / "open", OPEN), "--probe-steps", 4, "--probe-eval-problems", 4,
-            "--max-new-tokens", 8, "--sample", 30, "--device", "cpu")
+    args = ("recommend", "--model", tiny_llama, "--budget", 2, "--pool", pool, "--probe-steps", 4,
+            "--probe-eval-problems", 4, "--max-new-tokens", 8, "--sample", 30, "--device", "cpu")
+    folder = predictor_with(tmp_path / "open", OPEN)
+    r = run(*args, "--predictor", folder, "--out", tmp_path / "other-gate")
     assert r.exit_code == 0, r.output
-    (entry,) = Predictor.load(SHIPPED).meta["transfer"]
+    assert "never fitted" not in r.output  # the stored judgment is of the shipped gate, not of this one
+    pred = Predictor.load(folder)  # ... stated as this gate's own, it is quoted
+    (entry,) = pred.meta["transfer"]
+    pred.meta = {**pred.meta, "transfer": [{**entry, "gate": pred.meta["policy"]["race"]}]}
+    pred.save(folder)
+    r = run(*args, "--predictor", folder, "--out", tmp_path / "rec")
+    assert r.exit_code == 0, r.output
     gated, high = entry["methods"]["gated race"], entry["methods"]["always high"]
     assert (f"judged where it was never fitted (real pretrained student: lab:smollm2-135m, 4 pool sources, 24 rows) it "
             f"lost {gated['regret']:.1f} points at {gated['overhead']:.0%} more training ({high['regret']:.1f} without "

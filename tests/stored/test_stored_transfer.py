@@ -4,6 +4,7 @@
 and a predictor file's meta.transfer that does not read as one is passed over, never trusted."""
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -27,10 +28,11 @@ def shipped_entry() -> dict:
 
 def test_the_stored_judgment_is_what_the_committed_real_rows_give():
     entry = shipped_entry()
-    paths = entry["command"].split()[3:]  # python -m experiments.transfer PATHS
+    paths = shlex.split(entry["command"])[3:]  # python -m experiments.transfer PATHS, from the checkout's root
     assert paths and all((ROOT / p).is_dir() for p in paths)
-    fresh = stored_entry(judge(read_records([ROOT / p for p in paths])), NAME, paths)
-    assert fresh == entry
+    shipped = Predictor.load(SHIPPED).meta["policy"]["race"]
+    fresh = stored_entry(judge(read_records([ROOT / p for p in paths])), NAME, [ROOT / p for p in paths], shipped)
+    assert fresh == entry and entry["gate"] == shipped  # the judgment of the gate the predictor ships
     assert entry["rows"] == 24 and len(entry["sources"]) == 4 and entry["students"] == ["lab:smollm2-135m"]
     gated, high = entry["methods"]["gated race"], entry["methods"]["always high"]
     assert gated["regret"] < high["regret"] and 0 < gated["overhead"] <= gated["overhead_where_raced"] <= 1
@@ -53,21 +55,28 @@ def test_a_planned_race_for_a_real_student_quotes_it_and_for_a_lab_student_does_
     assert race_plan(pred, None, real_student=True) is None
 
 
+GOOD = {"name": "n", "rows": 24, "students": ["a"], "sources": ["b"],
+        "methods": {"gated race": {"regret": 1, "overhead": 0.2}, "always high": {"regret": 3}}}
+
+
 @pytest.mark.parametrize("transfer", [
-    None, "text", [1, None], [{"name": "[bold]x[/bold]", "rows": 24, "students": ["a"], "sources": ["b"],
-                               "methods": {"gated race": {"regret": 1, "overhead": 0.2}, "always high": {"regret": 3}}}],
-    [{"name": "n", "rows": True, "students": ["a"], "sources": ["b"],
-      "methods": {"gated race": {"regret": 1, "overhead": 0.2}, "always high": {"regret": 3}}}],
-    [{"name": "n", "rows": 24, "students": ["a\x1b[31m"], "sources": ["b"],
-      "methods": {"gated race": {"regret": 1, "overhead": 0.2}, "always high": {"regret": 3}}}],
-    [{"name": "n", "rows": 24, "students": ["a"], "sources": ["b"],
-      "methods": {"gated race": {"regret": float("nan"), "overhead": 0.2}, "always high": {"regret": 3}}}],
-    [{"name": "n", "rows": 24, "students": ["a"], "sources": ["b"], "methods": {"gated race": {"regret": "1"}}}],
+    None, "text", [1, None], [{**GOOD, "name": "[bold]x[/bold]"}], [{**GOOD, "name": "x :thumbs_up: y"}],
+    [{**GOOD, "rows": True}], [{**GOOD, "students": ["a\x1b[31m"]}], [{**GOOD, "sources": []}],
+    [{**GOOD, "methods": {"gated race": {"regret": float("nan"), "overhead": 0.2}, "always high": {"regret": 3}}}],
+    [{**GOOD, "methods": {"gated race": {"regret": 1, "overhead": 40.0}, "always high": {"regret": 3}}}],
+    [{**GOOD, "methods": {"gated race": {"regret": "1"}}}],
+    [{**GOOD, "gate": {"threshold": 0.5}}],  # a judgment of another gate than the one the predictor ships
 ])
 def test_a_meta_transfer_that_does_not_read_as_one_is_passed_over(transfer):
     pred = Predictor.load(SHIPPED)
+    gate = pred.meta["policy"]["race"]
+    if isinstance(transfer, list):  # each entry names the shipped gate unless the case is another gate
+        transfer = [{"gate": gate, **e} if isinstance(e, dict) else e for e in transfer]
     pred.meta = {**pred.meta, "transfer": transfer}
     assert judged_elsewhere(pred) is None
+    pred.meta = {**pred.meta, "transfer": [{**GOOD, "gate": gate}]}  # the same entry, well formed, is read
+    assert judged_elsewhere(pred)["regret"] == 1.0
+    pred.meta = {**pred.meta, "transfer": transfer}
     plan = race_plan(pred, {"fraction": 1.0, "wait": None, "why": "w"}, real_student=True)
     assert "elsewhere" not in plan and "never fitted" not in race_headline(plan)
 
@@ -78,6 +87,8 @@ def test_store_keeps_one_entry_per_name_in_the_predictor_judged(tmp_path):
     shutil.copytree(SHIPPED, pred, ignore=shutil.ignore_patterns("*.py", "__pycache__", "paper_findings.json"))
     cmd = [sys.executable, "-m", "experiments.transfer", "calibration/real/place-scripted-s0", "--predictor", str(pred),
            "--store", "one source", "--json"]
+    bad = subprocess.run(cmd[:4] + cmd[6:], cwd=ROOT, capture_output=True, text=True)  # no --predictor named
+    assert bad.returncode == 2 and "name it with --predictor" in bad.stderr and bad.stderr.count("\n") == 1
     for _ in range(2):  # stored again under the same name: replaced, not added
         p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         assert p.returncode == 0, p.stderr

@@ -32,33 +32,22 @@ def pytest_collection_modifyitems(config, items):
 SLOW_FIXTURES: set[str] = set()  # fixtures that take a minute or so: a test using one must be marked slow
 
 
-def pytest_collection_finish(session):
-    """Once the suite is collected, with the libraries every training test imports loaded, what is
-    alive is moved out of the cycle collector's sight (`gc.freeze`). A run collects garbage twice
-    (the Trainer as it starts, `training.sft.release_memory` as it returns), and a full collection
-    over a heap holding torch and transformers takes about 0.3 s: in a suite of hundreds of tiny
-    runs, a third of a calibration test's time. Frozen objects are still freed when their last
-    reference goes; only cycles among them would stay, and none is garbage at this point."""
-    import gc
-
-    if session.items:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-        from transformers import Trainer  # noqa: F401
-
-    gc.collect()
-    gc.freeze()
-
-
 @pytest.fixture(autouse=True, scope="module")
 def _frozen_heap():
-    """The same at each test file's start: what the files before left alive (session fixtures, the
-    loaded models' cache) is frozen, so a late file's runs do not walk an earlier file's objects.
-    Garbage is collected first, so none is frozen."""
+    """At each test file's start, with the libraries every training test imports loaded, what is
+    alive (those libraries, session fixtures, the loaded models' cache) is moved out of the cycle
+    collector's sight (`gc.freeze`). A run collects garbage twice (the Trainer as it starts,
+    `training.sft.release_memory` as it returns), and a full collection over a heap holding torch and
+    transformers takes about 0.3 s: in a suite of hundreds of tiny runs, a third of a calibration
+    test's time. Garbage is collected first (a failed test's frames released), so none is frozen;
+    frozen objects are still freed when their last reference goes."""
     import gc
     import sys
 
-    for name in ("last_exc", "last_type", "last_value", "last_traceback"):  # a failed test's frames: not frozen
+    import torch  # noqa: F401
+    from transformers import Trainer  # noqa: F401
+
+    for name in ("last_exc", "last_type", "last_value", "last_traceback"):
         if hasattr(sys, name):
             setattr(sys, name, None)
     gc.collect()

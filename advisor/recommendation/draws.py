@@ -160,6 +160,10 @@ def plain(v, most: int) -> bool:
             and re.search(r":[\w+-]+:", v) is None)
 
 
+def plain_list(v) -> bool:
+    return isinstance(v, list) and 0 < len(v) <= 1000 and all(plain(x, 200) for x in v)
+
+
 def judged_elsewhere(predictor) -> dict | None:
     """The predictor's first judgment on rows it was never fitted on (meta.transfer, stored by
     `python -m experiments.transfer --store`) of the gate it ships (the entry's `gate` is its
@@ -168,16 +172,16 @@ def judged_elsewhere(predictor) -> dict | None:
     file may come from anyone: a value of another type or range is passed over, not trusted)."""
     meta = predictor.meta or {}
     entries = meta.get("transfer")
-    gate = (meta.get("policy") or {}).get("race") if isinstance(meta.get("policy"), dict) else None
+    policy = meta.get("policy")
+    gate = policy.get("race") if isinstance(policy, dict) else None
     for e in entries if isinstance(entries, list) else []:
         if not isinstance(e, dict) or e.get("gate") != gate:  # a judgment of another gate says nothing of this one
             continue
         methods = e.get("methods") if isinstance(e.get("methods"), dict) else {}
         gated, high = methods.get("gated race"), methods.get("always high")
         name, rows, students, sources = e.get("name"), e.get("rows"), e.get("students"), e.get("sources")
-        texts = lambda v: isinstance(v, list) and 0 < len(v) <= 1000 and all(plain(x, 200) for x in v)
         if not (plain(name, 80) and isinstance(rows, int) and not isinstance(rows, bool)
-                and rows > 0 and texts(students) and texts(sources) and isinstance(gated, dict) and isinstance(high, dict)):
+                and rows > 0 and plain_list(students) and plain_list(sources) and isinstance(gated, dict) and isinstance(high, dict)):
             continue
         nums = [gated.get("regret"), gated.get("overhead"), high.get("regret")]
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= most

@@ -147,6 +147,7 @@ def with_proxy_leads(own: dict, rows: Sequence[dict]) -> dict:
 
 MEMBERS, MAX_MEMBERS, MAX_JOBS = 24, 256, 256  # ensemble members: the default and the most a fit takes
 CV_MEMBERS = 8  # members of each held-out fit: `advisor fit --cv-members`
+MAX_DRAWS = 16  # `advisor fit --gate-draws`: each draw costs the held-out fits the choices are made on again
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,10 @@ class FitSettings:
     cv_members: int = field(default=CV_MEMBERS, metadata={"help": (
         "Ensemble members of each held-out fit: the held-out tables' P(D_low), which the policy's thresholds and the "
         "gate are chosen on (their cost grows with it; --members is the saved ensemble's).")})
+    gate_draws: int = field(default=1, metadata={"help": (
+        "Bootstrap draws of those held-out fits, pooled (seeds --seed, --seed + 1, …): the kind, the policy's "
+        "thresholds and the gate are chosen over the draws' noise rather than on one draw (the choice's cost grows "
+        "with it).")})
 
     def check(self) -> None:
         """Every setting's value, all wrong ones in one InputError."""
@@ -196,7 +201,8 @@ class FitSettings:
         if self.features not in FEATURE_SETS:
             bad.append(f"--features {self.features!r} is unknown: use {', '.join(FEATURE_SETS)}")
         for flag, v, lo, hi in (("--members", self.n_members, 1, MAX_MEMBERS), ("--jobs", self.jobs, 1, MAX_JOBS),
-                                ("--seed", self.seed, 0, MAX_SEED), ("--cv-members", self.cv_members, 1, MAX_MEMBERS)):
+                                ("--seed", self.seed, 0, MAX_SEED), ("--cv-members", self.cv_members, 1, MAX_MEMBERS),
+                                ("--gate-draws", self.gate_draws, 1, MAX_DRAWS)):
             if not whole(v, lo, hi):
                 bad.append(f"{flag} {v!r} must be a whole number from {lo} to {hi}")
         unknown = [k for k in self.kinds if k not in FITTABLE]
@@ -211,6 +217,9 @@ class FitSettings:
             bad.append(f"--race-grid {self.race_grid!r} is unknown: use {', '.join(RACE_GRIDS)}")
         if not self.choose_by or any(s not in SPLITS for s in self.choose_by):
             bad.append(f"--choose-by {','.join(self.choose_by) or '(none)'}: one or more of {', '.join(SPLITS)}")
+        if whole(self.seed, 0, MAX_SEED) and whole(self.gate_draws, 1, MAX_DRAWS) and self.seed + self.gate_draws - 1 > MAX_SEED:
+            bad.append(f"--seed {self.seed} with --gate-draws {self.gate_draws} passes the last seed, {MAX_SEED}: "
+                       "choose a lower --seed")
         if bad:
             raise InputError("; ".join(bad))
 
@@ -222,9 +231,9 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
     the user's own, and a second policy is chosen for a student advised on one of them (on the
     proxy split: a large student fitted with its own source's small students)."""
     settings.check()
-    tie_margin, features, kinds, n_members, seed, jobs, cv_members = (
+    tie_margin, features, kinds, n_members, seed, jobs, cv_members, draws = (
         settings.tie_margin, settings.features, settings.kinds, settings.n_members, settings.seed, settings.jobs,
-        settings.cv_members)
+        settings.cv_members, settings.gate_draws)
     say = log or (lambda msg: None)
     feats = FEATURE_SETS[features]
     rows = with_curves(label_rows(records, tie_margin=tie_margin), records)
@@ -249,16 +258,17 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
         say(f"cross-validating {', '.join(kinds)}, one {s} held out at a time (kind and thresholds chosen inside "
             "each fold)")
         cv_tables[s] = cross_validate(rows, s, kinds, feats, cv_members, tie_margin, seed, jobs,
-                                      policy_split=split, open_cap=settings.open_cap, races=races, scouts=scouts)
+                                      policy_split=split, open_cap=settings.open_cap, races=races, scouts=scouts,
+                                      draws=draws)
     say(f"choosing the kind and the policy's thresholds by {by} regret")
     chosen, policy, kind_regret, measured_rows = measured_policy(rows, split, kinds, feats, cv_members, seed, jobs,
-                                                                 races, scouts)
+                                                                 races, scouts, draws)
     policy = with_gate(policy, measured_rows, open_cap=settings.open_cap, races=races, scouts=scouts)
     own = own_sources(records, files)
     policy_own = None
     if own and folds(rows, PROXY):
         say("choosing the policy's thresholds for your own pool sources by leave-one-proxy-target-out regret")
-        _, policy_own, _ = select_policy(rows, PROXY, chosen, feats, cv_members, seed, jobs)
+        _, policy_own, _ = select_policy(rows, PROXY, chosen, feats, cv_members, seed, jobs, draws)
         own = with_proxy_leads(own, rows)
     say(f"fitting {n_members} {chosen} members on {len(rows)} rows")
     pred = fit_predictor(rows, chosen, feats, n_members, seed, jobs)
@@ -278,6 +288,7 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
         **({"note": settings.note} if settings.note else {}),
         # absent at the default, so files from before read as they did
         **({"cv_members": cv_members} if cv_members != CV_MEMBERS else {}),
+        **({"gate_draws": draws} if draws != 1 else {}),
         **({"record_files": list(files)} if files else {}),
         **({"own_sources": own} if own else {}),
         **({"policy_own": {**policy_own.to_dict(), "chosen_by": "leave-one-proxy-target-out regret"}}

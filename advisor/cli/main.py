@@ -27,7 +27,7 @@ from capacity_advisor.advisor.cli.options import (
 from capacity_advisor.advisor.cli.proxies import calibrate
 from capacity_advisor.advisor.cli.train import train
 from capacity_advisor.advisor.cli.ui import console, emit_json, prepare, quiet_libraries, work, work_progress
-from capacity_advisor.advisor.fit import FitSettings, MAX_JOBS, MAX_MEMBERS, fit_file
+from capacity_advisor.advisor.fit import FitSettings, MAX_DRAWS, MAX_JOBS, MAX_MEMBERS, fit_file
 from capacity_advisor.advisor.predictor.gate import RACE_GRIDS
 from capacity_advisor.advisor.pools.generate import GenerateConfig, generate_pool
 from capacity_advisor.advisor.predictor import FEATURE_SETS
@@ -264,6 +264,7 @@ def generate(as_json, **kw):
 @field_option(FitSettings, "high_scout")
 @field_option(FitSettings, "n_members", "--members", type=click.IntRange(1, MAX_MEMBERS))
 @field_option(FitSettings, "cv_members", "--cv-members", type=click.IntRange(1, MAX_MEMBERS))
+@field_option(FitSettings, "gate_draws", "--gate-draws", type=click.IntRange(1, MAX_DRAWS))
 @field_option(FitSettings, "jobs", type=click.IntRange(1, MAX_JOBS))
 @field_option(FitSettings, "seed", type=SEEDS)
 @field_option(FitSettings, "note")

@@ -263,32 +263,39 @@ def choose_policy(measured: Sequence[dict], *more: Sequence[dict]) -> Policy:
 
 
 def fold_measurements(rows: Sequence[dict], split: str, kind: str, features: Sequence[str], n_members: int,
-                      seed: int, jobs: int = 1) -> list[dict]:
+                      seed: int, jobs: int = 1, draws: int = 1) -> list[dict]:
+    """Every row held out once per `split` fold, as `held_out` measures it; with `draws` > 1, once per
+    bootstrap draw (seeds `seed`, `seed` + 1, …), pooled: a choice made on them is made over the
+    draws' noise in P(D_low), not on one draw of it."""
     out = []
-    for _, train, test in folds(rows, split):
-        measured = held_out(train, test, kind, features, n_members, seed, jobs)
-        out += with_rule(train, test, measured) if split == PROXY else measured
+    for d in range(draws):
+        for _, train, test in folds(rows, split):
+            measured = held_out(train, test, kind, features, n_members, seed + d, jobs)
+            out += with_rule(train, test, measured) if split == PROXY else measured
     return out
 
 
 def select_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str | Sequence[str],
-                  features: Sequence[str], n_members: int = 8, seed: int = 0, jobs: int = 1) -> tuple[str, Policy, dict]:
+                  features: Sequence[str], n_members: int = 8, seed: int = 0, jobs: int = 1,
+                  draws: int = 1) -> tuple[str, Policy, dict]:
     """(kind, thresholds, {kind: its held-out regret in points}) chosen together by leaving one
     `split` value out at a time on `rows` — with several splits, by the worse of their regrets —:
     for each kind the best thresholds, then the kind whose best thresholds lose least (ties to the
     first kind named). Where `rows` hold one value of a split, nothing measures the predictor
-    across it: UNTRIED."""
-    return measured_policy(rows, split, kinds, features, n_members, seed, jobs)[:3]
+    across it: UNTRIED. `draws`: the held-out measurements pooled over that many bootstrap draws
+    (`fold_measurements`)."""
+    return measured_policy(rows, split, kinds, features, n_members, seed, jobs, draws=draws)[:3]
 
 
 def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str | Sequence[str],
                     features: Sequence[str], n_members: int = 8, seed: int = 0, jobs: int = 1,
-                    races: tuple = RACES, scouts: tuple = NO_SCOUT) -> tuple[str, Policy, dict, list[dict]]:
+                    races: tuple = RACES, scouts: tuple = NO_SCOUT, draws: int = 1) -> tuple[str, Policy, dict, list[dict]]:
     """`select_policy`'s choice, and the chosen kind's held-out measurements, one list per split
     (none where nothing was measured), from which a gate is chosen (`with_gate`: with several
     splits, for the worst of them). Where the rows carry their runs' curves, the kind is the one
     whose policy with its best gate (within the shipped cap, gate.CAP; its race one of `races`)
-    loses least over the splits: the gated race is what ships."""
+    loses least over the splits: the gated race is what ships. `draws`: each split's measurements
+    pooled over that many bootstrap draws (`fold_measurements`)."""
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     splits = (split,) if isinstance(split, str) else tuple(split)
     if not all(folds(rows, s) for s in splits):
@@ -296,7 +303,7 @@ def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str
     gated = all("curves" in r for r in rows)
     best, scores = None, {}
     for kind in kinds:
-        measured = [fold_measurements(rows, s, kind, features, n_members, seed, jobs) for s in splits]
+        measured = [fold_measurements(rows, s, kind, features, n_members, seed, jobs, draws) for s in splits]
         policy = choose_policy(*measured)
         scores[kind] = 100 * max(_policy_regret(m, policy) for m in measured)
         key = best_gate(measured[0], policy, CAP, *measured[1:], races=races, scouts=scouts)[1] if gated else scores[kind]
@@ -324,7 +331,8 @@ def with_gate(policy: Policy, measured: Sequence, cap: float = CAP, open_cap: fl
 def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Sequence[str] = "lightgbm",
                    features: Sequence[str] | None = None, n_members: int = 8, tie_margin: float = TIE_MARGIN,
                    seed: int = 0, jobs: int = 1, policy_split: str | Sequence[str] | None = None,
-                   open_cap: float | None = None, races: tuple = RACES, scouts: tuple = NO_SCOUT) -> dict:
+                   open_cap: float | None = None, races: tuple = RACES, scouts: tuple = NO_SCOUT,
+                   draws: int = 1) -> dict:
     """Every method held out by `split`: the policy — its model kind (one of `kind`, when several)
     and thresholds chosen on each outer fold's training rows only, by an inner leave-one-
     `policy_split`-out (default the same split; several: the worse of them; UNTRIED where those
@@ -334,7 +342,8 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     P(D_low) across a cell's seeds (`p_low_spread`, the mean range). Where the rows carry their
     runs' curves (`races.with_curves`), also the gated race (`gated_methods`), its races held to
     `open_cap` of a run on average where it opens, when given, each gate's race one of `races` (and its
-    scout one of `scouts`)."""
+    scout one of `scouts`). `draws`: the inner measurements each fold's choices are made on pooled over
+    that many bootstrap draws; the outer fold's advice is one draw's (`seed`), as a fitted predictor's."""
     from capacity_advisor.advisor.predictor.labels import PROBE_FEATURES
 
     features = tuple(features or PROBE_FEATURES)
@@ -349,7 +358,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     chosen, p_low, gated, everywhere, at_shares = {}, [], {}, [], []
     for name, train, test in fs:
         fold_kind, policy, _, inner = measured_policy(train, inner_split, kind, features, n_members, seed, jobs,
-                                                      races, scouts)
+                                                      races, scouts, draws)
         chosen[name] = {"kind": fold_kind, **policy.to_dict()}
         outer = held_out(train, test, fold_kind, features, n_members, seed, jobs)
         if split != PROXY and all("curves" in r for r in rows):
@@ -379,7 +388,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     if split == PROXY:  # the same large students advised with fewer of their source's proxies
         for method, own, inner in ((WITHOUT_PROXIES, 0, policy_split or CHOOSE_BY), (LARGEST_PROXY, 1, PROXY)):
             for _, train, test in proxy_folds(rows, own):
-                fold_kind, policy, _ = select_policy(train, inner, kind, features, n_members, seed, jobs)
+                fold_kind, policy, _ = select_policy(train, inner, kind, features, n_members, seed, jobs, draws)
                 picks.setdefault(method, []).extend(
                     (m["row"], policy.choose(m["probs"], m["outside"], m["ratio"]) or "high")
                     for m in held_out(train, test, fold_kind, features, n_members, seed, jobs))

@@ -37,6 +37,7 @@ USAGE = [
     (["fit", "-r", "POOL", "-o", "OUT", "--seed", "-1"], "Invalid value for '--seed'"),
     (["fit", "-r", "POOL", "-o", "OUT", "--members", "0"], "Invalid value for '--members'"),
     (["fit", "-r", "POOL", "-o", "OUT", "--cv-members", "0"], "Invalid value for '--cv-members'"),
+    (["fit", "-r", "POOL", "-o", "OUT", "--gate-draws", "0"], "Invalid value for '--gate-draws'"),
     (["recommend", "-m", "lab:xs", "-b", "nan", "-o", "OUT"], "'nan' is not a finite number"),
     (["probe", "-m", "m", "-p", "p", "-o", "OUT", "--learning-rate", "inf"], "'inf' is not a finite number"),
 ]
@@ -162,6 +163,7 @@ BAD_INPUT = [
     (["fit", "-r", "MISSING", "-o", "OUT"], "does not exist"),
     (["fit", "-r", "BAD", "-o", "OUT"], "remove the damaged line"),
     (["fit", "-r", "POOL", "-o", "OUT"], "is this a records file written by"),
+    (["fit", "-r", "BAD", "-o", "OUT", "--seed", "4294967295", "--gate-draws", "2"], "passes the last seed"),  # before reading
     (["lab", "pool", "--n", "0", "-o", "OUT.jsonl"], "--n must be from 1 to 1,000,000 problems, got 0"),
     (["lab", "pool", "--candidates", "2", "-o", "OUT.jsonl"], "--candidates must be between 4 and 8"),
     # verbs whose modules others own: their argument errors, as far as they reach today

@@ -391,6 +391,30 @@ def test_a_policy_chosen_by_two_splits_minimises_the_worse_of_them():
     assert select_policy(one, ("source", "teacher"), "logistic", FEATS, n_members=2)[1] == UNTRIED
 
 
+def test_choices_pooled_over_draws_are_made_on_every_draw_and_the_fit_says_how_many(tmp_path):
+    """`--gate-draws 2`: the held-out measurements are those of two bootstrap draws (seeds 0 and 1),
+    each row once per draw; the policy chosen is the best over both draws, not over the first."""
+    from dataclasses import replace
+
+    from capacity_advisor.advisor.fit import FitSettings, fit_and_save
+    from capacity_advisor.advisor.predictor.policy import GRID, _policy_regret, fold_measurements, select_policy
+
+    rows = label_rows(make_unit_records())
+    one, two = (fold_measurements(rows, "source", "logistic", FEATS, 2, s) for s in (0, 1))
+    pooled = fold_measurements(rows, "source", "logistic", FEATS, 2, 0, draws=2)
+    assert [m["row"] for m in pooled] == [m["row"] for m in one + two]
+    assert [m["probs"] for m in pooled] == [m["probs"] for m in one + two]
+    assert [m["probs"] for m in one] != [m["probs"] for m in two]  # the draws differ: pooling them is not one draw twice
+    _, policy, scores = select_policy(rows, "source", "logistic", FEATS, n_members=2, draws=2)
+    assert all(_policy_regret(pooled, policy) <= _policy_regret(pooled, p) + 1e-9 for p in GRID)
+    assert scores["logistic"] == pytest.approx(100 * _policy_regret(pooled, policy))
+    settings = FitSettings(n_members=2, kinds=("logistic",), features="probe", cv_members=2, cv=("student",))
+    fit_and_save(make_records(), tmp_path / "two", replace(settings, gate_draws=2))
+    fit_and_save(make_records(), tmp_path / "one", settings)
+    meta = {d: json.loads((tmp_path / d / "predictor.json").read_text())["meta"] for d in ("one", "two")}
+    assert meta["two"]["gate_draws"] == 2 and "gate_draws" not in meta["one"]  # stated where not the default (1)
+
+
 def test_reasons_name_what_pushes_toward_the_answer_first():
     model = fit_predictor(label_rows(make_records()), "logistic", FEATS, n_members=8)
     big = probe_features(7.2, random.Random(1))

@@ -264,6 +264,10 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
     chosen, policy, kind_regret, measured_rows = measured_policy(rows, split, kinds, feats, cv_members, seed, jobs,
                                                                  races, scouts, draws)
     policy = with_gate(policy, measured_rows, open_cap=settings.open_cap, races=races, scouts=scouts)
+    # the gate each draw alone would have chosen: how much pooling the draws settled
+    alone = [with_gate(policy, [[m for m in ms if m.get("draw") == d] for ms in measured_rows],
+                       open_cap=settings.open_cap, races=races, scouts=scouts).gate for d in range(draws)] \
+        if draws > 1 else []
     own = own_sources(records, files)
     policy_own = None
     if own and folds(rows, PROXY):
@@ -288,7 +292,7 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
         **({"note": settings.note} if settings.note else {}),
         # absent at the default, so files from before read as they did
         **({"cv_members": cv_members} if cv_members != CV_MEMBERS else {}),
-        **({"gate_draws": draws} if draws != 1 else {}),
+        **({"gate_draws": draws, "draw_gates": [g.to_dict() if g else None for g in alone]} if draws != 1 else {}),
         **({"record_files": list(files)} if files else {}),
         **({"own_sources": own} if own else {}),
         **({"policy_own": {**policy_own.to_dict(), "chosen_by": "leave-one-proxy-target-out regret"}}
@@ -302,6 +306,7 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
     return {"cv": compact(cv_tables), "chosen": chosen, "kinds": pred.meta["kinds"], "policy": pred.meta["policy"],
             "rows": len(rows), "labels": pred.meta["labels"], "ties": pred.meta["ties"],
             "rule_of_thumb": pred.meta["rule_of_thumb"], "out": str(out),
+            **({"draw_gates": pred.meta["draw_gates"]} if "draw_gates" in pred.meta else {}),
             **({"own_sources": sorted(own), "policy_own": pred.meta["policy_own"]} if policy_own else {})}
 
 

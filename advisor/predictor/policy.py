@@ -266,11 +266,11 @@ def fold_measurements(rows: Sequence[dict], split: str, kind: str, features: Seq
                       seed: int, jobs: int = 1, draws: int = 1) -> list[dict]:
     """Every row held out once per `split` fold, as `held_out` measures it; with `draws` > 1, once per
     bootstrap draw (seeds `seed`, `seed` + 1, …), pooled: a choice made on them is made over the
-    draws' noise in P(D_low), not on one draw of it."""
+    draws' noise in P(D_low), not on one draw of it. Each measurement says its draw (`draw`: 0, 1, …)."""
     out = []
     for d in range(draws):
         for _, train, test in folds(rows, split):
-            measured = held_out(train, test, kind, features, n_members, seed + d, jobs)
+            measured = [{**m, "draw": d} for m in held_out(train, test, kind, features, n_members, seed + d, jobs)]
             out += with_rule(train, test, measured) if split == PROXY else measured
     return out
 

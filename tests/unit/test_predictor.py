@@ -413,6 +413,10 @@ def test_choices_pooled_over_draws_are_made_on_every_draw_and_the_fit_says_how_m
     fit_and_save(make_records(), tmp_path / "one", settings)
     meta = {d: json.loads((tmp_path / d / "predictor.json").read_text())["meta"] for d in ("one", "two")}
     assert meta["two"]["gate_draws"] == 2 and "gate_draws" not in meta["one"]  # stated where not the default (1)
+    # beside the pooled gate, the gate each draw alone would have chosen; draw 0 alone is the one-draw fit's
+    assert len(meta["two"]["draw_gates"]) == 2 and "draw_gates" not in meta["one"]
+    assert meta["two"]["draw_gates"][0] == meta["one"]["policy"]["race"]
+    assert [m["draw"] for m in pooled] == [0] * len(one) + [1] * len(two)
 
 
 def test_reasons_name_what_pushes_toward_the_answer_first():

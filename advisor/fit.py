@@ -28,7 +28,7 @@ from capacity_advisor.advisor.predictor import (
 from capacity_advisor.advisor.predictor.gate import NO_SCOUT, RACE_GRIDS, SCOUTS, SCOUTS_BOTH
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix, ranking_sum
 from capacity_advisor.advisor.predictor.policy import (
-    CHOOSE_BY, EITHER, EITHER_PREDICTOR, PROXY_RULE, measured_policy, with_gate,
+    CHOOSE_BY, EITHER, EITHER_PREDICTOR, PROXY_RULE, choose_policy, measured_policy, with_gate,
 )
 from capacity_advisor.advisor.predictor.priors import fit_lab_prior
 from capacity_advisor.advisor.predictor.proxy_rule import choose_rule, lead
@@ -224,6 +224,15 @@ class FitSettings:
             raise InputError("; ".join(bad))
 
 
+def draw_gate(measured: Sequence[Sequence[dict]], draw: int, open_cap, races: tuple, scouts: tuple):
+    """The thresholds and gate one bootstrap draw's held-out measurements alone choose (the kind kept):
+    beside the pooled choice, how much pooling the draws settled."""
+    sets = [[m for m in ms if m.get("draw") == draw] for ms in measured]
+    if not sets or not all(sets):
+        return None
+    return with_gate(choose_policy(*sets), sets, open_cap=open_cap, races=races, scouts=scouts).gate
+
+
 def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings = FitSettings(), log=None,
                  files: Sequence[dict] | None = None) -> dict:
     """Choose the kind, measure it on every split of `settings.cv`, choose the policy, fit and save.
@@ -264,10 +273,7 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
     chosen, policy, kind_regret, measured_rows = measured_policy(rows, split, kinds, feats, cv_members, seed, jobs,
                                                                  races, scouts, draws)
     policy = with_gate(policy, measured_rows, open_cap=settings.open_cap, races=races, scouts=scouts)
-    # the gate each draw alone would have chosen: how much pooling the draws settled
-    alone = [with_gate(policy, [[m for m in ms if m.get("draw") == d] for ms in measured_rows],
-                       open_cap=settings.open_cap, races=races, scouts=scouts).gate for d in range(draws)] \
-        if draws > 1 else []
+    alone = [draw_gate(measured_rows, d, settings.open_cap, races, scouts) for d in range(draws)] if draws > 1 else []
     own = own_sources(records, files)
     policy_own = None
     if own and folds(rows, PROXY):

@@ -166,8 +166,8 @@ def cross_validation(result: dict) -> None:
         alone = result.get("draw_gates") or []
         if alone:  # --gate-draws: the pooled choice beside what each draw alone would have chosen
             same = sum(g == pol["race"] for g in alone)
-            console.print(f"chosen over {len(alone)} bootstrap draws pooled; {same} of them alone would have chosen "
-                          "the same gate", highlight=False)
+            console.print(f"chosen over {len(alone)} bootstrap draws pooled; {same} of them alone (choosing their own "
+                          "thresholds, the kind kept) would have chosen the same gate", highlight=False)
     if result.get("own_sources"):
         own = result["policy_own"]
         console.print(f"your own pool sources: {', '.join(result['own_sources'])}; on them the predictor is trusted up "

@@ -240,7 +240,8 @@ def _gate_arrays(measured: Sequence[dict], policy, races: tuple = RACES) -> dict
     raced = {}
     for f, w, k, m, p, ti in races:
         g = Gate(fraction=f, wait=w, k=k, margin=LEAD_MARGIN if m is None else m, patient=p, tie=ti)
-        kept = [g.replay(r) for r in rows]
+        once = {}  # a row measured on several bootstrap draws (`advisor fit --gate-draws`) is raced once
+        kept = [once[id(r)] if id(r) in once else once.setdefault(id(r), g.replay(r)) for r in rows]
         raced[(f, w, k, m, p, ti)] = (np.array([regret(r, k) for r, (k, _) in zip(rows, kept)]), np.array([s for _, s in kept]))
     return {"p_low": np.array([m["probs"].get("low", math.nan) for m in measured], dtype=float),
             "head": np.array([headroom_of(r) for r in rows], dtype=float),

@@ -406,14 +406,15 @@ def test_choices_pooled_over_draws_are_made_on_every_draw_and_the_fit_says_how_m
     assert [m["probs"] for m in pooled] == [m["probs"] for m in one + two]
     assert [m["probs"] for m in one] != [m["probs"] for m in two]  # the draws differ: pooling them is not one draw twice
     _, policy, scores = select_policy(rows, "source", "logistic", FEATS, n_members=2, draws=2)
-    assert all(_policy_regret(pooled, policy) <= _policy_regret(pooled, p) + 1e-9 for p in GRID)
+    assert all(_policy_regret(pooled, policy) <= _policy_regret(pooled, p) + 5e-4 + 1e-9 for p in GRID)  # near-ties
     assert scores["logistic"] == pytest.approx(100 * _policy_regret(pooled, policy))
     settings = FitSettings(n_members=2, kinds=("logistic",), features="probe", cv_members=2, cv=("student",))
     fit_and_save(make_records(), tmp_path / "two", replace(settings, gate_draws=2))
     fit_and_save(make_records(), tmp_path / "one", settings)
     meta = {d: json.loads((tmp_path / d / "predictor.json").read_text())["meta"] for d in ("one", "two")}
     assert meta["two"]["gate_draws"] == 2 and "gate_draws" not in meta["one"]  # stated where not the default (1)
-    # beside the pooled gate, the gate each draw alone would have chosen; draw 0 alone is the one-draw fit's
+    # beside the pooled gate, the gate each draw alone would have chosen (its own thresholds, the kind kept):
+    # with one kind to choose from, draw 0 alone is the one-draw fit
     assert len(meta["two"]["draw_gates"]) == 2 and "draw_gates" not in meta["one"]
     assert meta["two"]["draw_gates"][0] == meta["one"]["policy"]["race"]
     assert [m["draw"] for m in pooled] == [0] * len(one) + [1] * len(two)

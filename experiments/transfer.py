@@ -124,11 +124,12 @@ def read_records(paths) -> list[dict]:
 HIGH_SCOUT = 0.5  # the D_high lead of the "D_high scouted" row (`--high-scout`)
 
 
-def judge(records: list[dict], predictor_dir: str | None = None, high_scout: float = HIGH_SCOUT) -> dict:
-    """{method: {"all": summary, "by_source": {source: summary}}, "rows": n} on the records' rows."""
+def judge(records: list[dict], predictor_dir: str | None = None, high_scout: float = HIGH_SCOUT, gate=None) -> dict:
+    """{method: {"all": summary, "by_source": {source: summary}}, "rows": n} on the records' rows;
+    `gate`: this gate in place of the predictor's (`experiments.gate_ties`)."""
 
     predictor = load_predictor(predictor_dir)
-    policy = Policy.of(predictor)
+    policy = Policy.of(predictor) if gate is None else replace(Policy.of(predictor), gate=gate)
     scouting = replace(policy.gate, high_scout=high_scout) if policy.gate else None  # the gate with a D_high scout
     rows = with_curves(label_rows(records), records)
     runs = {}

@@ -253,14 +253,13 @@ def _gate_arrays(measured: Sequence[dict], policy, races: tuple = RACES) -> dict
             "raced": raced}
 
 
-def best_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequence[dict],
-              open_cap: float | None = None, races: tuple = RACES, scouts: tuple = NO_SCOUT) -> tuple[Gate, float]:
-    """`choose_gate`'s gate and its mean regret (points; with `more`, the worst over the sets).
-    Every race of `races` is replayed once per row and the gates compared as arrays."""
-    from dataclasses import replace
-
+def scored_gates(measured: Sequence[dict], policy, *more: Sequence[dict], races: tuple = RACES,
+                 scouts: tuple = NO_SCOUT):
+    """Every gate of `grid(races, scouts)` with its mean regret (a share; with `more`, the worst over
+    the sets), mean overhead (the worst over the sets) and the mean overhead of the races it opens
+    (the worst over the sets), as (gate, regret, overhead, where open). Every race of `races` is
+    replayed once per row and the gates compared as arrays."""
     sets = [_gate_arrays(m, policy, races) for m in (measured, *more) if m]
-    best = None
     with np.errstate(invalid="ignore"):  # a NaN input never opens the gate
         for g in grid(races, scouts):
             regs, overs, opened_costs = [], [], []
@@ -274,12 +273,22 @@ def best_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequenc
                                                                        np.where(opened, reg_r, a["shut"]))).mean()))
                 overs.append(float(np.where(opened, share, 0.0).mean()))
                 opened_costs.append(float(share[opened].mean()) if opened.any() else 0.0)
-            reg, over = max(regs), max(overs)
-            if over > cap + 1e-9 or (open_cap is not None and max(opened_costs) > open_cap + 1e-9):
-                continue
-            key = (reg, over, -g.threshold, -g.headroom, -g.scout, -g.high_scout)
-            if best is None or reg < best[0][0] - NEAR or (abs(reg - best[0][0]) <= NEAR and key[1:] < best[0][1:]):
-                best = (key, g)
+            yield g, max(regs), max(overs), max(opened_costs)
+
+
+def best_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequence[dict],
+              open_cap: float | None = None, races: tuple = RACES, scouts: tuple = NO_SCOUT) -> tuple[Gate, float]:
+    """`choose_gate`'s gate and its mean regret (points; with `more`, the worst over the sets), from
+    `scored_gates`."""
+    from dataclasses import replace
+
+    best = None
+    for g, reg, over, opened_cost in scored_gates(measured, policy, *more, races=races, scouts=scouts):
+        if over > cap + 1e-9 or (open_cap is not None and opened_cost > open_cap + 1e-9):
+            continue
+        key = (reg, over, -g.threshold, -g.headroom, -g.scout, -g.high_scout)
+        if best is None or reg < best[0][0] - NEAR or (abs(reg - best[0][0]) <= NEAR and key[1:] < best[0][1:]):
+            best = (key, g)
     return replace(best[1], cap=cap, open_cap=open_cap), 100 * best[0][0]
 
 

@@ -22,7 +22,7 @@ from capacity_advisor.advisor.predictor import (
     read_records,
     regret,
 )
-from capacity_advisor.advisor.predictor.labels import model_inputs
+from capacity_advisor.advisor.predictor.labels import FEATURE_SETS, model_inputs
 from capacity_advisor.core.errors import InputError
 from helpers import make_records, probe_features, resign
 
@@ -418,6 +418,34 @@ def test_choices_pooled_over_draws_are_made_on_every_draw_and_the_fit_says_how_m
     assert len(meta["two"]["draw_gates"]) == 2 and "draw_gates" not in meta["one"]
     assert meta["two"]["draw_gates"][0] == meta["one"]["policy"]["race"]
     assert [m["draw"] for m in pooled] == [0] * len(one) + [1] * len(two)
+
+
+def test_gate_ties_prints_each_draws_choice_as_advisor_fit_makes_it(tmp_path, capsys):
+    """`experiments.gate_ties`: the gate it names for one draw alone is the one `advisor fit` chooses at
+    that seed (`with_gate` on that draw's held-out measurements), and its near-tie count is the
+    grid's gates within the stated points of the best."""
+    from capacity_advisor.advisor.predictor.gate import CAP, scored_gates
+    from capacity_advisor.advisor.predictor.policy import choose_policy, fold_measurements, with_gate
+    from capacity_advisor.advisor.predictor.races import with_curves
+    from experiments.gate_ties import main
+
+    recs = make_unit_records()
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert main(["--records", str(tmp_path / "r.jsonl"), "--draws", "2", "--kind", "logistic", "--features", "probe",
+                 "--cv-members", "2", "--near", "0.5"]) == 0
+    out = capsys.readouterr().out
+    letters = dict(re.findall(r"^([A-Z]): (.+)$", out, re.M))
+    rows = with_curves(label_rows(recs), recs)
+    for d in (0, 1):
+        ms = fold_measurements(rows, "source", "logistic", FEATURE_SETS["probe"], 2, d)
+        gate = with_gate(choose_policy(ms), ms).gate
+        letter = re.search(rf"^\| draw {d} alone \| ([A-Z]) \|", out, re.M)[1]
+        assert letters[letter] == gate.describe()
+    pooled = fold_measurements(rows, "source", "logistic", FEATURE_SETS["probe"], 2, 0, draws=2)
+    regs = [100 * r for _, r, o, _ in scored_gates(pooled, choose_policy(pooled)) if o <= CAP + 1e-9]
+    near = sum(r <= min(regs) + 0.5 + 1e-9 for r in regs)
+    assert f"{near} of the {len(regs)} gates within the 20% cap lie within 0.5 points of the best ({min(regs):.2f})" in out
+    assert main(["--records", str(tmp_path / "r.jsonl"), "--draws", "1"]) == 2  # one draw has no halves to pool
 
 
 def test_reasons_name_what_pushes_toward_the_answer_first():

@@ -13,6 +13,9 @@ pooled). This measures the held-out predictions of the chosen kind on DRAWS draw
   at the race's own shares), and the range of that judgment over every gate within `--near` of
   the best.
 
+With `--cheapest`, each choice is instead the gate of least mean overhead within `--near` points
+of the best (a tie-break by cost among the gates the split cannot tell apart).
+
     python -m experiments.gate_ties --records calibration/records.jsonl --draws 6 --scout \\
         calibration/lab2/digitsum-explore calibration/lab2/subtraction-explore \\
         calibration/lab2/digitsum-program calibration/lab2/subtraction-program
@@ -36,9 +39,17 @@ from capacity_advisor.core.errors import InputError
 SPLIT = "source"  # the split `advisor fit` chooses its gate by (CHOOSE_BY)
 
 
-def choice(measured: list[dict], races: tuple, scouts: tuple) -> tuple:
-    """(gate, regret in points, mean overhead) that `advisor fit` would choose on `measured`."""
+def choice(measured: list[dict], races: tuple, scouts: tuple, cheapest: float | None = None) -> tuple:
+    """(gate, regret in points, mean overhead) that `advisor fit` would choose on `measured`; with
+    `cheapest`, the gate of least mean overhead among those within that many points of the best
+    (near-ties to the lower regret, then the more cautious)."""
     policy = choose_policy(measured)
+    if cheapest is not None:
+        scored = [(g, 100 * reg, over) for g, reg, over, _ in scored_gates(measured, policy, races=races, scouts=scouts)
+                  if over <= CAP + 1e-9]
+        best = min(r for _, r, _ in scored)
+        return min(((g, r, o) for g, r, o in scored if r <= best + cheapest + 1e-9),
+                   key=lambda t: (round(t[2], 9), t[1], -t[0].threshold, -t[0].headroom, -t[0].scout))
     gate = with_gate(policy, measured, races=races, scouts=scouts).gate
     for g, reg, over, _ in scored_gates(measured, policy, races=races, scouts=scouts):
         if g.rule == gate.rule and (g.threshold, g.headroom, g.scout, g.high_scout) == (
@@ -70,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scout", action="store_true", help="offer the gate a scout, as `advisor fit --scout`")
     ap.add_argument("--race-grid", default="fixed", choices=tuple(RACE_GRIDS))
     ap.add_argument("--near", type=float, default=0.05, help="points from the best that count as a tie")
+    ap.add_argument("--cheapest", action="store_true",
+                    help="choose, instead of the lowest regret, the cheapest gate within --near points of it")
     ap.add_argument("--predictor", default=None, help="whose P(D_low) the gates are judged with (default: shipped)")
     args = ap.parse_args(argv)
     if not (2 <= args.draws <= 16 and 1 <= args.cv_members <= 256 and args.near >= 0):
@@ -95,10 +108,11 @@ def main(argv: list[str] | None = None) -> int:
             f"draws {half}–{args.draws - 1} pooled": [m for m in measured if m["draw"] >= half],
             f"all {args.draws} draws pooled": measured}
     print(f"{len(rows)} rows of {args.records}, held out by {SPLIT}, {args.kind}, {args.cv_members} members a fit\n")
-    print("| held-out measurements | gate chosen | regret | mean overhead |\n|---|---|---|---|")
+    rule = f"the cheapest within {args.near:g} points of the best" if args.cheapest else "the lowest regret"
+    print(f"| held-out measurements | gate chosen ({rule}) | regret | mean overhead |\n|---|---|---|---|")
     chosen = {}
     for name, ms in sets.items():
-        gate, reg, over = choice(ms, races, scouts)
+        gate, reg, over = choice(ms, races, scouts, args.near if args.cheapest else None)
         key = gate.describe()
         chosen.setdefault(key, (len(chosen), gate))
         print(f"| {name} | {chr(65 + chosen[key][0])} | {reg:.2f} | {over:.0%} |")

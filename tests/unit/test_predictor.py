@@ -445,6 +445,12 @@ def test_gate_ties_prints_each_draws_choice_as_advisor_fit_makes_it(tmp_path, ca
     regs = [100 * r for _, r, o, _ in scored_gates(pooled, choose_policy(pooled)) if o <= CAP + 1e-9]
     near = sum(r <= min(regs) + 0.5 + 1e-9 for r in regs)
     assert f"{near} of the {len(regs)} gates within the 20% cap lie within 0.5 points of the best ({min(regs):.2f})" in out
+    # --cheapest: within 0.5 points of the best, the least overhead; never dearer than the lowest regret's gate
+    lowest = re.search(r"^\| all 2 draws pooled \| [A-Z] \| ([0-9.]+) \| (\d+)% \|", out, re.M)
+    assert main(["--records", str(tmp_path / "r.jsonl"), "--draws", "2", "--kind", "logistic", "--features", "probe",
+                 "--cv-members", "2", "--near", "0.5", "--cheapest"]) == 0
+    cheap = re.search(r"^\| all 2 draws pooled \| [A-Z] \| ([0-9.]+) \| (\d+)% \|", capsys.readouterr().out, re.M)
+    assert int(cheap[2]) <= int(lowest[2]) and float(cheap[1]) <= min(regs) + 0.5 + 0.005
     assert main(["--records", str(tmp_path / "r.jsonl"), "--draws", "1"]) == 2  # one draw has no halves to pool
 
 

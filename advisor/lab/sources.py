@@ -69,6 +69,12 @@ SOURCES.update({
     "subtraction-program": dict(tasks=("subtraction",), teacher="program"),
     "listmax-explore": dict(tasks=("listmax",), teacher="explore"),
 })
+# The exploring teacher on the two pretrained families it had not met: pools where the gates the held-out
+# source split cannot tell apart may differ (docs/results.md, "Pooling the held-out fits' bootstrap draws").
+SOURCES.update({
+    "modchain-explore": dict(tasks=("modchain",), teacher="explore"),
+    "addition-explore": dict(tasks=("addition",), teacher="explore"),
+})
 LISTED = ("tasks", "teacher", "temperature", "seeds", "budget_runs", "sizes", "builds")  # what --list shows
 
 Log = Callable[[str], None]

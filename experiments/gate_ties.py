@@ -13,6 +13,11 @@ pooled). This measures the held-out predictions of the chosen kind on DRAWS draw
   at the race's own shares), and the range of that judgment over every gate within `--near` of
   the best.
 
+With `--bar`, also every gate of the grid judged on FOLDERS against the real-student bar (mean
+extra training within the cap at the race's shares, no pool source above always-high, half of
+always-high's loss recovered where D_low wins): how many meet it, and where the held-out split puts
+the best of them.
+
 With `--cheapest`, each choice is instead the gate of least mean overhead within `--near` points
 of the best (a tie-break by cost among the gates the split cannot tell apart).
 
@@ -27,8 +32,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from statistics import mean
 
 from capacity_advisor.advisor.predictor import label_rows, read_records
+from capacity_advisor.advisor.predictor.evaluate import regret
 from capacity_advisor.advisor.predictor.gate import CAP, NO_SCOUT, RACE_GRIDS, SCOUTS, scored_gates
 from capacity_advisor.advisor.predictor.labels import FEATURE_SETS, TIE_MARGIN
 from capacity_advisor.advisor.predictor.members import FITTABLE
@@ -70,6 +77,58 @@ def near_best(measured: list[dict], near: float, races: tuple, scouts: tuple) ->
             "regret": (min(r for _, r, _ in close), max(r for _, r, _ in close))}
 
 
+def every_gate_there(records: list[dict], predictor_dir: str | None, races: tuple, scouts: tuple):
+    """(gate, [(row, kept set, overhead), ...]) for every gate of the grid on the records' rows, each
+    gate in place of the predictor's as `experiments.transfer` judges it at the race's shares: the
+    policy's decision is made once per row (`Policy.decide`, gate left out), then each gate's scout,
+    opening and race are applied as `Policy.decide` applies them."""
+    from dataclasses import replace
+
+    from capacity_advisor.advisor.predictor import Policy
+    from capacity_advisor.advisor.predictor.gate import HEADROOM_INPUT, grid, headroom_of
+    from capacity_advisor.advisor.probe.plan import load_predictor
+
+    predictor = load_predictor(predictor_dir)
+    policy = replace(Policy.of(predictor), gate=None)
+    rows = with_curves(label_rows(records), records)
+    seen = []
+    for r in rows:
+        d = policy.decide(predictor, r["features"], r["n_params"], r["budget"], r["score"], student=r["student"])
+        seen.append((r, d.strategy, d.advice.probabilities.get("low", float("nan")), headroom_of(r), r["features"]))
+    replays: dict = {}
+    for g in grid(races, scouts):
+        picks = []
+        for r, strategy, p_low, head, feats in seen:
+            if g.scouts(feats):
+                picks.append((r, "low", 0.0))
+            elif g.opens(p_low, {HEADROOM_INPUT: head}):
+                if g.scouts_high(feats):
+                    picks.append((r, "high", 0.0))
+                else:
+                    key = (id(r), g.rule)
+                    if key not in replays:
+                        replays[key] = g.replay(r, at_shares=True)
+                    picks.append((r, *replays[key]))
+            else:
+                picks.append((r, strategy, 0.0))
+        yield g, picks
+
+
+def meets_bar(picks: list[tuple], cap: float = CAP) -> bool:
+    """The real-student bar: mean overhead within `cap`, no pool source above always-high, and on
+    every source where D_low wins (its mean accuracy above D_high's by more than the tie margin)
+    at least half of always-high's loss recovered."""
+    if mean(o for *_, o in picks) > cap + 1e-9:
+        return False
+    for s in {r["source"] for r, *_ in picks}:
+        sub = [(r, c) for r, c, _ in picks if r["source"] == s]
+        mine, high = mean(regret(r, c) for r, c in sub), mean(regret(r, "high") for r, _ in sub)
+        low_wins = mean(r["accuracy"]["low"] - r["accuracy"]["high"] for r, _ in sub) > TIE_MARGIN
+        if mine > high + 1e-9 or (low_wins and mine > high / 2 + 1e-9):
+            return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m experiments.gate_ties", description=__doc__.split("\n\n")[0])
     ap.add_argument("folders", nargs="*", help="published calibrations to judge each chosen gate on")
@@ -83,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--near", type=float, default=0.05, help="points from the best that count as a tie")
     ap.add_argument("--cheapest", action="store_true",
                     help="choose, instead of the lowest regret, the cheapest gate within --near points of it")
+    ap.add_argument("--bar", action="store_true",
+                    help="with FOLDERS, also count the grid's gates that meet the bar there (mean extra training within "
+                         "the cap, no source above always-high, half of its loss recovered where D_low wins) and say "
+                         "what the best of them loses held out")
     ap.add_argument("--predictor", default=None, help="whose P(D_low) the gates are judged with (default: shipped)")
     args = ap.parse_args(argv)
     if not (2 <= args.draws <= 16 and 1 <= args.cv_members <= 256 and args.near >= 0):
@@ -138,6 +201,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nThe {len(got)} gates within {args.near:g} points of the best, judged there at their shares: regret "
               f"{lo['regret']:.2f} (at {lo['overhead']:.0%}) to {hi['regret']:.2f} (at {hi['overhead']:.0%}); "
               f"extra training {min(a['overhead'] for a in got):.0%}–{max(a['overhead'] for a in got):.0%}.")
+    if args.folders and args.bar:
+        held = {(g.threshold, g.headroom, g.rule, g.scout, g.high_scout): (100 * reg, over) for g, reg, over, _ in
+                scored_gates(measured, choose_policy(measured), races=races, scouts=scouts)}
+        meeting = [(held[(g.threshold, g.headroom, g.rule, g.scout, g.high_scout)], g, picks)
+                   for g, picks in every_gate_there(unseen, args.predictor, races, scouts) if meets_bar(picks)]
+        capped = sorted((t for t in meeting if t[0][1] <= CAP + 1e-9), key=lambda t: (t[0][0], t[0][1]))
+        print(f"\n{len(meeting)} of the grid's gates meet the bar on the folders (mean extra training within {CAP:.0%} "
+              f"at their shares, no source above always-high, half of its loss recovered where D_low wins); "
+              f"{len(capped)} of them are within the cap held out.")
+        if capped:
+            (reg, over), g, picks = capped[0]
+            print(f"The best of them held out loses {reg:.2f} at {over:.0%} on all {args.draws} draws pooled (the best "
+                  f"gate: {nb['best']:.2f}); there it loses {100 * mean(regret(r, c) for r, c, _ in picks):.2f} at "
+                  f"{mean(o for *_, o in picks):.0%}: {g.describe()}.")
     return 0
 
 

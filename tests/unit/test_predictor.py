@@ -454,6 +454,35 @@ def test_gate_ties_prints_each_draws_choice_as_advisor_fit_makes_it(tmp_path, ca
     assert main(["--records", str(tmp_path / "r.jsonl"), "--draws", "1"]) == 2  # one draw has no halves to pool
 
 
+def test_gate_ties_judges_every_gate_as_the_transfer_judgment_does(tmp_path):
+    """`experiments.gate_ties --bar` applies each gate of the grid to rows it was not fitted on without
+    re-deciding each row per gate: what it keeps and pays is what `experiments.transfer` finds with
+    that gate swapped in, evaluated at the race's shares."""
+    from statistics import mean
+
+    from capacity_advisor.advisor.predictor.evaluate import regret
+    from capacity_advisor.advisor.predictor.gate import RACES, SCOUTS
+    from experiments.gate_ties import every_gate_there, meets_bar
+    from experiments.transfer import AT_SHARES, judge
+
+    recs = make_unit_records(seeds=(0,))
+    races, scouts = RACES[:1] + RACES[-1:], SCOUTS[:1] + SCOUTS[-1:]  # a race to a share, one that waits; a scout
+    gates = list(every_gate_there(recs, None, races, scouts))
+    assert len(gates) == 13 * 6 * 2 * 2
+    opened = [(g, p) for g, p in gates if any(o > 0 for *_, o in p)]
+    assert opened and len(opened) < len(gates)  # some gates race here, some do not
+    for g, picks in (opened[len(opened) // 2], gates[-1]):
+        t = judge(recs, None, gate=g)["methods"][AT_SHARES]["all"]
+        assert 100 * mean(regret(r, c) for r, c, _ in picks) == pytest.approx(t["regret"])
+        assert mean(o for *_, o in picks) == pytest.approx(t["overhead"])
+    never = next(p for g, p in gates if g.never and g.scout == float("inf"))
+    policy_alone = judge(recs, None)["methods"]["policy"]["all"]
+    assert 100 * mean(regret(r, c) for r, c, _ in never) == pytest.approx(policy_alone["regret"])
+    # the bar: a plan that never trains more and loses nothing beside always-high meets it; always-low need not
+    assert meets_bar([(r, r["label"], 0.0) for r, *_ in never])
+    assert not meets_bar([(r, r["label"], 0.5) for r, *_ in never])
+
+
 def test_reasons_name_what_pushes_toward_the_answer_first():
     model = fit_predictor(label_rows(make_records()), "logistic", FEATS, n_members=8)
     big = probe_features(7.2, random.Random(1))

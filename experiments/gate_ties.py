@@ -146,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="with FOLDERS, also count the grid's gates that meet the bar there (mean extra training within "
                          "the cap, no source above always-high, half of its loss recovered where D_low wins) and say "
                          "what the best of them loses held out")
+    ap.add_argument("--elsewhere", default="",
+                    help="with --bar: comma-separated folders on which the best gate that meets the bar is also judged, "
+                         "beside the predictor's own gate")
     ap.add_argument("--predictor", default=None, help="whose P(D_low) the gates are judged with (default: shipped)")
     args = ap.parse_args(argv)
     if not (2 <= args.draws <= 16 and 1 <= args.cv_members <= 256 and args.near >= 0):
@@ -160,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             from experiments.transfer import read_records as read_folders
 
             unseen = read_folders(args.folders)
+            elsewhere = read_folders([p for p in args.elsewhere.split(",") if p]) if args.bar else []
         measured = fold_measurements(rows, SPLIT, args.kind, FEATURE_SETS[args.features], args.cv_members, 0, 1,
                                      args.draws)
     except InputError as e:
@@ -215,6 +219,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"The best of them held out loses {reg:.2f} at {over:.0%} on all {args.draws} draws pooled (the best "
                   f"gate: {nb['best']:.2f}); there it loses {100 * mean(regret(r, c) for r, c, _ in picks):.2f} at "
                   f"{mean(o for *_, o in picks):.0%}: {g.describe()}.")
+            if elsewhere:
+                mine = judge(elsewhere, args.predictor, gate=g)["methods"][AT_SHARES]["all"]
+                own = judge(elsewhere, args.predictor)["methods"][AT_SHARES]["all"]
+                print(f"On {args.elsewhere}, at their shares: it loses {mine['regret']:.2f} at {mine['overhead']:.0%}, "
+                      f"the predictor's own gate {own['regret']:.2f} at {own['overhead']:.0%}.")
     return 0
 
 

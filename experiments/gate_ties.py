@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from statistics import mean
 
 from capacity_advisor.advisor.predictor import label_rows, read_records
@@ -162,8 +163,13 @@ def main(argv: list[str] | None = None) -> int:
             from experiments.transfer import AT_SHARES, judge
             from experiments.transfer import read_records as read_folders
 
+            missing = [p for p in (*args.folders, *args.elsewhere.split(",")) if p and not Path(p).exists()]
+            if missing:
+                raise InputError(f"{', '.join(missing)[:300]} does not exist: name published calibrations (calibration/...)")
             unseen = read_folders(args.folders)
             elsewhere = read_folders([p for p in args.elsewhere.split(",") if p]) if args.bar else []
+            if not unseen or (args.bar and args.elsewhere and not elsewhere):
+                raise InputError("the folders hold no records to judge the gates on: name published calibrations")
         measured = fold_measurements(rows, SPLIT, args.kind, FEATURE_SETS[args.features], args.cv_members, 0, 1,
                                      args.draws)
     except InputError as e:

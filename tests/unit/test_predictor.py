@@ -452,6 +452,10 @@ def test_gate_ties_prints_each_draws_choice_as_advisor_fit_makes_it(tmp_path, ca
     cheap = re.search(r"^\| all 2 draws pooled \| [A-Z] \| ([0-9.]+) \| (\d+)% \|", capsys.readouterr().out, re.M)
     assert int(cheap[2]) <= int(lowest[2]) and float(cheap[1]) <= min(regs) + 0.5 + 0.005
     assert main(["--records", str(tmp_path / "r.jsonl"), "--draws", "1"]) == 2  # one draw has no halves to pool
+    (tmp_path / "empty").mkdir()
+    for folder in ("nope", "empty"):  # nothing to judge on: one error line before any held-out fit
+        assert main(["--records", str(tmp_path / "r.jsonl"), "--draws", "2", str(tmp_path / folder)]) == 2
+        assert capsys.readouterr().err.startswith("error: ")
 
 
 def test_gate_ties_judges_every_gate_as_the_transfer_judgment_does(tmp_path):

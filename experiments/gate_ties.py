@@ -66,14 +66,13 @@ def choice(measured: list[dict], races: tuple, scouts: tuple, cheapest: float | 
     raise AssertionError("the chosen gate is not in the grid")
 
 
-def near_best(measured: list[dict], near: float, races: tuple, scouts: tuple) -> dict:
-    """The gates within `near` points of the best held-out regret on `measured`, within the cap."""
-    policy = choose_policy(measured)
-    scored = [(g, 100 * reg, over) for g, reg, over, _ in scored_gates(measured, policy, races=races, scouts=scouts)
-              if over <= CAP + 1e-9]
-    best = min(r for _, r, _ in scored)
-    close = [(g, r, o) for g, r, o in scored if r <= best + near + 1e-9]
-    return {"best": best, "gates": len(close), "of": len(scored), "close": [g for g, *_ in close],
+def near_best(scored: list[tuple], near: float) -> dict:
+    """The gates within `near` points of the best held-out regret among `scored` (`scored_gates`'s
+    tuples), within the cap."""
+    capped = [(g, 100 * reg, over) for g, reg, over, _ in scored if over <= CAP + 1e-9]
+    best = min(r for _, r, _ in capped)
+    close = [(g, r, o) for g, r, o in capped if r <= best + near + 1e-9]
+    return {"best": best, "gates": len(close), "of": len(capped), "close": [g for g, *_ in close],
             "overhead": (min(o for *_, o in close), max(o for *_, o in close)),
             "regret": (min(r for _, r, _ in close), max(r for _, r, _ in close))}
 
@@ -192,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for key, (i, _) in chosen.items():
         print(f"{chr(65 + i)}: {key}")
-    nb = near_best(measured, args.near, races, scouts)
+    scored = list(scored_gates(measured, choose_policy(measured), races=races, scouts=scouts))  # all draws pooled
+    nb = near_best(scored, args.near)
     print(f"\nOn all {args.draws} draws pooled, {nb['gates']} of the {nb['of']} gates within the {CAP:.0%} cap lie "
           f"within {args.near:g} points of the best ({nb['best']:.2f}): regret {nb['regret'][0]:.2f}–"
           f"{nb['regret'][1]:.2f}, mean overhead {nb['overhead'][0]:.0%}–{nb['overhead'][1]:.0%}.")
@@ -212,9 +212,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{lo['regret']:.2f} (at {lo['overhead']:.0%}) to {hi['regret']:.2f} (at {hi['overhead']:.0%}); "
               f"extra training {min(a['overhead'] for a in got):.0%}–{max(a['overhead'] for a in got):.0%}.")
     if args.folders and args.bar:
-        held = {(g.threshold, g.headroom, g.rule, g.scout, g.high_scout): (100 * reg, over) for g, reg, over, _ in
-                scored_gates(measured, choose_policy(measured), races=races, scouts=scouts)}
-        meeting = [(held[(g.threshold, g.headroom, g.rule, g.scout, g.high_scout)], g, picks)
+        held = {g: (100 * reg, over) for g, reg, over, _ in scored}
+        meeting = [(held[g], g, picks)
                    for g, picks in every_gate_there(unseen, args.predictor, races, scouts) if meets_bar(picks)]
         capped = sorted((t for t in meeting if t[0][1] <= CAP + 1e-9), key=lambda t: (t[0][0], t[0][1]))
         print(f"\n{len(meeting)} of the grid's gates meet the bar on the folders (mean extra training within {CAP:.0%} "

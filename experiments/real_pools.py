@@ -15,6 +15,8 @@ Tasks (the generators' easiest third of their difficulty range, integer answers)
 - `arith`: arithmetic__add_sub_multiple, "Calculate -11 - -5 - (-3 - 3)." A chain of signed
   additions and subtractions with brackets; a worked solution reduces it one operation at a time.
   Its rows come after the other two tasks' in the problems file, so adding it left theirs as they were.
+- `poly`: polynomials__evaluate of degree at most 2, "Let w(o) = 10*o - 95. Calculate w(11)." A worked
+  solution substitutes the value and adds the terms one at a time; added after `arith`, the same way.
 
 The problem file holds three disjoint splits per task: `pool` (the calibration pools), `teacher`
 (the neural teacher's fine-tuning data, never in a pool) and `spare`. The scripted teacher writes
@@ -57,7 +59,8 @@ import sys
 from fractions import Fraction
 from pathlib import Path
 
-TASKS = {"linear": "algebra__linear_1d", "place": "numbers__place_value", "arith": "arithmetic__add_sub_multiple"}
+TASKS = {"linear": "algebra__linear_1d", "place": "numbers__place_value", "arith": "arithmetic__add_sub_multiple",
+         "poly": "polynomials__evaluate"}
 NEURAL_TASKS = ("linear", "place")  # the tasks the neural teacher is fine-tuned and checked on
 SPLITS = {"pool": 300, "teacher": 600, "spare": 200}  # problems per task in each split
 SEED = 2026
@@ -127,6 +130,10 @@ def make_problems(seed: int = SEED) -> list[dict]:
 LINEAR = re.compile(r"Solve (?P<eq>.+=.+) for (?P<v>[a-z])\.")
 ARITH = re.compile(r"(?:(?:What is|Calculate|Evaluate|Work out)\s+)?(?P<e>[-\d\s+()]+?)\s*[?.]?")
 PLACE = re.compile(r"What is the (?P<place>[a-z ]+) digit of (?P<n>\d+)\?")
+POLY = re.compile(r"Let (?P<f>[a-z])\((?P<v>[a-z])\) = (?P<e>[-+*\d\sa-z]+)\. "
+                  r"(?:What is (?P=f)\((?P<x1>-?\d+)\)\?|(?:Give|Determine|Calculate) (?P=f)\((?P<x2>-?\d+)\)\.)")
+POLY_TERM = re.compile(r"(?P<sign>[+-]?)(?P<c>\d+)?(?:(?(c)\*)(?P<v>[a-z])(?:\*\*(?P<k>\d+))?)?")
+POLY_DEGREE = 2  # the highest power a `poly` problem may hold: the generators' cubics are left out
 PLACES = ("units", "tens", "hundreds", "thousands", "ten thousands", "hundred thousands", "millions")
 
 
@@ -142,6 +149,8 @@ def parse(task: str, question: str) -> dict | None:
         if a is None or a == 0 or Fraction(-b, a).denominator != 1:
             return None
         return {"left": left, "right": right, "v": m["v"], "a": a, "b": b, "x": -b // a}
+    if task == "poly":
+        return _poly(question)
     if task == "arith":
         m = ARITH.fullmatch(question)
         if not m or not re.search(r"\d", m["e"]):
@@ -155,6 +164,36 @@ def parse(task: str, question: str) -> dict | None:
     if not m or m["place"] not in PLACES or PLACES.index(m["place"]) >= len(m["n"]):
         return None
     return {"n": m["n"], "place": m["place"], "k": PLACES.index(m["place"])}
+
+
+def _poly(question: str) -> dict | None:
+    """For `poly`: the function's name, variable and value, and its terms as (coefficient, power) in
+    the order written; None for another form, a power above POLY_DEGREE, or terms whose sum is
+    not what the expression evaluates to."""
+    m = POLY.fullmatch(question)
+    if not m:
+        return None
+    v, e = m["v"], "".join(m["e"].split())
+    x = int(m["x1"] if m["x1"] is not None else m["x2"])
+    terms = []
+    for raw in re.findall(r"[+-]?[^+-]+", e):
+        t = POLY_TERM.fullmatch(raw)
+        if not t or (t["v"] is not None and t["v"] != v) or (t["c"] is None and t["v"] is None):
+            return None
+        k = 0 if t["v"] is None else int(t["k"] or 1)
+        c = int(t["c"] or 1) * (-1 if t["sign"] == "-" else 1)
+        if k > POLY_DEGREE:
+            return None
+        terms.append((c, k))
+    if not terms:
+        return None
+    text = re.sub(rf"\b{v}\b", f"({x})", e)
+    if not re.fullmatch(r"[\d+\-*()]+", text):
+        return None
+    value = int(eval(text, {"__builtins__": {}}, {}))  # digits, signs, * and ** only, checked above
+    if sum(c * x ** k for c, k in terms) != value:
+        return None
+    return {"f": m["f"], "v": v, "e": m["e"], "x": x, "terms": terms, "value": value}
 
 
 def _linear(expr: str, v: str) -> tuple[int | None, int]:
@@ -253,6 +292,67 @@ def arith_solution(p: dict, style: str, rng: random.Random, slip: bool = False) 
     return "\n".join(lines)
 
 
+def _term_text(c: int, k: int, v: str, at: str | None = None) -> str:
+    """A term as written (`3*t**2`), or with the value in place of the variable (`3*(-2)**2`)."""
+    base = v if at is None else (f"({at})" if at.startswith("-") else at)
+    if k == 0:
+        return str(abs(c))
+    power = base if k == 1 else f"{base}**{k}"
+    return power if abs(c) == 1 and at is None else f"{abs(c)}*{power}"
+
+
+def poly_solution(p: dict, style: str, rng: random.Random, slip: bool = False) -> str:
+    """A solution of `style`; `slip` gets the sign of the last term wrong (the wrong candidate)."""
+    f, v, x = p["f"], p["v"], p["x"]
+    terms = list(p["terms"])
+    if slip:
+        c, k = terms[-1]
+        terms[-1] = (-c, k)
+    vals = [c * x ** k for c, k in terms]
+    y = sum(vals)
+    call, box = f"{f}({x})", f"\\boxed{{{y}}}"
+    signed = lambda i, text: (("-" if terms[i][0] < 0 else "") + text) if i == 0 else (
+        (" - " if terms[i][0] < 0 else " + ") + text)
+    put = "".join(signed(i, _term_text(c, k, v, str(x))) for i, (c, k) in enumerate(terms))
+    parts = str(vals[0]) + "".join((" - " if val < 0 else " + ") + str(abs(val)) for val in vals[1:])  # the terms' values
+    if style == "answer":
+        return rng.choice([f"{call} = {y}\n{box}", f"The answer is {box}.", f"{box}"])
+    if style == "equations":
+        lines = [f"{call} = {put}"] + ([f"= {parts}"] if len(terms) > 1 else []) + [f"= {y}", box]
+        return "\n".join(lines)
+    if style == "prose":
+        lead = rng.choice([f"Substitute {v} = {x}", f"Put {x} in place of {v}", f"Replace {v} by {x}"])
+        each = ", ".join(f"{'-' if c < 0 else ''}{_term_text(c, k, v, str(x))} = {val}" for (c, k), val in zip(terms, vals) if k)
+        return (f"{lead}: {call} = {put}" + (f", where {each}" if each else "") + f". Adding up: {parts} = {y}. "
+                f"So the answer is {box}.")
+    start = rng.choice(["Let me evaluate this step by step.", "Let's work it out term by term.",
+                        "I'll substitute and add the terms one at a time."])
+    lines = [start, f"The function is {f}({v}) = {p['e']}, and I need {call}.", f"Substituting {v} = {x}: {call} = {put}."]
+    total = 0
+    for i, ((c, k), val) in enumerate(zip(terms, vals), 1):
+        if k:
+            lines.append(f"Term {i}: {'-' if c < 0 else ''}{_term_text(c, k, v, str(x))}"
+                         + (f" = {'-' if c < 0 else ''}{abs(c)}*{x ** k}" if k > 1 and abs(c) != 1 else "")
+                         + f" = {val}.")
+        else:
+            lines.append(f"Term {i}: the constant {val}.")
+        total += val
+        if i > 1:
+            lines.append(f"Running total: {total - val} + ({val}) = {total}.")
+    # a second procedure: Horner's rule, from the highest power down
+    coef = {k: 0 for k in range(max(k for _, k in terms) + 1)}
+    for c, k in terms:
+        coef[k] += c
+    acc, steps = 0, []
+    for k in sorted(coef, reverse=True):
+        acc = acc * x + coef[k]
+        steps.append(str(acc))
+    lines.append(f"Let me check it another way, nesting the powers: " + " -> ".join(steps) + ". "
+                 + ("That matches." if acc == y else "That does not match; I'll keep the first result."))
+    lines.append(f"The answer is {box}.")
+    return "\n".join(lines)
+
+
 def _value(side: str, v: str, x: int) -> int:
     return int(Fraction(eval(re.sub(rf"\b{v}\b", f"({x})", side), {"__builtins__": {}}, {})))
 
@@ -314,6 +414,12 @@ def place_solution(p: dict, style: str, rng: random.Random, k: int | None = None
 def scripted_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[bool], list[str]]:
     """(candidates, correctness, styles): the four styles in a shuffled order, and one wrong candidate."""
     p = parse(row["task"], row["problem"])
+    if row["task"] == "poly":
+        out = [(poly_solution(p, s, rng), True, s) for s in STYLES]
+        if p["terms"][-1][0] * p["x"] ** p["terms"][-1][1]:  # a last term of value 0 has no sign to slip
+            out.append((poly_solution(p, rng.choice(("equations", "prose")), rng, slip=True), False, "wrong"))
+        rng.shuffle(out)
+        return [t for t, _, _ in out], [ok for _, ok, _ in out], [s for _, _, s in out]
     if row["task"] == "arith":
         out = [(arith_solution(p, s, rng), True, s) for s in STYLES]
         wrong = arith_steps(p["e"], slip=True)[-1][1]

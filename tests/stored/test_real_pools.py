@@ -67,3 +67,21 @@ def test_every_arith_problem_reduces_step_by_step_to_its_answer_and_the_slip_is_
     for r in pool:
         assert sorted(r["styles"]) == sorted([*real_pools.STYLES, "wrong"])
         assert [s == "wrong" for s in r["styles"]] == [not ok for ok in r["correctness"]]
+
+
+def test_every_poly_problem_is_its_terms_summed_and_the_sign_slip_is_the_one_wrong_candidate(problems):
+    rows = [r for r in problems if r["task"] == "poly"]
+    assert len(rows) == sum(real_pools.SPLITS.values())
+    for r in rows:
+        p = real_pools.parse("poly", r["problem"])
+        assert p is not None and p["value"] == int(r["answer"]), r["problem"]
+        assert max(k for _, k in p["terms"]) <= real_pools.POLY_DEGREE
+    assert real_pools.parse("poly", "Let y(c) = -c**3 + c**2 + 5*c - 3. Calculate y(0).") is None  # a cubic
+    pool = read_jsonl(ROOT / "calibration" / "real" / "pools" / "poly-scripted.jsonl")
+    assert len(pool) == real_pools.SPLITS["pool"]
+    for r in pool:
+        assert sorted(set(r["styles"]) - {"wrong"}) == sorted(real_pools.STYLES) and r["styles"].count("wrong") <= 1
+        assert [s == "wrong" for s in r["styles"]] == [not ok for ok in r["correctness"]]
+        explore = r["generations"][r["styles"].index("explore")]
+        assert "That matches." in explore  # the second procedure (nested powers) agrees with the terms' sum
+    assert sum("wrong" in r["styles"] for r in pool) >= 0.9 * len(pool)

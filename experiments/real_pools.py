@@ -418,8 +418,7 @@ def scripted_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[
         out = [(poly_solution(p, s, rng), True, s) for s in STYLES]
         if p["terms"][-1][0] * p["x"] ** p["terms"][-1][1]:  # a last term of value 0 has no sign to slip
             out.append((poly_solution(p, rng.choice(("equations", "prose")), rng, slip=True), False, "wrong"))
-        rng.shuffle(out)
-        return [t for t, _, _ in out], [ok for _, ok, _ in out], [s for _, _, s in out]
+        return _shuffled(out, rng)
     if row["task"] == "arith":
         out = [(arith_solution(p, s, rng), True, s) for s in STYLES]
         wrong = arith_steps(p["e"], slip=True)[-1][1]
@@ -428,8 +427,7 @@ def scripted_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[
             out.append((arith_solution(p_wrong, rng.choice(("equations", "prose")), rng), False, "wrong"))
         else:
             out.append((arith_solution(p, rng.choice(("equations", "prose")), rng, slip=True), False, "wrong"))
-        rng.shuffle(out)
-        return [t for t, _, _ in out], [ok for _, ok, _ in out], [s for _, _, s in out]
+        return _shuffled(out, rng)
     solve = linear_solution if row["task"] == "linear" else place_solution
     out = [(solve(p, s, rng), True, s) for s in STYLES]
     if row["task"] == "linear":
@@ -440,6 +438,11 @@ def scripted_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[
             wrong = next((j for j in range(len(p["n"])) if p["n"][-1 - j] != p["n"][-1 - p["k"]]), None)
     if wrong is not None:
         out.append((solve(p, rng.choice(("equations", "prose")), rng, wrong), False, "wrong"))
+    return _shuffled(out, rng)
+
+
+def _shuffled(out: list[tuple[str, bool, str]], rng: random.Random) -> tuple[list[str], list[bool], list[str]]:
+    """(candidates, correctness, styles) of (text, correct, style) triples, in an order `rng` shuffles."""
     rng.shuffle(out)
     return [t for t, _, _ in out], [ok for _, ok, _ in out], [s for _, _, s in out]
 

@@ -177,13 +177,24 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
             if got is not None:
                 picks.setdefault(f"paired race on every pool, lead k {k} / {margin:.0%}, else at {f:.0%}", []).append(
                     (r, *got))
+    per_epoch = {key: {opt: tokens_per_epoch(rec) for opt, rec in unit.items()} for key, unit in runs.items()}
+    for (source, score, student, repeat), unit in per_epoch.items():  # a record that lacks its tokens (a run
+        for opt in ("high", "low"):  # resumed before they were kept): D_high and D_low are the same sets at
+            if unit.get(opt) is None:  # every seed (only their order differs), so another seed's run counts them
+                same = [v.get(opt) for k, v in per_epoch.items() if k[:3] == (source, score, student) and
+                        v.get(opt) and runs[k][opt]["n_train"] == runs[(source, score, student, repeat)][opt]["n_train"]]
+                unit[opt] = same[0] if same else None
+
+    def cost(r, kept, share):  # the losing set's tokens over the kept set's run, or None where a record lacks them
+        return token_share(per_epoch.get((r["source"], r["score"], r["student"], r["repeat"]), {}), kept, share)
+
     floor = noise_floor(rows)
     out = {"rows": len(rows), "gate_opened": mean(opened) if opened else None,
            "sources": sorted({r["source"] for r in rows}), "students": sorted({str(r["student"]) for r in rows}),
            "methods": {}}
     for name, pairs in {**picks, "noise floor": [(r, c, 0.0) for r, c in floor]}.items():
-        out["methods"][name] = {"all": summary(pairs, rows),
-                                "by_source": {s: summary([p for p in pairs if p[0]["source"] == s], rows)
+        out["methods"][name] = {"all": summary(pairs, rows, cost),
+                                "by_source": {s: summary([p for p in pairs if p[0]["source"] == s], rows, cost)
                                               for s in out["sources"]}}
     out["label_share"] = {s: mean(r["label"] == s for r in rows) for s in ("high", "low", "mixed")} if rows else {}
     out["winner"] = {s: {"low_ahead": mean(r["accuracy"]["low"] > r["accuracy"]["high"] + 0.01
@@ -192,10 +203,31 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
     return out
 
 
-def summary(pairs, rows) -> dict:
+def tokens_per_epoch(rec: dict) -> float | None:
+    """The tokens one epoch of this run trained (its record's provenance.train_tokens over its epochs)."""
+    tokens, epochs = (rec.get("provenance") or {}).get("train_tokens"), rec.get("epochs")
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (tokens, epochs))
+    return tokens / epochs if ok else None
+
+
+def token_share(per_epoch: dict, kept: str, share: float) -> float | None:
+    """What a race that stopped at `share` of the budget and kept `kept` trained beyond the kept set's own
+    run, in tokens, as a share of that run's tokens: share x (the losing set's tokens per epoch over the
+    kept set's). D_low's responses are often several times D_high's, so the same share of a run costs
+    far more where D_high is kept. None where the unit's records lack a set's tokens."""
+    if share <= 0:
+        return 0.0
+    lost = {"high": "low", "low": "high"}.get(kept)
+    a, b = per_epoch.get(lost), per_epoch.get(kept)
+    return share * a / b if a and b else None
+
+
+def summary(pairs, rows, cost=None) -> dict:
+    """`cost(row, kept, share)`: the row's extra training in tokens (`token_share`); None: not reported."""
 
     if not pairs:
         return {"rows": 0}
+    tokens = [cost(*p) for p in pairs] if cost is not None else []
     return {"rows": len(pairs), "regret": 100 * mean(regret(r, c) for r, c, _ in pairs),
             "decision_accuracy": mean(is_right(r, c) for r, c, _ in pairs),
             "within_3": mean(regret(r, c) <= 0.03 + 1e-9 for r, c, _ in pairs),
@@ -203,6 +235,8 @@ def summary(pairs, rows) -> dict:
             # what the user whose plan races pays: the mean over the rows it raced on
             "raced": mean(o > 0 for *_, o in pairs),
             "overhead_where_raced": mean([o for *_, o in pairs if o > 0]) if any(o > 0 for *_, o in pairs) else None,
+            # the same extra training counted in tokens (None unless every row's records hold their tokens)
+            "overhead_tokens": mean(tokens) if tokens and None not in tokens else None,
             "other_seed": judged_on_other_repeats(pairs, rows)["regret"],
             "other_half": judged_on_other_half(pairs)["regret"]}
 
@@ -215,12 +249,13 @@ def markdown(t: dict) -> str:
 
     lines = [f"{t['rows']} rows (unit x budget), sources: {', '.join(t['sources'])}; the shipped gate opened on "
              f"{f(t['gate_opened'], True)} of them", "",
-             "| method | regret | other seed | other half | within 3 points | extra training | raced on | "
-             "extra training where raced | " + " | ".join(t["sources"]) + " |", "|---" * (8 + len(t["sources"])) + "|"]
+             "| method | regret | other seed | other half | within 3 points | extra training | in tokens | raced on | "
+             "extra training where raced | " + " | ".join(t["sources"]) + " |", "|---" * (9 + len(t["sources"])) + "|"]
     for name, m in t["methods"].items():
         a = m["all"]
         lines.append(f"| {name} | {f(a.get('regret'))} | {f(a.get('other_seed'))} | {f(a.get('other_half'))} | "
-                     f"{f(a.get('within_3'), True)} | {f(a.get('overhead'), True)} | {f(a.get('raced'), True)} | "
+                     f"{f(a.get('within_3'), True)} | {f(a.get('overhead'), True)} | {f(a.get('overhead_tokens'), True)} | "
+                     f"{f(a.get('raced'), True)} | "
                      f"{f(a.get('overhead_where_raced'), True)} | "
                      + " | ".join(f(m["by_source"][s].get("regret")) for s in t["sources"]) + " |")
     return "\n".join(lines)
@@ -233,7 +268,8 @@ def high_row(t: float) -> str:
 # what `--store` keeps of a judgment in the predictor's meta.transfer: {stored name: the row of judge's table}
 STORED = {"gated race": AT_SHARES, "gated race, at the schedule's evaluations": "gated race (shipped)",
           "policy": "policy", "always high": "always high", "always low": "always low"}
-STORED_KEYS = ("rows", "regret", "overhead", "raced", "overhead_where_raced", "other_seed", "other_half")
+STORED_KEYS = ("rows", "regret", "overhead", "overhead_tokens", "raced", "overhead_where_raced", "other_seed",
+               "other_half")
 
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout: stored commands name paths from here

@@ -158,12 +158,11 @@ def run_sft(manifest: str | os.PathLike | Manifest, out: str | os.PathLike, reco
     if trainer.state.global_step < trainer.state.max_steps:  # paused (pause_after_evals): resumed by the next call
         cbs.barrier()
         return {"paused_at_step": trainer.state.global_step}
-    train_tokens = sum(cbs.gather_to_main(collator.tokens))
+    train_tokens = int(trainer.state.num_input_tokens_seen)  # summed over processes, carried through a resume
     record = None
     if is_main:
-        provenance = {"resumed_from_step": resume[0] if resume else None,
-                      # a resumed run saw only part of the tokens in this process
-                      "train_tokens": train_tokens if not resume else None, **(provenance or {})}
+        provenance = {"resumed_from_step": resume[0] if resume else None, "train_tokens": train_tokens,
+                      **(provenance or {})}
         record = _finish(m, checked, run_dir, trainer, evaluator, rerank, settings, provenance, lm.description,
                          progress, records, store, store if keep_best is None else keep_best)
     cbs.barrier()

@@ -60,6 +60,9 @@ def training_arguments(t: TrainingSpec, run_dir: Path, per_device: int, use_cpu:
         report_to="none",
         disable_tqdm=True,
         remove_unused_columns=False,
+        # the tokens trained (attention mask, prompt and response), kept in the checkpoint's trainer
+        # state: a resumed run's record counts the whole run's, not this process's part
+        include_num_input_tokens_seen="non_padding",
         ddp_backend="gloo" if use_cpu and world > 1 else None,
         ddp_find_unused_parameters=False,
     )

@@ -221,6 +221,8 @@ def test_killed_run_resumes_at_the_last_checkpoint(tmp_path, tiny_llama):
     check_run(run, record)
     full = run_sft(path, tmp_path / "full", records=str(store), threads=1)
     assert full["provenance"]["resumed_from_step"] is None
+    # the tokens trained count the whole run, the part before the kill included (kept in the checkpoint)
+    assert record["provenance"]["train_tokens"] == full["provenance"]["train_tokens"] > 0
     # what should be identical is: provenance (wall time, resume point, paths) is kept apart
     same = lambda r: {k: v for k, v in r.items() if k not in ("provenance", "evals")}  # noqa: E731
     assert same(record) == same(full) and record["run_id"] == full["run_id"]

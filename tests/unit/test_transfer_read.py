@@ -76,5 +76,24 @@ def test_the_cost_where_a_plan_races_is_the_mean_over_the_rows_it_raced_on():
              "methods": {"gated": {"all": raced, "by_source": {"s": raced}},
                          "always high": {"all": never, "by_source": {"s": never}}}}
     lines = markdown(table).splitlines()
-    assert "| raced on | extra training where raced |" in lines[2]
-    assert "| 20 % | 25 % | 80 % |" in lines[4] and "| 0 % | 0 % | — |" in lines[5]
+    assert "| extra training | in tokens | raced on | extra training where raced |" in lines[2]
+    assert "| 20 % | — | 25 % | 80 % |" in lines[4] and "| 0 % | — | 0 % | — |" in lines[5]
+
+
+def test_a_race_costs_in_tokens_its_share_times_the_losing_sets_tokens_over_the_kept_sets():
+    """D_low's worked solutions train several times D_high's tokens an epoch: a race that stops at 80 %
+    and keeps D_high trains 0.8 x 3 = 2.4 runs of D_high's tokens more; keeping D_low, 0.8 / 3."""
+    from experiments.transfer import markdown, summary, token_share
+
+    per_epoch = {"high": 100.0, "low": 300.0}
+    assert token_share(per_epoch, "high", 0.8) == pytest.approx(2.4)
+    assert token_share(per_epoch, "low", 0.8) == pytest.approx(0.8 / 3)
+    assert token_share(per_epoch, "mixed", 0.0) == 0.0 and token_share({"high": 100.0}, "high", 0.5) is None
+    rows = [{"source": "s", "score": "sum", "student": f"st{i}", "budget": 1.0, "label": "high", "repeat": 0,
+             "accuracy": {"high": 0.5, "low": 0.4, "mixed": 0.3}} for i in range(4)]
+    picks = [(rows[0], "high", 0.8), (rows[1], "low", 0.8), (rows[2], "high", 0.0), (rows[3], "high", 0.0)]
+    got = summary(picks, rows, lambda r, kept, share: token_share(per_epoch, kept, share))
+    assert got["overhead"] == pytest.approx(0.4) and got["overhead_tokens"] == pytest.approx((2.4 + 0.8 / 3) / 4)
+    assert summary(picks, rows, lambda r, kept, share: None if share else 0.0)["overhead_tokens"] is None
+    table = {"rows": 4, "gate_opened": 0.5, "sources": ["s"], "methods": {"gated": {"all": got, "by_source": {"s": got}}}}
+    assert "| 40 % | 67 % | 50 % | 80 % |" in markdown(table).splitlines()[4]

@@ -357,6 +357,15 @@ def recommendation(rec, out: str) -> None:
     written(rec, out)
 
 
+def race_tokens(t: dict | None) -> str:
+    """The race's extra training in tokens: D_low's sequences are often several times D_high's, so the
+    same share of the budget costs far more where D_high is kept."""
+    if not t:
+        return ""
+    return (f"; in tokens, up to {t['keep_high']:.0%} of a D_high run where D_high is kept (D_low's sequences are "
+            f"{t['ratio']:.1f}x D_high's here) and {t['keep_low']:.0%} of a D_low run where D_low is kept")
+
+
 def written(rec, out: str) -> None:
     """The report's last lines: where the race's figures come from, the compute spent, what was
     written and what to run next."""
@@ -373,7 +382,7 @@ def written(rec, out: str) -> None:
                       f"on {rec.race['measured_on']}; this race trains the losing set for "
                       + ("at most " if rec.race.get("k") is not None else "")
                       + f"{'the whole budget' if extra >= 1 else f'about {extra:.0%} of the budget'} beside the winner's "
-                      "full run", highlight=False)
+                      "full run" + race_tokens(rec.race.get("extra_tokens")), highlight=False)
     if rec.pool is not None:
         nxt = (f"advisor train {out}/recommendation.json --out RUN (it races D_high against D_low and keeps the "
                f"leader; --no-race trains D_{rec.strategy} alone)" if rec.race else

@@ -83,6 +83,7 @@ def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None,
         # one epoch of the full SFT over the pool's problems less the held-out ones (recommend's train.jsonl),
         # at the mean of the two sets' lengths
         context["full_run_tokens_per_epoch"] = max(1, len(pool) - len(eval_ids)) * (prompt_tokens + resp)
+        context["prompt_tokens_mean"] = prompt_tokens
     data = ProbeData(
         train={"high": pairs(high, keep), "low": pairs(low, keep), "mixed": pairs(mixed, keep)},
         eval_prompts=[pool.get(i).prompt for i in eval_ids],

@@ -192,14 +192,17 @@ def judged_elsewhere(predictor) -> dict | None:
     return None
 
 
-def race_plan(predictor, race: dict | None, real_student: bool = False) -> dict | None:
+def race_plan(predictor, race: dict | None, real_student: bool = False, token_ratio: float | None = None) -> dict | None:
     """The race the policy's gate opened ({"fraction", "wait", "why"}, `Decision.race`) with what the
     gated race was measured to cost and lose leaving each pool source out (`expected`: regret in
     points, mean overhead and, where the predictor states it, the mean overhead of the races it
     opened, from meta.cv.source.methods["gated race"]) and always-high's regret on the same rows;
     for a student that is not a lab student (`real_student`), also what the same plan did on a real
     student's rows the predictor was never fitted on, where it states that (`elsewhere`,
-    `judged_elsewhere`). None where the gate stayed shut."""
+    `judged_elsewhere`). `token_ratio` (D_low's tokens an epoch over D_high's): what the race trains
+    beyond the kept set's run counted in tokens, as a share of that run (`extra_tokens`: its
+    longest stop share times the losing set's tokens over the kept one's, where D_high is kept and
+    where D_low is). None where the gate stayed shut."""
     if race is None:
         return None
     methods = (((predictor.meta or {}).get("cv") or {}).get("source") or {}).get("methods") or {}
@@ -215,7 +218,11 @@ def race_plan(predictor, race: dict | None, real_student: bool = False) -> dict 
     replayed = ("each race evaluated at its stop shares" if at_shares
                 else "each race stopped at the schedule's next evaluation")
     elsewhere = judged_elsewhere(predictor) if real_student else None
+    most = max(v for v in (race.get("fraction"), race.get("wait"), race.get("tie")) if isinstance(v, (int, float)))
+    tokens = {"ratio": token_ratio, "keep_high": most * token_ratio, "keep_low": most / token_ratio} \
+        if isinstance(token_ratio, (int, float)) and math.isfinite(token_ratio) and token_ratio > 0 else None
     return {**race, "expected": expected, **({"elsewhere": elsewhere} if elsewhere else {}),
+            **({"extra_tokens": tokens} if tokens else {}),
             "always_high_regret": high.get("regret") if measured else None,
             "measured_on": f"the predictor's held-out table, one pool source left out at a time (meta.cv.source; "
                            f"{replayed})"}

@@ -278,15 +278,25 @@ def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stages: 
         reports = [st.report for st in stages]
         measured.update(mean_features(reports))
         advice, curve, draws, race = measured_advice(cfg, predictor, desc, plan, measured, calibrated,
-                                                     context if len(stages) > 1 else None, reports)
+                                                     context if len(stages) > 1 else None, reports,
+                                                     sequence_ratio(context))
     probe = stage.report if len(stages) == 1 or stage.report is None else \
         replace(stage.report, cost=combined_cost([st.report for st in stages]))
     return recommendation(advice, curve, predictor, desc, settings, cfg.budget, cfg.score, measurements=measured,
                           draws=draws, calibrated_on=calibrated, probe=probe, race=race)
 
 
+def sequence_ratio(context: dict) -> float | None:
+    """Tokens an epoch of D_low trains over an epoch of D_high's (one response a problem each: the
+    ratio of their mean sequences, prompt included); None where the pool's context lacks them."""
+    p, hi, lo = (context.get(k) for k in ("prompt_tokens_mean", "mean_tokens_high", "mean_tokens_low"))
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (p, hi, lo)) or p + hi <= 0 or p + lo <= 0:
+        return None
+    return (p + lo) / (p + hi)
+
+
 def measured_advice(cfg: RecommendConfig, predictor, desc: dict, plan: ProbePlan, measured: dict,
-                    calibrated: dict | None, context: dict | None, reports: list
+                    calibrated: dict | None, context: dict | None, reports: list, token_ratio: float | None = None
                     ) -> tuple[Advice, dict, list | None, dict | None]:
     """The policy's advice on the measured inputs, its curve over BUDGET_GRID, each draw's own
     advice (`context` given: several draws) and the race its gate opened (`draws.race_plan`, or
@@ -311,7 +321,8 @@ def measured_advice(cfg: RecommendConfig, predictor, desc: dict, plan: ProbePlan
                      confidence_reasons=tuple(notes) + advice.confidence_reasons,
                      # what the paper found for students of this size, beside the measurement
                      paper_prior=paper_prior_advice(desc["n_params"], cfg.budget) if desc["n_params"] >= PAPER_FROM else None)
-    return advice, curve, draws, race_plan(predictor, decision.race, real_student=plan.recipe.kind != "lab")
+    return advice, curve, draws, race_plan(predictor, decision.race, real_student=plan.recipe.kind != "lab",
+                                           token_ratio=token_ratio)
 
 
 def advise_only(cfg: RecommendConfig, checked: Checked, student: Student, plan: ProbePlan, t0: float) -> Recommendation:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -383,6 +384,13 @@ def test_recommend_plans_the_race_where_the_gate_opens(planned):
     held = Predictor.load(SHIPPED).meta["cv"]["source"]["methods"]["gated race"]
     assert m["race"]["expected"] == {k: held[k] for k in ("regret", "overhead", "overhead_where_open")}
     assert f"({held['overhead_where_open']:.0%} of a run where it opened)" in " ".join(report.split())
+    # the same race in tokens: half of the budget of the losing set, over the kept set's run
+    said = re.search(r"in tokens, up to (\d+)% of a D_high run where D_high is kept \(D_low's sequences are "
+                     r"([\d.]+)x D_high's here\) and (\d+)% of a D_low run where D_low is kept", " ".join(report.split()))
+    assert said, report
+    keep_high, ratio, keep_low = int(said[1]), float(said[2]), int(said[3])
+    # (the ratio is printed to a tenth, the shares to a point)
+    assert ratio > 0.05 and abs(keep_high - 50 * ratio) <= 3 and abs(keep_low - 50 / ratio) <= 2.5 / (ratio - 0.05) ** 2 + 1
     assert set(m["sets"]) | {m["strategy"]} >= {"high", "low"}
     # a lab student: the lab's held-out figures only, not the real student's (meta.transfer)
     assert "elsewhere" not in m["race"] and "never fitted" not in report

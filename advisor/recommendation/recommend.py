@@ -158,6 +158,9 @@ def recommend(cfg: RecommendConfig, status=None, progress=None) -> Recommendatio
         pool, whole = (checked.pool, checked.pool_size) if checked.pool is not None else take_pool(cfg, say)
         plan = plan if checked.pool is not None else plan.for_pool(len(pool))
         settings = chosen_settings(cfg, plan, student)
+        heavy = None if cfg.no_probe else probe_outweighs_run(plan.recipe, len(pool) - plan.recipe.eval_problems, cfg.budget)
+        if heavy:
+            say(f"note: {heavy}")
         stages = measure(cfg, student, pool, checked.scores, plan, settings, say, progress)
         rec = advise(cfg, checked.predictor, student.description, settings, stages, plan, pool.fingerprint())
         return write_outputs(cfg, rec, pool, whole, stages[0], checked, plan.recipe, t0)
@@ -286,6 +289,21 @@ def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stages: 
                           draws=draws, calibrated_on=calibrated, probe=probe, race=race)
 
 
+def probe_outweighs_run(recipe, train_problems: int, budget: float) -> str | None:
+    """Where the probe trains each set on at least as many sequences as the full run at `budget`
+    does on the pool's training problems (a pool of a few hundred problems at a short budget), a
+    race of D_high against D_low to the end of the budget trains less than the probe does (at most
+    one run of the losing set, where the probe trains both sets that much) and answers from the
+    two sets' own results: the line saying so, else None."""
+    probe, run = recipe.steps * recipe.batch_size, budget * max(train_problems, 0)
+    if run <= 0 or probe < run:
+        return None
+    return (f"the probe trains each set on {probe:,} sequences, {probe / run:.1f}x what a {budget:g}-epoch run on this "
+            f"pool's {train_problems:,} training problems does: on a pool this small, racing D_high against D_low to "
+            "the end of the budget (advisor train OUT/recommendation.json --out RUN --race 1) trains less than the probe "
+            "and answers from both sets' own results; --no-probe skips the probe")
+
+
 def sequence_ratio(context: dict) -> float | None:
     """Tokens an epoch of D_low trains over an epoch of D_high's (one response a problem each: the
     ratio of their mean sequences, prompt included); None where the pool's context lacks them."""
@@ -308,6 +326,9 @@ def measured_advice(cfg: RecommendConfig, predictor, desc: dict, plan: ProbePlan
     probs = predictor.over_budgets(measured, BUDGET_GRID, cfg.score)
     curve = {o: probs[:, j].tolist() for j, o in enumerate(predictor.options)}
     notes, low = plan.notes()
+    heavy = probe_outweighs_run(plan.recipe, reports[0].context.get("train_problems", 0), cfg.budget)
+    if heavy:
+        notes.append(heavy)
     draws = None
     if context is not None:
         draws = draw_advice(cfg, predictor, policy, desc, context, reports)

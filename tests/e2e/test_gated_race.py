@@ -418,6 +418,31 @@ def test_a_race_planned_for_a_real_student_quotes_the_real_students_judgment(tin
             "races)") in " ".join(r.output.replace("│", " ").split())  # the report's panel, its borders taken out
 
 
+def test_where_the_probe_trains_more_than_the_run_the_report_says_a_race_trains_less(tiny_llama, tmp_path):
+    """On a pool of 30 problems (26 to train on) at one epoch, a probe of 4 steps of 8 sequences trains
+    each set on 32 sequences, more than the run's 26: a race to the end trains less than the probe.
+    At two epochs (52) it does not, and nothing is said."""
+    from capacity_advisor.advisor.recommendation.recommend import probe_outweighs_run
+    from capacity_advisor.probes.recipe import REAL
+
+    pool = real_pool(tmp_path / "pool.jsonl", n=30, empty_first=False)
+    args = ("recommend", "--model", tiny_llama, "--pool", pool, "--probe-steps", 4, "--probe-batch", 8,
+            "--probe-eval-problems", 4, "--max-new-tokens", 8, "--device", "cpu", "--json")
+    r = run(*args, "--budget", 1, "--out", tmp_path / "one")
+    assert r.exit_code == 0, r.output
+    said = [x for x in json.loads(r.stdout)["confidence_reasons"] if x.startswith("the probe trains each set")]
+    assert said == ["the probe trains each set on 32 sequences, 1.2x what a 1-epoch run on this pool's 26 training "
+                    "problems does: on a pool this small, racing D_high against D_low to the end of the budget (advisor "
+                    "train OUT/recommendation.json --out RUN --race 1) trains less than the probe and answers from both "
+                    "sets' own results; --no-probe skips the probe"]
+    r = run(*args, "--budget", 2, "--out", tmp_path / "two")
+    assert r.exit_code == 0, r.output
+    assert not any("the probe trains each set" in x for x in json.loads(r.stdout)["confidence_reasons"])
+    assert probe_outweighs_run(REAL.with_(steps=25, batch_size=8), 172, 1.0).startswith("the probe trains each set on 200")
+    assert probe_outweighs_run(REAL.with_(steps=25, batch_size=8), 172, 2.0) is None
+    assert probe_outweighs_run(REAL, 0, 1.0) is None
+
+
 def test_a_shut_gate_costs_nothing_extra(planned, lab_cache, monkeypatch):
     root, _, shut = planned
     assert shut["race"] is None

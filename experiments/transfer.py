@@ -14,7 +14,11 @@ scored three ways: regret against the best set at the budget (points), the same 
 row's other seeds (a pick is not scored on the noise it was made on), and for the races, which
 read the held-out problems, the pick made on the even problems judged on the odd ones. Overhead
 is the share of one run the losing set trains: its mean over every row, and over the rows the
-method raced on (what the user whose plan is a race pays).
+method raced on (what the user whose plan is a race pays). "in tokens" counts the same extra training
+in tokens, as a share of the kept set's run (the losing set's tokens an epoch, from the records'
+provenance.train_tokens, over the kept set's: D_low's long solutions make a race that keeps D_high
+dearer than its share, one that keeps D_low cheaper); a record without them borrows them from the
+same set at another seed.
 
 "evaluated at its shares" replays the race as `advisor train` runs it now: each raced run also
 evaluates at the rule's stop shares (`RaceRule.shares`), so it stops there, not at the next
@@ -178,11 +182,12 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
                 picks.setdefault(f"paired race on every pool, lead k {k} / {margin:.0%}, else at {f:.0%}", []).append(
                     (r, *got))
     per_epoch = {key: {opt: tokens_per_epoch(rec) for opt, rec in unit.items()} for key, unit in runs.items()}
-    for (source, score, student, repeat), unit in per_epoch.items():  # a record that lacks its tokens (a run
-        for opt in ("high", "low"):  # resumed before they were kept): D_high and D_low are the same sets at
-            if unit.get(opt) is None:  # every seed (only their order differs), so another seed's run counts them
-                same = [v.get(opt) for k, v in per_epoch.items() if k[:3] == (source, score, student) and
-                        v.get(opt) and runs[k][opt]["n_train"] == runs[(source, score, student, repeat)][opt]["n_train"]]
+    for key, unit in per_epoch.items():  # a record that lacks its tokens (a run resumed before they were
+        for opt in ("high", "low"):  # kept): D_high and D_low are the same sets at every seed (only their
+            if opt in unit and unit[opt] is None:  # order differs), so another seed's run of that set counts them
+                n = runs[key][opt].get("n_train")
+                same = [v[opt] for k, v in per_epoch.items()
+                        if k[:3] == key[:3] and v.get(opt) and runs[k][opt].get("n_train") == n]
                 unit[opt] = same[0] if same else None
 
     def cost(r, kept, share):  # the losing set's tokens over the kept set's run, or None where a record lacks them

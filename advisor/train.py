@@ -200,5 +200,5 @@ def train_race(req: RunRequest, rule: RaceRule, dry_run: bool = False, planned: 
              "stopped_at_step": summary["stopped"]["step"], "share_of_budget": summary["stopped"]["share"],
              "record": summary["record"], "race": summary["race_file"],
              "best_accuracy": summary["best_accuracy"], "final_accuracy": summary["final_accuracy"],
-             "best_checkpoint": summary.get("best_checkpoint")}
+             "best_checkpoint": summary.get("best_checkpoint"), "extra_tokens": summary.get("extra_tokens")}
     return Trained("race", shown, title="Race: D_high against D_low", rows=shown)

@@ -277,8 +277,38 @@ def _run_race(m: Manifest, runs: dict, folders: dict, checked: dict, key: str, o
     summary.update(status="done", record=str(folders[winner] / "record.json"),
                    best_accuracy=record.get("best_accuracy"), final_accuracy=record.get("final_accuracy"),
                    best_checkpoint=best_checkpoint(folders[winner], record))
+    loser = summary["loser"]
+    lost, kept = tokens_trained(folders[loser]), (record.get("provenance") or {}).get("train_tokens")
+    kept = kept if isinstance(kept, int) and not isinstance(kept, bool) and kept > 0 else None
+    summary["extra_tokens"] = {"loser": lost, "winner": kept, "share": lost / kept if lost and kept else None}
+    if lost and kept:
+        stream.write(f"the race trained D_{loser} on {lost:,} tokens beside D_{winner}'s {kept:,}: "
+                     f"{lost / kept:.0%} more than one run\n")
     write_json(out / "race.json", summary)
     return summary
+
+
+def tokens_trained(folder: Path) -> int | None:
+    """The tokens a raced run trained (non-padding, all processes): its record's where it finished,
+    else its newest complete checkpoint's trainer state (where it stopped when the race did); None
+    where neither states them."""
+    import json
+
+    from capacity_advisor.training.run_check import checkpoints
+
+    state = None
+    try:
+        if (folder / "record.json").is_file():
+            state = (json.loads((folder / "record.json").read_text(encoding="utf-8")).get("provenance") or {}).get(
+                "train_tokens")
+        else:
+            done = [path for _, path, ok in checkpoints(folder) if ok]
+            if done:
+                state = json.loads((done[-1] / "trainer_state.json").read_text(encoding="utf-8")).get(
+                    "num_input_tokens_seen")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return state if isinstance(state, int) and not isinstance(state, bool) and state > 0 else None
 
 
 class Segments:

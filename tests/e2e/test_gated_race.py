@@ -483,6 +483,11 @@ def test_train_runs_the_planned_race_and_keeps_the_leader_and_its_best_checkpoin
     assert all(isinstance(e.get("correct"), str) for e in record["evals"][1:])  # per-problem correctness kept
     assert stop["share"] < 1 and stop["evaluation"] < len(record["evals"]) - 1  # the race ended before the run
     assert not (out / "race" / ("low" if winner == "high" else "high") / "record.json").exists()
+    # what the race cost, in tokens: the loser's up to its stop, beside the winner's whole run (trained in
+    # segments, one evaluation a call: its count carried through every resume)
+    cost = race_file["extra_tokens"]
+    assert cost["winner"] == record["provenance"]["train_tokens"] > 0 and 0 < cost["loser"]
+    assert cost["share"] == pytest.approx(cost["loser"] / cost["winner"]) and shown["extra_tokens"] == cost
     # --no-race trains the recommended set alone
     r = run("train", root / "rec" / "recommendation.json", "--out", root / "alone", "--no-race", "--dry-run")
     assert r.exit_code == 0 and "race of D_high" not in r.output

@@ -281,9 +281,6 @@ def _run_race(m: Manifest, runs: dict, folders: dict, checked: dict, key: str, o
     lost, kept = tokens_trained(folders[loser]), (record.get("provenance") or {}).get("train_tokens")
     kept = kept if isinstance(kept, int) and not isinstance(kept, bool) and kept > 0 else None
     summary["extra_tokens"] = {"loser": lost, "winner": kept, "share": lost / kept if lost and kept else None}
-    if lost and kept:
-        stream.write(f"the race trained D_{loser} on {lost:,} tokens beside D_{winner}'s {kept:,}: "
-                     f"{lost / kept:.0%} more than one run\n")
     write_json(out / "race.json", summary)
     return summary
 

@@ -56,7 +56,7 @@ OWN_RECIPE = ("steps", "batch_size", "eval_problems", "max_new_tokens")
 # The settings only a calibration on your own pool takes ({setting: its flag}), named when --students is missing.
 OWN_FLAGS = {"dry_run": "--dry-run", "target": "--target", "predictor": "--predictor", "teacher": "--pool-teacher",
              "task": "--task-name", "gpu_tflops": "--gpu-tflops", "mfu": "--mfu", "decode_mfu": "--decode-mfu",
-             "nproc": "--nproc", "launcher": "--launcher", "evals_per_epoch": "--evals-per-epoch",
+             "nproc": "--nproc", "launcher": "--launcher", "evals_per_epoch": "--evals-per-epoch", "eval_at": "--eval-at",
              **{k: RECIPE_FLAGS[k][0] for k in OWN_RECIPE}}
 
 
@@ -69,6 +69,9 @@ class PoolCalibrateConfig:
     seeds: tuple[int, ...] = (0,)  # --seeds: held-out slice of the probe, mixed set and data order
     n_eval: int = FULL_RUN_EVAL_PROBLEMS  # --n-eval: held-out problems of the full runs' evaluations (never trained on)
     evals_per_epoch: int = 4
+    # --eval-at: more evaluation points of every full run, in epochs, beside the schedule (for example
+    # 0.25,0.75: a race stopped early can then be replayed where it would stop)
+    eval_at: tuple[float, ...] = ()
     teacher: str = "unknown"  # --pool-teacher: what wrote the candidates (names the pool source in the records)
     task: str | None = None  # --task: the pool source's name in the records (default: the pool's content hash)
     checker: str = CHECKER_DEFAULT
@@ -110,6 +113,9 @@ class PoolCalibrateConfig:
             bad.append(f"--n-eval {self.n_eval} must be at least 1")
         if not 1 <= self.evals_per_epoch <= 100:
             bad.append(f"evals per epoch {self.evals_per_epoch} must be from 1 to 100")
+        if len(self.eval_at) > 100 or not all(number(e) and 0 < e <= self.epochs for e in self.eval_at):
+            bad.append(f"--eval-at {','.join(f'{e:g}' for e in self.eval_at[:5])}: give at most 100 points, each a "
+                       f"number of epochs above 0 and at most --epochs ({self.epochs:g}), e.g. 0.25,0.75")
         if self.nproc < 1:
             bad.append(f"--nproc {self.nproc} must be at least 1")
         if not (number(self.gpu_tflops) and 0 < self.gpu_tflops <= MAX_TFLOPS):
@@ -190,7 +196,9 @@ def make_plan(cfg: PoolCalibrateConfig, run: bool = True) -> Plan:
                        "pool": fingerprint, "settings": {k: v for k, v in asdict(cfg).items()
                                                          if k not in ("out", "device", "nproc", "launcher", "target",
                                                                       "students", "pool", "gpu_tflops", "mfu",
-                                                                      "decode_mfu")}})
+                                                                      "decode_mfu")
+                                                         # set only: the folders made before it keep their key
+                                                         and (k != "eval_at" or v)}})
     if recorded_key(cfg.out, "inputs_key") not in (None, key):
         raise InputError(f"{cfg.out} holds a calibration made from other inputs (proxies, pool or settings); pass a "
                          "new --out, or delete that folder to start over")
@@ -224,7 +232,7 @@ def cost(cfg: PoolCalibrateConfig, plan: Plan, measure: bool = False, log=None) 
         rows.append({"student": s["name"], "n_params": n, "probe_steps": r.steps, "probe_batch": r.batch_size,
                      "full_run_steps": full_steps, "train_batch": r.train_batch, "runs": len(SETS) * len(cfg.seeds),
                      "sequences": sequences, "probe_train_problems": train_problems,
-                     "evaluations_per_run": math.ceil(cfg.epochs * cfg.evals_per_epoch) + 1,
+                     "evaluations_per_run": math.ceil(cfg.epochs * cfg.evals_per_epoch) + 1 + len(set(cfg.eval_at)),
                      "eval_problems": len(plan.eval_ids), "learning_rate": s["learning_rate"]})
     out = {"pool_problems": len(plan.pool), "train_problems": problems, "eval_problems": len(plan.eval_ids),
            "epochs": cfg.epochs, "seeds": list(cfg.seeds), "students": rows}
@@ -280,7 +288,7 @@ def _run_pool_calibration(cfg: PoolCalibrateConfig, log: Callable[[str], None], 
     write_jsonl(out / "eval.jsonl", [{"prompt": plan.pool.get(i).prompt, "answer": plan.pool.get(i).answer,
                                       "task": plan.pool.get(i).task} for i in plan.eval_ids])
     cal = Calibration("calibrate-pool", float(cfg.epochs), cfg.evals_per_epoch, cfg.device, cfg.dtype, cfg.nproc,
-                      cfg.launcher)
+                      cfg.launcher, eval_at=tuple(sorted({e / cfg.epochs for e in cfg.eval_at})))
     units = pool_units(cfg, plan)
     for unit in units:
         log(run_unit(unit, cal))

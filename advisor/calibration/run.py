@@ -86,7 +86,7 @@ def full_run(unit: Unit, cal: Calibration, run: Run, lm, problems: Pool, scores:
         eval={"path": os.path.relpath(unit.pool.eval_path, unit.folder), "checker": unit.pool.checker, "limit": None,
               "base_drift": True, **cal.eval},
         training={"evals_per_epoch": cal.evals_per_epoch, "save_total_limit": 1, "switch_epoch": switch,
-                  "rerank": rerank},
+                  "rerank": rerank, **({"eval_at": list(cal.eval_at)} if cal.eval_at else {})},
         model={**model, "spec": unit.student.spec}, dataset=dataset, strategy=strategy,
         mix=mix if strategy == "mixed" else 0.0, features=features, pool=unit.pool.about(ranking, fingerprint),
         base_dir=str(unit.folder))

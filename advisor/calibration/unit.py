@@ -95,3 +95,4 @@ class Calibration:
     eval: dict = field(default_factory=dict)  # the full runs' EvalSpec beyond the held-out set (teacher, view_limit, ...)
     model_path: bool = False  # the manifests' model keeps the loaded folder's path (the lab's run keys were made so)
     scoring: dict = field(default_factory=dict)  # the scoring's token budget and shard size (ScoreConfig), where not the defaults
+    eval_at: tuple[float, ...] = ()  # more evaluations of every full run, at these shares of its budget (`--eval-at`)

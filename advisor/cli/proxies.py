@@ -13,7 +13,7 @@ import click
 from capacity_advisor.advisor.calibration.proxies import OWN_RECIPE, PoolCalibrateConfig, run_pool_calibration
 from capacity_advisor.advisor.cli import report
 from capacity_advisor.advisor.cli.options import (
-    TwinCommand, checker_option, device_options, field_option, given_on_command_line, ints, json_option, names,
+    TwinCommand, checker_option, device_options, field_option, floats, given_on_command_line, ints, json_option, names,
     pool_options, pool_settings, stack, take,
 )
 from capacity_advisor.advisor.cli.ui import console, emit_json, quiet_libraries
@@ -43,6 +43,9 @@ own_recipe_options = stack(*[click.option(RECIPE_FLAGS[k][0], k, default=None, t
 @field_option(PoolCalibrateConfig, "n_eval", help="Held-out problems of the full runs' evaluations (never trained on).")
 @field_option(PoolCalibrateConfig, "evals_per_epoch", type=click.IntRange(1, 100),
               help="Evaluations of each full run per epoch (the budgets its records are labelled at).")
+@field_option(PoolCalibrateConfig, "eval_at",
+              help="More evaluations of each full run, at these epochs (comma-separated, e.g. 0.25,0.75), beside the "
+                   "schedule: a race stopped early can then be replayed where it stops.")
 @field_option(PoolCalibrateConfig, "teacher", "--pool-teacher",
               help="What wrote the pool's candidates (names the pool source in the records).")
 @field_option(PoolCalibrateConfig, "task", "--task-name", help="The pool source's name in the records (default: its content hash).")
@@ -71,7 +74,8 @@ def calibrate(ctx, as_json, dry_run, **kw):
     quiet_libraries()
     recipe = {k: v for k, v in ((k, kw.pop(k)) for k in OWN_RECIPE) if v is not None}
     cfg = take(PoolCalibrateConfig, kw, students=names(kw.pop("students") or "", "--students"),
-               seeds=ints(kw.pop("seeds"), "--seeds"), recipe=recipe, pool_options=vars(pool_settings(kw)))
+               seeds=ints(kw.pop("seeds"), "--seeds"), eval_at=floats(kw.pop("eval_at") or "", "--eval-at"),
+               recipe=recipe, pool_options=vars(pool_settings(kw)))
     # soft_wrap: a message stays one line however long (rich would break a note at the console's width)
     result = run_pool_calibration(cfg, log=lambda m: console.print(m, highlight=False, soft_wrap=True),
                                   dry_run=dry_run, given=given_on_command_line(ctx))

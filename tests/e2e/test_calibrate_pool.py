@@ -177,6 +177,22 @@ def test_calibrate_on_folders_resumes_and_its_records_refit_beside_the_lab(pool,
     assert r.exit_code == 2 and "another calibration" in r.stderr
 
 
+def test_more_evaluation_points_are_evaluated_and_keyed(pool, tiny_llama, tmp_path):
+    """--eval-at 0.5 with one evaluation an epoch: every full run is also evaluated at the first step at
+    or past half its epoch, so a race stopped there can be replayed; the folder is keyed by it."""
+    out = tmp_path / "cal"
+    args = ["calibrate", "--students", tiny_llama, "--pool", pool, "--out", out, "--evals-per-epoch", 1, *SMALL]
+    r = run(*args, "--eval-at", "0.5", "--json")
+    assert r.exit_code == 0, r.stderr
+    records = read_jsonl(out / "records.jsonl")
+    assert len(records) == 3
+    for rec in records:
+        epochs = [e["epoch"] for e in rec["evals"]]
+        assert epochs[0] == 0 and epochs[-1] == pytest.approx(1.0) and len(epochs) == 3 and 0.5 <= epochs[1] < 1
+    r = run(*args)  # the same folder without the extra point is another calibration
+    assert r.exit_code == 2 and "other inputs" in r.stderr
+
+
 @pytest.mark.parametrize("args, words", [
     (["--students", "nowhere/model"], "nowhere/model"),
     (["--pool", "POOL"], "needs both --students"),
@@ -188,6 +204,9 @@ def test_calibrate_on_folders_resumes_and_its_records_refit_beside_the_lab(pool,
     (["--students", "TINY", "--pool", "POOL", "--dry-run", "--decode-mfu", 1.5], "--decode-mfu 1.5 must be a share"),
     (["--students", "TINY", "--pool", "POOL", "--dry-run", "--gpu-tflops", -1], "--gpu-tflops -1.0 must be"),
     (["--students", "TINY", "--pool", "POOL", "--mfu", 0.3], "--mfu goes with --dry-run"),
+    (["--students", "TINY", "--pool", "POOL", "--eval-at", "0.5,4"], "at most --epochs (3)"),
+    (["--students", "TINY", "--pool", "POOL", "--eval-at", "half"], "--eval-at 'half': give comma-separated numbers"),
+    (["--pool", "POOL", "--eval-at", "0.5"], "--eval-at go with --students"),
 ])
 def test_bad_calibration_inputs_are_one_error_line(args, words, pool, tiny_llama, tmp_path):
     out = tmp_path / "cal"

@@ -168,8 +168,9 @@ def judged_elsewhere(predictor) -> dict | None:
     """The predictor's first judgment on rows it was never fitted on (meta.transfer, stored by
     `python -m experiments.transfer --store`) of the gate it ships (the entry's `gate` is its
     meta.policy.race), as {"name", "rows", "students", "sources", "regret", "overhead",
-    "always_high_regret"}; None where the file states none, or none that reads as one (a predictor
-    file may come from anyone: a value of another type or range is passed over, not trusted)."""
+    "overhead_tokens" (None where not stated), "always_high_regret"}; None where the file states
+    none, or none that reads as one (a predictor file may come from anyone: a value of another type
+    or range is passed over, not trusted)."""
     meta = predictor.meta or {}
     entries = meta.get("transfer")
     policy = meta.get("policy")
@@ -187,8 +188,12 @@ def judged_elsewhere(predictor) -> dict | None:
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= most
                    for v, most in zip(nums, (100, 1, 100))):  # points, a share of one run, points
             continue
+        tokens = gated.get("overhead_tokens")  # the same training in tokens, where the entry states it
+        tokens = float(tokens) if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) and \
+            0 <= tokens <= 100 else None
         return {"name": name, "rows": rows, "students": list(students), "sources": list(sources),
-                "regret": float(nums[0]), "overhead": float(nums[1]), "always_high_regret": float(nums[2])}
+                "regret": float(nums[0]), "overhead": float(nums[1]), "overhead_tokens": tokens,
+                "always_high_regret": float(nums[2])}
     return None
 
 
@@ -257,6 +262,8 @@ def race_headline(plan: dict) -> str:
     if w:
         line += (f"; judged where it was never fitted ({w['name']}: {', '.join(w['students'][:3])}, "
                  f"{len(w['sources'])} pool source{'s' if len(w['sources']) != 1 else ''}, {w['rows']} rows) it lost "
-                 f"{w['regret']:.1f} points at {w['overhead']:.0%} more training ({w['always_high_regret']:.1f} without races)")
+                 f"{w['regret']:.1f} points at {w['overhead']:.0%} more training"
+                 + (f" ({w['overhead_tokens']:.0%} more tokens)" if w.get("overhead_tokens") is not None else "")
+                 + f" ({w['always_high_regret']:.1f} without races)")
     return line
 

@@ -415,8 +415,9 @@ def test_a_race_planned_for_a_real_student_quotes_the_real_students_judgment(tin
     assert r.exit_code == 0, r.output
     gated, high = entry["methods"]["gated race"], entry["methods"]["always high"]
     assert (f"judged where it was never fitted (real pretrained student: lab:smollm2-135m, 4 pool sources, 24 rows) it "
-            f"lost {gated['regret']:.1f} points at {gated['overhead']:.0%} more training ({high['regret']:.1f} without "
-            "races)") in " ".join(r.output.replace("│", " ").split())  # the report's panel, its borders taken out
+            f"lost {gated['regret']:.1f} points at {gated['overhead']:.0%} more training ({gated['overhead_tokens']:.0%} "
+            f"more tokens) ({high['regret']:.1f} without races)") in " ".join(r.output.replace("│", " ").split())
+    # (the report's panel, its borders taken out)
 
 
 def test_where_the_probe_trains_more_than_the_run_the_report_says_a_race_trains_less(tiny_llama, tmp_path):

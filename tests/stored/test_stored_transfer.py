@@ -50,7 +50,8 @@ def test_a_planned_race_for_a_real_student_quotes_it_and_for_a_lab_student_does_
     line = race_headline(real)
     assert (f"judged where it was never fitted (real pretrained student: lab:smollm2-135m, 4 pool sources, 24 rows) "
             f"it lost {w['regret']:.1f} points at {w['overhead']:.0%} more training "
-            f"({w['always_high_regret']:.1f} without races)") in line
+            f"({w['overhead_tokens']:.0%} more tokens) ({w['always_high_regret']:.1f} without races)") in line
+    assert w["overhead_tokens"] == entry["methods"]["gated race"]["overhead_tokens"] > 0
     assert "never fitted" not in race_headline(lab)
     assert race_plan(pred, None, real_student=True) is None
 
@@ -79,6 +80,18 @@ def test_a_meta_transfer_that_does_not_read_as_one_is_passed_over(transfer):
     pred.meta = {**pred.meta, "transfer": transfer}
     plan = race_plan(pred, {"fraction": 1.0, "wait": None, "why": "w"}, real_student=True)
     assert "elsewhere" not in plan and "never fitted" not in race_headline(plan)
+
+
+@pytest.mark.parametrize("tokens", ["0.3", float("nan"), -0.1, 1e9, True])
+def test_a_token_figure_that_does_not_read_as_one_is_left_out_and_the_rest_quoted(tokens):
+    pred = Predictor.load(SHIPPED)
+    entry = {**GOOD, "gate": pred.meta["policy"]["race"],
+             "methods": {**GOOD["methods"], "gated race": {"regret": 1, "overhead": 0.2, "overhead_tokens": tokens}}}
+    pred.meta = {**pred.meta, "transfer": [entry]}
+    w = judged_elsewhere(pred)
+    assert w["regret"] == 1.0 and w["overhead_tokens"] is None
+    line = race_headline(race_plan(pred, {"fraction": 1.0, "wait": None, "why": "w"}, real_student=True))
+    assert "it lost 1.0 points at 20% more training (3.0 without races)" in line and "tokens" not in line
 
 
 def test_store_keeps_one_entry_per_name_in_the_predictor_judged(tmp_path):

@@ -4,6 +4,7 @@ neural teacher (a fine-tuned SmolLM2-135M-Instruct sampled at temperature 1).
 
     python -m experiments.real_pools problems --out calibration/real/problems.jsonl
     python -m experiments.real_pools scripted calibration/real/problems.jsonl --split pool --out calibration/real/pools
+    python -m experiments.real_pools mixlang calibration/real/problems.jsonl --out calibration/real/pools
     python -m experiments.real_pools teacher-data calibration/real/problems.jsonl --out runs/real-teacher/data.jsonl
     python -m experiments.real_pools teacher-run calibration/real/problems.jsonl --out runs/real-teacher   # + manifest
 
@@ -411,6 +412,64 @@ def place_solution(p: dict, style: str, rng: random.Random, k: int | None = None
             + f". The last of these is {d}.\nThe answer is {box}.")
 
 
+# ---- the mixed-language teacher ------------------------------------------------------------------
+# A teacher whose worked solutions all carry the same reasoning, written in English or, as a model
+# that mixes languages writes them, in French or German (DeepSeek-R1 reports such mixing in its
+# reasoning traces, arXiv 2501.12948). Under an English-first student the foreign ones are the
+# low-likelihood candidates, but they are neither longer nor more exploratory than the English ones:
+# the pool asks whether the advice tells a low-likelihood set that differs only in form from one that
+# reasons more. No candidate is a bare answer (the scripted teacher's `answer` style), so both sets
+# hold the same worked steps.
+
+MIXLANG_TASKS = ("place",)
+MIXLANG_STYLES = ("prose", "steps", "french", "german")
+PLACES_FR = ("unités", "dizaines", "centaines", "milliers", "dizaines de milliers", "centaines de milliers", "millions")
+PLACES_DE = ("Einer", "Zehner", "Hunderter", "Tausender", "Zehntausender", "Hunderttausender", "Millionen")
+
+
+def place_mixlang_solution(p: dict, style: str, rng: random.Random, k: int | None = None) -> str:
+    """A worked solution in `style`: the digits listed from the right up to the asked place, then the
+    answer; `k` other than the place reads a neighbouring digit (the wrong candidate)."""
+    n = p["n"]
+    k = p["k"] if k is None else k
+    d = n[len(n) - 1 - k]
+    box = f"\\boxed{{{d}}}"
+    digits = [n[len(n) - 1 - i] for i in range(k + 1)]
+    asked = p["k"]  # the conclusion names the asked place, whichever digit it reads
+    if style == "prose":
+        return place_solution(p, "prose", rng, k)
+    if style == "steps":
+        head = rng.choice([f"Digits of {n} from the right:", f"{n}, digit by digit from the right:",
+                           f"The places of {n}, from the right:"])
+        rows = [f"{PLACES[i]}: {x}" for i, x in enumerate(digits)]
+        return "\n".join([head, *rows, f"The {PLACES[asked]} digit is {d}.", box])
+    if style == "french":
+        head = rng.choice([f"En lisant {n} de droite à gauche", f"De droite à gauche dans {n}",
+                           f"En comptant les chiffres de {n} depuis la droite"])
+        listed = ", ".join(f"{x} est le chiffre des {PLACES_FR[i]}" for i, x in enumerate(digits))
+        return f"{head} : {listed}. Le chiffre des {PLACES_FR[asked]} est {d}, donc la réponse est {box}."
+    head = rng.choice([f"Wir lesen {n} von rechts", f"Von rechts gelesen in {n}",
+                       f"Wir zählen die Ziffern von {n} von rechts"])
+    listed = ", ".join(f"{x} steht an der {PLACES_DE[i]}stelle" for i, x in enumerate(digits))
+    return f"{head}: {listed}. An der {PLACES_DE[asked]}stelle steht {d}, also lautet die Antwort {box}."
+
+
+def mixlang_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[bool], list[str]]:
+    """(candidates, correctness, styles): the four styles in a shuffled order, and one wrong candidate
+    (a neighbouring digit read, in English or in one of the other languages)."""
+    if row["task"] not in MIXLANG_TASKS:
+        raise ValueError(f"the mixed-language teacher writes {', '.join(MIXLANG_TASKS)} only, not {row['task']}")
+    p = parse(row["task"], row["problem"])
+    out = [(place_mixlang_solution(p, s, rng), True, s) for s in MIXLANG_STYLES]
+    n, k = p["n"], p["k"]
+    wrong = k + 1 if k + 1 < len(n) and n[-2 - k] != n[-1 - k] else None
+    if wrong is None:
+        wrong = next((j for j in range(len(n)) if n[-1 - j] != n[-1 - k]), None)
+    if wrong is not None:
+        out.append((place_mixlang_solution(p, rng.choice(MIXLANG_STYLES), rng, wrong), False, "wrong"))
+    return _shuffled(out, rng)
+
+
 def scripted_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[bool], list[str]]:
     """(candidates, correctness, styles): the four styles in a shuffled order, and one wrong candidate."""
     p = parse(row["task"], row["problem"])
@@ -447,15 +506,17 @@ def _shuffled(out: list[tuple[str, bool, str]], rng: random.Random) -> tuple[lis
     return [t for t, _, _ in out], [ok for _, ok, _ in out], [s for _, _, s in out]
 
 
-def scripted_pool(rows: list[dict], task: str, seed: int = SEED) -> list[dict]:
+def scripted_pool(rows: list[dict], task: str, seed: int = SEED, teacher: str = "scripted") -> list[dict]:
+    """The pool split of `task` with the candidates of `teacher` (`scripted` or `mixlang`)."""
     from capacity_advisor.training.text_metrics import check_answer
 
-    rng = random.Random(f"{seed}-{task}")
+    write = mixlang_candidates if teacher == "mixlang" else scripted_candidates
+    rng = random.Random(f"{seed}-{task}" if teacher == "scripted" else f"{seed}-{task}-{teacher}")
     out = []
     for r in rows:
         if r["task"] != task or r["split"] != "pool":
             continue
-        texts, ok, styles = scripted_candidates(r, rng)
+        texts, ok, styles = write(r, rng)
         for t, good in zip(texts, ok):  # the teacher's promise, checked rather than assumed
             assert check_answer(t, r["answer"], "math") == good, (r["problem"], t)
         out.append({"id": r["id"], "task": task, "problem": r["problem"], "answer": r["answer"],
@@ -519,6 +580,9 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("scripted", help="the scripted teacher's pool of each task (the pool split)")
     b.add_argument("problems")
     b.add_argument("--out", required=True, help="folder: TASK-scripted.jsonl per task")
+    m = sub.add_parser("mixlang", help="the mixed-language teacher's pool of each of its tasks (the pool split)")
+    m.add_argument("problems")
+    m.add_argument("--out", required=True, help="folder: TASK-mixlang.jsonl per task")
     c = sub.add_parser("teacher-data", help="the neural teacher's fine-tuning rows (the teacher split)")
     c.add_argument("problems")
     c.add_argument("--out", required=True)
@@ -544,6 +608,12 @@ def main(argv: list[str] | None = None) -> int:
         for task in TASKS:
             path = Path(args.out) / f"{task}-scripted.jsonl"
             n = write_jsonl(path, scripted_pool(rows, task))
+            print(f"wrote {n} problems to {path}")
+    elif args.cmd == "mixlang":
+        rows = read_jsonl(args.problems)
+        for task in MIXLANG_TASKS:
+            path = Path(args.out) / f"{task}-mixlang.jsonl"
+            n = write_jsonl(path, scripted_pool(rows, task, teacher="mixlang"))
             print(f"wrote {n} problems to {path}")
     elif args.cmd == "teacher-data":
         n = write_jsonl(args.out, teacher_data(read_jsonl(args.problems)))

@@ -5,6 +5,7 @@ says of it, and the neural teacher's run folder is checked on problems no pool h
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,21 @@ def test_every_poly_problem_is_its_terms_summed_and_the_sign_slip_is_the_one_wro
         explore = r["generations"][r["styles"].index("explore")]
         assert "That matches." in explore  # the second procedure (nested powers) agrees with the terms' sum
     assert sum("wrong" in r["styles"] for r in pool) >= 0.9 * len(pool)
+
+
+def test_the_mixed_language_pool_holds_the_same_worked_steps_in_every_language(problems):
+    pool = read_jsonl(ROOT / "calibration" / "real" / "pools" / "place-mixlang.jsonl")
+    assert len(pool) == real_pools.SPLITS["pool"]
+    answers = {r["problem"]: r["answer"] for r in problems}
+    for r in pool:
+        assert sorted(set(r["styles"]) - {"wrong"}) == sorted(real_pools.MIXLANG_STYLES) and r["styles"].count("wrong") <= 1
+        assert [s == "wrong" for s in r["styles"]] == [not ok for ok in r["correctness"]]
+        assert r["answer"] == answers[r["problem"]]
+        p = real_pools.parse("place", r["problem"])
+        listed = [p["n"][len(p["n"]) - 1 - i] for i in range(p["k"] + 1)]
+        for text, style in zip(r["generations"], r["styles"]):
+            if style != "wrong":  # every language lists the same digits, from the right, to the asked place
+                assert re.findall(r"(?<![\d{])\d(?![\d}])", text) == [*listed, r["answer"]], text  # ... and the answer
+    assert sum("wrong" in r["styles"] for r in pool) >= 0.9 * len(pool)
+    # written again from the problems, the pool is the committed one
+    assert real_pools.scripted_pool(problems, "place", teacher="mixlang") == pool

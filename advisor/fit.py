@@ -25,7 +25,7 @@ from capacity_advisor.advisor.predictor import (
     CV_SPLITS, FEATURE_SETS, FITTABLE, LARGEST_PROXY, PROXY, Rule, SPLITS, TIE_MARGIN, WITHOUT_PROXIES, cross_validate,
     fit_predictor, folds, label_rows, options_in, read_records, select_policy, unit_of,
 )
-from capacity_advisor.advisor.predictor.gate import NO_SCOUT, RACE_GRIDS, SCOUTS, SCOUTS_BOTH
+from capacity_advisor.advisor.predictor.gate import COSTS, NO_SCOUT, RACE_GRIDS, SCOUTS, SCOUTS_BOTH
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix, ranking_sum
 from capacity_advisor.advisor.predictor.policy import (
     CHOOSE_BY, EITHER, EITHER_PREDICTOR, PROXY_RULE, choose_policy, measured_policy, with_gate,
@@ -170,6 +170,10 @@ class FitSettings:
     open_cap: float | None = field(default=None, metadata={"help": (
         "The most the races the gate opens may cost on average, as a share of one run (e.g. 0.5: a user whose gate "
         "opens trains at most half a run more); default: no bound beyond the mean over all pools.")})
+    cost: str = field(default="share", metadata={"help": (
+        "What the gate's overhead caps count: share (the losing set's training as a share of one run) or tokens "
+        "(its tokens over the kept set's run's: what a race costs where D_low's responses are longer or shorter "
+        "than D_high's).")})
     race_grid: str = field(default="fixed", metadata={"help": (
         "The races the gate may open: fixed (a share of the budget, or waiting for a gaining D_low; the shipped "
         "grid), adaptive (also races that stop once one set clearly leads), patient (also adaptive races that a "
@@ -213,6 +217,8 @@ class FitSettings:
             bad.append(f"--cv {','.join(unknown)}: use {', '.join(CV_SPLITS)}")
         if self.open_cap is not None and not (number(self.open_cap) and 0 < self.open_cap <= 1):
             bad.append(f"--open-cap {self.open_cap} must be a share of one run, above 0 and at most 1")
+        if self.cost not in COSTS:
+            bad.append(f"--cost {self.cost!r} is unknown: use {', '.join(COSTS)}")
         if self.race_grid not in RACE_GRIDS:
             bad.append(f"--race-grid {self.race_grid!r} is unknown: use {', '.join(RACE_GRIDS)}")
         if not self.choose_by or any(s not in SPLITS for s in self.choose_by):
@@ -224,13 +230,13 @@ class FitSettings:
             raise InputError("; ".join(bad))
 
 
-def draw_gate(measured: Sequence[Sequence[dict]], draw: int, open_cap, races: tuple, scouts: tuple):
+def draw_gate(measured: Sequence[Sequence[dict]], draw: int, open_cap, races: tuple, scouts: tuple, cost: str = "share"):
     """The thresholds and gate one bootstrap draw's held-out measurements alone choose (the kind kept):
     beside the pooled choice, how much pooling the draws settled."""
     sets = [[m for m in ms if m.get("draw") == draw] for ms in measured]
     if not sets or not all(sets):
         return None
-    return with_gate(choose_policy(*sets), sets, open_cap=open_cap, races=races, scouts=scouts).gate
+    return with_gate(choose_policy(*sets), sets, open_cap=open_cap, races=races, scouts=scouts, cost=cost).gate
 
 
 def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings = FitSettings(), log=None,
@@ -268,12 +274,13 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
             "each fold)")
         cv_tables[s] = cross_validate(rows, s, kinds, feats, cv_members, tie_margin, seed, jobs,
                                       policy_split=split, open_cap=settings.open_cap, races=races, scouts=scouts,
-                                      draws=draws)
+                                      draws=draws, cost=settings.cost)
     say(f"choosing the kind and the policy's thresholds by {by} regret")
     chosen, policy, kind_regret, measured_rows = measured_policy(rows, split, kinds, feats, cv_members, seed, jobs,
-                                                                 races, scouts, draws)
-    policy = with_gate(policy, measured_rows, open_cap=settings.open_cap, races=races, scouts=scouts)
-    alone = [draw_gate(measured_rows, d, settings.open_cap, races, scouts) for d in range(draws)] if draws > 1 else []
+                                                                 races, scouts, draws, settings.cost)
+    policy = with_gate(policy, measured_rows, open_cap=settings.open_cap, races=races, scouts=scouts, cost=settings.cost)
+    alone = ([draw_gate(measured_rows, d, settings.open_cap, races, scouts, settings.cost) for d in range(draws)]
+             if draws > 1 else [])
     own = own_sources(records, files)
     policy_own = None
     if own and folds(rows, PROXY):

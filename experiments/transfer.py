@@ -61,7 +61,7 @@ from capacity_advisor.advisor.predictor import Policy, label_rows
 from capacity_advisor.advisor.predictor import read_records as read_file
 from capacity_advisor.advisor.predictor.evaluate import is_right, judged_on_other_repeats, noise_floor, regret
 from capacity_advisor.advisor.predictor.gate import judged_on_other_half
-from capacity_advisor.advisor.predictor.labels import accuracy_lead, record_option, unit_of
+from capacity_advisor.advisor.predictor.labels import accuracy_lead, record_option, token_share, unit_of
 from capacity_advisor.advisor.predictor.races import race, with_curves
 from capacity_advisor.advisor.probe.plan import load_predictor
 from capacity_advisor.core.errors import InputError
@@ -181,17 +181,8 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
             if got is not None:
                 picks.setdefault(f"paired race on every pool, lead k {k} / {margin:.0%}, else at {f:.0%}", []).append(
                     (r, *got))
-    per_epoch = {key: {opt: tokens_per_epoch(rec) for opt, rec in unit.items()} for key, unit in runs.items()}
-    for key, unit in per_epoch.items():  # a record that lacks its tokens (a run resumed before they were
-        for opt in ("high", "low"):  # kept): D_high and D_low are the same sets at every seed (only their
-            if opt in unit and unit[opt] is None:  # order differs), so another seed's run of that set counts them
-                n = runs[key][opt].get("n_train")
-                same = [v[opt] for k, v in per_epoch.items()
-                        if k[:3] == key[:3] and v.get(opt) and runs[k][opt].get("n_train") == n]
-                unit[opt] = same[0] if same else None
-
     def cost(r, kept, share):  # the losing set's tokens over the kept set's run, or None where a record lacks them
-        return token_share(per_epoch.get((r["source"], r["score"], r["student"], r["repeat"]), {}), kept, share)
+        return token_share(r.get("tokens") or {}, kept, share)  # (`label_rows` borrows another seed's count)
 
     floor = noise_floor(rows)
     out = {"rows": len(rows), "gate_opened": mean(opened) if opened else None,
@@ -206,25 +197,6 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
                                            for r in rows if r["source"] == s)}
                      for s in out["sources"]}
     return out
-
-
-def tokens_per_epoch(rec: dict) -> float | None:
-    """The tokens one epoch of this run trained (its record's provenance.train_tokens over its epochs)."""
-    tokens, epochs = (rec.get("provenance") or {}).get("train_tokens"), rec.get("epochs")
-    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (tokens, epochs))
-    return tokens / epochs if ok else None
-
-
-def token_share(per_epoch: dict, kept: str, share: float) -> float | None:
-    """What a race that stopped at `share` of the budget and kept `kept` trained beyond the kept set's own
-    run, in tokens, as a share of that run's tokens: share x (the losing set's tokens per epoch over the
-    kept set's). D_low's responses are often several times D_high's, so the same share of a run costs
-    far more where D_high is kept. None where the unit's records lack a set's tokens."""
-    if share <= 0:
-        return 0.0
-    lost = {"high": "low", "low": "high"}.get(kept)
-    a, b = per_epoch.get(lost), per_epoch.get(kept)
-    return share * a / b if a and b else None
 
 
 def summary(pairs, rows, cost=None) -> dict:

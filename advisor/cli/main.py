@@ -28,7 +28,7 @@ from capacity_advisor.advisor.cli.proxies import calibrate
 from capacity_advisor.advisor.cli.train import train
 from capacity_advisor.advisor.cli.ui import console, emit_json, prepare, quiet_libraries, work, work_progress
 from capacity_advisor.advisor.fit import FitSettings, MAX_DRAWS, MAX_JOBS, MAX_MEMBERS, fit_file
-from capacity_advisor.advisor.predictor.gate import RACE_GRIDS
+from capacity_advisor.advisor.predictor.gate import COSTS, RACE_GRIDS
 from capacity_advisor.advisor.pools.generate import GenerateConfig, generate_pool
 from capacity_advisor.advisor.predictor import FEATURE_SETS
 from capacity_advisor.advisor.probe.stage import ProbeJob, probe_job, progress_label, progress_unit
@@ -259,6 +259,7 @@ def generate(as_json, **kw):
 @field_option(FitSettings, "cv")
 @field_option(FitSettings, "choose_by")
 @field_option(FitSettings, "open_cap")
+@field_option(FitSettings, "cost", type=click.Choice(COSTS))
 @field_option(FitSettings, "race_grid", type=click.Choice(tuple(RACE_GRIDS)))
 @field_option(FitSettings, "scout")
 @field_option(FitSettings, "high_scout")

@@ -117,11 +117,12 @@ def gate_ok(g) -> bool:
     margin in accuracy, whether a D_high lead waits on a gaining D_low; absent where it stops only
     at its share), its scouts for D_low and for D_high (absent or null: the probe's lead never
     decides), its tie check (absent or null: none; else a share of the budget below the fraction),
-    and the overhead caps it was chosen under (over all pools, and where it opens)."""
+    and the overhead caps it was chosen under (over all pools, and where it opens) with what they
+    count (`cost`: absent or "share", a share of one run; "tokens")."""
     if g is None:
         return True
     keys = {"threshold", "headroom", "fraction", "wait", "cap"}
-    optional = {"open_cap", "k", "margin", "patient", "scout", "tie", "high_scout"}
+    optional = {"open_cap", "k", "margin", "patient", "scout", "tie", "high_scout", "cost"}
     if not (isinstance(g, dict) and keys <= set(g) <= keys | optional):
         return False
     f, w, o, tie = g["fraction"], g["wait"], g.get("open_cap"), g.get("tie")
@@ -132,7 +133,8 @@ def gate_ok(g) -> bool:
             and number(g["cap"]) and 0 <= g["cap"] <= 100 and (o is None or (number(o) and 0 <= o <= 100))
             and (lead is None or whole(lead, 1, 100)) and number(margin) and 0 <= margin < 1
             and isinstance(g.get("patient", False), bool)
-            and (tie is None or (number(tie) and number(f) and 0 < tie < f)))
+            and (tie is None or (number(tie) and number(f) and 0 < tie < f))
+            and g.get("cost", "share") in ("share", "tokens"))
 
 
 def proxy_leads_ok(leads) -> bool:

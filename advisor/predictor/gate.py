@@ -41,7 +41,7 @@ import numpy as np
 from capacity_advisor.advisor.predictor.evaluate import (
     by_value, flips, is_right, judged_on_other_repeats, near_best, regret,
 )
-from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, accuracy_lead, inputs, model_inputs
+from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, accuracy_lead, inputs, model_inputs, token_share
 from capacity_advisor.advisor.predictor.races import WAITS, race
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 from capacity_advisor.training.race import TIE_WORDS
@@ -77,6 +77,10 @@ RACE_GRIDS = {
 LEAD_MARGIN = 0.05  # an adaptive race's least lead (accuracy) where a gate names none
 CAPS = (0.1, 0.15, 0.2, 0.3)  # the overhead caps the frontier reports
 CAP = 0.2  # the shipped cap: mean extra training the gate may cost, as a share of one run
+# what the cap counts: the losing set's training as a share of one run ("share"), or its tokens as a
+# share of the kept set's run's tokens ("tokens": what a user pays; D_low's long responses make a race
+# that keeps D_high dearer than its share and one that keeps D_low cheaper)
+COSTS = ("share", "tokens")
 NEAR = 1e-9  # regrets closer than this are ties
 
 
@@ -94,6 +98,7 @@ class Gate:
     scout: float = math.inf  # the probe's lead for D_low (`accuracy_lead`) from which it decides alone (inf: never)
     tie: float | None = None  # at this share the race stops for D_high unless D_low has led or is gaining
     high_scout: float = math.inf  # the probe's lead for D_high from which an opened gate takes D_high (inf: never)
+    cost: str = "share"  # what `cap` and `open_cap` count (COSTS)
 
     @property
     def never(self) -> bool:
@@ -175,6 +180,8 @@ class Gate:
             d.pop("tie")
         if math.isinf(d["high_scout"]):  # absent, so files from before read as they did
             d.pop("high_scout")
+        if d["cost"] == "share":  # absent, so files from before read as they did
+            d.pop("cost")
         return d
 
     @classmethod
@@ -186,7 +193,7 @@ class Gate:
                    None if d.get("k") is None else int(d["k"]), float(d.get("margin", LEAD_MARGIN)),
                    bool(d.get("patient", False)), math.inf if d.get("scout") is None else float(d["scout"]),
                    None if d.get("tie") is None else float(d["tie"]),
-                   math.inf if d.get("high_scout") is None else float(d["high_scout"]))
+                   math.inf if d.get("high_scout") is None else float(d["high_scout"]), str(d.get("cost", "share")))
 
 
 @lru_cache(maxsize=None)
@@ -222,27 +229,40 @@ def gated_picks(measured: Sequence[dict], policy, gate: Gate, at_shares: bool = 
 
 
 def choose_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequence[dict],
-                open_cap: float | None = None, races: tuple = RACES, scouts: tuple = NO_SCOUT) -> Gate:
+                open_cap: float | None = None, races: tuple = RACES, scouts: tuple = NO_SCOUT,
+                cost: str = "share") -> Gate:
     """The gate of `grid(races)` with the lowest mean regret on `measured` whose mean overhead is within
     `cap`; near-ties to the cheaper, then the more cautious (higher thresholds). With `more` sets
     of held-out measurements (other splits: a task or a teacher left out beside a source), the
     lowest of the worst regret over the sets, each set's overhead within the cap. With `open_cap`,
     also the races it opens cost at most that share of one run on average (what a user whose gate
     opens pays), in every set. `scouts`: the contrasts from which the probe's own D_low lead may
-    decide (NO_SCOUT: never). The gate that never opens costs nothing, so a choice always exists."""
-    return best_gate(measured, policy, cap, *more, open_cap=open_cap, races=races, scouts=scouts)[0]
+    decide (NO_SCOUT: never). `cost`: what the caps count (COSTS: a share of one run, or tokens). The
+    gate that never opens costs nothing, so a choice always exists."""
+    return best_gate(measured, policy, cap, *more, open_cap=open_cap, races=races, scouts=scouts, cost=cost)[0]
 
 
-def _gate_arrays(measured: Sequence[dict], policy, races: tuple = RACES) -> dict:
+def race_cost(row: dict, kept: str, share: float, cost: str = "share") -> float:
+    """A race's extra training on a row as `cost` counts it: its share of one run, or in tokens
+    (`labels.token_share` from the row's `tokens`; its share where the records do not say)."""
+    if cost == "share" or share <= 0:
+        return share
+    t = token_share(row.get("tokens") or {}, kept, share)
+    return share if t is None else t
+
+
+def _gate_arrays(measured: Sequence[dict], policy, races: tuple = RACES, cost: str = "share") -> dict:
     """What comparing the gates on one set of measurements needs, as arrays: P(D_low), the
-    headroom input, the policy's regret where the gate stays shut, and each race's regret and share."""
+    headroom input, the policy's regret where the gate stays shut, and each race's regret and extra
+    training (as `cost` counts it)."""
     rows = [m["row"] for m in measured]
     raced = {}
     for f, w, k, m, p, ti in races:
         g = Gate(fraction=f, wait=w, k=k, margin=LEAD_MARGIN if m is None else m, patient=p, tie=ti)
         once = {}  # a row measured on several bootstrap draws (`advisor fit --gate-draws`) is raced once
         kept = [once[id(r)] if id(r) in once else once.setdefault(id(r), g.replay(r)) for r in rows]
-        raced[(f, w, k, m, p, ti)] = (np.array([regret(r, k) for r, (k, _) in zip(rows, kept)]), np.array([s for _, s in kept]))
+        raced[(f, w, k, m, p, ti)] = (np.array([regret(r, k) for r, (k, _) in zip(rows, kept)]),
+                                      np.array([race_cost(r, k, s, cost) for r, (k, s) in zip(rows, kept)]))
     return {"p_low": np.array([m["probs"].get("low", math.nan) for m in measured], dtype=float),
             "head": np.array([headroom_of(r) for r in rows], dtype=float),
             "shut": np.array([regret(r, policy.choose(m["probs"], m["outside"], m["ratio"]) or "high")
@@ -254,12 +274,12 @@ def _gate_arrays(measured: Sequence[dict], policy, races: tuple = RACES) -> dict
 
 
 def scored_gates(measured: Sequence[dict], policy, *more: Sequence[dict], races: tuple = RACES,
-                 scouts: tuple = NO_SCOUT):
+                 scouts: tuple = NO_SCOUT, cost: str = "share"):
     """Every gate of `grid(races, scouts)` with its mean regret (a share; with `more`, the worst over
     the sets), mean overhead (the worst over the sets) and the mean overhead of the races it opens
     (the worst over the sets), as (gate, regret, overhead, where open). Every race of `races` is
-    replayed once per row and the gates compared as arrays."""
-    sets = [_gate_arrays(m, policy, races) for m in (measured, *more) if m]
+    replayed once per row and the gates compared as arrays. `cost`: what the overheads count (COSTS)."""
+    sets = [_gate_arrays(m, policy, races, cost) for m in (measured, *more) if m]
     with np.errstate(invalid="ignore"):  # a NaN input never opens the gate
         for g in grid(races, scouts):
             regs, overs, opened_costs = [], [], []
@@ -277,19 +297,20 @@ def scored_gates(measured: Sequence[dict], policy, *more: Sequence[dict], races:
 
 
 def best_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequence[dict],
-              open_cap: float | None = None, races: tuple = RACES, scouts: tuple = NO_SCOUT) -> tuple[Gate, float]:
+              open_cap: float | None = None, races: tuple = RACES, scouts: tuple = NO_SCOUT,
+              cost: str = "share") -> tuple[Gate, float]:
     """`choose_gate`'s gate and its mean regret (points; with `more`, the worst over the sets), from
     `scored_gates`."""
     from dataclasses import replace
 
     best = None
-    for g, reg, over, opened_cost in scored_gates(measured, policy, *more, races=races, scouts=scouts):
+    for g, reg, over, opened_cost in scored_gates(measured, policy, *more, races=races, scouts=scouts, cost=cost):
         if over > cap + 1e-9 or (open_cap is not None and opened_cost > open_cap + 1e-9):
             continue
         key = (reg, over, -g.threshold, -g.headroom, -g.scout, -g.high_scout)
         if best is None or reg < best[0][0] - NEAR or (abs(reg - best[0][0]) <= NEAR and key[1:] < best[0][1:]):
             best = (key, g)
-    return replace(best[1], cap=cap, open_cap=open_cap), 100 * best[0][0]
+    return replace(best[1], cap=cap, open_cap=open_cap, cost=cost), 100 * best[0][0]
 
 
 def judged_on_other_half(pairs: Sequence[tuple]) -> dict:
@@ -303,11 +324,22 @@ def judged_on_other_half(pairs: Sequence[tuple]) -> dict:
             "decision_accuracy": mean(is_right(r, c) for r, c in as_row)}
 
 
+def in_tokens(pairs: Sequence[tuple[dict, str, float]]) -> dict:
+    """The same extra training counted in tokens (`race_cost`): over every row and over the rows raced
+    on; {} where a raced row's records do not say their tokens."""
+    raced = [(r, c, o) for r, c, o in pairs if o > 0]
+    costs = [token_share(r.get("tokens") or {}, c, o) for r, c, o in raced]
+    if None in costs:
+        return {}
+    return {"overhead_tokens": sum(costs) / len(pairs) if pairs else None,
+            "overhead_tokens_where_open": mean(costs) if costs else None}
+
+
 def summarize_gated(pairs: Sequence[tuple[dict, str, float]], rows: Sequence[dict],
                     tie_margin: float = TIE_MARGIN) -> dict:
     """What `meta.cv.SPLIT.methods["gated race"]` holds: regret (points), decision accuracy, mean
     overhead, the share of rows where it opened and the mean overhead of those races alone (what a
-    user whose gate opens pays), flip rate across seeds, the two stricter judgments, and per pool source its regret
+    user whose gate opens pays), both also in tokens (`in_tokens`), flip rate across seeds, the two stricter judgments, and per pool source its regret
     and overhead."""
     if not pairs:
         return {"rows": 0, "regret": None, "decision_accuracy": None, "overhead": None}
@@ -316,7 +348,8 @@ def summarize_gated(pairs: Sequence[tuple[dict, str, float]], rows: Sequence[dic
            "decision_accuracy": mean(is_right(r, c, tie_margin) for r, c, _ in pairs),
            "within_3_points": near_best(pairs),
            "overhead": mean(o for *_, o in pairs), "opened": len(raced) / len(pairs),
-           "overhead_where_open": mean(raced) if raced else None, **flips([(r, c) for r, c, _ in pairs]),
+           "overhead_where_open": mean(raced) if raced else None, **in_tokens(pairs),
+           **flips([(r, c) for r, c, _ in pairs]),
            "other_seed": judged_on_other_repeats(pairs, rows), "other_half": judged_on_other_half(pairs),
            "by_source": {}}
     for s in sorted({r["source"] for r, *_ in pairs}):

@@ -274,6 +274,27 @@ def shape_of(model: dict) -> str:
     return "deep-narrow" if per_layer < 16 else "shallow-wide" if per_layer > 64 else "balanced"
 
 
+def tokens_per_epoch(rec: dict) -> float | None:
+    """The tokens one epoch of this run trained (its record's provenance.train_tokens over its epochs);
+    None where the record does not say."""
+    tokens, epochs = (rec.get("provenance") or {}).get("train_tokens"), rec.get("epochs")
+    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+             for v in (tokens, epochs))
+    return tokens / epochs if ok else None
+
+
+def token_share(per_epoch: dict, kept: str, share: float) -> float | None:
+    """What a race that stopped at `share` of the budget and kept `kept` trained beyond the kept set's own
+    run, in tokens, as a share of that run's tokens: share x (the losing set's tokens per epoch over the
+    kept set's). D_low's responses are often several times D_high's, so the same share of a run costs
+    far more where D_high is kept. None where a set's tokens are unknown."""
+    if share <= 0:
+        return 0.0
+    lost = {"high": "low", "low": "high"}.get(kept)
+    a, b = per_epoch.get(lost), per_epoch.get(kept)
+    return share * a / b if a and b else None
+
+
 def label_rows(records: Iterable[dict], budgets: Sequence[float] = BUDGETS, tie_margin: float = 0.01) -> list[dict]:
     """One row per (unit, budget) that has both a high and a low run: the unit's measured
     `features`, its `budget` and ranking (`score`) beside them, the accuracies and the label.
@@ -289,6 +310,13 @@ def label_rows(records: Iterable[dict], budgets: Sequence[float] = BUDGETS, tie_
             key = (u["source"], u["score"], u["student"], u["repeat"])
             groups[key][option] = rec
             where[key] = u
+    tokens = {key: {s: tokens_per_epoch(r) for s, r in runs.items()} for key, runs in groups.items()}
+    for key, per in tokens.items():  # a record that lacks its tokens (a run resumed before they were kept):
+        for s in per:  # a set is the same at every repeat of a unit (only its order differs), so another
+            if per[s] is None:  # repeat's run of it, on as many problems, counts them
+                n = groups[key][s].get("n_train")
+                per[s] = next((v[s] for k, v in tokens.items() if k[:3] == key[:3] and v.get(s)
+                               and groups[k][s].get("n_train") == n), None)
     rows = []
     for key, runs in sorted(groups.items(), key=lambda kv: str(kv[0])):
         if "high" not in runs or "low" not in runs:
@@ -312,6 +340,7 @@ def label_rows(records: Iterable[dict], budgets: Sequence[float] = BUDGETS, tie_
                 "shape": shape_of(model),
                 "features": {k: v for k, v in (first.get("features") or {}).items() if k not in NOT_MEASURED},
                 "accuracy": accs,
+                "tokens": tokens[key],  # per epoch of each set's run (`tokens_per_epoch`)
                 "label": near[0],
                 "tie": len(near) > 1,
             })

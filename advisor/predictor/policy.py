@@ -289,13 +289,14 @@ def select_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str |
 
 def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str | Sequence[str],
                     features: Sequence[str], n_members: int = 8, seed: int = 0, jobs: int = 1,
-                    races: tuple = RACES, scouts: tuple = NO_SCOUT, draws: int = 1) -> tuple[str, Policy, dict, list[dict]]:
+                    races: tuple = RACES, scouts: tuple = NO_SCOUT, draws: int = 1,
+                    cost: str = "share") -> tuple[str, Policy, dict, list[dict]]:
     """`select_policy`'s choice, and the chosen kind's held-out measurements, one list per split
     (none where nothing was measured), from which a gate is chosen (`with_gate`: with several
     splits, for the worst of them). Where the rows carry their runs' curves, the kind is the one
     whose policy with its best gate (within the shipped cap, gate.CAP; its race one of `races`)
     loses least over the splits: the gated race is what ships. `draws`: each split's measurements
-    pooled over that many bootstrap draws (`fold_measurements`)."""
+    pooled over that many bootstrap draws (`fold_measurements`). `cost`: what the cap counts (`gate.COSTS`)."""
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     splits = (split,) if isinstance(split, str) else tuple(split)
     if not all(folds(rows, s) for s in splits):
@@ -306,17 +307,18 @@ def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str
         measured = [fold_measurements(rows, s, kind, features, n_members, seed, jobs, draws) for s in splits]
         policy = choose_policy(*measured)
         scores[kind] = 100 * max(_policy_regret(m, policy) for m in measured)
-        key = best_gate(measured[0], policy, CAP, *measured[1:], races=races, scouts=scouts)[1] if gated else scores[kind]
+        key = (best_gate(measured[0], policy, CAP, *measured[1:], races=races, scouts=scouts, cost=cost)[1]
+               if gated else scores[kind])
         if best is None or key < best[3] - 1e-9:
             best = (kind, policy, measured, key)
     return best[0], best[1], scores, best[2]
 
 
 def with_gate(policy: Policy, measured: Sequence, cap: float = CAP, open_cap: float | None = None,
-              races: tuple = RACES, scouts: tuple = NO_SCOUT) -> Policy:
+              races: tuple = RACES, scouts: tuple = NO_SCOUT, cost: str = "share") -> Policy:
     """`policy` with the gate chosen on its held-out `measured` under `cap` — one set of
     measurements, or one per split (`measured_policy`'s): then the gate whose worst regret over
-    the splits is lowest, each split's overhead within the cap —; unchanged where the rows carry
+    the splits is lowest, each split's overhead within the cap, counted as `cost` says —; unchanged where the rows carry
     no curves to replay a race on (`races.with_curves`) or nothing was measured."""
     from dataclasses import replace
 
@@ -325,14 +327,14 @@ def with_gate(policy: Policy, measured: Sequence, cap: float = CAP, open_cap: fl
     if not sets or not all("curves" in m["row"] for ms in sets for m in ms):
         return policy
     return replace(policy, gate=choose_gate(sets[0], policy, cap, *sets[1:], open_cap=open_cap, races=races,
-                                            scouts=scouts))
+                                            scouts=scouts, cost=cost))
 
 
 def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Sequence[str] = "lightgbm",
                    features: Sequence[str] | None = None, n_members: int = 8, tie_margin: float = TIE_MARGIN,
                    seed: int = 0, jobs: int = 1, policy_split: str | Sequence[str] | None = None,
                    open_cap: float | None = None, races: tuple = RACES, scouts: tuple = NO_SCOUT,
-                   draws: int = 1) -> dict:
+                   draws: int = 1, cost: str = "share") -> dict:
     """Every method held out by `split`: the policy — its model kind (one of `kind`, when several)
     and thresholds chosen on each outer fold's training rows only, by an inner leave-one-
     `policy_split`-out (default the same split; several: the worse of them; UNTRIED where those
@@ -342,7 +344,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     P(D_low) across a cell's seeds (`p_low_spread`, the mean range). Where the rows carry their
     runs' curves (`races.with_curves`), also the gated race (`gated_methods`), its races held to
     `open_cap` of a run on average where it opens, when given, each gate's race one of `races` (and its
-    scout one of `scouts`). `draws`: the inner measurements each fold's choices are made on pooled over
+    scout one of `scouts`; the caps counted as `cost` says). `draws`: the inner measurements each fold's choices are made on pooled over
     that many bootstrap draws; the outer fold's advice is one draw's (`seed`), as a fitted predictor's."""
     from capacity_advisor.advisor.predictor.labels import PROBE_FEATURES
 
@@ -358,12 +360,12 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     chosen, p_low, gated, everywhere, at_shares = {}, [], {}, [], []
     for name, train, test in fs:
         fold_kind, policy, _, inner = measured_policy(train, inner_split, kind, features, n_members, seed, jobs,
-                                                      races, scouts, draws)
+                                                      races, scouts, draws, cost)
         chosen[name] = {"kind": fold_kind, **policy.to_dict()}
         outer = held_out(train, test, fold_kind, features, n_members, seed, jobs)
         if split != PROXY and all("curves" in r for r in rows):
             for cap in CAPS:
-                gate = with_gate(policy, inner, cap, open_cap, races, scouts).gate
+                gate = with_gate(policy, inner, cap, open_cap, races, scouts, cost).gate
                 gated.setdefault(cap, []).extend(gated_picks(outer, policy, gate) if gate else [])
                 if cap == CAP and gate is not None:
                     at_shares.extend(gated_picks(outer, policy, gate, at_shares=True))

@@ -57,6 +57,42 @@ def test_the_gate_opens_where_d_low_may_win_and_stays_within_its_cap():
     assert all(c == "high" and o == 0 for _, c, o in gated_picks(measured, ALWAYS_HIGH, shut))
 
 
+def test_a_cap_in_tokens_prices_each_race_by_the_set_it_trains_beyond_the_kept_one():
+    """Four of ten rows need a race to 60 % of the budget to find D_low: 25 % of a run on average,
+    over a 20 % cap counted as a share of a run, so that gate stays shut. Where D_low's responses are
+    three times D_high's, the D_high run a race keeping D_low trains beside it costs a third of its
+    share in tokens, and a cap in tokens lets it open; where D_low's are a third of D_high's, it
+    costs three times its share and the cap in tokens keeps the gate shut."""
+    from capacity_advisor.advisor.predictor.gate import in_tokens, race_cost
+
+    def rows(low_tokens: float):
+        out = [row("a", 0.7, True)[0] for _ in range(4)] + [row("b", 0.05, False)[0] for _ in range(6)]
+        for m in out:
+            m["row"]["tokens"] = {"high": 1000.0, "low": low_tokens}
+        return out
+
+    long_low = rows(3000.0)
+    assert all(c == "high" for _, c, _ in gated_picks(long_low, ALWAYS_HIGH, choose_gate(long_low, ALWAYS_HIGH, 0.2)))
+    gate = choose_gate(long_low, ALWAYS_HIGH, 0.2, cost="tokens")
+    assert gate.cost == "tokens" and Gate.from_dict(gate.to_dict()) == gate and gate.to_dict()["cost"] == "tokens"
+    picks = gated_picks(long_low, ALWAYS_HIGH, gate)
+    assert [c for _, c, _ in picks] == ["low"] * 4 + ["high"] * 6
+    share = picks[0][2]
+    assert share >= 0.6 and race_cost(picks[0][0], "low", share, "tokens") == pytest.approx(share / 3)
+    got = in_tokens(picks)
+    assert got["overhead_tokens"] == pytest.approx(0.4 * share / 3) and got["overhead_tokens"] <= 0.2
+    assert got["overhead_tokens_where_open"] == pytest.approx(share / 3)
+    assert sum(o for *_, o in picks) / len(picks) > 0.2  # over the cap as a share of a run: tokens let it open
+    short_low = rows(1000.0 / 3)
+    shut = choose_gate(short_low, ALWAYS_HIGH, 0.2, cost="tokens")
+    assert all(c == "high" for _, c, _ in gated_picks(short_low, ALWAYS_HIGH, shut))
+    # a row whose records do not say their tokens counts at its share, and the tokens figure is left out
+    unknown = dict(picks[0][0], tokens={"high": None, "low": 3000.0})
+    assert race_cost(unknown, "low", 0.5, "tokens") == 0.5 and in_tokens([(unknown, "low", 0.5)]) == {}
+    assert Gate.from_dict(choose_gate(long_low, ALWAYS_HIGH, 0.2).to_dict()).cost == "share"
+    assert "cost" not in choose_gate(long_low, ALWAYS_HIGH, 0.2).to_dict()  # files from before read as they did
+
+
 def test_a_gate_chosen_over_several_splits_is_chosen_for_the_worst_of_them():
     """Left out by source, the predictor is sure of D_low's rows (P(D_low) 0.7); left out by task it is
     less sure of them (0.3): the source split alone chooses the most cautious gate that serves it

@@ -83,7 +83,8 @@ def test_the_cost_where_a_plan_races_is_the_mean_over_the_rows_it_raced_on():
 def test_a_race_costs_in_tokens_its_share_times_the_losing_sets_tokens_over_the_kept_sets():
     """D_low's worked solutions train several times D_high's tokens an epoch: a race that stops at 80 %
     and keeps D_high trains 0.8 x 3 = 2.4 runs of D_high's tokens more; keeping D_low, 0.8 / 3."""
-    from experiments.transfer import markdown, summary, token_share
+    from capacity_advisor.advisor.predictor.labels import token_share
+    from experiments.transfer import markdown, summary
 
     per_epoch = {"high": 100.0, "low": 300.0}
     assert token_share(per_epoch, "high", 0.8) == pytest.approx(2.4)

@@ -325,14 +325,15 @@ def judged_on_other_half(pairs: Sequence[tuple]) -> dict:
 
 
 def in_tokens(pairs: Sequence[tuple[dict, str, float]]) -> dict:
-    """The same extra training counted in tokens (`race_cost`): over every row and over the rows raced
-    on; {} where a raced row's records do not say their tokens."""
+    """The same extra training counted in tokens (`race_cost`, as a cap in tokens counts it): over
+    every row and over the rows raced on; a raced row whose records do not say their tokens counts at
+    its share, and `tokens_unknown` says how many did."""
     raced = [(r, c, o) for r, c, o in pairs if o > 0]
-    costs = [token_share(r.get("tokens") or {}, c, o) for r, c, o in raced]
-    if None in costs:
-        return {}
+    unknown = sum(token_share(r.get("tokens") or {}, c, o) is None for r, c, o in raced)
+    costs = [race_cost(r, c, o, "tokens") for r, c, o in raced]
     return {"overhead_tokens": sum(costs) / len(pairs) if pairs else None,
-            "overhead_tokens_where_open": mean(costs) if costs else None}
+            "overhead_tokens_where_open": mean(costs) if costs else None,
+            **({"tokens_unknown": unknown} if unknown else {})}
 
 
 def summarize_gated(pairs: Sequence[tuple[dict, str, float]], rows: Sequence[dict],

@@ -86,9 +86,11 @@ def test_a_cap_in_tokens_prices_each_race_by_the_set_it_trains_beyond_the_kept_o
     short_low = rows(1000.0 / 3)
     shut = choose_gate(short_low, ALWAYS_HIGH, 0.2, cost="tokens")
     assert all(c == "high" for _, c, _ in gated_picks(short_low, ALWAYS_HIGH, shut))
-    # a row whose records do not say their tokens counts at its share, and the tokens figure is left out
+    # a row whose records do not say their tokens counts at its share, and the figure says how many did
     unknown = dict(picks[0][0], tokens={"high": None, "low": 3000.0})
-    assert race_cost(unknown, "low", 0.5, "tokens") == 0.5 and in_tokens([(unknown, "low", 0.5)]) == {}
+    assert race_cost(unknown, "low", 0.5, "tokens") == 0.5
+    assert in_tokens([(unknown, "low", 0.5), (picks[-1][0], "high", 0.0)]) == {
+        "overhead_tokens": 0.25, "overhead_tokens_where_open": 0.5, "tokens_unknown": 1}
     assert Gate.from_dict(choose_gate(long_low, ALWAYS_HIGH, 0.2).to_dict()).cost == "share"
     assert "cost" not in choose_gate(long_low, ALWAYS_HIGH, 0.2).to_dict()  # files from before read as they did
 

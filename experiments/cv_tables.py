@@ -71,16 +71,18 @@ def main() -> int:
 
 
 def gated_table(cv: dict) -> None:
-    """The gated race per split: regret at mean overhead, judged on other seeds and on the other half
-    of the problems (beside always-high judged the same way on the same rows), where it opened, what
-    it cost there, the share within 3 points, the training saved against racing every pool, and the
+    """The gated race per split: regret at mean overhead (and in tokens, where the fit counted them),
+    judged on other seeds and on the other half of the problems (beside always-high judged the same
+    way on the same rows), where it opened, what it cost there, the share within 3 points, the training saved against racing every pool, and the
     pool sources it lost more on than always-high."""
     rows = [(split, t["methods"]) for split, t in cv.items() if (t["methods"].get("gated race") or {}).get("regret")
             is not None]
     if not rows:
         return
     print("The gated race, held out per split (regret in points at mean extra training; always-high beside it):\n")
-    head = ["held out", "gated race", "always high", "other seed (always high)", "other half (always high; rows)",
+    tokens = all(m["gated race"].get("overhead_tokens") is not None for _, m in rows)  # fits since the count
+    head = ["held out", "gated race", *(["in tokens (where open)"] if tokens else []), "always high",
+            "other seed (always high)", "other half (always high; rows)",
             "opened", "extra training where open", "within 3 points", "saved against racing every pool",
             "sources above always-high"]
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
@@ -89,6 +91,7 @@ def gated_table(cv: dict) -> None:
         above = [s for s, v in (g.get("by_source") or {}).items()
                  if v["regret"] > ((high.get("by_source") or {}).get(s) or {}).get("regret", float("inf")) + 1e-9]
         cells = [NAMES.get(split, split), f"{g['regret']:.2f} at {100 * g['overhead']:.0f} %",
+                 *([f"{_pct(g['overhead_tokens'])} ({_pct(g.get('overhead_tokens_where_open'))})"] if tokens else []),
                  f"{high['regret']:.2f}" if "regret" in high else "—",
                  _judged(g, high, "other_seed"), _judged(g, high, "other_half", rows=True),
                  _pct(g.get("opened")), _pct(g.get("overhead_where_open")), _pct(g.get("within_3_points")),

@@ -381,6 +381,7 @@ def gated_methods(gated: dict, picks: dict, rows: Sequence[dict], tie_margin: fl
         t = summarize_gated(at_shares, rows, tie_margin)
         out["gated race"]["at_shares"] = {**{k: t[k] for k in ("regret", "overhead", "opened", "overhead_where_open",
                                                                 "within_3_points")},
+                                          **{k: t[k] for k in ("overhead_tokens", "overhead_tokens_where_open") if k in t},
                                           **{k: t[k]["regret"] for k in ("other_half", "other_seed")}}
     if everywhere:  # (row, kept, overhead racing it, the gated race's overhead on it), folds whose gate opens at all
         every = {"rows": len(everywhere), "regret": 100 * mean(regret(r, c) for r, c, *_ in everywhere),

@@ -27,3 +27,16 @@ def test_a_source_no_table_holds_is_one_error_line(capsys):
     assert sources_table(CV, ["a", "nosuch"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("error: nosuch in no held-out table") and err.count("\n") == 1
+
+
+def test_the_gated_table_says_the_overhead_in_tokens_where_the_fit_counted_them(capsys):
+    from experiments.cv_tables import gated_table
+
+    gated = {"regret": 1.0, "overhead": 0.2, "opened": 0.25, "overhead_where_open": 0.8,
+             "overhead_tokens": 0.1, "overhead_tokens_where_open": 0.4, "by_source": {}}
+    gated_table({"source": {"methods": {"gated race": gated, "always high": {"regret": 2.0}}}})
+    out = capsys.readouterr().out
+    assert "| in tokens (where open) |" in out and "| 1.00 at 20 % | 10.0 % (40.0 %) | 2.00 |" in out
+    del gated["overhead_tokens"]  # a fit from before the count: no such column
+    gated_table({"source": {"methods": {"gated race": gated, "always high": {"regret": 2.0}}}})
+    assert "in tokens" not in capsys.readouterr().out

@@ -1,6 +1,7 @@
 """Pools of real tasks for the real pretrained student: problems from DeepMind's mathematics_dataset
-generators, candidates from a scripted teacher (several natural-language styles) and from a
-neural teacher (a fine-tuned SmolLM2-135M-Instruct sampled at temperature 1).
+generators, candidates from a scripted teacher (several natural-language styles), from a
+neural teacher (a fine-tuned SmolLM2-135M-Instruct sampled at temperature 1) and from a
+mixed-language teacher (the same worked steps in English, French or German; `place` only).
 
     python -m experiments.real_pools problems --out calibration/real/problems.jsonl
     python -m experiments.real_pools scripted calibration/real/problems.jsonl --split pool --out calibration/real/pools
@@ -414,9 +415,9 @@ def place_solution(p: dict, style: str, rng: random.Random, k: int | None = None
 
 # ---- the mixed-language teacher ------------------------------------------------------------------
 # A teacher whose worked solutions all carry the same reasoning, written in English or, as a model
-# that mixes languages writes them, in French or German (DeepSeek-R1 reports such mixing in its
-# reasoning traces, arXiv 2501.12948). Under an English-first student the foreign ones are the
-# low-likelihood candidates, but they are neither longer nor more exploratory than the English ones:
+# that mixes languages writes them, in French or German (DeepSeek-R1-Zero mixes languages in its
+# reasoning, arXiv 2501.12948). Under an English-first student the foreign ones are the
+# low-likelihood candidates, but they hold no more steps than the English ones (a little longer in characters):
 # the pool asks whether the advice tells a low-likelihood set that differs only in form from one that
 # reasons more. No candidate is a bare answer (the scripted teacher's `answer` style), so both sets
 # hold the same worked steps.

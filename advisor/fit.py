@@ -330,13 +330,16 @@ CV_SEED_KEYS = ("flip_rate", "flip_cells", "p_low_spread")
 CV_GATE_KEYS = ("overhead", "other_seed", "other_half", "cap", "caps")
 # measured since the tables reported as TuneAhead does, and what a user whose gate opens pays
 CV_SHARE_KEYS = ("within_3_points", "opened", "overhead_where_open", "race_every_pool", "compute_saved")
+# measured since the tables counted tokens: the same extra training in tokens (`gate.in_tokens`)
+CV_TOKEN_KEYS = ("overhead_tokens", "overhead_tokens_where_open", "tokens_unknown")
 
 
 def compact(cv_tables: dict) -> dict:
     """{split: {method: {"regret": points, "decision_accuracy": share, "rows": n, "flip_rate": share
     of cells whose seeds got different advice, "flip_cells": n, "p_low_spread": P(D_low)'s mean
     range across seeds (policy and predictor), on the proxy split "by_source": the same per pool source}}}"""
-    return {split: {m: {k: t["methods"][m][k] for k in (*CV_KEYS, *CV_SEED_KEYS, *CV_GATE_KEYS, *CV_SHARE_KEYS, "by_source")
+    return {split: {m: {k: t["methods"][m][k] for k in (*CV_KEYS, *CV_SEED_KEYS, *CV_GATE_KEYS, *CV_SHARE_KEYS, *CV_TOKEN_KEYS,
+                                                                    "by_source")
                         if k in t["methods"][m]}
                     for m in CV_METHODS if m in t["methods"]}
             for split, t in cv_tables.items()}

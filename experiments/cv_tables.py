@@ -97,6 +97,11 @@ def gated_table(cv: dict) -> None:
                  _pct(g.get("opened")), _pct(g.get("overhead_where_open")), _pct(g.get("within_3_points")),
                  _pct(g.get("compute_saved")), ", ".join(above) or "none"]
         print("| " + " | ".join(cells) + " |")
+    unknown = {NAMES.get(split, split): m["gated race"]["tokens_unknown"] for split, m in rows
+               if tokens and m["gated race"].get("tokens_unknown")}
+    if unknown:  # raced rows whose records lack their tokens count at their share (`gate.in_tokens`)
+        print("\n(in tokens, raced rows whose records lack their count, taken at their share: "
+              + ", ".join(f"{k} {v}" for k, v in unknown.items()) + ")")
     print()
     shares = [(split, m["gated race"]["at_shares"]) for split, m in rows if m["gated race"].get("at_shares")]
     if shares:  # the same gates' races evaluated also at their stop shares, as `advisor train` races

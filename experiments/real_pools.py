@@ -430,7 +430,7 @@ PLACES_DE = ("Einer", "Zehner", "Hunderter", "Tausender", "Zehntausender", "Hund
 
 def place_mixlang_solution(p: dict, style: str, rng: random.Random, k: int | None = None) -> str:
     """A worked solution in `style`: the digits listed from the right up to the asked place, then the
-    answer; `k` other than the place reads a neighbouring digit (the wrong candidate)."""
+    answer; `k` other than the place reads another digit (the wrong candidate)."""
     n = p["n"]
     k = p["k"] if k is None else k
     d = n[len(n) - 1 - k]
@@ -457,7 +457,8 @@ def place_mixlang_solution(p: dict, style: str, rng: random.Random, k: int | Non
 
 def mixlang_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[bool], list[str]]:
     """(candidates, correctness, styles): the four styles in a shuffled order, and one wrong candidate
-    (a neighbouring digit read, in English or in one of the other languages)."""
+    (another digit read: the next place up where it differs, else the first from the right that
+    differs; in English or in one of the other languages)."""
     if row["task"] not in MIXLANG_TASKS:
         raise ValueError(f"the mixed-language teacher writes {', '.join(MIXLANG_TASKS)} only, not {row['task']}")
     p = parse(row["task"], row["problem"])

@@ -161,7 +161,8 @@ def cross_validation(result: dict) -> None:
                   f"{result['rows']} rows, labels {result['labels']}, near-ties {result['ties']}", highlight=False)
     if pol.get("race"):
         gate = Gate.from_dict(pol["race"])
-        console.print(f"gate: the policy {gate.describe()} (chosen within {gate.cap:.0%} mean extra training)",
+        counted = " in tokens" if gate.cost == "tokens" else ""
+        console.print(f"gate: the policy {gate.describe()} (chosen within {gate.cap:.0%} mean extra training{counted})",
                       highlight=False)
         alone = result.get("draw_gates") or []
         if alone:  # --gate-draws: the pooled choice beside what each draw alone would have chosen

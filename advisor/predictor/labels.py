@@ -311,9 +311,9 @@ def label_rows(records: Iterable[dict], budgets: Sequence[float] = BUDGETS, tie_
             groups[key][option] = rec
             where[key] = u
     tokens = {key: {s: tokens_per_epoch(r) for s, r in runs.items()} for key, runs in groups.items()}
-    for key, per in tokens.items():  # a record that lacks its tokens (a run resumed before they were kept):
-        for s in per:  # a set is the same at every repeat of a unit (only its order differs), so another
-            if per[s] is None:  # repeat's run of it, on as many problems, counts them
+    for key, per in tokens.items():  # a record that lacks its tokens (a run resumed before they were kept)
+        for s in per:  # borrows them from another repeat's run of the same set on as many problems: the same
+            if per[s] is None:  # problems at every seed of the real student's units, a close count elsewhere
                 n = groups[key][s].get("n_train")
                 per[s] = next((v[s] for k, v in tokens.items() if k[:3] == key[:3] and v.get(s)
                                and groups[k][s].get("n_train") == n), None)

@@ -37,6 +37,10 @@ def test_the_gated_table_says_the_overhead_in_tokens_where_the_fit_counted_them(
     gated_table({"source": {"methods": {"gated race": gated, "always high": {"regret": 2.0}}}})
     out = capsys.readouterr().out
     assert "| in tokens (where open) |" in out and "| 1.00 at 20 % | 10.0 % (40.0 %) | 2.00 |" in out
+    assert "lack their count" not in out
+    gated["tokens_unknown"] = 3
+    gated_table({"source": {"methods": {"gated race": gated, "always high": {"regret": 2.0}}}})
+    assert "lack their count, taken at their share: pool source 3)" in capsys.readouterr().out
     del gated["overhead_tokens"]  # a fit from before the count: no such column
     gated_table({"source": {"methods": {"gated race": gated, "always high": {"regret": 2.0}}}})
     assert "in tokens" not in capsys.readouterr().out

@@ -452,7 +452,8 @@ def test_a_race_planned_for_a_real_student_quotes_the_real_students_judgment(tin
     r = run(*args, "--predictor", folder, "--out", tmp_path / "rec")
     assert r.exit_code == 0, r.output
     gated, high = entry["methods"]["gated race"], entry["methods"]["always high"]
-    assert (f"judged where it was never fitted (real pretrained student: lab:smollm2-135m, 5 pool sources, 30 rows) it "
+    assert (f"judged where it was never fitted (real pretrained student: lab:smollm2-135m, {len(entry['sources'])} pool "
+            f"sources, {entry['rows']} rows) it "
             f"lost {gated['regret']:.1f} points at {gated['overhead']:.0%} more training ({gated['overhead_tokens']:.0%} "
             f"more tokens) ({high['regret']:.1f} without races)") in " ".join(r.output.replace("│", " ").split())
     # (the report's panel, its borders taken out)

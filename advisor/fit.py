@@ -147,6 +147,7 @@ def with_proxy_leads(own: dict, rows: Sequence[dict]) -> dict:
 
 MEMBERS, MAX_MEMBERS, MAX_JOBS = 24, 256, 256  # ensemble members: the default and the most a fit takes
 CV_MEMBERS = 8  # members of each held-out fit: `advisor fit --cv-members`
+MAX_OPEN_CAP_TOKENS = 10.0  # `--open-cap` with `--cost tokens`: a race may cost several runs' tokens
 MAX_DRAWS = 16  # `advisor fit --gate-draws`: each draw costs the held-out fits the choices are made on again
 
 
@@ -169,7 +170,8 @@ class FitSettings:
         "the worse of them counts).")})
     open_cap: float | None = field(default=None, metadata={"help": (
         "The most the races the gate opens may cost on average, as a share of one run (e.g. 0.5: a user whose gate "
-        "opens trains at most half a run more); default: no bound beyond the mean over all pools.")})
+        "opens trains at most half a run more; with --cost tokens, in tokens); default: no bound beyond the mean over "
+        "all pools.")})
     cost: str = field(default="share", metadata={"help": (
         "What the gate's overhead caps count: share (the losing set's training as a share of one run) or tokens "
         "(its tokens over the kept set's run's: what a race costs where D_low's responses are longer or shorter "
@@ -215,8 +217,11 @@ class FitSettings:
         unknown = [s for s in self.cv if s not in CV_SPLITS]
         if unknown:
             bad.append(f"--cv {','.join(unknown)}: use {', '.join(CV_SPLITS)}")
-        if self.open_cap is not None and not (number(self.open_cap) and 0 < self.open_cap <= 1):
-            bad.append(f"--open-cap {self.open_cap} must be a share of one run, above 0 and at most 1")
+        most = MAX_OPEN_CAP_TOKENS if self.cost == "tokens" else 1
+        if self.open_cap is not None and not (number(self.open_cap) and 0 < self.open_cap <= most):
+            bad.append(f"--open-cap {self.open_cap} must be a share of one run, above 0 and at most 1" if most == 1 else
+                       f"--open-cap {self.open_cap} must be above 0 and at most {most:g} (with --cost tokens, the losing "
+                       "set's tokens over the kept set's run's, which can pass one run where D_low is the longer set)")
         if self.cost not in COSTS:
             bad.append(f"--cost {self.cost!r} is unknown: use {', '.join(COSTS)}")
         if self.race_grid not in RACE_GRIDS:

@@ -553,3 +553,18 @@ def test_fit_on_records_that_measure_none_of_the_inputs_is_one_error_line(tmp_pa
     assert not (tmp_path / "pred").exists()
     assert run("fit", "--records", path, "--out", tmp_path / "pred", "--features", "probe", "--kinds", "logistic",
                "--members", 2, "--cv-members", 2, "--cv", "student").exit_code == 0
+
+
+def test_fit_settings_that_do_not_fit_together_are_one_error_line(tmp_path):
+    """`--open-cap` is a share of one run, at most 1; counted in tokens (`--cost tokens`) a race may cost
+    more than a run's tokens, so up to 10 is taken there; past either, one error line before any record
+    is read, and no folder."""
+    path = tmp_path / "records.jsonl"
+    write_jsonl(path, make_records())
+    for extra, words in ((("--open-cap", 1.5), "at most 1"), (("--open-cap", 12, "--cost", "tokens"), "at most 10")):
+        r = run("fit", "--records", path, "--out", tmp_path / "pred", *extra)
+        assert r.exit_code == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
+        assert not (tmp_path / "pred").exists()
+    from capacity_advisor.advisor.fit import FitSettings
+
+    FitSettings(open_cap=1.5, cost="tokens").check()  # taken in tokens

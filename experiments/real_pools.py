@@ -19,6 +19,10 @@ Tasks (the generators' easiest third of their difficulty range, integer answers)
   Its rows come after the other two tasks' in the problems file, so adding it left theirs as they were.
 - `poly`: polynomials__evaluate of degree at most 2, "Let w(o) = 10*o - 95. Calculate w(11)." A worked
   solution substitutes the value and adds the terms one at a time; added after `arith`, the same way.
+- `round`: numbers__round_number of whole numbers to a power of ten, "Round -1244 to the nearest ten."
+  A worked solution reads the digit below the rounding place and rounds up or down (the exploring one
+  checks it by the distances to the two nearest multiples); the wrong candidate rounds the other way.
+  Halves the generator rounds otherwise than away from zero are left out. Added after `poly`.
 
 The problem file holds three disjoint splits per task: `pool` (the calibration pools), `teacher`
 (the neural teacher's fine-tuning data, never in a pool) and `spare`. The scripted teacher writes
@@ -62,7 +66,7 @@ from fractions import Fraction
 from pathlib import Path
 
 TASKS = {"linear": "algebra__linear_1d", "place": "numbers__place_value", "arith": "arithmetic__add_sub_multiple",
-         "poly": "polynomials__evaluate"}
+         "poly": "polynomials__evaluate", "round": "numbers__round_number"}
 NEURAL_TASKS = ("linear", "place")  # the tasks the neural teacher is fine-tuned and checked on
 SPLITS = {"pool": 300, "teacher": 600, "spare": 200}  # problems per task in each split
 SEED = 2026
@@ -115,8 +119,9 @@ def make_problems(seed: int = SEED) -> list[dict]:
         while len(got) < want:
             p = gens[module]()
             question, answer = str(p.question).strip(), str(p.answer).strip()
-            if question in seen or not re.fullmatch(r"-?\d+", answer) or parse(task, question) is None:
-                continue
+            parsed = parse(task, question) if re.fullmatch(r"-?\d+", answer) else None
+            if question in seen or parsed is None or (task == "round" and parsed["x"] != int(answer)):
+                continue  # (`round`: a half the generator rounds otherwise than away from zero is left out)
             seen.add(question)
             got.append({"problem": question, "answer": answer, "task": task})
         start = 0
@@ -137,6 +142,10 @@ POLY = re.compile(r"Let (?P<f>[a-z])\((?P<v>[a-z])\) = (?P<e>[-+*\d\sa-z]+)\. "
 POLY_TERM = re.compile(r"(?P<sign>[+-]?)(?P<c>\d+)?(?:(?(c)\*)(?P<v>[a-z])(?:\*\*(?P<k>\d+))?)?")
 POLY_DEGREE = 2  # the highest power a `poly` problem may hold: the generators' cubics are left out
 PLACES = ("units", "tens", "hundreds", "thousands", "ten thousands", "hundred thousands", "millions")
+ROUND = re.compile(r"(?:Round (?P<n1>-?\d+) to the nearest (?P<m1>[a-z0-9 ]+)\.|"
+                   r"What is (?P<n2>-?\d+) rounded to the nearest (?P<m2>[a-z0-9 ]+)\?)")
+ROUND_WORDS = {"ten": 10, "one hundred": 100, "one thousand": 1000, "ten thousand": 10_000,
+               "one hundred thousand": 100_000, "one million": 1_000_000}
 
 
 def parse(task: str, question: str) -> dict | None:
@@ -153,6 +162,8 @@ def parse(task: str, question: str) -> dict | None:
         return {"left": left, "right": right, "v": m["v"], "a": a, "b": b, "x": -b // a}
     if task == "poly":
         return _poly(question)
+    if task == "round":
+        return _round(question)
     if task == "arith":
         m = ARITH.fullmatch(question)
         if not m or not re.search(r"\d", m["e"]):
@@ -166,6 +177,25 @@ def parse(task: str, question: str) -> dict | None:
     if not m or m["place"] not in PLACES or PLACES.index(m["place"]) >= len(m["n"]):
         return None
     return {"n": m["n"], "place": m["place"], "k": PLACES.index(m["place"])}
+
+
+def _round(question: str) -> dict | None:
+    """For `round`: the whole number, the power of ten it is rounded to, the kept part and the rest
+    (of its magnitude), and the result, halves away from zero; None for a decimal number or another
+    form."""
+    m = ROUND.fullmatch(question)
+    if not m:
+        return None
+    n, unit = int(m["n1"] or m["n2"]), (m["m1"] or m["m2"]).strip()
+    step = int(unit) if unit.isdigit() else ROUND_WORDS.get(unit)
+    if not step or step < 10 or str(step).rstrip("0") != "1":
+        return None
+    mag, sign = abs(n), -1 if n < 0 else 1
+    kept, rest = mag - mag % step, mag % step
+    up = 2 * rest >= step
+    x = sign * (kept + step if up else kept)
+    return {"n": n, "unit": unit, "step": step, "kept": kept, "rest": rest, "up": up, "x": x,
+            "other": sign * (kept if up else kept + step)}
 
 
 def _poly(question: str) -> dict | None:
@@ -355,6 +385,36 @@ def poly_solution(p: dict, style: str, rng: random.Random, slip: bool = False) -
     return "\n".join(lines)
 
 
+def round_solution(p: dict, style: str, rng: random.Random, wrong: bool = False) -> str:
+    """A solution of `style`; `wrong` rounds the other way (the wrong candidate)."""
+    n, step, kept, rest = p["n"], p["step"], p["kept"], p["rest"]
+    up = p["up"] != wrong
+    x = p["other"] if wrong else p["x"]
+    box = f"\\boxed{{{x}}}"
+    digit = rest * 10 // step  # the first digit below the rounding place
+    if style == "answer":
+        return rng.choice([f"{n} rounds to {x}.\n{box}", f"The answer is {box}.", f"{box}"])
+    if style == "equations":
+        return f"{n} = {'-' if n < 0 else ''}({kept} + {rest})\n{rest} {'>=' if up else '<'} {step // 2}\n{n} -> {x}\n{box}"
+    way = "up" if up else "down"
+    if style == "prose":
+        lead = rng.choice([f"To the nearest {step}", f"Rounding {n} to the nearest {step}", f"Keeping {n} to the nearest {step}"])
+        return (f"{lead}: the digit after the {step}s place is {digit}, which is {'5 or more' if up else 'less than 5'}, "
+                f"so it rounds {way}{' in size' if n < 0 else ''} to {x}. So the answer is {box}.")
+    start = rng.choice(["Let me work through the rounding carefully.", "Let's round it step by step.",
+                        "I'll look at the digits around the rounding place."])
+    size = abs(n)
+    near = (kept, kept + step)
+    return (f"{start}\nThe number is {n}" + (f", so I round its size, {size}, and keep the minus sign" if n < 0 else "")
+            + f".\nThe two nearest multiples of {step} are {near[0]} and {near[1]}.\n"
+            f"The part below the {step}s place is {rest}; half of {step} is {step // 2}.\n"
+            f"The first digit of that part is {digit}, so {rest} is {'at least' if up else 'below'} half, and I round {way}.\n"
+            f"Let me check by distances: {size} is {size - near[0]} from {near[0]} and {near[1] - size} from {near[1]}; "
+            f"the {'second' if up else 'first'} is {'no farther' if up else 'nearer'}"
+            + (", which matches." if (size - near[0] >= near[1] - size) == up else ", which does not match; I'll keep the first result.")
+            + f"\nThe answer is {box}.")
+
+
 def _value(side: str, v: str, x: int) -> int:
     return int(Fraction(eval(re.sub(rf"\b{v}\b", f"({x})", side), {"__builtins__": {}}, {})))
 
@@ -479,6 +539,10 @@ def scripted_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[
         out = [(poly_solution(p, s, rng), True, s) for s in STYLES]
         if p["terms"][-1][0] * p["x"] ** p["terms"][-1][1]:  # a last term of value 0 has no sign to slip
             out.append((poly_solution(p, rng.choice(("equations", "prose")), rng, slip=True), False, "wrong"))
+        return _shuffled(out, rng)
+    if row["task"] == "round":
+        out = [(round_solution(p, s, rng), True, s) for s in STYLES]
+        out.append((round_solution(p, rng.choice(("equations", "prose")), rng, wrong=True), False, "wrong"))
         return _shuffled(out, rng)
     if row["task"] == "arith":
         out = [(arith_solution(p, s, rng), True, s) for s in STYLES]

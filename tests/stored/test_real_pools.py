@@ -104,3 +104,22 @@ def test_the_mixed_language_pool_holds_the_same_worked_steps_in_every_language(p
     assert sum("wrong" in r["styles"] for r in pool) >= 0.9 * len(pool)
     # written again from the problems, the pool is the committed one
     assert real_pools.scripted_pool(problems, "place", teacher="mixlang") == pool
+
+
+def test_every_round_problem_rounds_to_its_answer_and_the_wrong_candidate_rounds_the_other_way(problems):
+    rows = [r for r in problems if r["task"] == "round"]
+    assert len(rows) == sum(real_pools.SPLITS.values())
+    for r in rows:
+        p = real_pools.parse("round", r["problem"])
+        assert p is not None and p["x"] == int(r["answer"]) and p["other"] != p["x"], r["problem"]
+        assert abs(p["x"]) % p["step"] == 0 and abs(abs(p["n"]) - abs(p["x"])) <= p["step"] // 2
+    assert real_pools.parse("round", "What is 405.36 rounded to the nearest 100?") is None  # a decimal number
+    pool = read_jsonl(ROOT / "calibration" / "real" / "pools" / "round-scripted.jsonl")
+    assert len(pool) == real_pools.SPLITS["pool"]
+    for r in pool:
+        assert sorted(r["styles"]) == sorted([*real_pools.STYLES, "wrong"])
+        assert [s == "wrong" for s in r["styles"]] == [not ok for ok in r["correctness"]]
+        wrong = r["generations"][r["styles"].index("wrong")]
+        assert f"\\boxed{{{real_pools.parse('round', r['problem'])['other']}}}" in wrong
+        assert "which matches." in r["generations"][r["styles"].index("explore")]  # the distances agree
+    assert real_pools.scripted_pool(problems, "round") == pool  # written again, the committed pool

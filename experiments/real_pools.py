@@ -1,7 +1,7 @@
 """Pools of real tasks for the real pretrained student: problems from DeepMind's mathematics_dataset
 generators, candidates from a scripted teacher (several natural-language styles), from a
 neural teacher (a fine-tuned SmolLM2-135M-Instruct sampled at temperature 1) and from a
-mixed-language teacher (the same worked steps in English, French or German; `place` only).
+mixed-language teacher (the same worked steps in English, French or German; `place` and `round`).
 
     python -m experiments.real_pools problems --out calibration/real/problems.jsonl
     python -m experiments.real_pools scripted calibration/real/problems.jsonl --split pool --out calibration/real/pools
@@ -482,7 +482,7 @@ def place_solution(p: dict, style: str, rng: random.Random, k: int | None = None
 # reasons more. No candidate is a bare answer (the scripted teacher's `answer` style), so both sets
 # hold the same worked steps.
 
-MIXLANG_TASKS = ("place",)
+MIXLANG_TASKS = ("place", "round")
 MIXLANG_STYLES = ("prose", "steps", "french", "german")
 PLACES_FR = ("unités", "dizaines", "centaines", "milliers", "dizaines de milliers", "centaines de milliers", "millions")
 PLACES_DE = ("Einer", "Zehner", "Hunderter", "Tausender", "Zehntausender", "Hunderttausender", "Millionen")
@@ -515,6 +515,34 @@ def place_mixlang_solution(p: dict, style: str, rng: random.Random, k: int | Non
     return f"{head}: {listed}. An der {PLACES_DE[asked]}stelle steht {d}, also lautet die Antwort {box}."
 
 
+def round_mixlang_solution(p: dict, style: str, rng: random.Random, wrong: bool = False) -> str:
+    """A worked rounding in `style`: the digit below the rounding place, which way it sends the number,
+    the result; `wrong` rounds the other way (the wrong candidate)."""
+    n, step = p["n"], p["step"]
+    up = p["up"] != wrong
+    x = p["other"] if wrong else p["x"]
+    box = f"\\boxed{{{x}}}"
+    digit = p["rest"] * 10 // step
+    if style == "prose":
+        return round_solution(p, "prose", rng, wrong)
+    if style == "steps":
+        head = rng.choice([f"{n} to the nearest {step}:", f"Rounding {n} to the nearest {step}:",
+                           f"The nearest {step} to {n}:"])
+        return "\n".join([head, f"digit after the {step}s place: {digit}",
+                          f"{digit} {'>= 5: round up' if up else '< 5: round down'}{' in size' if n < 0 else ''}",
+                          f"result: {x}", box])
+    if style == "french":
+        head = rng.choice([f"Pour arrondir {n} à {step} près", f"En arrondissant {n} au multiple de {step} le plus proche",
+                           f"Arrondi de {n} à {step} près"])
+        return (f"{head} : le chiffre après la position des {step} est {digit}, "
+                f"{'donc on arrondit au-dessus' if up else 'donc on arrondit en dessous'}"
+                f"{' en valeur absolue' if n < 0 else ''}, ce qui donne {x}. La réponse est donc {box}.")
+    head = rng.choice([f"Um {n} auf {step} zu runden", f"Wir runden {n} auf {step}", f"Gerundet auf {step}"])
+    return (f"{head}: die Ziffer nach der {step}er-Stelle ist {digit}, "
+            f"{'also wird aufgerundet' if up else 'also wird abgerundet'}{' (dem Betrag nach)' if n < 0 else ''}, "
+            f"das ergibt {x}. Die Antwort ist also {box}.")
+
+
 def mixlang_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[bool], list[str]]:
     """(candidates, correctness, styles): the four styles in a shuffled order, and one wrong candidate
     (another digit read: the next place up where it differs, else the first from the right that
@@ -522,6 +550,10 @@ def mixlang_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[b
     if row["task"] not in MIXLANG_TASKS:
         raise ValueError(f"the mixed-language teacher writes {', '.join(MIXLANG_TASKS)} only, not {row['task']}")
     p = parse(row["task"], row["problem"])
+    if row["task"] == "round":
+        out = [(round_mixlang_solution(p, s, rng), True, s) for s in MIXLANG_STYLES]
+        out.append((round_mixlang_solution(p, rng.choice(MIXLANG_STYLES), rng, wrong=True), False, "wrong"))
+        return _shuffled(out, rng)
     out = [(place_mixlang_solution(p, s, rng), True, s) for s in MIXLANG_STYLES]
     n, k = p["n"], p["k"]
     wrong = k + 1 if k + 1 < len(n) and n[-2 - k] != n[-1 - k] else None

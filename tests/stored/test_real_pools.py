@@ -123,3 +123,17 @@ def test_every_round_problem_rounds_to_its_answer_and_the_wrong_candidate_rounds
         assert f"\\boxed{{{real_pools.parse('round', r['problem'])['other']}}}" in wrong
         assert "which matches." in r["generations"][r["styles"].index("explore")]  # the distances agree
     assert real_pools.scripted_pool(problems, "round") == pool  # written again, the committed pool
+
+
+def test_the_mixed_language_rounding_pool_reads_the_same_digit_in_every_language(problems):
+    pool = read_jsonl(ROOT / "calibration" / "real" / "pools" / "round-mixlang.jsonl")
+    assert len(pool) == real_pools.SPLITS["pool"]
+    for r in pool:
+        assert sorted(r["styles"]) == sorted([*real_pools.MIXLANG_STYLES, "wrong"])
+        assert [s == "wrong" for s in r["styles"]] == [not ok for ok in r["correctness"]]
+        p = real_pools.parse("round", r["problem"])
+        digit = str(p["rest"] * 10 // p["step"])
+        for text, style in zip(r["generations"], r["styles"]):
+            result = p["other"] if style == "wrong" else p["x"]
+            assert f" {digit}" in text and f"\\boxed{{{result}}}" in text, text  # the digit read, the result boxed
+    assert real_pools.scripted_pool(problems, "round", teacher="mixlang") == pool

@@ -35,8 +35,8 @@ def test_the_stored_judgment_is_what_the_committed_real_rows_give():
     assert fresh == entry and entry["gate"] == shipped  # the judgment of the gate the predictor ships
     # every committed real-student folder, so a source published since is judged too
     real = sorted(str(f.parent.relative_to(ROOT)) for f in (ROOT / "calibration" / "real").glob("*/records.jsonl.xz"))
-    assert sorted(paths) == real and len(real) >= 10
-    assert entry["rows"] >= 34 and len(entry["sources"]) >= 6 and entry["students"] == ["lab:smollm2-135m"]
+    assert sorted(paths) == real and len(real) >= 11
+    assert entry["rows"] >= 38 and len(entry["sources"]) >= 6 and entry["students"] == ["lab:smollm2-135m"]
     gated, high = entry["methods"]["gated race"], entry["methods"]["always high"]
     assert gated["regret"] < high["regret"] and 0 < gated["overhead"] <= gated["overhead_where_raced"] <= 1
 

@@ -543,6 +543,15 @@ def round_mixlang_solution(p: dict, style: str, rng: random.Random, wrong: bool 
             f"das ergibt {x}. Die Antwort ist also {box}.")
 
 
+def place_slip(p: dict) -> int | None:
+    """The place a wrong `place` candidate reads: the next one up where its digit differs from the asked
+    one's, else the first from the right that differs; None where every digit is the same."""
+    n, k = p["n"], p["k"]
+    if k + 1 < len(n) and n[-2 - k] != n[-1 - k]:
+        return k + 1
+    return next((j for j in range(len(n)) if n[-1 - j] != n[-1 - k]), None)
+
+
 def mixlang_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[bool], list[str]]:
     """(candidates, correctness, styles): the four styles in a shuffled order, and one wrong candidate
     (another digit read: the next place up where it differs, else the first from the right that
@@ -555,10 +564,7 @@ def mixlang_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[b
         out.append((round_mixlang_solution(p, rng.choice(MIXLANG_STYLES), rng, wrong=True), False, "wrong"))
         return _shuffled(out, rng)
     out = [(place_mixlang_solution(p, s, rng), True, s) for s in MIXLANG_STYLES]
-    n, k = p["n"], p["k"]
-    wrong = k + 1 if k + 1 < len(n) and n[-2 - k] != n[-1 - k] else None
-    if wrong is None:
-        wrong = next((j for j in range(len(n)) if n[-1 - j] != n[-1 - k]), None)
+    wrong = place_slip(p)
     if wrong is not None:
         out.append((place_mixlang_solution(p, rng.choice(MIXLANG_STYLES), rng, wrong), False, "wrong"))
     return _shuffled(out, rng)
@@ -590,9 +596,7 @@ def scripted_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[
     if row["task"] == "linear":
         wrong = -p["x"] if p["x"] != 0 else 1
     else:
-        wrong = p["k"] + 1 if p["k"] + 1 < len(p["n"]) and p["n"][-2 - p["k"]] != p["n"][-1 - p["k"]] else None
-        if wrong is None:
-            wrong = next((j for j in range(len(p["n"])) if p["n"][-1 - j] != p["n"][-1 - p["k"]]), None)
+        wrong = place_slip(p)
     if wrong is not None:
         out.append((solve(p, rng.choice(("equations", "prose")), rng, wrong), False, "wrong"))
     return _shuffled(out, rng)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from capacity_advisor.core.numbers import number, whole
+from capacity_advisor.advisor.predictor.gate import COSTS
 from capacity_advisor.advisor.predictor.members import check_member
 from capacity_advisor.advisor.predictor.priors import LAB_PRIOR_FEATURES
 from capacity_advisor.core.errors import InputError
@@ -134,7 +135,7 @@ def gate_ok(g) -> bool:
             and (lead is None or whole(lead, 1, 100)) and number(margin) and 0 <= margin < 1
             and isinstance(g.get("patient", False), bool)
             and (tie is None or (number(tie) and number(f) and 0 < tie < f))
-            and g.get("cost", "share") in ("share", "tokens"))
+            and g.get("cost", "share") in COSTS)
 
 
 def proxy_leads_ok(leads) -> bool:

@@ -328,9 +328,9 @@ def in_tokens(pairs: Sequence[tuple[dict, str, float]]) -> dict:
     """The same extra training counted in tokens (`race_cost`, as a cap in tokens counts it): over
     every row and over the rows raced on; a raced row whose records do not say their tokens counts at
     its share, and `tokens_unknown` says how many did."""
-    raced = [(r, c, o) for r, c, o in pairs if o > 0]
-    unknown = sum(token_share(r.get("tokens") or {}, c, o) is None for r, c, o in raced)
-    costs = [race_cost(r, c, o, "tokens") for r, c, o in raced]
+    raced = [(o, token_share(r.get("tokens") or {}, c, o)) for r, c, o in pairs if o > 0]
+    unknown = sum(t is None for _, t in raced)
+    costs = [o if t is None else t for o, t in raced]  # as `race_cost` counts them
     return {"overhead_tokens": sum(costs) / len(pairs) if pairs else None,
             "overhead_tokens_where_open": mean(costs) if costs else None,
             **({"tokens_unknown": unknown} if unknown else {})}

@@ -290,7 +290,8 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
     policy_own = None
     if own and folds(rows, PROXY):
         say("choosing the policy's thresholds for your own pool sources by leave-one-proxy-target-out regret")
-        _, policy_own, _ = select_policy(rows, PROXY, chosen, feats, cv_members, seed, jobs, draws)
+        _, policy_own, _ = select_policy(rows, PROXY, chosen, feats, cv_members, seed, jobs, draws, races,
+                                       scouts, settings.cost)
         own = with_proxy_leads(own, rows)
     say(f"fitting {n_members} {chosen} members on {len(rows)} rows")
     pred = fit_predictor(rows, chosen, feats, n_members, seed, jobs)

@@ -277,14 +277,16 @@ def fold_measurements(rows: Sequence[dict], split: str, kind: str, features: Seq
 
 def select_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str | Sequence[str],
                   features: Sequence[str], n_members: int = 8, seed: int = 0, jobs: int = 1,
-                  draws: int = 1) -> tuple[str, Policy, dict]:
+                  draws: int = 1, races: tuple = RACES, scouts: tuple = NO_SCOUT,
+                  cost: str = "share") -> tuple[str, Policy, dict]:
     """(kind, thresholds, {kind: its held-out regret in points}) chosen together by leaving one
     `split` value out at a time on `rows` — with several splits, by the worse of their regrets —:
     for each kind the best thresholds, then the kind whose best thresholds lose least (ties to the
     first kind named). Where `rows` hold one value of a split, nothing measures the predictor
     across it: UNTRIED. `draws`: the held-out measurements pooled over that many bootstrap draws
-    (`fold_measurements`)."""
-    return measured_policy(rows, split, kinds, features, n_members, seed, jobs, draws=draws)[:3]
+    (`fold_measurements`). Where the rows carry their runs' curves, the kind is chosen by its gated
+    regret with `races`, `scouts` and `cost` as `measured_policy` says."""
+    return measured_policy(rows, split, kinds, features, n_members, seed, jobs, races, scouts, draws, cost)[:3]
 
 
 def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str | Sequence[str],

@@ -581,3 +581,21 @@ def test_the_size_rule_breaks_ties_toward_high():
     rows = [r for r in label_rows(make_records()) if r["budget"] <= 1]  # D_high wins or ties everywhere
     rule = Rule.fit(rows)
     assert all(rule.choose(r) == "high" for r in rows) and rule.t_params == math.inf
+
+
+def test_the_proxy_policy_is_chosen_on_the_races_scouts_and_cost_the_fit_was_given():
+    """`advisor fit` chooses the policy for the user's own pool sources with `select_policy`: where
+    the rows carry curves the kind is the one whose gated race loses least, so the races, scouts and
+    cost the fit was asked for must reach that choice as they reach `measured_policy`'s."""
+    from capacity_advisor.advisor.predictor.gate import RACE_GRIDS, SCOUTS
+    from capacity_advisor.advisor.predictor.policy import measured_policy, select_policy
+    from capacity_advisor.advisor.predictor.races import with_curves
+
+    records = make_unit_records()
+    rows = with_curves(label_rows(records), records)
+    for races, scouts, cost in ((RACE_GRIDS["tie"], SCOUTS, "tokens"), (RACE_GRIDS["adaptive"], SCOUTS, "share")):
+        got = select_policy(rows, "source", ("logistic", "ridge"), FEATS, n_members=2, races=races, scouts=scouts,
+                            cost=cost)
+        assert got == measured_policy(rows, "source", ("logistic", "ridge"), FEATS, 2, 0, 1, races, scouts, 1,
+                                      cost)[:3]
+        assert got[0] in ("logistic", "ridge") and all(math.isfinite(v) for v in got[2].values())

@@ -4,6 +4,7 @@ always-low, always-mixed, plain races and the noise floor.
 
     python -m experiments.transfer calibration/real/* --markdown
     python -m experiments.transfer runs/real/linear-scripted runs/real/place-scripted-s0 --predictor runs/pred --json
+    python -m experiments.transfer calibration/real/round-scripted-s0 --rows   # and each row as the plan met it
 
 FOLDERs are published calibrations (`advisor lab publish`), `advisor calibrate` folders (their
 records.jsonl, or while they run, every finished run's record.json), or records files. Each
@@ -146,7 +147,7 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
         "gated race, scouted", "gated race, scouted both ways", AT_SHARES, high_row(high_scout),
         *(f"race on every pool, at {f:.0%}" for f in RACES),
         *(f"race on every pool, tie check at {t:.0%}, else at {f:.0%}" for t, f in TIE_RACES))}
-    opened = []
+    opened, per_row = [], []
     for r in rows:
         d = policy.decide(predictor, r["features"], r["n_params"], r["budget"], r["score"], student=r["student"])
         c = r["curves"]
@@ -169,6 +170,11 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
         picks[high_row(high_scout)].append((r, "high", 0.0) if d.race is not None and scouting.scouts_high(r["features"])
                                            else picks[AT_SHARES][-1])
         opened.append(d.race is not None)
+        kept, share = picks[AT_SHARES][-1][1:]
+        per_row.append({"source": r["source"], "repeat": r["repeat"], "budget": r["budget"],
+                        "accuracy": dict(r["accuracy"]), "label": r["label"],
+                        "p_low": d.advice.probabilities.get("low"), "lead": lead, "plan": d.strategy,
+                        "raced": d.race is not None, "kept": kept, "share": share, "regret": 100 * regret(r, kept)})
         for f in RACES:
             picks[f"race on every pool, at {f:.0%}"].append((r, *race(c["high"], c["low"], r["budget"], f)))
         for t, f in TIE_RACES:
@@ -185,7 +191,7 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
         return token_share(r.get("tokens") or {}, kept, share)  # (`label_rows` borrows another seed's count)
 
     floor = noise_floor(rows)
-    out = {"rows": len(rows), "gate_opened": mean(opened) if opened else None,
+    out = {"rows": len(rows), "gate_opened": mean(opened) if opened else None, "per_row": per_row,
            "sources": sorted({r["source"] for r in rows}), "students": sorted({str(r["student"]) for r in rows}),
            "methods": {}}
     for name, pairs in {**picks, "noise floor": [(r, c, 0.0) for r, c in floor]}.items():
@@ -235,6 +241,21 @@ def markdown(t: dict) -> str:
                      f"{f(a.get('raced'), True)} | "
                      f"{f(a.get('overhead_where_raced'), True)} | "
                      + " | ".join(f(m["by_source"][s].get("regret")) for s in t["sources"]) + " |")
+    return "\n".join(lines)
+
+
+def rows_markdown(t: dict) -> str:
+    """Each row as the shipped plan met it (`--rows`): the best accuracy of each set within the budget,
+    P(D_low), the probe's D_low lead, the plan (a set, or the gate's race), what it kept and at what
+    share of the budget it stopped (races evaluated at their shares), and its regret in points."""
+    lines = ["| source | seed | budget | D_high | D_low | D_mixed | best | P(D_low) | probe's D_low lead | plan | kept "
+             "| stopped at | regret |", "|---" * 13 + "|"]
+    for p in t["per_row"]:
+        acc, stop = p["accuracy"], f"{p['share']:.0%}" if p["raced"] else "—"
+        lines.append(f"| {p['source']} | {p['repeat']} | {p['budget']:g} | "
+                     + " | ".join(f"{acc[o]:.3f}" if o in acc else "—" for o in ("high", "low", "mixed"))
+                     + f" | {p['label']} | {p['p_low']:.2f} | {p['lead']:+.2f} | "
+                     f"{'race' if p['raced'] else p['plan']} | {p['kept']} | {stop} | {p['regret']:.2f} |")
     return "\n".join(lines)
 
 
@@ -297,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the probe's D_high lead from which the \"D_high scouted\" row takes D_high without a race")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--rows", action="store_true",
+                    help="also print each row as the shipped plan met it: P(D_low), the probe's lead, the plan, what it "
+                         "kept, where it stopped, its regret")
     ap.add_argument("--store", metavar="NAME", default=None,
                     help="also keep the judgment in the judged predictor's meta.transfer under NAME (e.g. \"real "
                          "pretrained student\"), which `advisor recommend` quotes beside a planned race")
@@ -337,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(f"stored as meta.transfer[{args.store.strip()!r}] in {store(t, args.store.strip(), args.paths, args.predictor)}",
               file=sys.stderr)
-    print(json.dumps(t, indent=1) if args.json else markdown(t))
+    print(json.dumps(t, indent=1) if args.json else markdown(t) + ("\n\n" + rows_markdown(t) if args.rows else ""))
     return 0
 
 

@@ -98,3 +98,38 @@ def test_a_race_costs_in_tokens_its_share_times_the_losing_sets_tokens_over_the_
     assert summary(picks, rows, lambda r, kept, share: None if share else 0.0)["overhead_tokens"] is None
     table = {"rows": 4, "gate_opened": 0.5, "sources": ["s"], "methods": {"gated": {"all": got, "by_source": {"s": got}}}}
     assert "| 40 % | 67 % | 50 % | 80 % |" in markdown(table).splitlines()[4]
+
+
+def test_each_row_says_how_the_shipped_plan_met_it_and_they_add_up_to_its_table():
+    """`--rows`: every (unit, budget) row with the shipped plan's P(D_low), its plan, what it kept and
+    where it stopped; their regrets and stops average to the table's "evaluated at its shares" row,
+    and a row the gate left shut costs nothing."""
+    from helpers import ROOT
+
+    from experiments.transfer import AT_SHARES, judge, rows_markdown
+
+    paths = [ROOT / "calibration" / "real" / "round-scripted-s0", ROOT / "calibration" / "real" / "place-neural-s1"]
+    t = judge(read_records(paths))
+    per, shipped = t["per_row"], t["methods"][AT_SHARES]["all"]
+    assert len(per) == t["rows"] == shipped["rows"] == 7
+    assert sum(p["regret"] for p in per) / len(per) == pytest.approx(shipped["regret"])
+    assert sum(p["share"] for p in per) / len(per) == pytest.approx(shipped["overhead"])
+    assert sum(p["raced"] for p in per) / len(per) == pytest.approx(t["gate_opened"])
+    assert all(p["share"] == 0 and p["kept"] == p["plan"] for p in per if not p["raced"])
+    assert all(0 <= p["p_low"] <= 1 and p["label"] in p["accuracy"] for p in per)
+    table = rows_markdown(t).splitlines()
+    assert len(table) == 2 + len(per) and all(line.count("|") == 14 for line in table)
+    assert {line.split(" | ")[0].lstrip("| ") for line in table[2:]} == {"round/scripted", "place/smollm2-135m-ft@T1"}
+
+
+def test_rows_are_printed_after_the_table_only_when_asked(capsys):
+    from helpers import ROOT
+
+    from experiments.transfer import main
+
+    folder = str(ROOT / "calibration" / "real" / "round-scripted-s0")
+    assert main([folder]) == 0
+    plain = capsys.readouterr().out
+    assert main([folder, "--rows"]) == 0
+    rows = capsys.readouterr().out
+    assert rows.startswith(plain.rstrip("\n")) and "| P(D_low) |" in rows and "| P(D_low) |" not in plain

@@ -119,11 +119,12 @@ def gate_ok(g) -> bool:
     at its share), its scouts for D_low and for D_high (absent or null: the probe's lead never
     decides), its tie check (absent or null: none; else a share of the budget below the fraction),
     and the overhead caps it was chosen under (over all pools, and where it opens) with what they
-    count (`cost`: absent or "share", a share of one run; "tokens")."""
+    count (`cost`: absent or "share", a share of one run; "tokens"), and a fast learner's stop (absent,
+    or both `fast_gain`, a learning speed, and `fast_fraction`, a share of the budget)."""
     if g is None:
         return True
     keys = {"threshold", "headroom", "fraction", "wait", "cap"}
-    optional = {"open_cap", "k", "margin", "patient", "scout", "tie", "high_scout", "cost"}
+    optional = {"open_cap", "k", "margin", "patient", "scout", "tie", "high_scout", "cost", "fast_gain", "fast_fraction"}
     if not (isinstance(g, dict) and keys <= set(g) <= keys | optional):
         return False
     f, w, o, tie = g["fraction"], g["wait"], g.get("open_cap"), g.get("tie")
@@ -135,7 +136,10 @@ def gate_ok(g) -> bool:
             and (lead is None or whole(lead, 1, 100)) and number(margin) and 0 <= margin < 1
             and isinstance(g.get("patient", False), bool)
             and (tie is None or (number(tie) and number(f) and 0 < tie < f))
-            and g.get("cost", "share") in COSTS)
+            and g.get("cost", "share") in COSTS
+            and ("fast_gain" in g) == ("fast_fraction" in g)
+            and (g.get("fast_fraction") is None or (number(g["fast_fraction"]) and number(g["fast_gain"])
+                                                    and 0 < g["fast_fraction"] <= 1 and -1e6 < g["fast_gain"] < 1e6)))
 
 
 def proxy_leads_ok(leads) -> bool:

@@ -41,7 +41,9 @@ import numpy as np
 from capacity_advisor.advisor.predictor.evaluate import (
     by_value, flips, is_right, judged_on_other_repeats, near_best, regret,
 )
-from capacity_advisor.advisor.predictor.labels import TIE_MARGIN, accuracy_lead, inputs, model_inputs, token_share
+from capacity_advisor.advisor.predictor.labels import (
+    TIE_MARGIN, accuracy_lead, inputs, learning_speed, model_inputs, token_share,
+)
 from capacity_advisor.advisor.predictor.races import WAITS, race
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 from capacity_advisor.training.race import TIE_WORDS
@@ -74,6 +76,15 @@ RACE_GRIDS = {
     "tie": RACES + tuple((f, None, None, None, False, t) for t in TIES for f in (0.5, 0.75, 1.0) if t < f)
                  + tuple((f, None, 2, 0.05, False, t) for t in TIES[1:] for f in (0.75, 1.0)),
 }
+# A race of the "fast" grid is one of RACES with a shorter stop for a fast learner: (fraction, wait,
+# k, margin, patient, tie, fast_gain, fast_fraction) stops at fast_fraction where the probe's faster
+# set raised held-out accuracy by fast_gain or more (`labels.learning_speed`): a student that learns
+# the task within the probe's few steps shows the better set early, one that does not may still be
+# far from its late gains (docs/results.md, "A shorter race for a fast learner")
+FAST_GAINS = (0.1, 0.15, 0.2, 0.3)
+FAST_FRACTIONS = (0.2, 0.3, 0.4, 0.5)
+RACE_GRIDS["fast"] = RACES + tuple((f, w, None, None, False, None, g, ff) for f, w, *_ in RACES if f >= 0.5
+                                   for g in FAST_GAINS for ff in FAST_FRACTIONS if ff < f)
 LEAD_MARGIN = 0.05  # an adaptive race's least lead (accuracy) where a gate names none
 CAPS = (0.1, 0.15, 0.2, 0.3)  # the overhead caps the frontier reports
 CAP = 0.2  # the shipped cap: mean extra training the gate may cost, as a share of one run
@@ -99,6 +110,8 @@ class Gate:
     tie: float | None = None  # at this share the race stops for D_high unless D_low has led or is gaining
     high_scout: float = math.inf  # the probe's lead for D_high from which an opened gate takes D_high (inf: never)
     cost: str = "share"  # what `cap` and `open_cap` count (COSTS)
+    fast_gain: float = math.inf  # the probe's learning speed (`labels.learning_speed`) from which ...
+    fast_fraction: float | None = None  # ... the race stops at this share instead (a plain stop; None: never)
 
     @property
     def never(self) -> bool:
@@ -131,19 +144,39 @@ class Gate:
                     f"the gate's {self.headroom:g})")
         return None
 
+    def fast(self, measured: dict) -> float | None:
+        """The probe's learning speed where it reaches the gate's `fast_gain` (the race then stops at
+        `fast_fraction`), else None."""
+        v = learning_speed(measured)
+        return v if self.fast_fraction is not None and math.isfinite(v) and v >= self.fast_gain else None
+
+    def race_for(self, measured: dict) -> "Gate":
+        """The race this gate runs for these probe measurements (raw features): its own, or, for a fast
+        learner (`fast`), a plain stop at `fast_fraction`."""
+        from dataclasses import replace
+
+        if self.fast(measured) is None:
+            return self
+        return replace(self, fraction=self.fast_fraction, wait=None, k=None, tie=None, fast_gain=math.inf,
+                       fast_fraction=None)
+
     def replay(self, row: dict, at_shares: bool = False) -> tuple[str, float]:
         """(kept set, overhead) of this gate's race replayed on a row's curves (`races.with_curves`);
-        `at_shares`: evaluated also at its stop shares, as `advisor train` races (`races.race`)."""
+        `at_shares`: evaluated also at its stop shares, as `advisor train` races (`races.race`). A fast
+        learner's row (`fast`) is raced to `fast_fraction`."""
+        g = self.race_for(row["features"]) if self.fast_fraction is not None else self
         c = row["curves"]
-        return race(c["high"], c["low"], row["budget"], self.fraction, wait=self.wait, k=self.k, margin=self.margin,
-                    patient=self.patient, n_eval=row.get("n_eval", FULL_RUN_EVAL_PROBLEMS), tie=self.tie,
+        return race(c["high"], c["low"], row["budget"], g.fraction, wait=g.wait, k=g.k, margin=g.margin,
+                    patient=g.patient, n_eval=row.get("n_eval", FULL_RUN_EVAL_PROBLEMS), tie=g.tie,
                     at_shares=at_shares)
 
     @property
     def rule(self) -> tuple:
-        """(fraction, wait, k, margin, patient, tie): the race, as RACES lists it."""
+        """(fraction, wait, k, margin, patient, tie): the race, as RACES lists it; with a fast learner's
+        stop, (..., fast_gain, fast_fraction), as RACE_GRIDS["fast"] lists it."""
         lead = self.k is not None
-        return (self.fraction, self.wait, self.k, self.margin if lead else None, self.patient and lead, self.tie)
+        rule = (self.fraction, self.wait, self.k, self.margin if lead else None, self.patient and lead, self.tie)
+        return rule + (self.fast_gain, self.fast_fraction) if self.fast_fraction is not None else rule
 
     def describe(self) -> str:
         scout = (f"; takes D_low without a race where {SCOUT_INPUT} ≥ {self.scout:g} (the probe already raced)"
@@ -163,6 +196,9 @@ class Gate:
                           + (" (D_high only once D_low is not gaining)" if self.patient else "")
                           + f", at most {race_words}")
         tie = f" (at {self.tie:.0%} {TIE_WORDS})" if self.tie is not None else ""
+        if self.fast_fraction is not None:
+            tie += (f" (to {self.fast_fraction:.0%} where the probe's faster set raised held-out accuracy by "
+                    f"{self.fast_gain:g} or more)")
         return f"races D_high against D_low {race_words} where {' or '.join(p for p in parts if p)}{tie}{scout}"
 
     def to_dict(self) -> dict:
@@ -182,6 +218,9 @@ class Gate:
             d.pop("high_scout")
         if d["cost"] == "share":  # absent, so files from before read as they did
             d.pop("cost")
+        if d["fast_fraction"] is None:  # absent, so files from before read as they did
+            d.pop("fast_fraction")
+            d.pop("fast_gain")
         return d
 
     @classmethod
@@ -193,7 +232,9 @@ class Gate:
                    None if d.get("k") is None else int(d["k"]), float(d.get("margin", LEAD_MARGIN)),
                    bool(d.get("patient", False)), math.inf if d.get("scout") is None else float(d["scout"]),
                    None if d.get("tie") is None else float(d["tie"]),
-                   math.inf if d.get("high_scout") is None else float(d["high_scout"]), str(d.get("cost", "share")))
+                   math.inf if d.get("high_scout") is None else float(d["high_scout"]), str(d.get("cost", "share")),
+                   math.inf if d.get("fast_fraction") is None else float(d["fast_gain"]),
+                   None if d.get("fast_fraction") is None else float(d["fast_fraction"]))
 
 
 @lru_cache(maxsize=None)
@@ -202,8 +243,13 @@ def grid(races: tuple = RACES, scouts: tuple = NO_SCOUT) -> tuple[Gate, ...]:
     leads) with each race of `races`."""
     pairs = [sc if isinstance(sc, tuple) else (sc, math.inf) for sc in scouts]
     return tuple(Gate(t, h, f, w, k=k, margin=LEAD_MARGIN if m is None else m, patient=p, scout=lo, tie=ti,
-                      high_scout=hi)
-                 for t, h, (f, w, k, m, p, ti), (lo, hi) in product(THRESHOLDS, HEADROOMS, races, pairs))
+                      high_scout=hi, **fast_of(rest))
+                 for t, h, (f, w, k, m, p, ti, *rest), (lo, hi) in product(THRESHOLDS, HEADROOMS, races, pairs))
+
+
+def fast_of(rest) -> dict:
+    """A race entry's fast learner's stop (its 7th and 8th items), as Gate's fields."""
+    return {"fast_gain": float(rest[0]), "fast_fraction": float(rest[1])} if rest else {}
 
 
 def headroom_of(row: dict) -> float:
@@ -257,11 +303,11 @@ def _gate_arrays(measured: Sequence[dict], policy, races: tuple = RACES, cost: s
     training (as `cost` counts it)."""
     rows = [m["row"] for m in measured]
     raced = {}
-    for f, w, k, m, p, ti in races:
-        g = Gate(fraction=f, wait=w, k=k, margin=LEAD_MARGIN if m is None else m, patient=p, tie=ti)
+    for f, w, k, m, p, ti, *rest in races:
+        g = Gate(fraction=f, wait=w, k=k, margin=LEAD_MARGIN if m is None else m, patient=p, tie=ti, **fast_of(rest))
         once = {}  # a row measured on several bootstrap draws (`advisor fit --gate-draws`) is raced once
         kept = [once[id(r)] if id(r) in once else once.setdefault(id(r), g.replay(r)) for r in rows]
-        raced[(f, w, k, m, p, ti)] = (np.array([regret(r, k) for r, (k, _) in zip(rows, kept)]),
+        raced[(f, w, k, m, p, ti, *rest)] = (np.array([regret(r, k) for r, (k, _) in zip(rows, kept)]),
                                       np.array([race_cost(r, k, s, cost) for r, (k, s) in zip(rows, kept)]))
     return {"p_low": np.array([m["probs"].get("low", math.nan) for m in measured], dtype=float),
             "head": np.array([headroom_of(r) for r in rows], dtype=float),
@@ -307,7 +353,7 @@ def best_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequenc
     for g, reg, over, opened_cost in scored_gates(measured, policy, *more, races=races, scouts=scouts, cost=cost):
         if over > cap + 1e-9 or (open_cap is not None and opened_cost > open_cap + 1e-9):
             continue
-        key = (reg, over, -g.threshold, -g.headroom, -g.scout, -g.high_scout)
+        key = (reg, over, -g.threshold, -g.headroom, -g.scout, -g.high_scout, -g.fast_gain)
         if best is None or reg < best[0][0] - NEAR or (abs(reg - best[0][0]) <= NEAR and key[1:] < best[0][1:]):
             best = (key, g)
     return replace(best[1], cap=cap, open_cap=open_cap, cost=cost), 100 * best[0][0]

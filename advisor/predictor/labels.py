@@ -90,6 +90,14 @@ def accuracy_lead(f: dict) -> float:
     return _num(f.get("gap_accuracy_gain")) if math.isnan(gain) else gain
 
 
+def learning_speed(f: dict) -> float:
+    """How fast the student learns the task in the probe: the larger of D_high's and D_low's held-out
+    accuracy gains over the base (NaN where neither was measured). A student that gains this much in
+    the probe's few steps shows the better set early, so a race can stop sooner (`gate.Gate.fast_gain`)."""
+    gains = [g for g in (_num(f.get("high_accuracy_gain")), _num(f.get("low_accuracy_gain"))) if math.isfinite(g)]
+    return max(gains) if gains else float("nan")
+
+
 def contrasts(f: dict) -> dict:
     """The contrast inputs derived from a probe's features (NaN where an ingredient is missing)."""
     base_acc, base_lp = _num(f.get("base_accuracy")), _num(f.get("base_answer_logprob"))

@@ -57,6 +57,45 @@ def test_the_gate_opens_where_d_low_may_win_and_stays_within_its_cap():
     assert all(c == "high" and o == 0 for _, c, o in gated_picks(measured, ALWAYS_HIGH, shut))
 
 
+def test_a_fast_learner_is_raced_shorter_where_the_gate_was_chosen_so():
+    """`--race-grid fast`: where the probe's faster set gained a lot (a fast learner), the winner shows
+    early and the race may stop sooner; a slow learner's D_low overtakes late and needs the long race.
+    Under a 15 % cap only the gate with a fast learner's stop races both kinds rightly."""
+    from dataclasses import replace
+
+    from capacity_advisor.advisor.predictor.checks import gate_ok
+    from capacity_advisor.advisor.predictor.evaluate import regret as lost
+
+    def learner(name, p_low, speed, early_low):
+        m, r = row(name, p_low, True)
+        if early_low:  # D_low ahead from the first evaluation
+            r["curves"]["low"] = [(e, 0.9) for e, _ in r["curves"]["low"]]
+        r["features"] = {"high_accuracy_gain": speed / 2, "low_accuracy_gain": speed}
+        return m
+
+    measured = ([learner("fast", 0.7, 0.5, True) for _ in range(4)] + [learner("slow", 0.7, 0.05, False) for _ in range(2)]
+                + [row("b", 0.05, False)[0] for _ in range(14)])
+    plain = choose_gate(measured, ALWAYS_HIGH, cap=0.15)
+    fast = choose_gate(measured, ALWAYS_HIGH, cap=0.15, races=RACE_GRIDS["fast"])
+    regret = lambda g: sum(lost(r, c) for r, c, _ in gated_picks(measured, ALWAYS_HIGH, g))  # noqa: E731
+    assert plain.fast_fraction is None and regret(plain) > 0  # a short race misses the slow learner's late D_low
+    assert fast.fast_fraction is not None and fast.fast_fraction < 0.6 <= fast.fraction and regret(fast) == 0
+    picks = gated_picks(measured, ALWAYS_HIGH, fast)
+    assert [c for _, c, _ in picks[:6]] == ["low"] * 6 and all(c == "high" and o == 0 for _, c, o in picks[6:])
+    assert all(o < 0.6 for *_, o in picks[:4]) and all(o >= 0.6 for *_, o in picks[4:6])  # the fast ones stop sooner
+    assert sum(o for *_, o in picks) / len(picks) <= 0.15
+    # the plan says so, and a predictor file keeps it (absent where there is none, as files from before)
+    d = fast.to_dict()
+    assert Gate.from_dict(d) == fast and gate_ok(d) and "fast_gain" not in plain.to_dict() and gate_ok(plain.to_dict())
+    assert not gate_ok({k: v for k, v in d.items() if k != "fast_gain"}) and not gate_ok({**d, "fast_fraction": 0})
+    policy = replace(ALWAYS_HIGH, gate=fast)
+    quick = policy.race_plan(0.7, {}, measured[0]["row"]["features"])
+    slow = policy.race_plan(0.7, {}, measured[4]["row"]["features"])
+    assert quick["fraction"] == fast.fast_fraction and "faster set raised held-out accuracy by 0.50" in quick["why"]
+    assert slow["fraction"] == fast.fraction and "faster set" not in slow["why"]
+    assert policy.race_plan(0.7, {}) == slow and "where the probe's faster set" in fast.describe()
+
+
 def test_a_cap_in_tokens_prices_each_race_by_the_set_it_trains_beyond_the_kept_one():
     """Four of ten rows need a race to 60 % of the budget to find D_low: 25 % of a run on average,
     over a 20 % cap counted as a share of a run, so that gate stays shut. Where D_low's responses are

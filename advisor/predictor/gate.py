@@ -30,7 +30,7 @@ cheaper, then the more cautious gate. Races are replayed on the records' curves
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 from itertools import product
 from statistics import mean
@@ -147,24 +147,26 @@ class Gate:
     def fast(self, measured: dict) -> float | None:
         """The probe's learning speed where it reaches the gate's `fast_gain` (the race then stops at
         `fast_fraction`), else None."""
+        if self.fast_fraction is None:
+            return None
         v = learning_speed(measured)
-        return v if self.fast_fraction is not None and math.isfinite(v) and v >= self.fast_gain else None
+        return v if math.isfinite(v) and v >= self.fast_gain else None
+
+    def fast_race(self) -> "Gate":
+        """The race it runs for a fast learner: a plain stop at `fast_fraction`."""
+        return replace(self, fraction=self.fast_fraction, wait=None, k=None, tie=None, fast_gain=math.inf,
+                       fast_fraction=None)
 
     def race_for(self, measured: dict) -> "Gate":
         """The race this gate runs for these probe measurements (raw features): its own, or, for a fast
-        learner (`fast`), a plain stop at `fast_fraction`."""
-        from dataclasses import replace
-
-        if self.fast(measured) is None:
-            return self
-        return replace(self, fraction=self.fast_fraction, wait=None, k=None, tie=None, fast_gain=math.inf,
-                       fast_fraction=None)
+        learner (`fast`), `fast_race`."""
+        return self if self.fast(measured) is None else self.fast_race()
 
     def replay(self, row: dict, at_shares: bool = False) -> tuple[str, float]:
         """(kept set, overhead) of this gate's race replayed on a row's curves (`races.with_curves`);
         `at_shares`: evaluated also at its stop shares, as `advisor train` races (`races.race`). A fast
         learner's row (`fast`) is raced to `fast_fraction`."""
-        g = self.race_for(row["features"]) if self.fast_fraction is not None else self
+        g = self.race_for(row["features"])
         c = row["curves"]
         return race(c["high"], c["low"], row["budget"], g.fraction, wait=g.wait, k=g.k, margin=g.margin,
                     patient=g.patient, n_eval=row.get("n_eval", FULL_RUN_EVAL_PROBLEMS), tie=g.tie,
@@ -347,8 +349,6 @@ def best_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequenc
               cost: str = "share") -> tuple[Gate, float]:
     """`choose_gate`'s gate and its mean regret (points; with `more`, the worst over the sets), from
     `scored_gates`."""
-    from dataclasses import replace
-
     best = None
     for g, reg, over, opened_cost in scored_gates(measured, policy, *more, races=races, scouts=scouts, cost=cost):
         if over > cap + 1e-9 or (open_cap is not None and opened_cost > open_cap + 1e-9):

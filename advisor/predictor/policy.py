@@ -127,8 +127,8 @@ class Policy:
         why = self.gate.opens(p_low, measured) if self.gate is not None else None
         if why is None:
             return None
-        gate = self.gate.race_for(features) if features is not None else self.gate
         speed = self.gate.fast(features) if features is not None else None
+        gate = self.gate if speed is None else self.gate.fast_race()
         if speed is not None:
             why += (f"; the probe's faster set raised held-out accuracy by {speed:.2f} (the gate's fast learner: "
                     f"{self.gate.fast_gain:g}), so the race stops at {gate.fraction:.0%}")

@@ -41,6 +41,10 @@ from capacity_advisor.training.manifest import EvalSpec, Manifest, SETS, Trainin
 METRICS = ("train_loss", "teacher_nll", "teacher_nll_high", "teacher_nll_low", "answer_logprob", "accuracy",
            "answer_rate", "repetition_rate", "copy_rate", "finish_rate", "base_drift", "teacher_view")
 
+# What the selection measured on the pool under the base, without training: the likelihood gap,
+# the length ratio and the candidates' own repetition (kept among the probe's features)
+POOL_CONTRASTS = ("likelihood_gap_per_token", "length_ratio_low_high", *metrics.REPETITION_KEYS)
+
 
 @dataclass
 class ProbeConfig:
@@ -311,7 +315,7 @@ def features(curves: dict[str, list[dict]], context: dict) -> dict:
                     "repetition_area", "repetition_peak", "answer_logprob_gain", "answer_logprob_area_gain",
                     "accuracy_gain", "accuracy_area_gain", "answer_rate_gain"):
             f[f"gap_{key}"] = f[f"low_{key}"] - f[f"high_{key}"]
-    for key in ("likelihood_gap_per_token", "length_ratio_low_high"):
+    for key in POOL_CONTRASTS:
         f[key] = float(context.get(key, float("nan")))
     return f
 

@@ -58,6 +58,32 @@ def repetition_rate(texts: Sequence[str], **kw) -> float:
     return mean(is_repetitive(t, **kw) for t in texts) if texts else float("nan")
 
 
+_WORDS = re.compile(r"\w+|[^\w\s]")  # words and single punctuation marks: "C3+4*9=" -> C3 + 4 * 9 =
+
+
+def ngram_repetition(text: str, n: int = 3) -> float | None:
+    """The share of a text's word n-grams that repeat an earlier one in the same text (words and
+    punctuation marks as `_WORDS` splits them): 0 where every n-gram is new, near 1 for a loop.
+    None where the text has no n-gram (fewer than n words: a bare answer repeats nothing).
+
+    Read on the training candidates themselves, it needs no model: a worked answer that restates
+    each step ("so 12 + 5 = 17 ... so 17 + 5 = 22") repeats more than one that states it once."""
+    words = _WORDS.findall(text)
+    grams = [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    return (len(grams) - len(set(grams))) / len(grams) if grams else None
+
+
+# a selection's repetition figures (`advisor.scoring.select.repetition_summary`), as summaries, probe
+# contexts and the probe's features name them
+REPETITION_KEYS = ("trigram_repetition_high", "trigram_repetition_low", "gap_trigram_repetition")
+
+
+def set_repetition(texts: Sequence[str], n: int = 3) -> float:
+    """The mean `ngram_repetition` over the texts that have an n-gram (NaN where none has one)."""
+    values = [v for v in (ngram_repetition(t, n) for t in texts) if v is not None]
+    return mean(values) if values else float("nan")
+
+
 def is_copy(prompt: str, text: str, threshold: float = 0.5) -> bool:
     """True when at least `threshold` of the generation's characters restate the question.
 

@@ -71,10 +71,16 @@ def selection(s: dict, strategy: str, score_kind: str, out: str, fmt_name: str) 
         "likelihood gap (high - low)": s["likelihood_gap"],
         "likelihood gap per token": s["likelihood_gap_per_token"],
         "length ratio (low / high tokens)": s["length_ratio_low_high"],
+        "trigram repetition, high / low set": _pair(s.get("trigram_repetition_high"), s.get("trigram_repetition_low")),
         "problems where high = low": s["same_candidate"],
         "response starts, high set": _cues(s.get("start_cues_high")),
         "response starts, low set": _cues(s.get("start_cues_low")), "written": f"{out} ({fmt_name})",
     }))
+
+
+def _pair(high, low) -> str:
+    """Two shares as "0.46 / 0.21" ("—" for one a set cannot have: no response of three words)."""
+    return " / ".join("—" if v is None or v != v else f"{v:.2f}" for v in (high, low))
 
 
 def _cues(cues) -> str:

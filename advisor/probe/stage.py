@@ -74,6 +74,7 @@ def build_probe_data(pool: Pool, scores: dict, cfg: ProbeConfig, tokenizer=None,
         "likelihood_gap": high.summary["likelihood_gap"],
         "likelihood_gap_per_token": high.summary["likelihood_gap_per_token"],
         "length_ratio_low_high": high.summary["length_ratio_low_high"],
+        **{k: high.summary[k] for k in metrics.REPETITION_KEYS},
         "mean_tokens_high": high.summary["mean_tokens_high"],
         "mean_tokens_low": high.summary["mean_tokens_low"],
     }

@@ -15,7 +15,7 @@ import math
 import re
 
 from capacity_advisor.advisor.predictor.proxy_rule import ProxyRule, largest_mean
-from capacity_advisor.probes.run import ProbeReport
+from capacity_advisor.probes.run import POOL_CONTRASTS, ProbeReport
 
 
 def probe_folder(draw: int) -> str:
@@ -107,14 +107,19 @@ def by_proxy_rule(cfg, predictor, calibrated: dict, advice, notes: list):
     return advice
 
 
+def pool_contrasts(context: dict) -> dict:
+    """What the selection measured on the pool without training (`probes.run.POOL_CONTRASTS`), from
+    a probe stage's context (NaN where a context from before lacks one)."""
+    return {k: context.get(k, math.nan) for k in POOL_CONTRASTS}
+
+
 def draw_advice(cfg, predictor, policy, desc: dict, context: dict, reports: list[ProbeReport]) -> list[dict]:
     """What each probe draw alone would have advised (`cfg`: recommend's settings — seed, budget,
     ranking, model): its seed, the policy's set, who answered, and the predictor's probabilities
     on that draw's inputs."""
     out = []
     for r, report in enumerate(reports):
-        given = {"likelihood_gap_per_token": context["likelihood_gap_per_token"],
-                 "length_ratio_low_high": context["length_ratio_low_high"], **report.features}
+        given = {**pool_contrasts(context), **report.features}
         measured = {k: float("nan") if v is None else v for k, v in given.items()}
         d = policy.decide(predictor, measured, desc["n_params"], cfg.budget, cfg.score, student=cfg.model)
         out.append({"seed": cfg.seed + r, "strategy": d.strategy, "answered_by": d.answered_by,

@@ -37,8 +37,8 @@ from capacity_advisor.advisor.probe.plan import (
 from capacity_advisor.advisor.probe.stage import LOCAL_WINDOW, given_scores, probe_pool
 from capacity_advisor.advisor.recommendation import figure
 from capacity_advisor.advisor.recommendation.draws import (
-    by_proxy_rule, calibrated_line, combined_cost, draw_advice, draws_line, mean_features, probe_folder, race_note,
-    race_plan,
+    by_proxy_rule, calibrated_line, combined_cost, draw_advice, draws_line, mean_features, pool_contrasts, probe_folder,
+    race_note, race_plan,
 )
 from capacity_advisor.advisor.recommendation.result import (
     BUDGET_GRID, Recommendation, recommendation, write_advice, write_manifest,
@@ -271,8 +271,7 @@ def advise(cfg: RecommendConfig, predictor, desc: dict, settings: dict, stages: 
     (`by_proxy_rule`), and the report says so."""
     stage = stages[0]
     context = stage.split.data.context
-    measured = {"likelihood_gap_per_token": context["likelihood_gap_per_token"],
-                "length_ratio_low_high": context["length_ratio_low_high"]}
+    measured = pool_contrasts(context)
     draws = race = None
     calibrated = calibrated_source(predictor, pool_fingerprint)
     if stage.report is None:

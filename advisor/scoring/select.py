@@ -28,6 +28,7 @@ from capacity_advisor.training.ranking import (  # noqa: F401  (re-exported)
     DEFAULT_RANKING, RANKINGS, SCORE_FIELDS, extremes, low_share, score_value,
 )
 from capacity_advisor.training.manifest import DEFAULT_MIX, STRATEGIES
+from capacity_advisor.training.text_metrics import REPETITION_KEYS, set_repetition
 
 FORMATS = ("trl", "messages", "alpaca")
 REQUIRED_SCORE_FIELDS = ("id", "k", "n_tokens", "logprob_sum", "logprob_mean", "truncated")
@@ -108,9 +109,12 @@ def select(pool: Pool, scores: Mapping[tuple[str, int], dict], cfg: SelectConfig
         )
     low_ids = low_share([pid for pid, _, _ in chosen], cfg.mix, cfg.seed) if cfg.strategy == "mixed" else set()
 
+    def text_of(pid: str, r: dict) -> str:
+        return next(c.text for c in pool.get(pid).candidates if c.k == r["k"])
+
     def row(pid: str, r: dict, phase: str) -> dict:
         prob = pool.get(pid)
-        text = next(c.text for c in prob.candidates if c.k == r["k"])
+        text = text_of(pid, r)
         return {"id": pid, "k": r["k"], "prompt": prob.prompt, "response": text, "phase": phase,
                 "score": score_value(r, cfg.score), "n_tokens": r["n_tokens"], "answer": prob.answer}
 
@@ -123,7 +127,8 @@ def select(pool: Pool, scores: Mapping[tuple[str, int], dict], cfg: SelectConfig
     else:
         out = [row(pid, h, "high") for pid, h, _ in chosen] + [row(pid, lo, "low") for pid, _, lo in chosen]
     inputs = [pool.source, getattr(scores, "source", None)]
-    return Selection(cfg.strategy, out, _summary(chosen, out, cfg), [i for i in inputs if i])
+    texts = {"high": [text_of(pid, h) for pid, h, _ in chosen], "low": [text_of(pid, lo) for pid, _, lo in chosen]}
+    return Selection(cfg.strategy, out, _summary(chosen, out, cfg, texts), [i for i in inputs if i])
 
 
 # What each ranking reads beyond the fields every score row has, and how to get it when it is missing.
@@ -163,7 +168,10 @@ def cues(rows: Sequence[dict], top: int = 5) -> list[tuple[str, float]]:
     return [(text, count / n) for text, count in starts.most_common(top)] if n else []
 
 
-def _summary(chosen: Sequence[tuple[str, dict, dict]], rows: list[dict], cfg: SelectConfig) -> dict:
+def _summary(chosen: Sequence[tuple[str, dict, dict]], rows: list[dict], cfg: SelectConfig,
+             texts: Mapping[str, Sequence[str]]) -> dict:
+    """What the selection holds; `texts`: each problem's high and low response (`texts["high"]`,
+    `texts["low"]`), whose own repetition is read without a model."""
     hi_scores = [score_value(h, cfg.score) for _, h, _ in chosen]
     lo_scores = [score_value(lo, cfg.score) for _, _, lo in chosen]
     hi_len = mean(h["n_tokens"] for _, h, _ in chosen)
@@ -185,11 +193,19 @@ def _summary(chosen: Sequence[tuple[str, dict, dict]], rows: list[dict], cfg: Se
         "mean_tokens_low": lo_len,
         "length_ratio_low_high": lo_len / hi_len if hi_len else float("nan"),
         "same_candidate": sum(h["k"] == lo["k"] for _, h, lo in chosen),
+        # the candidates' own word-trigram repetition (`text_metrics.ngram_repetition`): needs no training
+        **repetition_summary(texts["high"], texts["low"]),
         # a cue at the start of a response moves its likelihood without changing its reasoning
         "start_cues_high": cues([h for _, h, _ in chosen]),
         "start_cues_low": cues([lo for _, _, lo in chosen]),
         "mean_score_selected": mean(r["score"] for r in rows),
     }
+
+
+def repetition_summary(high: Sequence[str], low: Sequence[str]) -> dict:
+    """Each set's mean word-trigram repetition and D_low's minus D_high's (REPETITION_KEYS)."""
+    h, lo = set_repetition(high), set_repetition(low)
+    return dict(zip(REPETITION_KEYS, (h, lo, lo - h)))
 
 
 def export_rows(sel: Selection, fmt: str) -> list[dict]:

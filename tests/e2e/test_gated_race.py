@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import RACE_MANIFEST, ROOT, one_error_line, race_curve, race_manifest, real_pool, run
 
+from capacity_advisor.training.text_metrics import REPETITION_KEYS
 from capacity_advisor.advisor.predictor import Policy, Predictor
 from capacity_advisor.advisor.predictor.gate import (
     CAP, RACE_GRIDS, SCOUTS, SCOUTS_BOTH, Gate, choose_gate, gated_picks, judged_on_other_repeats,
@@ -457,6 +458,10 @@ def test_recommend_plans_the_race_where_the_gate_opens(planned):
     assert "P(D_low)" in report and "--no-race trains" in report
     m = json.loads((root / "rec" / "recommendation.json").read_text())
     assert m["race"]["fraction"] == 0.5 and m["race"]["wait"] is None and m["race"]["why"].startswith("P(D_low)")
+    # the pool's own contrasts read at selection, the candidates' repetition among them, go with the advice
+    assert all(k in m["features"] for k in ("likelihood_gap_per_token", *REPETITION_KEYS))
+    assert m["features"]["gap_trigram_repetition"] == pytest.approx(
+        m["features"]["trigram_repetition_low"] - m["features"]["trigram_repetition_high"])
     # beside the mean over held-out pools (most raced nothing), what the races the gate opened cost
     held = Predictor.load(SHIPPED).meta["cv"]["source"]["methods"]["gated race"]
     assert m["race"]["expected"] == {k: held[k] for k in ("regret", "overhead", "overhead_where_open")}

@@ -113,6 +113,9 @@ def test_probe_report_numbers(tiny_llama, tmp_path):
     assert f["high_teacher_nll_drop_rel"] > 0  # training on teacher responses moves the student toward them
     assert math.isfinite(f["gap_teacher_nll_drop_rel"]) and "log10_params" not in f and "n_params" not in f
     assert f["high_train_loss_drop_rel"] > 0 and math.isfinite(f["likelihood_gap_per_token"])
+    # the candidates' own repetition, read at selection without training, is kept among the features
+    assert all(f[k] == data.context[k] and math.isfinite(f[k]) for k in metrics.REPETITION_KEYS)
+    assert f["gap_trigram_repetition"] == pytest.approx(f["trigram_repetition_low"] - f["trigram_repetition_high"])
     # base drift at step 0 is the base model's own NLL of its generations; it rises as training moves away
     assert start["base_drift"] > 0 and math.isfinite(f["high_drift_rel"])
     assert start["answer_logprob"] < 0 and math.isfinite(f["high_answer_logprob_gain"])

@@ -7,6 +7,7 @@ from capacity_advisor.advisor.pools.options import PoolOptions
 from capacity_advisor.advisor.pools.read import read_pool
 from capacity_advisor.advisor.scoring.select import SelectConfig, export, extremes, select
 from capacity_advisor.core.errors import InputError
+from capacity_advisor.training.text_metrics import ngram_repetition
 
 
 @pytest.fixture
@@ -35,6 +36,22 @@ def test_high_and_low_are_argmax_and_argmin(pool_and_scores):
         assert h["response"] == pool.get(f"q{i}").candidates[i % 4].text
     assert high.summary["likelihood_gap"] == pytest.approx(8.0)
     assert high.summary["mean_score_high"] == pytest.approx(-1.0)
+
+
+def test_each_set_reports_its_candidates_own_trigram_repetition(tmp_path):
+    # problem a: the likelier candidate restates its step (4 of its 10 word trigrams repeat an earlier
+    # one), the other states it once; problem b: both are bare answers, which hold no trigram
+    looping, once = "so 3 + 4 = 7 so 3 + 4 = 7", "3 + 4 gives 7 , done"
+    write_jsonl(tmp_path / "pool.jsonl", [{"id": "a", "problem": "3+4?", "generations": [looping, once], "answer": "7"},
+                                          {"id": "b", "problem": "1+1?", "generations": ["2", "two"], "answer": "2"}])
+    scores = {(pid, k): {"id": pid, "k": k, "n_tokens": 5, "logprob_sum": -1.0 - 5 * k, "logprob_mean": -0.2 - k,
+                         "truncated": False} for pid in "ab" for k in (0, 1)}
+    s = select(read_pool(tmp_path / "pool.jsonl"), scores, SelectConfig("high")).summary
+    assert s["trigram_repetition_high"] == pytest.approx(4 / 10)
+    assert s["trigram_repetition_low"] == 0.0
+    assert s["gap_trigram_repetition"] == pytest.approx(-0.4)
+    assert ngram_repetition("2") is None and ngram_repetition("C3+4*9=;A7") == 0.0
+    assert ngram_repetition("a b c a b c a b c") == pytest.approx(4 / 7)
 
 
 def test_sum_ranking_differs_from_mean(pool_and_scores):

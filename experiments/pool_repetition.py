@@ -10,8 +10,9 @@ and how many (unit, budget) rows D_low won outright.
 
     python -m experiments.pool_repetition calibration/real/*-s0 calibration/real/linear-scripted --json
 
-One row per pool source (its folders' seeds together); `rank_correlation` is Spearman's between
-the repetition gap (D_low's minus D_high's) and D_low's mean lead over the sources. Scoring a
+One row per pool source (its folders' seeds together); `rank_correlation` is Spearman's, over the
+sources, between D_low's mean lead and each of the pool's contrasts: the repetition gap (D_low's
+minus D_high's), the length ratio and the likelihood gap per token. Scoring a
 300-problem pool under a 135M student takes a few minutes on 2 CPU cores; each pool is scored
 once, whatever folders share it.
 """
@@ -41,6 +42,8 @@ from capacity_advisor.core.files import json_object
 from capacity_advisor.training.text_metrics import REPETITION_KEYS
 
 POOLS = Path("calibration/real/pools")
+# the pool's contrasts under the base whose rank correlation with D_low's lead is reported
+CONTRASTS = ("gap_trigram_repetition", "length_ratio_low_high", "likelihood_gap_per_token")
 
 
 def folder_records(path: Path) -> list[dict]:
@@ -96,9 +99,16 @@ def table(paths: list[Path], scores_dir: Path) -> dict:
                     "records_likelihood_gap_per_token": mean(v for v in measured if isinstance(v, (int, float))),
                     "low_lead": mean(leads), "low_wins": sum(r["label"] == "low" for r in rows),
                     "high_wins": sum(r["label"] == "high" for r in rows)})
-    gaps = [r["gap_trigram_repetition"] for r in out if math.isfinite(r["gap_trigram_repetition"])]
-    leads = [r["low_lead"] for r in out if math.isfinite(r["gap_trigram_repetition"])]
-    return {"sources": out, "rank_correlation": spearman(gaps, leads)}
+    return {"sources": out, "rank_correlation": correlations(out)}
+
+
+def correlations(sources: list[dict]) -> dict:
+    """Each contrast's rank correlation with D_low's lead, over the sources where it is a number."""
+    out = {}
+    for k in CONTRASTS:
+        pairs = [(r[k], r["low_lead"]) for r in sources if math.isfinite(r[k])]
+        out[k] = spearman([x for x, _ in pairs], [y for _, y in pairs])
+    return out
 
 
 def markdown(t: dict) -> str:
@@ -113,7 +123,8 @@ def markdown(t: dict) -> str:
                      f"{f(r['gap_trigram_repetition'])} | {f(r['length_ratio_low_high'])} | "
                      f"{f(r['likelihood_gap_per_token'], 3)} / {f(r['records_likelihood_gap_per_token'], 3)} | "
                      f"{r['low_lead']:+.1f} | {r['low_wins']} / {r['high_wins']} |")
-    lines.append(f"\nSpearman's rank correlation of the repetition gap with D_low's lead: {f(t['rank_correlation'])}")
+    lines.append("\nSpearman's rank correlation with D_low's lead over the sources: " + ", ".join(
+        f"{k} {f(v)}" for k, v in t["rank_correlation"].items()))
     return "\n".join(lines)
 
 

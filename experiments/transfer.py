@@ -34,7 +34,11 @@ early leads D_low overtakes on the lab's scripted pools ("scouted both ways" tak
 that costs). "... evaluated at its shares, D_high scouted at T" is the race as `advisor train` runs
 it (at its shares) with a scout for D_high too, at a lead of T (`--high-scout`, default 0.5): where
 D_high's accuracy gain in the probe leads D_low's by T or more, D_high without a race — a gate input
-not shipped, measured to see what a pool where D_high wins costs without it.
+not shipped, measured to see what a pool where D_high wins costs without it. "... D_low where the
+likelihood gap per token ≤ G" reads an input that needs no training: where, ranked by the summed
+log-probability, D_low's responses are at least as likely per token under the base as D_high's
+(`likelihood_gap_per_token` ≤ G; a D_high of bare answers against worked solutions), it takes D_low
+without a race, and elsewhere plans as the race at its shares does (GAP_SCOUTS; not shipped).
 
 `--store NAME` also keeps the judgment in the judged predictor (`--predictor`, required: the shipped
 one is `--predictor advisor/predictor_data`) as meta.transfer's entry NAME, with the gate it judged
@@ -127,6 +131,19 @@ def read_records(paths) -> list[dict]:
 
 
 HIGH_SCOUT = 0.5  # the D_high lead of the "D_high scouted" row (`--high-scout`)
+GAP_SCOUTS = (0.0, -0.25, -0.5, -1.0)  # the likelihood gaps per token at or under which the "gap" rows take D_low
+
+
+def gap_row(g: float) -> str:
+    return f"{AT_SHARES}, D_low where the likelihood gap per token ≤ {g:g}"
+
+
+def gap_scouts(row: dict, g: float) -> bool:
+    """Whether the pool's per-token likelihood gap (D_high's mean log-probability per token minus
+    D_low's, under the base) is `g` or less on a row ranked by the sum (by the mean it is never
+    negative)."""
+    v = row["features"].get("likelihood_gap_per_token")
+    return row["score"] == "sum" and isinstance(v, (int, float)) and math.isfinite(v) and v <= g
 
 
 def judge(records: list[dict], predictor_dir: str | None = None, high_scout: float = HIGH_SCOUT, gate=None) -> dict:
@@ -145,6 +162,7 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
     picks: dict[str, list[tuple[dict, str, float]]] = {m: [] for m in (
         "always high", "always low", "always mixed", "predictor alone", "policy", "gated race (shipped)",
         "gated race, scouted", "gated race, scouted both ways", AT_SHARES, high_row(high_scout),
+        *(gap_row(g) for g in GAP_SCOUTS),
         *(f"race on every pool, at {f:.0%}" for f in RACES),
         *(f"race on every pool, tie check at {t:.0%}, else at {f:.0%}" for t, f in TIE_RACES))}
     opened, per_row = [], []
@@ -169,6 +187,8 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
                                                       else picks["gated race, scouted"][-1])
         picks[high_row(high_scout)].append((r, "high", 0.0) if d.race is not None and scouting.scouts_high(r["features"])
                                            else picks[AT_SHARES][-1])
+        for g in GAP_SCOUTS:
+            picks[gap_row(g)].append((r, "low", 0.0) if gap_scouts(r, g) else picks[AT_SHARES][-1])
         opened.append(d.race is not None)
         kept, share = picks[AT_SHARES][-1][1:]
         per_row.append({"source": r["source"], "repeat": r["repeat"], "budget": r["budget"],

@@ -133,3 +133,22 @@ def test_rows_are_printed_after_the_table_only_when_asked(capsys):
     assert main([folder, "--rows"]) == 0
     rows = capsys.readouterr().out
     assert rows.startswith(plain.rstrip("\n")) and "| P(D_low) |" in rows and "| P(D_low) |" not in plain
+
+
+def test_the_likelihood_gap_rows_take_d_low_without_a_race_only_where_the_sum_ranking_shows_the_gap():
+    """The "D_low where the likelihood gap per token ≤ G" rows: D_low at no cost where the pool's gap,
+    ranked by the sum, is G or less (place-neural: D_low's worked answers likelier per token than
+    D_high's), the race at its shares elsewhere (round-scripted's gap −0.15 is over −0.25)."""
+    from helpers import ROOT
+
+    from experiments.transfer import AT_SHARES, gap_row, gap_scouts, judge
+
+    row = {"score": "sum", "features": {"likelihood_gap_per_token": -0.3}}
+    assert gap_scouts(row, -0.25) and not gap_scouts(row, -0.5)
+    assert not gap_scouts({**row, "score": "mean"}, -0.25)  # by the mean D_high is never less likely per token
+    assert not gap_scouts({"score": "sum", "features": {"likelihood_gap_per_token": None}}, 0.0)
+    paths = [ROOT / "calibration" / "real" / "round-scripted-s0", ROOT / "calibration" / "real" / "place-neural-s1"]
+    t = judge(read_records(paths))
+    picks = t["methods"][gap_row(-0.25)]["by_source"]
+    assert picks["place/smollm2-135m-ft@T1"]["overhead"] == 0 and picks["place/smollm2-135m-ft@T1"]["regret"] == 0
+    assert picks["round/scripted"] == t["methods"][AT_SHARES]["by_source"]["round/scripted"]

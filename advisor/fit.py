@@ -25,7 +25,9 @@ from capacity_advisor.advisor.predictor import (
     CV_SPLITS, FEATURE_SETS, FITTABLE, LARGEST_PROXY, PROXY, Rule, SPLITS, TIE_MARGIN, WITHOUT_PROXIES, cross_validate,
     fit_predictor, folds, label_rows, options_in, read_records, select_policy, unit_of,
 )
-from capacity_advisor.advisor.predictor.gate import COSTS, NO_SCOUT, RACE_GRIDS, SCOUTS, SCOUTS_BOTH
+from capacity_advisor.advisor.predictor.gate import (
+    COSTS, GAP_SCOUTS, NO_SCOUT, RACE_GRIDS, SCOUTS, SCOUTS_BOTH, as_scout,
+)
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix, ranking_sum
 from capacity_advisor.advisor.predictor.policy import (
     CHOOSE_BY, EITHER, EITHER_PREDICTOR, PROXY_RULE, choose_policy, measured_policy, with_gate,
@@ -189,6 +191,10 @@ class FitSettings:
     high_scout: bool = field(default=False, metadata={"help": (
         "Beside --scout's, also offer a scout for D_high: where the gate would open but D_high's accuracy gain in "
         "the probe leads D_low's by 0.3 or 0.5, D_high without a race.")})
+    gap_scout: bool = field(default=False, metadata={"help": (
+        "Also offer the gate a scout that needs no training: where the pool's likelihood gap per token under the "
+        "base, ranked by the sum, is 0, -0.25, -0.5 or -1 or less (D_high's responses less likely per token than "
+        "D_low's), D_low without a race.")})
     n_members: int = field(default=MEMBERS, metadata={"help": "Ensemble members (bootstrap resamples of the calibration units)."})
     jobs: int = field(default=1, metadata={"help": "Processes fitting members in parallel."})
     seed: int = field(default=0, metadata={"help": "Bootstrap draws and LightGBM's seed."})
@@ -274,6 +280,8 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
     cv_tables = {}
     races = RACE_GRIDS[settings.race_grid]
     scouts = SCOUTS_BOTH if settings.high_scout else SCOUTS if settings.scout else NO_SCOUT
+    if settings.gap_scout:
+        scouts = tuple((*as_scout(sc)[:2], gap) for sc in scouts for gap in GAP_SCOUTS)
     for s in settings.cv:
         if not folds(rows, s):
             continue

@@ -51,12 +51,13 @@ class Advice:
 
 
 PROBE_RACE = "the probe's race"  # Decision.answered_by where the gate takes the probe's own lead (for D_low, or D_high)
+POOL_GAP = "the pool's likelihood gap"  # ... where it takes D_low by the pool's per-token likelihood gap (`Gate.gap_scout`)
 
 
 @dataclass(frozen=True)
 class Decision:
     strategy: str  # the set the policy keeps
-    answered_by: str  # "predictor", "the policy: always D_high", PROBE_RACE, or "fallback: ..."
+    answered_by: str  # "predictor", "the policy: always D_high", PROBE_RACE, POOL_GAP, or "fallback: ..."
     why: str  # in words
     advice: Advice  # the predictor's own advice, which the policy read
     distance_ratio: float  # the nearest calibrated student's distance over the typical distance
@@ -75,6 +76,6 @@ class Decision:
         line = (f"{self.answered_by}: {self.why}; the predictor alone would say D_{own.strategy} "
                 f"(P = {own.probabilities[own.strategy]:.2f})")
         given = replace(given, confidence_reasons=(line,) + own.confidence_reasons)
-        if self.answered_by == PROBE_RACE:  # a measured lead on held-out problems, not a fallback's guess
+        if self.answered_by in (PROBE_RACE, POOL_GAP):  # measured on held-out problems or the pool, not a guess
             return replace(given, confidence="medium")
         return given.lower() if self.answered_by != "predictor" else given

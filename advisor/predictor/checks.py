@@ -124,12 +124,13 @@ def gate_ok(g) -> bool:
     if g is None:
         return True
     keys = {"threshold", "headroom", "fraction", "wait", "cap"}
-    optional = {"open_cap", "k", "margin", "patient", "scout", "tie", "high_scout", "cost", "fast_gain", "fast_fraction"}
+    optional = {"open_cap", "k", "margin", "patient", "scout", "tie", "high_scout", "cost", "fast_gain", "fast_fraction",
+                "gap_scout"}
     if not (isinstance(g, dict) and keys <= set(g) <= keys | optional):
         return False
     f, w, o, tie = g["fraction"], g["wait"], g.get("open_cap"), g.get("tie")
     lead, margin = g.get("k"), g.get("margin", 0.05)
-    levels = ("threshold", "headroom", "scout", "high_scout")
+    levels = ("threshold", "headroom", "scout", "high_scout", "gap_scout")
     return (all(g.get(k) is None or (number(g[k]) and -1e6 < g[k] < 1e6) for k in levels)
             and number(f) and 0 < f <= 1 and (w is None or (number(w) and f < w <= 1))
             and number(g["cap"]) and 0 <= g["cap"] <= 100 and (o is None or (number(o) and 0 <= o <= 100))

@@ -2,6 +2,7 @@
 
     gate = choose_gate(measured, policy, cap=0.2)     # chosen on held-out measurements of other sources
     why = gate.scouts(inputs)                         # not None: the probe already raced, D_low at no cost
+    why = gate.gap_scouts(inputs, "sum")              # not None: the pool's likelihood gap says D_low, at no cost
     why = gate.opens(p_low, inputs)                   # None: train the policy's set; else why to race
     kept, overhead = gate.replay(row)                 # the race replayed on a calibration row's curves
 
@@ -58,6 +59,15 @@ NO_SCOUT = (math.inf,)  # without `--scout`: the probe's lead never decides alon
 # also offers a D_high lead of the probe from which a gate that would open takes D_high without a race
 HIGH_SCOUTS = (math.inf, 0.3, 0.5)
 SCOUTS_BOTH = tuple((lo, hi) for lo in SCOUTS for hi in HIGH_SCOUTS)
+# ... and `advisor fit --gap-scout` an input that needs no training: the pool's likelihood gap per token
+# under the base (D_high's mean log-probability per token minus D_low's), ranked by the sum, at or
+# under which the gate takes D_low without a race (a scout of the grid is then a triple: D_low lead,
+# D_high lead, gap). Ranked by the summed log-probability, D_high is the likeliest candidate as a
+# whole, which favours the shortest; where its tokens are less likely one by one than D_low's (a bare
+# answer against a fluent worked solution) D_low won on the lab's and the real student's sources
+# (docs/results.md, "The candidates' own repetition, and the per-token likelihood gap")
+GAP_INPUT = "likelihood_gap_per_token"
+GAP_SCOUTS = (-math.inf, 0.0, -0.25, -0.5, -1.0)
 TIES = (0.2, 0.3, 0.5)  # the shares at which a race of the "tie" grid may check that D_low shows anything
 # (fraction, wait, k, margin, patient, tie): the races a gate may open — stopped at a share of the
 # budget, or waiting for a gaining D_low (`races.race`); the grid `advisor fit` chooses from by default
@@ -112,6 +122,7 @@ class Gate:
     cost: str = "share"  # what `cap` and `open_cap` count (COSTS)
     fast_gain: float = math.inf  # the probe's learning speed (`labels.learning_speed`) from which ...
     fast_fraction: float | None = None  # ... the race stops at this share instead (a plain stop; None: never)
+    gap_scout: float = -math.inf  # the sum-ranked likelihood gap per token at or under which D_low without a race
 
     @property
     def never(self) -> bool:
@@ -123,6 +134,16 @@ class Gate:
         if math.isfinite(h) and h >= self.scout:
             return (f"the probe already raced: D_low raised held-out accuracy {h:.2f} more than D_high did (the "
                     f"gate's scout: {self.scout:g})")
+        return None
+
+    def gap_scouts(self, measured: dict, score: str | None) -> str | None:
+        """Why the pool's likelihood gap per token (`gap_scout`; sets ranked by `score` "sum" only)
+        decides for D_low without a race (words), or None."""
+        g = gap_of(measured, score)
+        if g <= self.gap_scout:
+            return (f"D_high's responses are less likely per token than D_low's under the base ({GAP_INPUT} {g:.2f}, "
+                    f"at or under the gate's {self.gap_scout:g}): by the summed log-probability D_high holds the "
+                    "shortest candidates, not the likeliest steps")
         return None
 
     def scouts_high(self, measured: dict) -> str | None:
@@ -185,6 +206,8 @@ class Gate:
                  if math.isfinite(self.scout) else "")
         if math.isfinite(self.high_scout):
             scout += f"; takes D_high instead of a race where {SCOUT_INPUT} ≤ −{self.high_scout:g}"
+        if math.isfinite(self.gap_scout):
+            scout += f"; takes D_low without a race where {GAP_INPUT} ≤ {self.gap_scout:g} (sets ranked by the sum)"
         if self.never:
             return ("never races (on the held-out sources no gate beat the policy alone within the overhead cap)"
                     + scout)
@@ -223,6 +246,8 @@ class Gate:
         if d["fast_fraction"] is None:  # absent, so files from before read as they did
             d.pop("fast_fraction")
             d.pop("fast_gain")
+        if math.isinf(d["gap_scout"]):  # absent, so files from before read as they did
+            d.pop("gap_scout")
         return d
 
     @classmethod
@@ -236,22 +261,37 @@ class Gate:
                    None if d.get("tie") is None else float(d["tie"]),
                    math.inf if d.get("high_scout") is None else float(d["high_scout"]), str(d.get("cost", "share")),
                    math.inf if d.get("fast_fraction") is None else float(d["fast_gain"]),
-                   None if d.get("fast_fraction") is None else float(d["fast_fraction"]))
+                   None if d.get("fast_fraction") is None else float(d["fast_fraction"]),
+                   -math.inf if d.get("gap_scout") is None else float(d["gap_scout"]))
 
 
 @lru_cache(maxsize=None)
 def grid(races: tuple = RACES, scouts: tuple = NO_SCOUT) -> tuple[Gate, ...]:
-    """Every gate: each pair of thresholds and each scout (a D_low lead, or a pair of D_low and D_high
-    leads) with each race of `races`."""
-    pairs = [sc if isinstance(sc, tuple) else (sc, math.inf) for sc in scouts]
+    """Every gate: each pair of thresholds and each scout (a D_low lead, a pair of D_low and D_high
+    leads, or a triple with a likelihood gap per token) with each race of `races`."""
+    triples = [as_scout(sc) for sc in scouts]
     return tuple(Gate(t, h, f, w, k=k, margin=LEAD_MARGIN if m is None else m, patient=p, scout=lo, tie=ti,
-                      high_scout=hi, **fast_of(rest))
-                 for t, h, (f, w, k, m, p, ti, *rest), (lo, hi) in product(THRESHOLDS, HEADROOMS, races, pairs))
+                      high_scout=hi, gap_scout=gap, **fast_of(rest))
+                 for t, h, (f, w, k, m, p, ti, *rest), (lo, hi, gap) in product(THRESHOLDS, HEADROOMS, races, triples))
+
+
+def as_scout(sc) -> tuple[float, float, float]:
+    """A scout of the grid as (D_low lead, D_high lead, likelihood gap): a lead alone or a pair of
+    leads never decide by the gap."""
+    t = sc if isinstance(sc, tuple) else (sc,)
+    return t + (math.inf, -math.inf)[len(t) - 1:]
 
 
 def fast_of(rest) -> dict:
     """A race entry's fast learner's stop (its 7th and 8th items), as Gate's fields."""
     return {"fast_gain": float(rest[0]), "fast_fraction": float(rest[1])} if rest else {}
+
+
+def gap_of(measured: dict, score: str | None) -> float:
+    """The pool's likelihood gap per token (`GAP_INPUT`) where the sets were ranked by the sum (by the
+    mean it is never negative), else NaN."""
+    v = measured.get(GAP_INPUT)
+    return float(v) if score == "sum" and isinstance(v, (int, float)) and math.isfinite(v) else math.nan
 
 
 def headroom_of(row: dict) -> float:
@@ -267,7 +307,7 @@ def gated_picks(measured: Sequence[dict], policy, gate: Gate, at_shares: bool = 
     out = []
     for m in measured:
         r = m["row"]
-        if gate.scouts(r["features"]):
+        if gate.scouts(r["features"]) or gate.gap_scouts(r["features"], r["score"]):
             out.append((r, "low", 0.0))
         elif gate.opens(m["probs"].get("low", math.nan), {HEADROOM_INPUT: headroom_of(r)}):
             out.append((r, "high", 0.0) if gate.scouts_high(r["features"]) else (r, *gate.replay(r, at_shares)))
@@ -318,6 +358,7 @@ def _gate_arrays(measured: Sequence[dict], policy, races: tuple = RACES, cost: s
             "low": np.array([regret(r, "low") for r in rows]),
             "high": np.array([regret(r, "high") for r in rows]),
             "lead": np.array([accuracy_lead(r["features"]) for r in rows], dtype=float),
+            "gap": np.array([gap_of(r["features"], r["score"]) for r in rows], dtype=float),
             "raced": raced}
 
 
@@ -332,7 +373,7 @@ def scored_gates(measured: Sequence[dict], policy, *more: Sequence[dict], races:
         for g in grid(races, scouts):
             regs, overs, opened_costs = [], [], []
             for a in sets:
-                scouted = a["lead"] >= g.scout
+                scouted = (a["lead"] >= g.scout) | (a["gap"] <= g.gap_scout)
                 would = ((a["p_low"] >= g.threshold) | (a["head"] >= g.headroom)) & ~scouted
                 high = would & (-a["lead"] >= g.high_scout)  # the probe's D_high lead decides instead of a race
                 opened = would & ~high
@@ -353,7 +394,7 @@ def best_gate(measured: Sequence[dict], policy, cap: float = CAP, *more: Sequenc
     for g, reg, over, opened_cost in scored_gates(measured, policy, *more, races=races, scouts=scouts, cost=cost):
         if over > cap + 1e-9 or (open_cap is not None and opened_cost > open_cap + 1e-9):
             continue
-        key = (reg, over, -g.threshold, -g.headroom, -g.scout, -g.high_scout, -g.fast_gain)
+        key = (reg, over, -g.threshold, -g.headroom, -g.scout, -g.high_scout, -g.fast_gain, g.gap_scout)
         if best is None or reg < best[0][0] - NEAR or (abs(reg - best[0][0]) <= NEAR and key[1:] < best[0][1:]):
             best = (key, g)
     return replace(best[1], cap=cap, open_cap=open_cap, cost=cost), 100 * best[0][0]

@@ -35,7 +35,7 @@ from typing import Sequence
 
 import numpy as np
 
-from capacity_advisor.advisor.predictor.advice import PROBE_RACE, Advice, Decision
+from capacity_advisor.advisor.predictor.advice import POOL_GAP, PROBE_RACE, Advice, Decision
 from capacity_advisor.advisor.predictor.checks import policy_thresholds
 from capacity_advisor.advisor.predictor.ensemble import Predictor, distances, fit_predictor
 from capacity_advisor.advisor.predictor.gate import (
@@ -98,6 +98,9 @@ class Policy:
         scouted = self.gate.scouts(measured) if self.gate is not None else None
         if scouted is not None:  # the probe already raced the two sets on held-out problems
             return Decision("low", PROBE_RACE, scouted, **{**base, "race": None})
+        scouted = self.gate.gap_scouts(measured, score) if self.gate is not None else None
+        if scouted is not None:  # the pool itself: D_high's tokens less likely one by one than D_low's
+            return Decision("low", POOL_GAP, scouted, **{**base, "race": None})
         scouted = self.gate.scouts_high(measured) if base["race"] is not None else None
         if scouted is not None:  # the gate opened, and the probe's race already shows D_high well ahead
             return Decision("high", PROBE_RACE, scouted, **{**base, "race": None})

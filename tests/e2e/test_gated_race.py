@@ -17,7 +17,8 @@ from helpers import RACE_MANIFEST, ROOT, one_error_line, race_curve, race_manife
 from capacity_advisor.training.text_metrics import REPETITION_KEYS
 from capacity_advisor.advisor.predictor import Policy, Predictor
 from capacity_advisor.advisor.predictor.gate import (
-    CAP, RACE_GRIDS, SCOUTS, SCOUTS_BOTH, Gate, choose_gate, gated_picks, judged_on_other_repeats,
+    CAP, GAP_SCOUTS, NO_SCOUT, RACE_GRIDS, SCOUTS, SCOUTS_BOTH, Gate, as_scout, choose_gate, gated_picks,
+    judged_on_other_repeats,
 )
 from capacity_advisor.advisor.predictor.races import race, with_curves
 from capacity_advisor.core.errors import InputError
@@ -281,6 +282,52 @@ def test_where_the_probe_already_raced_for_d_low_the_gate_takes_its_lead_at_no_c
     d = scouting.decide(predictor, measured, 1e6, 2.0, "sum", student="lab:x")
     assert (d.strategy, d.answered_by, d.race) == ("low", PROBE_RACE, None)
     assert "accuracy 0.40 more than D_high" in d.why and d.advice_given("words").confidence == "medium"
+
+
+def test_where_d_highs_tokens_are_less_likely_one_by_one_the_gate_may_take_d_low_from_the_pool_alone():
+    """Rows where D_low wins late with a likelihood gap per token of -0.8 (a bare-answer D_high against
+    worked solutions, ranked by the sum), rows where D_high wins at -0.1, and rows where D_high wins
+    ranked by the mean (whose gap is never negative): offered the gap scouts (`--gap-scout`), the gate
+    chosen takes D_low without a race on the first kind only, where the plain gate races them; the
+    same gap read under the mean ranking never decides."""
+    def with_gap(m, gap, score="sum"):
+        m["row"]["features"], m["row"]["score"] = {"likelihood_gap_per_token": gap}, score
+        return m
+
+    bare = [with_gap(row("a", 0.5, True)[0], -0.8) for _ in range(3)]
+    near = [with_gap(row("b", 0.05, False)[0], -0.1) for _ in range(3)]
+    by_mean = [with_gap(row("c", 0.05, False)[0], -0.8, "mean") for _ in range(4)]
+    measured = bare + near + by_mean
+    offered = tuple((*as_scout(sc)[:2], g) for sc in NO_SCOUT for g in GAP_SCOUTS)
+    plain = choose_gate(measured, ALWAYS_HIGH, cap=1.0)
+    gate = choose_gate(measured, ALWAYS_HIGH, cap=1.0, scouts=offered)
+    assert plain.gap_scout == -math.inf and -0.8 <= gate.gap_scout < -0.1
+    picks = gated_picks(measured, ALWAYS_HIGH, gate)
+    assert [c for _, c, _ in picks] == ["low"] * 3 + ["high"] * 7 and all(o == 0 for *_, o in picks)
+    assert all(o > 0 for *_, o in gated_picks(measured, ALWAYS_HIGH, plain)[:3])  # the plain gate races them
+    assert gate.gap_scouts({"likelihood_gap_per_token": -0.8}, "sum").startswith("D_high's responses are less likely")
+    assert gate.gap_scouts({"likelihood_gap_per_token": -0.8}, "mean") is None
+    assert gate.gap_scouts({"likelihood_gap_per_token": None}, "sum") is None and gate.gap_scouts({}, "sum") is None
+    assert Gate.from_dict(gate.to_dict()) == gate and "without a race where likelihood_gap_per_token" in gate.describe()
+    assert "gap_scout" not in plain.to_dict()  # files from before read as they did
+    # the policy answers D_low from the pool, before its own thresholds, and says who answered
+    from capacity_advisor.advisor.predictor.advice import POOL_GAP
+    from capacity_advisor.advisor.predictor.checks import policy_thresholds
+    from capacity_advisor.advisor.probe.plan import load_predictor
+
+    policy = Policy(0.5, 0.1, True, Gate(math.inf, math.inf, 1.0, gap_scout=-0.25))
+    assert Policy.from_dict(policy.to_dict()) == policy
+    for bad in ({"gap_scout": "x"}, {"gap_scout": True}, {"gap_scout": [0.5]}):
+        with pytest.raises(InputError, match="meta.policy"):
+            policy_thresholds({**policy.to_dict(), "race": {**policy.to_dict()["race"], **bad}})
+    predictor = load_predictor(str(SHIPPED))
+    features = json.loads((ROOT / "calibration" / "records.jsonl").open().readline())["features"]
+    d = policy.decide(predictor, {**features, "likelihood_gap_per_token": -0.9}, 1e6, 2.0, "sum", student="lab:x")
+    assert (d.strategy, d.answered_by, d.race) == ("low", POOL_GAP, None) and "-0.90" in d.why
+    assert d.advice_given("words").confidence == "medium"
+    for score, gap in (("mean", -0.9), ("sum", -0.1)):
+        assert policy.decide(predictor, {**features, "likelihood_gap_per_token": gap}, 1e6, 2.0, score,
+                             student="lab:x").answered_by != POOL_GAP
 
 
 def test_where_the_gate_would_race_but_the_probe_shows_d_high_far_ahead_it_takes_d_high_at_no_cost():

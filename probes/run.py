@@ -315,8 +315,9 @@ def features(curves: dict[str, list[dict]], context: dict) -> dict:
                     "repetition_area", "repetition_peak", "answer_logprob_gain", "answer_logprob_area_gain",
                     "accuracy_gain", "accuracy_area_gain", "answer_rate_gain"):
             f[f"gap_{key}"] = f[f"low_{key}"] - f[f"high_{key}"]
-    for key in POOL_CONTRASTS:
-        f[key] = float(context.get(key, float("nan")))
+    for key in POOL_CONTRASTS:  # a probe from before the repetition was read replays without it, as it was
+        if key in context or key not in metrics.REPETITION_KEYS:
+            f[key] = float(context.get(key, float("nan")))
     return f
 
 

@@ -65,7 +65,7 @@ from capacity_advisor.advisor.lab import published
 from capacity_advisor.advisor.predictor import Policy, label_rows
 from capacity_advisor.advisor.predictor import read_records as read_file
 from capacity_advisor.advisor.predictor.evaluate import is_right, judged_on_other_repeats, noise_floor, regret
-from capacity_advisor.advisor.predictor.gate import judged_on_other_half
+from capacity_advisor.advisor.predictor.gate import gap_of, judged_on_other_half
 from capacity_advisor.advisor.predictor.labels import accuracy_lead, record_option, token_share, unit_of
 from capacity_advisor.advisor.predictor.races import race, with_curves
 from capacity_advisor.advisor.probe.plan import load_predictor
@@ -142,8 +142,7 @@ def gap_scouts(row: dict, g: float) -> bool:
     """Whether the pool's per-token likelihood gap (D_high's mean log-probability per token minus
     D_low's, under the base) is `g` or less on a row ranked by the sum (by the mean it is never
     negative)."""
-    v = row["features"].get("likelihood_gap_per_token")
-    return row["score"] == "sum" and isinstance(v, (int, float)) and math.isfinite(v) and v <= g
+    return gap_of(row["features"], row["score"]) <= g  # NaN (not ranked by the sum, or unmeasured): never
 
 
 def judge(records: list[dict], predictor_dir: str | None = None, high_scout: float = HIGH_SCOUT, gate=None) -> dict:

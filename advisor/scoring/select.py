@@ -202,9 +202,15 @@ def _summary(chosen: Sequence[tuple[str, dict, dict]], rows: list[dict], cfg: Se
     }
 
 
+REPETITION_SAMPLE = 512  # problems whose responses the repetition is read on (evenly spaced): bounded on any pool
+
+
 def repetition_summary(high: Sequence[str], low: Sequence[str]) -> dict:
-    """Each set's mean word-trigram repetition and D_low's minus D_high's (REPETITION_KEYS)."""
-    h, lo = set_repetition(high), set_repetition(low)
+    """Each set's mean word-trigram repetition and D_low's minus D_high's (REPETITION_KEYS), read on
+    at most REPETITION_SAMPLE problems, evenly spaced, so a pool of long traces costs no more than
+    a small one."""
+    step = max(1, -(-len(high) // REPETITION_SAMPLE))
+    h, lo = set_repetition(high[::step]), set_repetition(low[::step])
     return dict(zip(REPETITION_KEYS, (h, lo, lo - h)))
 
 

@@ -135,3 +135,14 @@ def test_local_ranking_needs_step_local_scores(pool_and_scores):
     for (pid, k), r in scores.items():
         r["logprob_local"] = -0.1 * ((k + 2) % 4)
     assert {r["k"] for r in select(pool, scores, SelectConfig("high", score="local")).rows} == {2}
+
+
+def test_the_repetition_is_read_on_an_evenly_spaced_sample_of_a_large_pool():
+    from capacity_advisor.advisor.scoring.select import REPETITION_SAMPLE, repetition_summary
+
+    n = 4 * REPETITION_SAMPLE  # every 4th problem is read: those are the looping ones here
+    high = ["a b c a b c" if i % 4 == 0 else "x y z" for i in range(n)]
+    s = repetition_summary(high, ["one two three"] * n)
+    assert s["trigram_repetition_high"] == pytest.approx(0.25) and s["trigram_repetition_low"] == 0.0
+    small = repetition_summary(high[:8], high[:8])  # a small pool is read whole: 2 looping of 8
+    assert small["trigram_repetition_high"] == pytest.approx(0.25 * 2 / 8) and small["gap_trigram_repetition"] == 0.0

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 import sys
 from collections import defaultdict
 from dataclasses import replace
@@ -31,7 +30,7 @@ from statistics import mean
 
 from scipy.stats import spearmanr
 
-from capacity_advisor.advisor.calibration.unit import EVAL_SEED
+from capacity_advisor.advisor.calibration.proxies import held_out
 from capacity_advisor.advisor.lab import published
 from capacity_advisor.advisor.pools.read import read_pool
 from capacity_advisor.advisor.predictor.labels import label_rows
@@ -66,8 +65,7 @@ def measure_pool(pool_file: Path, student: str, n_eval: int, scores_dir: Path, r
     units trained on: less the `n_eval` held out as `advisor calibrate --pool` holds them out): each
     set's repetition, the likelihood gap and the length ratio."""
     pool = read_pool(pool_file)
-    answered = sorted(p.id for p in pool.problems if p.answer is not None)
-    held = set(random.Random(EVAL_SEED).sample(answered, n_eval))
+    held = held_out([p.id for p in pool.problems if p.answer is not None], n_eval)
     pool = replace(pool, problems=[p for p in pool.problems if p.id not in held])
     out = scores_dir / pool_file.stem
     if not (out / "scores.jsonl").is_file():

@@ -157,6 +157,12 @@ class Plan:
     target: dict | None = None  # --target: its description and the plan its own full run would follow
 
 
+def held_out(answered, n_eval: int) -> set[str]:
+    """The ids of the full runs' held-out problems among a pool's problems with answers: one draw
+    (EVAL_SEED), the same for every student, seed and run."""
+    return set(random.Random(EVAL_SEED).sample(sorted(answered), n_eval))
+
+
 def make_plan(cfg: PoolCalibrateConfig, run: bool = True) -> Plan:
     """The plan, every input checked; with `run` also what loading each proxy needs (a dry run plans
     from configs alone)."""
@@ -179,7 +185,7 @@ def make_plan(cfg: PoolCalibrateConfig, run: bool = True) -> Plan:
     if cfg.n_eval > len(answered) // 4:
         raise InputError(f"--n-eval {cfg.n_eval} holds out more than a quarter of the pool's {len(answered)} problems "
                          f"with answers: lower it to at most {len(answered) // 4}, or use a larger pool")
-    held = set(random.Random(EVAL_SEED).sample(sorted(answered), cfg.n_eval))
+    held = held_out(answered, cfg.n_eval)
     train = replace(pool, problems=[p for p in pool.problems if p.id not in held])
     students = []
     for spec in cfg.students:

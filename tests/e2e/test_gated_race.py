@@ -39,6 +39,14 @@ def row(name: str, p_low: float, late_low: bool, budget: float = 2.0, seed: int 
     return {"row": r, "probs": {"high": 1 - p_low, "low": p_low}, "outside": False, "ratio": 0.0}, r
 
 
+def rejects_non_numbers(policy: Policy, key: str) -> None:
+    """A predictor file whose gate holds a string, a boolean or a list at `key` is refused."""
+    from capacity_advisor.advisor.predictor.checks import policy_thresholds
+
+    for bad in ({key: "x"}, {key: True}, {key: [0.5]}):
+        with pytest.raises(InputError, match="meta.policy"):
+            policy_thresholds({**policy.to_dict(), "race": {**policy.to_dict()["race"], **bad}})
+
 def test_the_gate_opens_where_d_low_may_win_and_stays_within_its_cap():
     measured = [row("a", 0.7, True)[0] for _ in range(2)] + [row("b", 0.05, False)[0] for _ in range(8)]
     gate = choose_gate(measured, ALWAYS_HIGH, cap=0.2)
@@ -265,13 +273,10 @@ def test_where_the_probe_already_raced_for_d_low_the_gate_takes_its_lead_at_no_c
     assert "scout" not in Gate(0.2, math.inf, 0.5).to_dict()  # files from before read as they did
     # the policy answers D_low from the probe, with no race, before its own thresholds or fallback
     from capacity_advisor.advisor.predictor.advice import PROBE_RACE
-    from capacity_advisor.advisor.predictor.checks import policy_thresholds
 
     policy = Policy(0.5, 0.1, True, Gate(0.2, math.inf, 1.0, scout=0.5))
     assert Policy.from_dict(policy.to_dict()) == policy
-    for bad in ({"scout": "x"}, {"scout": True}, {"scout": [0.5]}):
-        with pytest.raises(InputError, match="meta.policy"):
-            policy_thresholds({**policy.to_dict(), "race": {**policy.to_dict()["race"], **bad}})
+    rejects_non_numbers(policy, "scout")
     from capacity_advisor.advisor.probe.plan import load_predictor
 
     predictor = load_predictor(str(SHIPPED))
@@ -312,14 +317,11 @@ def test_where_d_highs_tokens_are_less_likely_one_by_one_the_gate_may_take_d_low
     assert "gap_scout" not in plain.to_dict()  # files from before read as they did
     # the policy answers D_low from the pool, before its own thresholds, and says who answered
     from capacity_advisor.advisor.predictor.advice import POOL_GAP
-    from capacity_advisor.advisor.predictor.checks import policy_thresholds
     from capacity_advisor.advisor.probe.plan import load_predictor
 
     policy = Policy(0.5, 0.1, True, Gate(math.inf, math.inf, 1.0, gap_scout=-0.25))
     assert Policy.from_dict(policy.to_dict()) == policy
-    for bad in ({"gap_scout": "x"}, {"gap_scout": True}, {"gap_scout": [0.5]}):
-        with pytest.raises(InputError, match="meta.policy"):
-            policy_thresholds({**policy.to_dict(), "race": {**policy.to_dict()["race"], **bad}})
+    rejects_non_numbers(policy, "gap_scout")
     predictor = load_predictor(str(SHIPPED))
     features = json.loads((ROOT / "calibration" / "records.jsonl").open().readline())["features"]
     d = policy.decide(predictor, {**features, "likelihood_gap_per_token": -0.9}, 1e6, 2.0, "sum", student="lab:x")
@@ -355,14 +357,11 @@ def test_where_the_gate_would_race_but_the_probe_shows_d_high_far_ahead_it_takes
     assert gate.scouts_high({"high_accuracy_gain": 0.2, "low_accuracy_gain": 0.0}) is None and gate.scouts_high({}) is None
     # the policy answers D_high from the probe only where its gate would race
     from capacity_advisor.advisor.predictor.advice import PROBE_RACE
-    from capacity_advisor.advisor.predictor.checks import policy_thresholds
     from capacity_advisor.advisor.probe.plan import load_predictor
 
     policy = Policy(0.5, 0.1, True, Gate(0.0, math.inf, 1.0, high_scout=0.5))  # opens on any P(D_low)
     assert Policy.from_dict(policy.to_dict()) == policy
-    for bad in ({"high_scout": "x"}, {"high_scout": True}, {"high_scout": [0.5]}):
-        with pytest.raises(InputError, match="meta.policy"):
-            policy_thresholds({**policy.to_dict(), "race": {**policy.to_dict()["race"], **bad}})
+    rejects_non_numbers(policy, "high_scout")
     predictor = load_predictor(str(SHIPPED))
     features = json.loads((ROOT / "calibration" / "records.jsonl").open().readline())["features"]
     ahead = {**features, "base_accuracy": 0.1, "high_accuracy_gain": 0.7, "low_accuracy_gain": 0.1}  # by 0.6

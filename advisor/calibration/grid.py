@@ -37,7 +37,7 @@ class CalibrateConfig:
     max_new_tokens: int = LAB.max_new_tokens
     measure_every: int = 1  # --measure-every: the full runs' scoring measures at every Nth evaluation (eval.measure_every)
     jobs: int = 1  # --jobs: units in parallel (one torch thread each)
-    teacher: str = LAB_TEACHER  # --teacher: the lab model that samples the pools, or a scripted teacher ("program", "explore")
+    teacher: str = LAB_TEACHER  # --teacher: the lab model that samples the pools, or a scripted teacher ("program", "explore", "terse")
     temperature: float = 1.0  # --temperature: the teacher's sampling temperature
     budget_runs: tuple[float, ...] = ()  # --budget-runs: also train each set as a run of just these epochs (seed 0)
     schedules: tuple[str, ...] = ()  # --schedules: options beyond D_high / D_low / D_mixed, e.g. mixed@0.25,curriculum@2

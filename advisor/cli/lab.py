@@ -92,8 +92,9 @@ def build(sizes, threads, as_json):
 @click.option("--candidates", default=6, show_default=True, help="Teacher responses per problem (4-8).")
 @seed_option("Problems and the scripted teacher's responses.")
 @click.option("--teacher", default="program", show_default=True, type=click.Choice(SCRIPTED_TEACHERS),
-              help="The scripted teacher: program (one reasoning procedure per response) or explore (half of its "
-                   "responses check their work by a second procedure: longer, exploratory).")
+              help="The scripted teacher: program (one reasoning procedure per response), explore (half of its "
+                   "responses check their work by a second procedure: longer, exploratory) or terse (one response "
+                   "of each problem is the answer alone, the rest as program's).")
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False), help="Pool JSONL to write.")
 @json_option
 def pool(task, n, difficulty, candidates, seed, teacher, out, as_json):

@@ -63,7 +63,7 @@ def own_pool_flags(flags: list[str]) -> str:
               help="The full runs' scoring measures (answer log-likelihood, teacher NLL, base drift, teacher view) at every "
                    "Nth evaluation and at whole epochs; accuracy at every one. 1: all of them at every evaluation.")
 @field_option(CalibrateConfig, "teacher",
-              help="The lab model that samples the pools (lab:teacher, lab:teacher-xl), or a scripted teacher: 'program' (one reasoning procedure per response) or 'explore' (half its responses checked by a second procedure).")
+              help="The lab model that samples the pools (lab:teacher, lab:teacher-xl), or a scripted teacher: 'program' (one reasoning procedure per response), 'explore' (half its responses checked by a second procedure) or 'terse' (one response of each problem the answer alone).")
 @field_option(CalibrateConfig, "temperature", help="The teacher model's sampling temperature.")
 @field_option(CalibrateConfig, "budget_runs", help="Also train each set of the first seed as runs of just these epochs, e.g. 1,2.")
 @field_option(CalibrateConfig, "schedules", help="Options beyond D_high / D_low / D_mixed, e.g. mixed@0.25,mixed@0.75,curriculum@2.")

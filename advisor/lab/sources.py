@@ -75,6 +75,13 @@ SOURCES.update({
     "modchain-explore": dict(tasks=("modchain",), teacher="explore"),
     "addition-explore": dict(tasks=("addition",), teacher="explore"),
 })
+# The terse teacher (a bare answer among worked solutions, so D_high is the bare answers under the sum
+# ranking, as on the real student's pools) on a pretrained family and a new one: sources run after the
+# gap scout's threshold was picked, to judge it where it was not chosen.
+SOURCES.update({
+    "subtraction-terse": dict(tasks=("subtraction",), teacher="terse"),
+    "modchain-terse": dict(tasks=("modchain",), teacher="terse"),
+})
 LISTED = ("tasks", "teacher", "temperature", "seeds", "budget_runs", "sizes", "builds")  # what --list shows
 
 Log = Callable[[str], None]

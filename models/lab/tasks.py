@@ -361,8 +361,11 @@ def make_problems(task: str, n: int, difficulty: int | None = None, seed: int = 
 # The scripted teachers (no model, no temperature): `program` writes each candidate by one reasoning
 # procedure drawn uniformly; `explore` writes half of them as a worked solution checked by a second,
 # different procedure — longer, exploratory responses, the kind the paper finds low-likelihood
-# under a student and worth learning from as it grows.
-SCRIPTED_TEACHERS = ("program", "explore")
+# under a student and worth learning from as it grows; `terse` answers one candidate of each problem
+# with the answer alone and writes the rest as `program` does: ranked by the summed log-likelihood the
+# bare answer is the likeliest whole response, so D_high holds bare answers and D_low worked solutions
+# (the shape of the pools a real instruct student ranks, docs/results.md section 8).
+SCRIPTED_TEACHERS = ("program", "explore", "terse")
 MAX_PAIR_TOKENS = 96  # positions a lab model trains on (BOS, prompt, response, EOS): `ladder.MAX_LENGTH`
 PAIR_CHARS = MAX_PAIR_TOKENS - 2  # one token per character: the longest prompt + response trained whole
 EXPLORE_SHARE = 0.5  # the share of `explore`'s candidates that check their work by a second procedure
@@ -372,15 +375,22 @@ def teacher_candidates(problem: Problem, n: int = 6, seed: int = 0, teacher: str
     """`n` correct (procedure, response) pairs of a scripted teacher (SCRIPTED_TEACHERS): procedures
     that show reasoning, sampled uniformly, with random surface variation; exact duplicates are
     re-drawn a few times. An `explore` candidate that checks itself is `first+second`: the first
-    procedure's steps, then `;` and the second's, then the answer."""
+    procedure's steps, then `;` and the second's, then the answer. `terse` puts one `direct`
+    (answer-only) candidate at a drawn place among `program`'s."""
     if teacher not in SCRIPTED_TEACHERS:
         raise InputError(f"unknown scripted teacher {teacher!r}: use {' or '.join(SCRIPTED_TEACHERS)}")
     fam = family(problem.task)
     names = [k for k in fam.procedures if k != "direct"]
     seedtext = f"teacher:{problem.prompt}:{seed}" if teacher == "program" else f"{teacher}:{problem.prompt}:{seed}"
     rng = random.Random(seedtext)
+    bare = rng.randrange(n) if teacher == "terse" else -1  # where `terse`'s answer-only candidate goes
     out, seen = [], set()
-    for _ in range(n):
+    for i in range(n):
+        if i == bare:
+            text = fam.procedures["direct"](problem, rng)
+            seen.add(text)
+            out.append(("direct", text))
+            continue
         for _attempt in range(6):
             name = rng.choice(names)
             text = fam.procedures[name](problem, rng)

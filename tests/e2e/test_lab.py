@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.models.lab.ladder import MAX_LENGTH
-from capacity_advisor.models.lab.tasks import FAMILIES, check, extract_answer, make_problems, teacher_candidates
+from capacity_advisor.models.lab.tasks import FAMILIES, check, extract_answer, make_problems, style_of, teacher_candidates
 from capacity_advisor.models.lab.ladder import build_student, student_dir, student_path
 from capacity_advisor.advisor.pools.lab import pool_rows, write_pool
 
@@ -86,7 +86,6 @@ def test_the_exploring_teacher_checks_half_its_answers_by_a_second_procedure(tas
     """`explore` writes a worked solution and then a second, different procedure's (`first+second`)
     for about half its candidates — correct, within what a lab student trains whole, and longer than
     `program`'s; the same seed gives the same pool."""
-    from capacity_advisor.models.lab.tasks import style_of
 
     probs = make_problems(task, 40, seed=3)
     checked, lengths = 0, {"program": [], "explore": []}
@@ -105,6 +104,29 @@ def test_the_exploring_teacher_checks_half_its_answers_by_a_second_procedure(tas
     assert teacher_candidates(probs[0], 6, 3, "explore") == teacher_candidates(probs[0], 6, 3, "explore")
     with pytest.raises(InputError, match="scripted teacher"):
         teacher_candidates(probs[0], 6, 3, "oracle")
+
+
+@pytest.mark.parametrize("task", list(FAMILIES))
+def test_the_terse_teacher_answers_one_candidate_of_each_problem_with_the_answer_alone(task):
+    """`terse` puts exactly one answer-only candidate at a drawn place among worked solutions of
+    `program`'s procedures, all correct; under any ranking by the summed log-likelihood the bare answer
+    is the shortest candidate by far, which is what puts it in D_high."""
+    probs = make_problems(task, 40, seed=3)
+    places = set()
+    for p in probs:
+        cands = teacher_candidates(p, 6, seed=3, teacher="terse")
+        names = [name for name, _ in cands]
+        assert len(cands) == 6 and names.count("direct") == 1
+        places.add(names.index("direct"))
+        bare = cands[names.index("direct")][1]
+        assert bare == f"A{p.answer}" and check(bare, p.answer)
+        for name, text in cands:
+            assert check(text, p.answer) and len(p.prompt) + len(text) + 2 <= MAX_LENGTH, (p.prompt, text)
+            if name != "direct":
+                assert "+" not in name and len(text) > len(bare) and style_of(p, text) == name
+    assert len(places) >= 4  # not always the same slot
+    assert teacher_candidates(probs[0], 6, 3, "terse") == teacher_candidates(probs[0], 6, 3, "terse")
+    assert teacher_candidates(probs[0], 6, 3, "terse") != teacher_candidates(probs[0], 6, 3, "program")
 
 
 def test_the_new_families_are_no_lab_models_pretraining_and_need_a_scripted_teacher():

@@ -195,6 +195,10 @@ class FitSettings:
         "Also offer the gate a scout that needs no training: where the pool's likelihood gap per token under the "
         "base, ranked by the sum, is 0, -0.25, -0.5 or -1 or less (D_high's responses less likely per token than "
         "D_low's), D_low without a race.")})
+    gap_scout_at: float | None = field(default=None, metadata={"help": (
+        "The gap scout at this threshold only, in every held-out fold and in the fit (not chosen among --gap-scout's): "
+        "where the pool's likelihood gap per token under the base, ranked by the sum, is at or under it, D_low without "
+        "a race. A number from -10 to 0.")})
     n_members: int = field(default=MEMBERS, metadata={"help": "Ensemble members (bootstrap resamples of the calibration units)."})
     jobs: int = field(default=1, metadata={"help": "Processes fitting members in parallel."})
     seed: int = field(default=0, metadata={"help": "Bootstrap draws and LightGBM's seed."})
@@ -230,6 +234,12 @@ class FitSettings:
             bad.append(f"--open-cap {self.open_cap} must be a share of one run, above 0 and at most 1" if most == 1 else
                        f"--open-cap {self.open_cap} must be above 0 and at most {most:g} (with --cost tokens, the losing "
                        "set's tokens over the kept set's run's, which can pass one run where D_low is the longer set)")
+        if self.gap_scout_at is not None:
+            if not (number(self.gap_scout_at) and -10 <= self.gap_scout_at <= 0):
+                bad.append(f"--gap-scout-at {self.gap_scout_at!r} must be a number from -10 to 0 (a likelihood gap per "
+                           "token in nats: D_high's responses that much less likely per token than D_low's)")
+            if self.gap_scout:
+                bad.append("--gap-scout chooses the gap scout's threshold and --gap-scout-at fixes it: give one of them")
         if self.cost not in COSTS:
             bad.append(f"--cost {self.cost!r} is unknown: use {', '.join(COSTS)}")
         if self.race_grid not in RACE_GRIDS:
@@ -282,6 +292,8 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
     scouts = SCOUTS_BOTH if settings.high_scout else SCOUTS if settings.scout else NO_SCOUT
     if settings.gap_scout:
         scouts = tuple((*as_scout(sc)[:2], gap) for sc in scouts for gap in GAP_SCOUTS)
+    elif settings.gap_scout_at is not None:
+        scouts = tuple((*as_scout(sc)[:2], float(settings.gap_scout_at)) for sc in scouts)
     for s in settings.cv:
         if not folds(rows, s):
             continue

@@ -561,10 +561,23 @@ def test_fit_settings_that_do_not_fit_together_are_one_error_line(tmp_path):
     is read, and no folder."""
     path = tmp_path / "records.jsonl"
     write_jsonl(path, make_records())
-    for extra, words in ((("--open-cap", 1.5), "at most 1"), (("--open-cap", 12, "--cost", "tokens"), "at most 10")):
+    for extra, words in ((("--open-cap", 1.5), "at most 1"), (("--open-cap", 12, "--cost", "tokens"), "at most 10"),
+                         (("--gap-scout-at", 0.5), "from -10 to 0"),
+                         (("--gap-scout", "--gap-scout-at", -0.25), "give one of them")):
         r = run("fit", "--records", path, "--out", tmp_path / "pred", *extra)
         assert r.exit_code == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
         assert not (tmp_path / "pred").exists()
     from capacity_advisor.advisor.fit import FitSettings
 
     FitSettings(open_cap=1.5, cost="tokens").check()  # taken in tokens
+
+
+def test_fit_with_the_gap_scout_fixed_keeps_it_in_every_gate(tmp_path):
+    """`--gap-scout-at G` is not chosen: the saved gate takes D_low from the pool at G."""
+    path = tmp_path / "records.jsonl"
+    write_jsonl(path, make_records())
+    r = run("fit", "--records", path, "--out", tmp_path / "pred", "--features", "probe", "--kinds", "logistic",
+            "--members", 2, "--cv-members", 2, "--cv", "student", "--gap-scout-at", -0.25)
+    assert r.exit_code == 0, r.stderr
+    saved = json.loads((tmp_path / "pred" / "predictor.json").read_text())
+    assert saved["meta"]["policy"]["race"]["gap_scout"] == -0.25

@@ -199,6 +199,10 @@ class FitSettings:
         "The gap scout at this threshold only, in every held-out fold and in the fit (not chosen among --gap-scout's): "
         "where the pool's likelihood gap per token under the base, ranked by the sum, is at or under it, D_low without "
         "a race. A number from -10 to 0.")})
+    gap_scout_added: bool = field(default=False, metadata={"help": (
+        "With --gap-scout-at: add that scout to the gate chosen without it (its thresholds, race and probe scout "
+        "as a fit without the gap scout chooses them), in every held-out fold and in the fit, rather than choosing "
+        "the gate with the scout in place.")})
     n_members: int = field(default=MEMBERS, metadata={"help": "Ensemble members (bootstrap resamples of the calibration units)."})
     jobs: int = field(default=1, metadata={"help": "Processes fitting members in parallel."})
     seed: int = field(default=0, metadata={"help": "Bootstrap draws and LightGBM's seed."})
@@ -240,6 +244,8 @@ class FitSettings:
                            "token in nats: D_high's responses that much less likely per token than D_low's)")
             if self.gap_scout:
                 bad.append("--gap-scout chooses the gap scout's threshold and --gap-scout-at fixes it: give one of them")
+        elif self.gap_scout_added:
+            bad.append("--gap-scout-added adds the scout --gap-scout-at fixes: give --gap-scout-at G too")
         if self.cost not in COSTS:
             bad.append(f"--cost {self.cost!r} is unknown: use {', '.join(COSTS)}")
         if self.race_grid not in RACE_GRIDS:
@@ -253,13 +259,15 @@ class FitSettings:
             raise InputError("; ".join(bad))
 
 
-def draw_gate(measured: Sequence[Sequence[dict]], draw: int, open_cap, races: tuple, scouts: tuple, cost: str = "share"):
+def draw_gate(measured: Sequence[Sequence[dict]], draw: int, open_cap, races: tuple, scouts: tuple, cost: str = "share",
+              gap_after: float | None = None):
     """The thresholds and gate one bootstrap draw's held-out measurements alone choose (the kind kept):
     beside the pooled choice, how much pooling the draws settled."""
     sets = [[m for m in ms if m.get("draw") == draw] for ms in measured]
     if not sets or not all(sets):
         return None
-    return with_gate(choose_policy(*sets), sets, open_cap=open_cap, races=races, scouts=scouts, cost=cost).gate
+    return with_gate(choose_policy(*sets), sets, open_cap=open_cap, races=races, scouts=scouts, cost=cost,
+                     gap_after=gap_after).gate
 
 
 def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings = FitSettings(), log=None,
@@ -292,8 +300,9 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
     scouts = SCOUTS_BOTH if settings.high_scout else SCOUTS if settings.scout else NO_SCOUT
     if settings.gap_scout:
         scouts = tuple((*as_scout(sc)[:2], gap) for sc in scouts for gap in GAP_SCOUTS)
-    elif settings.gap_scout_at is not None:
+    elif settings.gap_scout_at is not None and not settings.gap_scout_added:
         scouts = tuple((*as_scout(sc)[:2], float(settings.gap_scout_at)) for sc in scouts)
+    gap_after = float(settings.gap_scout_at) if settings.gap_scout_added else None
     for s in settings.cv:
         if not folds(rows, s):
             continue
@@ -301,12 +310,13 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
             "each fold)")
         cv_tables[s] = cross_validate(rows, s, kinds, feats, cv_members, tie_margin, seed, jobs,
                                       policy_split=split, open_cap=settings.open_cap, races=races, scouts=scouts,
-                                      draws=draws, cost=settings.cost)
+                                      draws=draws, cost=settings.cost, gap_after=gap_after)
     say(f"choosing the kind and the policy's thresholds by {by} regret")
     chosen, policy, kind_regret, measured_rows = measured_policy(rows, split, kinds, feats, cv_members, seed, jobs,
                                                                  races, scouts, draws, settings.cost)
-    policy = with_gate(policy, measured_rows, open_cap=settings.open_cap, races=races, scouts=scouts, cost=settings.cost)
-    alone = ([draw_gate(measured_rows, d, settings.open_cap, races, scouts, settings.cost) for d in range(draws)]
+    policy = with_gate(policy, measured_rows, open_cap=settings.open_cap, races=races, scouts=scouts, cost=settings.cost,
+                       gap_after=gap_after)
+    alone = ([draw_gate(measured_rows, d, settings.open_cap, races, scouts, settings.cost, gap_after) for d in range(draws)]
              if draws > 1 else [])
     own = own_sources(records, files)
     policy_own = None

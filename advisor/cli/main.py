@@ -265,6 +265,7 @@ def generate(as_json, **kw):
 @field_option(FitSettings, "high_scout")
 @field_option(FitSettings, "gap_scout")
 @field_option(FitSettings, "gap_scout_at")
+@field_option(FitSettings, "gap_scout_added")
 @field_option(FitSettings, "n_members", "--members", type=click.IntRange(1, MAX_MEMBERS))
 @field_option(FitSettings, "cv_members", "--cv-members", type=click.IntRange(1, MAX_MEMBERS))
 @field_option(FitSettings, "gate_draws", "--gate-draws", type=click.IntRange(1, MAX_DRAWS))

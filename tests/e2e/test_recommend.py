@@ -563,7 +563,8 @@ def test_fit_settings_that_do_not_fit_together_are_one_error_line(tmp_path):
     write_jsonl(path, make_records())
     for extra, words in ((("--open-cap", 1.5), "at most 1"), (("--open-cap", 12, "--cost", "tokens"), "at most 10"),
                          (("--gap-scout-at", 0.5), "from -10 to 0"),
-                         (("--gap-scout", "--gap-scout-at", -0.25), "give one of them")):
+                         (("--gap-scout", "--gap-scout-at", -0.25), "give one of them"),
+                         (("--gap-scout-added",), "give --gap-scout-at G too")):
         r = run("fit", "--records", path, "--out", tmp_path / "pred", *extra)
         assert r.exit_code == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
         assert not (tmp_path / "pred").exists()
@@ -573,11 +574,21 @@ def test_fit_settings_that_do_not_fit_together_are_one_error_line(tmp_path):
 
 
 def test_fit_with_the_gap_scout_fixed_keeps_it_in_every_gate(tmp_path):
-    """`--gap-scout-at G` is not chosen: the saved gate takes D_low from the pool at G."""
+    """`--gap-scout-at G` is not chosen: the saved gate takes D_low from the pool at G. With
+    `--gap-scout-added` the gate is the one a fit without the scout chooses, the scout set on it, in
+    the fit and in every held-out fold."""
     path = tmp_path / "records.jsonl"
     write_jsonl(path, make_records())
-    r = run("fit", "--records", path, "--out", tmp_path / "pred", "--features", "probe", "--kinds", "logistic",
-            "--members", 2, "--cv-members", 2, "--cv", "student", "--gap-scout-at", -0.25)
-    assert r.exit_code == 0, r.stderr
-    saved = json.loads((tmp_path / "pred" / "predictor.json").read_text())
-    assert saved["meta"]["policy"]["race"]["gap_scout"] == -0.25
+    saved = {}
+    for name, extra in (("plain", ()), ("at", ("--gap-scout-at", -0.25)),
+                        ("added", ("--gap-scout-at", -0.25, "--gap-scout-added"))):
+        r = run("fit", "--records", path, "--out", tmp_path / name, "--features", "probe", "--kinds", "logistic",
+                "--members", 2, "--cv-members", 2, "--cv", "student", *extra)
+        assert r.exit_code == 0, r.stderr
+        saved[name] = json.loads((tmp_path / name / "predictor.json").read_text())["meta"]
+    assert "gap_scout" not in saved["plain"]["policy"]["race"]
+    assert saved["at"]["policy"]["race"]["gap_scout"] == -0.25
+    assert saved["added"]["policy"]["race"] == {**saved["plain"]["policy"]["race"], "gap_scout": -0.25}
+    folds = saved["added"]["cv"]["student"]["policies"]
+    assert folds and all(f["race"] == {**saved["plain"]["cv"]["student"]["policies"][k]["race"], "gap_scout": -0.25}
+                         for k, f in folds.items())

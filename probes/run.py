@@ -317,7 +317,8 @@ def features(curves: dict[str, list[dict]], context: dict) -> dict:
             f[f"gap_{key}"] = f[f"low_{key}"] - f[f"high_{key}"]
     for key in POOL_CONTRASTS:  # a probe from before the repetition was read replays without it, as it was
         if key in context or key not in metrics.REPETITION_KEYS:
-            f[key] = float(context.get(key, float("nan")))
+            v = context.get(key)  # None where nothing was measured (a set of bare answers has no trigrams)
+            f[key] = float("nan") if v is None else float(v)
     return f
 
 

@@ -14,7 +14,7 @@ from capacity_advisor.training import text_metrics as metrics
 from capacity_advisor.models.loading import load_model
 from capacity_advisor.models.template import encode_pair
 from capacity_advisor.probes.recipe import REAL
-from capacity_advisor.probes.run import EVALUATION, ProbeConfig, evaluation_name, run_probe, truncate
+from capacity_advisor.probes.run import EVALUATION, ProbeConfig, evaluation_name, features, run_probe, truncate
 from capacity_advisor.probes.student import student_of
 
 LOOP = "First 3+4=7. Then 7*2=14. Then 14-1=13. Then 13-1=12. Then 12-1=11. " + "Then 11-1=10. " * 8
@@ -123,6 +123,11 @@ def test_probe_report_numbers(tiny_llama, tmp_path):
     # a shorter probe is the prefix of a longer one: its features come from the truncated curves
     short = truncate(report.curves, 8)
     assert [p["step"] for p in short["low"]] == [0, 4, 8]
+    # a set with nothing to read (bare answers have no word trigrams) is stored as null and replays as NaN
+    bare = {**data.context, "trigram_repetition_high": None, "gap_trigram_repetition": None}
+    again = features(report.curves, json.loads(json.dumps(bare)))
+    assert math.isnan(again["trigram_repetition_high"]) and math.isnan(again["gap_trigram_repetition"])
+    assert again["trigram_repetition_low"] == f["trigram_repetition_low"]
 
 
 class _Killed(Exception):

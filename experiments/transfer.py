@@ -38,7 +38,11 @@ not shipped, measured to see what a pool where D_high wins costs without it. "..
 likelihood gap per token ≤ G" reads an input that needs no training: where, ranked by the summed
 log-probability, D_low's responses are at least as likely per token under the base as D_high's
 (`likelihood_gap_per_token` ≤ G; a D_high of bare answers against worked solutions), it takes D_low
-without a race, and elsewhere plans as the race at its shares does (GAP_SCOUTS; not shipped).
+without a race, and elsewhere plans as the same gate without a gap scout does, at its shares
+(GAP_SCOUTS; the shipped gate's own scout is −0.25, so that row is the shipped plan, and "... without
+the gap scout" is the gate before it). "... and D_low does not trail in the probe" takes D_low by the gap
+only where the probe's accuracy gain for D_low is at least D_high's (GAP_LEAD; not shipped): a student
+that learns from neither set is left to the gate.
 
 `--store NAME` also keeps the judgment in the judged predictor (`--predictor`, required: the shipped
 one is `--predictor advisor/predictor_data`) as meta.transfer's entry NAME, with the gate it judged
@@ -134,8 +138,16 @@ HIGH_SCOUT = 0.5  # the D_high lead of the "D_high scouted" row (`--high-scout`)
 GAP_SCOUTS = (0.0, -0.25, -0.5, -1.0)  # the likelihood gaps per token at or under which the "gap" rows take D_low
 
 
+GAP_LEAD = -0.25  # the gap of the row that also asks the probe not to show D_low behind
+PLAIN = f"{AT_SHARES}, without the gap scout"  # the shipped gate with its gap scout off
+
+
 def gap_row(g: float) -> str:
     return f"{AT_SHARES}, D_low where the likelihood gap per token ≤ {g:g}"
+
+
+def gap_lead_row(g: float) -> str:
+    return f"{gap_row(g)} and D_low does not trail in the probe"
 
 
 def gap_scouts(row: dict, g: float) -> bool:
@@ -152,6 +164,7 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
     predictor = load_predictor(predictor_dir)
     policy = Policy.of(predictor) if gate is None else replace(Policy.of(predictor), gate=gate)
     scouting = replace(policy.gate, high_scout=high_scout) if policy.gate else None  # the gate with a D_high scout
+    plain = replace(policy, gate=replace(policy.gate, gap_scout=-math.inf)) if policy.gate else policy
     rows = with_curves(label_rows(records), records)
     runs = {}
     for rec in records:  # each unit's runs, for the paired races
@@ -161,7 +174,7 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
     picks: dict[str, list[tuple[dict, str, float]]] = {m: [] for m in (
         "always high", "always low", "always mixed", "predictor alone", "policy", "gated race (shipped)",
         "gated race, scouted", "gated race, scouted both ways", AT_SHARES, high_row(high_scout),
-        *(gap_row(g) for g in GAP_SCOUTS),
+        PLAIN, *(gap_row(g) for g in GAP_SCOUTS), gap_lead_row(GAP_LEAD),
         *(f"race on every pool, at {f:.0%}" for f in RACES),
         *(f"race on every pool, tie check at {t:.0%}, else at {f:.0%}" for t, f in TIE_RACES))}
     opened, per_row = [], []
@@ -186,8 +199,12 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
                                                       else picks["gated race, scouted"][-1])
         picks[high_row(high_scout)].append((r, "high", 0.0) if d.race is not None and scouting.scouts_high(r["features"])
                                            else picks[AT_SHARES][-1])
+        p = plain.decide(predictor, r["features"], r["n_params"], r["budget"], r["score"], student=r["student"])
+        picks[PLAIN].append((r, *plain.gate.replay(r, at_shares=True)) if p.race is not None else (r, p.strategy, 0.0))
         for g in GAP_SCOUTS:
-            picks[gap_row(g)].append((r, "low", 0.0) if gap_scouts(r, g) else picks[AT_SHARES][-1])
+            picks[gap_row(g)].append((r, "low", 0.0) if gap_scouts(r, g) else picks[PLAIN][-1])
+        picks[gap_lead_row(GAP_LEAD)].append((r, "low", 0.0) if gap_scouts(r, GAP_LEAD) and lead >= 0
+                                             else picks[PLAIN][-1])
         opened.append(d.race is not None)
         kept, share = picks[AT_SHARES][-1][1:]
         per_row.append({"source": r["source"], "repeat": r["repeat"], "budget": r["budget"],

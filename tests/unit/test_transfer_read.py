@@ -152,3 +152,11 @@ def test_the_likelihood_gap_rows_take_d_low_without_a_race_only_where_the_sum_ra
     picks = t["methods"][gap_row(-0.25)]["by_source"]
     assert picks["place/smollm2-135m-ft@T1"]["overhead"] == 0 and picks["place/smollm2-135m-ft@T1"]["regret"] == 0
     assert picks["round/scripted"] == t["methods"][AT_SHARES]["by_source"]["round/scripted"]
+    # the shipped gate's own gap scout is -0.25: that row is the shipped plan, and the gate without it raced
+    # place-neural, whose probe shows D_low ahead, so the row that also asks the probe takes D_low there too
+    from experiments.transfer import GAP_LEAD, PLAIN, gap_lead_row
+
+    assert t["methods"][gap_row(-0.25)]["all"] == t["methods"][AT_SHARES]["all"]
+    assert t["methods"][PLAIN]["by_source"]["place/smollm2-135m-ft@T1"]["overhead"] > 0
+    lead = t["methods"][gap_lead_row(GAP_LEAD)]["by_source"]
+    assert lead["place/smollm2-135m-ft@T1"]["overhead"] == 0 and lead["round/scripted"] == picks["round/scripted"]

@@ -67,6 +67,7 @@ from statistics import mean
 
 from capacity_advisor.advisor.lab import published
 from capacity_advisor.advisor.predictor import Policy, label_rows
+from capacity_advisor.advisor.predictor.advice import POOL_GAP
 from capacity_advisor.advisor.predictor import read_records as read_file
 from capacity_advisor.advisor.predictor.evaluate import is_right, judged_on_other_repeats, noise_floor, regret
 from capacity_advisor.advisor.predictor.gate import gap_of, judged_on_other_half
@@ -199,8 +200,12 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
                                                       else picks["gated race, scouted"][-1])
         picks[high_row(high_scout)].append((r, "high", 0.0) if d.race is not None and scouting.scouts_high(r["features"])
                                            else picks[AT_SHARES][-1])
-        p = plain.decide(predictor, r["features"], r["n_params"], r["budget"], r["score"], student=r["student"])
-        picks[PLAIN].append((r, *plain.gate.replay(r, at_shares=True)) if p.race is not None else (r, p.strategy, 0.0))
+        if d.answered_by != POOL_GAP:  # the gate's own gap scout did not answer: without it, the same plan
+            picks[PLAIN].append(picks[AT_SHARES][-1])
+        else:
+            p = plain.decide(predictor, r["features"], r["n_params"], r["budget"], r["score"], student=r["student"])
+            picks[PLAIN].append((r, *plain.gate.replay(r, at_shares=True)) if p.race is not None
+                                else (r, p.strategy, 0.0))
         for g in GAP_SCOUTS:
             picks[gap_row(g)].append((r, "low", 0.0) if gap_scouts(r, g) else picks[PLAIN][-1])
         picks[gap_lead_row(GAP_LEAD)].append((r, "low", 0.0) if gap_scouts(r, GAP_LEAD) and lead >= 0

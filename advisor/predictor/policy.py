@@ -340,7 +340,7 @@ def with_gate(policy: Policy, measured: Sequence, cap: float = CAP, open_cap: fl
     if not sets or not all("curves" in m["row"] for ms in sets for m in ms):
         return policy
     gate = choose_gate(sets[0], policy, cap, *sets[1:], open_cap=open_cap, races=races, scouts=scouts, cost=cost)
-    if gate is not None and gap_after is not None:
+    if gap_after is not None:  # (choose_gate always finds one: the gate that never opens costs nothing)
         gate = replace(gate, gap_scout=float(gap_after))
     return replace(policy, gate=gate)
 

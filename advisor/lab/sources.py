@@ -82,6 +82,12 @@ SOURCES.update({
     "subtraction-terse": dict(tasks=("subtraction",), teacher="terse"),
     "modchain-terse": dict(tasks=("modchain",), teacher="terse"),
 })
+# ... and on two more families, run after the gap scout shipped: sources none of the fits has seen, to
+# judge the shipped predictor, the gap scout's variants and the refit on every committed source.
+SOURCES.update({
+    "listmax-terse": dict(tasks=("listmax",), teacher="terse"),
+    "digitsum-terse": dict(tasks=("digitsum",), teacher="terse"),
+})
 LISTED = ("tasks", "teacher", "temperature", "seeds", "budget_runs", "sizes", "builds")  # what --list shows
 
 Log = Callable[[str], None]

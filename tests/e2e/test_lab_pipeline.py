@@ -70,12 +70,12 @@ def test_lab_help_lists_the_pipeline_verbs(capsys):
 def test_the_sweep_lists_its_sources_in_run_order(capsys):
     code, out, _ = advisor(capsys, "lab", "sweep", "--list", "--json")
     rows = json.loads(out)
-    assert code == 0 and [r["name"] for r in rows][:2] == ["modchain-program", "listmax-program"] and len(rows) == 19
+    assert code == 0 and [r["name"] for r in rows][:2] == ["modchain-program", "listmax-program"] and len(rows) == 21
     # the new families and the exploring teacher, after the eight sources and their builds; then the terse teacher
     assert [(r["tasks"][0], r["teacher"]) for r in rows[10:]] == [
         ("digitsum", "program"), ("subtraction", "explore"), ("digitsum", "explore"), ("subtraction", "program"),
         ("listmax", "explore"), ("modchain", "explore"), ("addition", "explore"), ("subtraction", "terse"),
-        ("modchain", "terse")]
+        ("modchain", "terse"), ("listmax", "terse"), ("digitsum", "terse")]
     assert rows[9] == {"name": "modchain-teacher-xl-t1-builds", "tasks": ["modchain"], "teacher": "lab:teacher-xl",
                         "temperature": 1.0, "seeds": [0, 1], "budget_runs": [], "sizes": ["m", "l", "xl", "xxl"],
                         "builds": [1, 2]}

@@ -26,7 +26,7 @@ from capacity_advisor.advisor.predictor import (
     fit_predictor, folds, label_rows, options_in, read_records, select_policy, unit_of,
 )
 from capacity_advisor.advisor.predictor.gate import (
-    COSTS, GAP_SCOUTS, NO_SCOUT, RACE_GRIDS, SCOUTS, SCOUTS_BOTH, as_scout,
+    COSTS, GAP_SCOUTS, NO_SCOUT, RACE_GRIDS, SCOUTS, SCOUTS_BOTH, as_scout, with_hold,
 )
 from capacity_advisor.advisor.predictor.labels import NOT_MEASURED, matrix, ranking_sum
 from capacity_advisor.advisor.predictor.policy import (
@@ -203,6 +203,10 @@ class FitSettings:
         "With --gap-scout-at: add that scout to the gate chosen without it (its thresholds, race and probe scout "
         "as a fit without the gap scout chooses them), in every held-out fold and in the fit, rather than choosing "
         "the gate with the scout in place.")})
+    race_hold: tuple[float, ...] = field(default=(0.0,), metadata={"help": (
+        "Where the gate's race stops without a lead, D_low is kept only on a lead beyond this many standard errors "
+        "of the held-out problems (0: any lead): comma-separated values from 0 to 10, each offered with every race "
+        "of --race-grid, chosen held out as the race is (e.g. 0,1).")})
     n_members: int = field(default=MEMBERS, metadata={"help": "Ensemble members (bootstrap resamples of the calibration units)."})
     jobs: int = field(default=1, metadata={"help": "Processes fitting members in parallel."})
     seed: int = field(default=0, metadata={"help": "Bootstrap draws and LightGBM's seed."})
@@ -246,6 +250,9 @@ class FitSettings:
                 bad.append("--gap-scout chooses the gap scout's threshold and --gap-scout-at fixes it: give one of them")
         elif self.gap_scout_added:
             bad.append("--gap-scout-added adds the scout --gap-scout-at fixes: give --gap-scout-at G too")
+        if not self.race_hold or not all(number(h) and 0 <= h <= 10 for h in self.race_hold):
+            bad.append(f"--race-hold {','.join(map(str, self.race_hold)) or '(none)'}: give standard errors from 0 to "
+                       "10, comma-separated, e.g. 0,1")
         if self.cost not in COSTS:
             bad.append(f"--cost {self.cost!r} is unknown: use {', '.join(COSTS)}")
         if self.race_grid not in RACE_GRIDS:
@@ -296,7 +303,7 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
     split = tuple(s for s in settings.choose_by if folds(rows, s)) or ("student",)
     by = " and ".join(f"leave-one-{s}-out" for s in split) + (" (the worse)" if len(split) > 1 else "")
     cv_tables = {}
-    races = RACE_GRIDS[settings.race_grid]
+    races = tuple(with_hold(r, h) for r in RACE_GRIDS[settings.race_grid] for h in dict.fromkeys(settings.race_hold))
     scouts = SCOUTS_BOTH if settings.high_scout else SCOUTS if settings.scout else NO_SCOUT
     if settings.gap_scout:
         scouts = tuple((*as_scout(sc)[:2], gap) for sc in scouts for gap in GAP_SCOUTS)

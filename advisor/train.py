@@ -34,7 +34,7 @@ from capacity_advisor.training.run_check import with_overrides
 from capacity_advisor.training.run_manifest import RunRequest, run_manifest
 
 RACE_STOPS = {"k": "--race-k", "margin": "--race-margin", "patient": "--race-patient",
-              "tie": "--race-tie"}  # when a race stops
+              "tie": "--race-tie", "hold": "--race-hold"}  # when a race stops
 LEAD_STOPS = ("k", "margin", "patient")  # ... those that say what counts as a lead
 
 
@@ -70,10 +70,11 @@ def planned_race(manifest: str) -> RaceRule | None:
     race = load_manifest(manifest).race
     if race is None:
         return None
-    k, margin, tie = race.get("k"), race.get("margin"), race.get("tie")
+    k, margin, tie, hold = race.get("k"), race.get("margin"), race.get("tie"), race.get("hold")
     return RaceRule(fraction=float(race["fraction"]), k=None if k is None else int(k),
                     margin=RaceRule.margin if margin is None else float(margin), wait=race.get("wait"),
-                    patient=bool(race.get("patient", False)), tie=None if tie is None else float(tie))
+                    patient=bool(race.get("patient", False)), tie=None if tie is None else float(tie),
+                    hold=0.0 if hold is None else float(hold))
 
 
 def plan_training(manifest: str, race: float | None = None, no_race: bool = False, stops: dict | None = None,
@@ -100,7 +101,7 @@ def plan_training(manifest: str, race: float | None = None, no_race: bool = Fals
         planned = replace(planned, **stops)  # a planned race, stopped early on a lead as asked
     if race is not None:
         return Training("race", RaceRule(fraction=race, k=k, margin=margin, patient=bool(stops.get("patient", False)),
-                                         tie=stops.get("tie")))
+                                         tie=stops.get("tie"), hold=float(stops.get("hold", 0.0))))
     if export_dir:
         return Training("export")
     if planned is not None:
@@ -185,6 +186,7 @@ def train_race(req: RunRequest, rule: RaceRule, dry_run: bool = False, planned: 
                 + (" (D_high only once D_low is not gaining)" if rule.patient else "") if rule.k is not None else "")
         wait = f" (up to {rule.wait:.0%} while D_low is behind and gaining)" if rule.wait else ""
         tie = f"; at {rule.tie:.0%} of the budget {TIE_WORDS}" if rule.tie is not None else ""
+        tie += f"; D_low kept only on a lead beyond {rule.hold:g} standard errors" if rule.hold else ""
         shares = ", ".join(f"{x:.0%}" for x in evaluated_at)
         evaluated = f"; both runs also evaluated at {shares} of the budget, so it stops there" if shares else ""
         say(f"race of D_high against D_low in {req.out}: stop at {rule.fraction:.0%} of the budget{wait}{stop}{tie}"

@@ -133,7 +133,7 @@ def key_list(keys) -> str:
     return ", ".join(show(k, 30) for k in sorted(keys)[:10]) + (f" and {len(keys) - 10} more" if len(keys) > 10 else "")
 
 
-RACE_KEYS = ("fraction", "wait", "k", "margin", "patient", "tie", "why", "expected")
+RACE_KEYS = ("fraction", "wait", "k", "margin", "patient", "tie", "hold", "why", "expected")
 EXPECTED_KEYS = {"regret", "overhead", "overhead_where_open"}  # the last absent from older manifests
 
 
@@ -169,6 +169,9 @@ def race_problems(race: Any) -> list[str]:
     if tie is not None and not (number(tie) and number(f) and 0 < tie < f):
         bad.append(f"race.tie: must be null or a share of the budget above 0 and below race.fraction ({show(f)}), "
                    f"got {show(tie)}")
+    hold = race.get("hold")
+    if hold is not None and not (number(hold) and 0 <= hold <= 10):
+        bad.append(f"race.hold: must be null or a number of standard errors from 0 to 10, e.g. 1, got {show(hold)}")
     if race.get("why") is not None and not (is_line(race["why"]) and len(race["why"]) <= 2000):
         bad.append(f"race.why: must be one line of text, got {show(race['why'])}")
     expected = race.get("expected")

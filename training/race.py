@@ -15,7 +15,10 @@ correct under D_high minus correct under D_low. A set leads when the mean differ
 both `z` standard errors of that mean and `margin` (accuracy, 0.05 = 5 points). The race stops when
 the same set has led at `k` evaluations in a row ("lead"; never with `k` None; with `patient`, a
 D_high lead only once D_low has had three evaluations and is not gaining, `holds_back`), or at the first evaluation at or past `fraction` of the budget
-("fraction"), where the set with the best held-out accuracy so far is kept (D_high on ties). With
+("fraction"), where the set with the best held-out accuracy so far is kept (D_high on ties; with
+`hold`, D_low only where its best leads D_high's by more than `hold` standard errors of the
+difference over the problems evaluated, `keeps_low`: a lead of a problem or two on a small held-out
+slice is noise, and D_high, the set that costs nothing to keep, is kept). With
 `tie`, at the first evaluation at or past that share the race stops for D_high ("tie") where D_low
 has not been ahead at any evaluation and is not gaining on it (`levels`): a D_low that shows
 nothing early costs no more. With
@@ -69,6 +72,7 @@ class RaceRule:
     wait: float | None = None  # go on up to this share while D_low is behind and gaining faster
     patient: bool = False  # a D_high lead stops it only once D_low is seen not gaining (`holds_back`)
     tie: float | None = None  # at this share it stops for D_high unless D_low has been ahead or is gaining (`levels`)
+    hold: float = 0.0  # at a stop without a lead, D_low is kept only on a lead beyond this many standard errors (`keeps_low`)
 
     def shares(self) -> list[float]:
         """The shares of the budget at which this rule may stop the race without a lead (its tie check,
@@ -91,6 +95,9 @@ class RaceRule:
                                          and isinstance(self.fraction, (int, float)) and 0 < self.tie < self.fraction):
             bad.append(f"--race-tie {self.tie} must be a share of the budget above 0 and below the race's fraction "
                        f"{self.fraction}, e.g. 0.3")
+        if not (isinstance(self.hold, (int, float)) and not isinstance(self.hold, bool) and math.isfinite(self.hold)
+                and 0 <= self.hold <= 10):
+            bad.append(f"--race-hold {self.hold} must be a number of standard errors from 0 to 10, e.g. 1")
         if not (isinstance(self.z, (int, float)) and math.isfinite(self.z) and self.z >= 0):
             bad.append(f"z {self.z} must be ≥ 0")
         if bad:
@@ -111,6 +118,18 @@ def gaining(acc_high: list, acc_low: list, window: int = WAIT_WINDOW) -> bool:
         return False
     (h0, l0), (h1, l1) = pairs[-1 - window], pairs[-1]
     return max(lo for _, lo in pairs) < max(h for h, _ in pairs) and l1 - l0 > h1 - h0 + 1e-9
+
+
+def keeps_low(best_high: float, best_low: float, problems: int, hold: float = 0.0) -> bool:
+    """Whether a race stopped without a lead keeps D_low: its best held-out accuracy so far is above
+    D_high's, by more than `hold` standard errors of the difference of the two accuracies over
+    `problems` held-out problems each (0: by anything; D_high on ties)."""
+    if not best_low > best_high:
+        return False
+    if hold <= 0 or problems <= 0:
+        return True
+    h, lo = (min(1.0, max(0.0, a)) for a in (best_high, best_low))
+    return best_low - best_high > hold * math.sqrt((h * (1 - h) + lo * (1 - lo)) / problems) + 1e-12
 
 
 def levels(acc_high: list, acc_low: list, window: int = WAIT_WINDOW) -> bool:
@@ -224,7 +243,8 @@ def decide(curves: dict[str, list[dict]], rule: RaceRule, m: Manifest, finished:
             stop = {"reason": "tie", "winner": "high"}
         elif (due and not waits) or (finished and i == n - 1):
             reason = "wait" if waited else "fraction"
-            stop = {"reason": reason, "winner": "high" if best["high"] >= best["low"] else "low"}
+            stop = {"reason": reason,
+                    "winner": "low" if keeps_low(best["high"], best["low"], c["problems"], rule.hold) else "high"}
         if stop:
             stop.update({"step": c["step"], "epoch": c["epoch"], "share": c["share"], "evaluation": i + 1})
             return comps, stop
@@ -427,6 +447,8 @@ def race_key(run_keys: dict[str, str], rule: RaceRule) -> str:
         rule_fields.pop("patient")
     if rule.tie is None:  # ... and before they could check for a tie
         rule_fields.pop("tie")
+    if not rule.hold:  # ... and before a D_low lead had to beat the noise
+        rule_fields.pop("hold")
     return stable_hash({"runs": {s: run_keys[s] for s in RACED}, "rule": rule_fields})
 
 
@@ -436,7 +458,7 @@ def check_race_folder(out: Path, key: str) -> None:
     refuse_special(out, ("config.json", "race.json"), "remove it, or pass a new --out")
     if recorded_key(out, "race_key") not in (None, key):
         raise InputError(f"{out} holds something other than this race (a race of another manifest, data or rule "
-                         "(--race, --race-k, --race-margin, --race-patient, --race-tie), or another command's output); pass a new --out "
+                         "(--race, --race-k, --race-margin, --race-patient, --race-tie, --race-hold), or another command's output); pass a new --out "
                          "(or delete that folder to start over)")
 
 

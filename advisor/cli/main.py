@@ -21,7 +21,7 @@ from capacity_advisor.advisor.cli import report
 from capacity_advisor.advisor.cli.lab import lab
 from capacity_advisor.advisor.cli.options import (
     Finite, SEEDS, checker_option, dataset_options, device_options, dp_options, field_option, json_option, model_option,
-    names, pool_options, pool_settings, recipe_given, recipe_options, retired_flags, score_option, seed_option,
+    names, numbers, pool_options, pool_settings, recipe_given, recipe_options, retired_flags, score_option, seed_option,
     skip_tokens_option, take, vllm_options,
 )
 from capacity_advisor.advisor.cli.proxies import calibrate
@@ -266,6 +266,7 @@ def generate(as_json, **kw):
 @field_option(FitSettings, "gap_scout")
 @field_option(FitSettings, "gap_scout_at")
 @field_option(FitSettings, "gap_scout_added")
+@field_option(FitSettings, "race_hold")
 @field_option(FitSettings, "n_members", "--members", type=click.IntRange(1, MAX_MEMBERS))
 @field_option(FitSettings, "cv_members", "--cv-members", type=click.IntRange(1, MAX_MEMBERS))
 @field_option(FitSettings, "gate_draws", "--gate-draws", type=click.IntRange(1, MAX_DRAWS))
@@ -273,11 +274,11 @@ def generate(as_json, **kw):
 @field_option(FitSettings, "seed", type=SEEDS)
 @field_option(FitSettings, "note")
 @json_option
-def fit(records_path, out, kinds, cv, choose_by, as_json, **kw):
+def fit(records_path, out, kinds, cv, choose_by, race_hold, as_json, **kw):
     """Fit the predictor on RunRecords; print its cross-validated tables against the baselines."""
     log = None if as_json else (lambda m: console.print(m, highlight=False))
     settings = take(FitSettings, kw, kinds=names(kinds, "--kinds"), cv=names(cv, "--cv"),
-                    choose_by=names(choose_by, "--choose-by"))
+                    choose_by=names(choose_by, "--choose-by"), race_hold=numbers(race_hold, "--race-hold"))
     result = fit_file(records_path, out, settings, log=log)
     if as_json:
         emit_json(result)

@@ -232,6 +232,17 @@ def names(text: str, flag: str) -> tuple[str, ...]:
     return out
 
 
+def numbers(text: str, flag: str) -> tuple[float, ...]:
+    """Comma-separated finite numbers; InputError otherwise (their range is the setting's to check)."""
+    try:
+        out = tuple(float(s) for s in text.split(",") if s.strip())
+    except ValueError:
+        out = ()
+    if not out or not all(math.isfinite(x) for x in out):
+        raise InputError(f"{flag} {text!r}: give comma-separated numbers, e.g. 0,1")
+    return out
+
+
 def ints(text: str, flag: str) -> tuple[int, ...]:
     try:
         return tuple(int(s) for s in text.split(",") if s.strip())

@@ -21,7 +21,7 @@ from __future__ import annotations
 import click
 
 from capacity_advisor.advisor.cli import report
-from capacity_advisor.advisor.cli.options import field_option, json_option, take
+from capacity_advisor.advisor.cli.options import Finite, field_option, json_option, take
 from capacity_advisor.advisor.cli.ui import emit_json, quiet_libraries
 from capacity_advisor.advisor.train import train_manifest
 from capacity_advisor.core.errors import InputError
@@ -57,14 +57,18 @@ from capacity_advisor.training.sft_cli import run_options
 @field_option(RaceRule, "tie", "--race-tie", metavar="T",
               help="--race: at the first evaluation at or past T of the budget (below F), stop for D_high unless D_low "
                    "has led at some evaluation or is gaining on it (a D_low that shows nothing early costs no more).")
+@field_option(RaceRule, "hold", "--race-hold", type=Finite(0, 10), metavar="Z",
+              help="--race: where the race stops without a lead, keep D_low only if its best accuracy leads D_high's by "
+                   "more than Z standard errors over the held-out problems (0: any lead; D_high costs nothing to keep).")
 @click.option("--no-race", is_flag=True,
               help="Train the recommended set alone, even where the manifest plans a race (its `race`).")
 @json_option
 @click.pass_context
-def train(ctx, manifest, dry_run, export_dir, formats, fraction, k, margin, patient, tie, no_race, as_json, **kw):
+def train(ctx, manifest, dry_run, export_dir, formats, fraction, k, margin, patient, tie, hold, no_race, as_json, **kw):
     """Full SFT on the recommended data: the paper's protocol, checkpoints, resume, a RunRecord."""
     try:
-        stops = {name: value for name, value in (("k", k), ("margin", margin), ("patient", patient), ("tie", tie))
+        stops = {name: value for name, value in (("k", k), ("margin", margin), ("patient", patient), ("tie", tie),
+                                                             ("hold", hold))
                  if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT}
         quiet_libraries()
         result = train_manifest(take(RunRequest, kw, manifest=manifest), race=fraction, no_race=no_race, stops=stops,

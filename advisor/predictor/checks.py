@@ -119,13 +119,14 @@ def gate_ok(g) -> bool:
     at its share), its scouts for D_low and for D_high (absent or null: the probe's lead never
     decides), its tie check (absent or null: none; else a share of the budget below the fraction),
     and the overhead caps it was chosen under (over all pools, and where it opens) with what they
-    count (`cost`: absent or "share", a share of one run; "tokens"), and a fast learner's stop (absent,
-    or both `fast_gain`, a learning speed, and `fast_fraction`, a share of the budget)."""
+    count (`cost`: absent or "share", a share of one run; "tokens"), a fast learner's stop (absent,
+    or both `fast_gain`, a learning speed, and `fast_fraction`, a share of the budget), and its hold
+    (absent: 0; standard errors from 0 to 10)."""
     if g is None:
         return True
     keys = {"threshold", "headroom", "fraction", "wait", "cap"}
     optional = {"open_cap", "k", "margin", "patient", "scout", "tie", "high_scout", "cost", "fast_gain", "fast_fraction",
-                "gap_scout"}
+                "gap_scout", "hold"}
     if not (isinstance(g, dict) and keys <= set(g) <= keys | optional):
         return False
     f, w, o, tie = g["fraction"], g["wait"], g.get("open_cap"), g.get("tie")
@@ -138,6 +139,7 @@ def gate_ok(g) -> bool:
             and isinstance(g.get("patient", False), bool)
             and (tie is None or (number(tie) and number(f) and 0 < tie < f))
             and g.get("cost", "share") in COSTS
+            and number(g.get("hold", 0.0)) and 0 <= g.get("hold", 0.0) <= 10
             and ("fast_gain" in g) == ("fast_fraction" in g)
             and (g.get("fast_fraction") is None or (number(g["fast_fraction"]) and number(g["fast_gain"])
                                                     and 0 < g["fast_fraction"] <= 1 and -1e6 < g["fast_gain"] < 1e6)))

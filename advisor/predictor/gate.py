@@ -123,6 +123,7 @@ class Gate:
     fast_gain: float = math.inf  # the probe's learning speed (`labels.learning_speed`) from which ...
     fast_fraction: float | None = None  # ... the race stops at this share instead (a plain stop; None: never)
     gap_scout: float = -math.inf  # the sum-ranked likelihood gap per token at or under which D_low without a race
+    hold: float = 0.0  # a race stopped without a lead keeps D_low only on a lead beyond this many standard errors
 
     @property
     def never(self) -> bool:
@@ -191,14 +192,17 @@ class Gate:
         c = row["curves"]
         return race(c["high"], c["low"], row["budget"], g.fraction, wait=g.wait, k=g.k, margin=g.margin,
                     patient=g.patient, n_eval=row.get("n_eval", FULL_RUN_EVAL_PROBLEMS), tie=g.tie,
-                    at_shares=at_shares)
+                    at_shares=at_shares, hold=g.hold)
 
     @property
     def rule(self) -> tuple:
         """(fraction, wait, k, margin, patient, tie): the race, as RACES lists it; with a fast learner's
-        stop, (..., fast_gain, fast_fraction), as RACE_GRIDS["fast"] lists it."""
+        stop, (..., fast_gain, fast_fraction), as RACE_GRIDS["fast"] lists it; with a hold, (...,
+        fast_gain, fast_fraction, hold), as `with_hold` makes it."""
         lead = self.k is not None
         rule = (self.fraction, self.wait, self.k, self.margin if lead else None, self.patient and lead, self.tie)
+        if self.hold:
+            return rule + (self.fast_gain, self.fast_fraction, self.hold)
         return rule + (self.fast_gain, self.fast_fraction) if self.fast_fraction is not None else rule
 
     def describe(self) -> str:
@@ -221,6 +225,8 @@ class Gate:
                           + (" (D_high only once D_low is not gaining)" if self.patient else "")
                           + f", at most {race_words}")
         tie = f" (at {self.tie:.0%} {TIE_WORDS})" if self.tie is not None else ""
+        if self.hold:
+            tie += f" (D_low kept only on a lead beyond {self.hold:g} standard errors of the held-out problems)"
         if self.fast_fraction is not None:
             tie += (f" (to {self.fast_fraction:.0%} where the probe's faster set raised held-out accuracy by "
                     f"{self.fast_gain:g} or more)")
@@ -248,6 +254,8 @@ class Gate:
             d.pop("fast_gain")
         if math.isinf(d["gap_scout"]):  # absent, so files from before read as they did
             d.pop("gap_scout")
+        if not d["hold"]:  # absent, so files from before read as they did
+            d.pop("hold")
         return d
 
     @classmethod
@@ -262,7 +270,8 @@ class Gate:
                    math.inf if d.get("high_scout") is None else float(d["high_scout"]), str(d.get("cost", "share")),
                    math.inf if d.get("fast_fraction") is None else float(d["fast_gain"]),
                    None if d.get("fast_fraction") is None else float(d["fast_fraction"]),
-                   -math.inf if d.get("gap_scout") is None else float(d["gap_scout"]))
+                   -math.inf if d.get("gap_scout") is None else float(d["gap_scout"]),
+                   0.0 if d.get("hold") is None else float(d["hold"]))
 
 
 @lru_cache(maxsize=None)
@@ -283,8 +292,19 @@ def as_scout(sc) -> tuple[float, float, float]:
 
 
 def fast_of(rest) -> dict:
-    """A race entry's fast learner's stop (its 7th and 8th items), as Gate's fields."""
-    return {"fast_gain": float(rest[0]), "fast_fraction": float(rest[1])} if rest else {}
+    """A race entry's fast learner's stop (its 7th and 8th items; none where the 8th is None) and its
+    hold (a 9th, `with_hold`), as Gate's fields."""
+    fast = {"fast_gain": float(rest[0]), "fast_fraction": float(rest[1])} if rest and rest[1] is not None else {}
+    return {**fast, "hold": float(rest[2])} if len(rest) > 2 else fast
+
+
+def with_hold(race: tuple, hold: float) -> tuple:
+    """A race entry of RACE_GRIDS whose stop without a lead keeps D_low only on a lead beyond `hold`
+    standard errors (`advisor fit --race-hold`): (..., fast_gain, fast_fraction, hold); unchanged at 0."""
+    if not hold:
+        return race
+    head, fast = race[:6], race[6:8] or (math.inf, None)
+    return (*head, *fast, float(hold))
 
 
 def gap_of(measured: dict, score: str | None) -> float:

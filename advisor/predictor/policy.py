@@ -125,7 +125,7 @@ class Policy:
     def race_plan(self, p_low: float, measured: dict, features: dict | None = None) -> dict | None:
         """{"fraction", "wait", "why"} of the race the gate opens for these measurements (and its lead
         rule, "k", "margin" and "patient", where the gate's race stops on a clear lead, and "tie",
-        where it checks that D_low shows anything), or None. `features`: the probe's raw measurements,
+        where it checks that D_low shows anything, and "hold", where D_low needs a lead beyond noise), or None. `features`: the probe's raw measurements,
         from which a gate with a fast learner's stop (`Gate.fast`) shortens the race."""
         why = self.gate.opens(p_low, measured) if self.gate is not None else None
         if why is None:
@@ -137,7 +137,8 @@ class Policy:
                     f"{self.gate.fast_gain:g}), so the race stops at {gate.fraction:.0%}")
         lead = {} if gate.k is None else {"k": gate.k, "margin": gate.margin, "patient": gate.patient}
         tie = {} if gate.tie is None else {"tie": gate.tie}
-        return {"fraction": gate.fraction, "wait": gate.wait, **lead, **tie, "why": why}
+        hold = {"hold": gate.hold} if gate.hold else {}
+        return {"fraction": gate.fraction, "wait": gate.wait, **lead, **tie, **hold, "why": why}
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -28,7 +28,7 @@ from collections import defaultdict
 from capacity_advisor.advisor.predictor.evaluate import is_right, judged_on_other_repeats, regret
 from capacity_advisor.probes.recipe import FULL_RUN_EVAL_PROBLEMS
 from capacity_advisor.advisor.predictor.labels import label_rows, record_option, unit_of
-from capacity_advisor.training.race import gaining, holds_back, levels
+from capacity_advisor.training.race import gaining, holds_back, keeps_low, levels
 
 FIXED = (0.1, 0.2, 0.3, 0.5)
 WAITS = ((0.3, 0.75), (0.5, 0.75), (0.5, 1.0))  # (fraction, wait) of the races that wait for a slow starter
@@ -112,12 +112,14 @@ def paired(curve_h, curve_l, budget: float) -> tuple:
 
 def race(curve_h, curve_l, budget: float, fraction: float, k: int | None = None, margin: float = 0.05,
          z: float = 1.96, n_eval: int = FULL_RUN_EVAL_PROBLEMS, wait: float | None = None,
-         patient: bool = False, tie: float | None = None, at_shares: bool = False) -> tuple[str, float]:
+         patient: bool = False, tie: float | None = None, at_shares: bool = False, hold: float = 0.0) -> tuple[str, float]:
     """(kept set, share of the budget at which the race stopped) of one replayed race. With `wait`,
     a race due to stop goes on, up to that share, while D_low is behind and gaining faster than
     D_high (`training.race.gaining`, as `advisor train` races); with `patient`, a D_high lead stops
     it only where `training.race.holds_back` lets it; with `tie`, at the first evaluation at or past
-    that share it stops for D_high unless D_low has been ahead or is gaining (`training.race.levels`).
+    that share it stops for D_high unless D_low has been ahead or is gaining (`training.race.levels`);
+    with `hold`, a race stopped without a lead keeps D_low only on a lead beyond that many standard
+    errors over `n_eval` problems (`training.race.keeps_low`).
 
     `at_shares`: the race as `advisor train` now runs it, evaluating also at its tie check, fraction
     and wait (`RaceRule.shares`): it may stop at those shares exactly. The records hold no evaluation
@@ -151,13 +153,15 @@ def race(curve_h, curve_l, budget: float, fraction: float, k: int | None = None,
         if share >= fraction - 1e-9:
             if wait is not None and share < wait - 1e-9 and gaining(seen["high"], seen["low"]):
                 continue
-            return leader(seen), share
-    return leader(seen), 1.0
+            return leader(seen, hold, n_eval), share
+    return leader(seen, hold, n_eval), 1.0
 
 
-def leader(seen: dict) -> str:
-    """The set with the best accuracy so far (D_high on ties)."""
-    return "high" if max(seen["high"], default=-1.0) >= max(seen["low"], default=-1.0) else "low"
+def leader(seen: dict, hold: float = 0.0, n_eval: int = FULL_RUN_EVAL_PROBLEMS) -> str:
+    """The set with the best accuracy so far (D_high on ties; with `hold`, D_low only on a lead beyond
+    that many standard errors over `n_eval` problems, `training.race.keeps_low`)."""
+    best_h, best_l = max(seen["high"], default=-1.0), max(seen["low"], default=-1.0)
+    return "low" if keeps_low(best_h, best_l, n_eval, hold) else "high"
 
 
 def summarize_races(pairs, rows=None) -> dict:

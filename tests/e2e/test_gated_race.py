@@ -718,3 +718,44 @@ def test_a_race_launched_over_two_processes_decides_as_one_in_process(tmp_path, 
     stored = [json.loads(x) for x in (tmp_path / "b.jsonl").read_text().splitlines()]
     assert len(stored) == 1 and stored[0]["provenance"]["race"]["winner"] == b["winner"]
     assert stored[0]["settings"]["processes"] == 2 and (tmp_path / "launched" / "race" / b["winner"] / "best").is_dir()
+
+
+def test_a_gate_offered_a_hold_keeps_d_high_where_d_low_leads_by_noise_and_the_plan_says_so():
+    """Rows read on 32 problems (`n_eval`) where D_low leads by one problem at the race's stop and D_high
+    wins at the end, and rows where D_low leads by ten problems and wins: offered the holds 0 and 1
+    (`advisor fit --race-hold 0,1`), the gate chosen holds, keeps D_high on the first and D_low on the
+    second, where the plain grid's gate keeps D_low on both. The hold travels to the planned race."""
+    from dataclasses import replace
+
+    from capacity_advisor.advisor.predictor.checks import gate_ok
+    from capacity_advisor.advisor.predictor.gate import with_hold
+    from capacity_advisor.advisor.recommendation.draws import race_headline
+    from capacity_advisor.training.manifest_checks import race_problems
+
+    epochs = [2.0 * k / 8 for k in range(1, 9)]
+
+    def measured(name, low_lead, low_wins):
+        high = [0.25] * 8
+        low = [0.25 + low_lead] * 8 if low_wins else [0.25 + low_lead] * 6 + [0.1, 0.1]
+        end_high = [0.25] * 6 + [0.5, 0.5]  # D_high wins late where D_low's lead was noise
+        curves = {"high": list(zip(epochs, high if low_wins else end_high)), "low": list(zip(epochs, low))}
+        r = {"source": name, "score": "sum", "student": "lab:s", "seed": 0, "repeat": 0, "budget": 2.0,
+             "features": {}, "n_eval": 32, "curves": curves,
+             "accuracy": {o: max(a for _, a in c) for o, c in curves.items()}}
+        return {"row": r, "probs": {"high": 0.6, "low": 0.4}, "outside": False, "ratio": 0.0}
+
+    rows = [measured("noise", 1 / 32, False)] * 6 + [measured("clear", 10 / 32, True)] * 4
+    fixed = tuple(r for r in RACE_GRIDS["fixed"] if r[0] == 0.5 and r[1] is None)  # one race: to half the budget
+    plain = choose_gate(rows, ALWAYS_HIGH, 1.0, races=fixed)
+    held = choose_gate(rows, ALWAYS_HIGH, 1.0, races=tuple(with_hold(r, h) for r in fixed for h in (0.0, 1.0)))
+    assert plain.hold == 0 and held.hold == 1.0 and held.fraction == plain.fraction == 0.5
+    assert [c for _, c, _ in gated_picks(rows, ALWAYS_HIGH, replace(held, hold=0.0))] == ["low"] * 10
+    assert [c for _, c, _ in gated_picks(rows, ALWAYS_HIGH, plain)] == ["high"] * 10  # so it stays shut
+    assert [c for _, c, _ in gated_picks(rows, ALWAYS_HIGH, held)] == ["high"] * 6 + ["low"] * 4
+    assert Gate.from_dict(held.to_dict()) == held and gate_ok(held.to_dict()) and "hold" not in plain.to_dict()
+    assert "D_low kept only on a lead beyond 1 standard errors" in held.describe()
+    rejects_non_numbers(Policy(0.5, 0.1, True, held), "hold")
+    assert not gate_ok({**held.to_dict(), "hold": -1}) and not gate_ok({**held.to_dict(), "hold": 11})
+    plan = Policy(0.5, 0.1, True, held).race_plan(0.4, {})
+    assert plan["hold"] == 1.0 and "lead beyond 1 standard errors" in race_headline({**plan, "expected": None})
+    assert not race_problems({**plan, "hold": "x"}) == [] and race_problems(plan) == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from click.testing import CliRunner
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.training.manifest import EvalSpec
 from capacity_advisor.advisor.predictor.races import race
-from capacity_advisor.training.race import RaceRule, decide, race_manifests, run_race
+from capacity_advisor.training.race import RaceRule, decide, keeps_low, race_manifests, run_race
 from helpers import RACE_MANIFEST, race_curve, race_manifest
 
 EVAL_FIELDS = ("step", "epoch", "accuracy", "repetition_rate", "answer_rate", "per_problem")
@@ -333,3 +334,28 @@ def test_bad_race_options_and_sets_are_one_error_line(tmp_path):
     assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
     with pytest.raises(InputError, match="--race nan"):
         RaceRule(fraction=math.nan).check()
+
+
+def test_a_hold_keeps_d_low_only_on_a_lead_beyond_the_noise_of_the_problems_and_the_replay_agrees():
+    """With `hold` Z, a race stopped at its share keeps D_low only where its best accuracy leads D_high's
+    by more than Z standard errors of the difference over the problems evaluated: on 32 problems a lead
+    of one problem (0.22 against 0.25: the round/mixlang race) is noise, one of eight is not."""
+    assert keeps_low(0.3, 0.31, 32) and not keeps_low(0.3, 0.3, 32)  # no hold: any lead, D_high on ties
+    se = math.sqrt((0.21875 * 0.78125 + 0.25 * 0.75) / 32)  # 0.106
+    assert not keeps_low(0.21875, 0.25, 32, hold=0.5) and keeps_low(0.21875, 0.25, 32, hold=0.29)
+    assert 0.03125 < 0.5 * se and keeps_low(0.125, 0.375, 32, hold=1.0)  # 8 problems of 32: 0.25 > 0.11
+    assert not keeps_low(0.0, 0.0, 32, hold=1.0) and keeps_low(0.0, 1.0, 32, hold=10)  # no noise at 0 and 1
+    n32 = lambda n: [1] * n + [0] * (32 - n)  # noqa: E731
+    rule = RaceRule(fraction=0.5, k=None, hold=0.5)
+    for high, low, winner in (([7, 7], [8, 8], "high"), ([7, 7], [12, 12], "low"), ([7, 5], [6, 9], "low")):
+        curves = {"high": race_curve([n32(n) for n in high + [0, 0]]), "low": race_curve([n32(n) for n in low + [0, 0]])}
+        _, stop = decide(curves, rule, RACE_MANIFEST)
+        assert (stop["reason"], stop["winner"], stop["evaluation"]) == ("fraction", winner, 4), (high, low)
+        _, plain = decide(curves, replace(rule, hold=0.0), RACE_MANIFEST)
+        assert plain["winner"] == ("low" if max(low) > max(high) else "high")
+        replayed = race([(r["epoch"], r["accuracy"]) for r in curves["high"][1:]],
+                        [(r["epoch"], r["accuracy"]) for r in curves["low"][1:]], 2.0, 0.5, n_eval=32, hold=0.5)
+        assert replayed == (winner, stop["share"])
+    for bad in (-0.1, 11, math.nan, True):
+        with pytest.raises(InputError, match="--race-hold"):
+            RaceRule(fraction=0.75, hold=bad).check()

@@ -124,3 +124,17 @@ def test_a_dry_run_of_each_says_what_it_would_do(plain, planned, tmp_path):
 def test_a_run_needs_out(plain):
     with pytest.raises(InputError, match="--out is required"):
         train_manifest(RunRequest(plain, ""), no_race=True)
+
+
+def test_a_hold_comes_from_the_plan_or_race_hold(tmp_path, plain, planned):
+    held = race_manifest(tmp_path / "hold", "lab:xs", race={**PLANNED, "hold": 1.0})
+    assert plan_training(str(held)).rule == RaceRule(fraction=0.5, k=None, wait=0.75, hold=1.0)
+    assert plan_training(planned, stops={"hold": 0.5}).rule == RaceRule(fraction=0.5, k=None, wait=0.75, hold=0.5)
+    assert plan_training(plain, race=0.75, k=None, stops={"hold": 2.0}).rule == RaceRule(fraction=0.75, k=None, hold=2.0)
+    with pytest.raises(InputError, match="--race-hold sets when a race stops.*runs none"):
+        plan_training(plain, stops={"hold": 1.0})
+    from capacity_advisor.training.manifest_checks import race_problems
+
+    assert race_problems({**PLANNED, "hold": 1.0}) == []
+    for bad in (-0.5, 11, "x", True):
+        assert any(p.startswith("race.hold:") for p in race_problems({**PLANNED, "hold": bad})), bad

@@ -42,7 +42,9 @@ without a race, and elsewhere plans as the same gate without a gap scout does, a
 (GAP_SCOUTS; the shipped gate's own scout is −0.25, so that row is the shipped plan, and "... without
 the gap scout" is the gate before it). "... and D_low does not trail in the probe" takes D_low by the gap
 only where the probe's accuracy gain for D_low is at least D_high's (GAP_LEAD; not shipped): a student
-that learns from neither set is left to the gate.
+that learns from neither set is left to the gate. "... D_low kept only on a lead beyond Z standard errors"
+is the shipped plan whose races hold (`Gate.hold`, HOLD; `advisor fit --race-hold`; not shipped): a
+race stopped at its share keeps D_low only where its lead beats Z standard errors of the problems read.
 
 `--store NAME` also keeps the judgment in the judged predictor (`--predictor`, required: the shipped
 one is `--predictor advisor/predictor_data`) as meta.transfer's entry NAME, with the gate it judged
@@ -141,6 +143,11 @@ GAP_SCOUTS = (0.0, -0.25, -0.5, -1.0)  # the likelihood gaps per token at or und
 
 GAP_LEAD = -0.25  # the gap of the row that also asks the probe not to show D_low behind
 PLAIN = f"{AT_SHARES}, without the gap scout"  # the shipped gate with its gap scout off
+HOLD = 1.0  # the standard errors of the row whose race keeps D_low only on a lead beyond them (`Gate.hold`)
+
+
+def hold_row(z: float) -> str:
+    return f"{AT_SHARES}, D_low kept only on a lead beyond {z:g} standard errors"
 
 
 def gap_row(g: float) -> str:
@@ -175,7 +182,7 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
     picks: dict[str, list[tuple[dict, str, float]]] = {m: [] for m in (
         "always high", "always low", "always mixed", "predictor alone", "policy", "gated race (shipped)",
         "gated race, scouted", "gated race, scouted both ways", AT_SHARES, high_row(high_scout),
-        PLAIN, *(gap_row(g) for g in GAP_SCOUTS), gap_lead_row(GAP_LEAD),
+        PLAIN, *(gap_row(g) for g in GAP_SCOUTS), gap_lead_row(GAP_LEAD), hold_row(HOLD),
         *(f"race on every pool, at {f:.0%}" for f in RACES),
         *(f"race on every pool, tie check at {t:.0%}, else at {f:.0%}" for t, f in TIE_RACES))}
     opened, per_row = [], []
@@ -210,6 +217,9 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
             picks[gap_row(g)].append((r, "low", 0.0) if gap_scouts(r, g) else picks[PLAIN][-1])
         picks[gap_lead_row(GAP_LEAD)].append((r, "low", 0.0) if gap_scouts(r, GAP_LEAD) and lead >= 0
                                              else picks[PLAIN][-1])
+        held = replace(policy.gate, hold=HOLD) if policy.gate else None  # the same plan; its race holds
+        picks[hold_row(HOLD)].append((r, *held.replay(r, at_shares=True)) if d.race is not None
+                                     else picks[AT_SHARES][-1])
         opened.append(d.race is not None)
         kept, share = picks[AT_SHARES][-1][1:]
         per_row.append({"source": r["source"], "repeat": r["repeat"], "budget": r["budget"],

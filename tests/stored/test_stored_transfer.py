@@ -121,3 +121,22 @@ def test_store_keeps_one_entry_per_name_in_the_predictor_judged(tmp_path):
     bad = subprocess.run(cmd[:5] + [str(tmp_path / "none")] + cmd[6:], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error: ") and bad.stderr.count("\n") == 1
     assert (SHIPPED / "predictor.json").read_bytes() == shipped  # only the predictor named was written
+
+
+def test_on_the_terse_sources_run_after_it_shipped_the_plan_beats_both_constants_on_each():
+    """listmax-terse and digitsum-terse were published after the shipped predictor and every refit were
+    made (docs/results.md, "Two terse sources no fit has seen"): on their rows the shipped plan, raced as
+    `advisor train` races, recovers most of always-high's loss at a fifth of a run and no source ends
+    above either constant."""
+    from experiments.transfer import AT_SHARES
+
+    paths = [ROOT / "calibration" / "lab2" / n for n in ("listmax-terse", "digitsum-terse")]
+    fitted_on = set(Predictor.load(SHIPPED).meta["record_files"][0]["sources"])
+    out = judge(read_records(paths), str(SHIPPED))
+    assert out["rows"] == 240 and not set(out["sources"]) & fitted_on
+    m = out["methods"]
+    plan, high, low = (m[k]["all"] for k in (AT_SHARES, "always high", "always low"))
+    assert plan["regret"] < 0.25 * high["regret"] and plan["regret"] < 0.25 * low["regret"]
+    assert 0 < plan["overhead"] <= 0.25
+    for s in out["sources"]:
+        assert m[AT_SHARES]["by_source"][s]["regret"] <= min(m[k]["by_source"][s]["regret"] for k in ("always high", "always low"))

@@ -173,6 +173,7 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
     policy = Policy.of(predictor) if gate is None else replace(Policy.of(predictor), gate=gate)
     scouting = replace(policy.gate, high_scout=high_scout) if policy.gate else None  # the gate with a D_high scout
     plain = replace(policy, gate=replace(policy.gate, gap_scout=-math.inf)) if policy.gate else policy
+    held = replace(policy.gate, hold=HOLD) if policy.gate else None  # the same plan; its races hold
     rows = with_curves(label_rows(records), records)
     runs = {}
     for rec in records:  # each unit's runs, for the paired races
@@ -217,7 +218,6 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
             picks[gap_row(g)].append((r, "low", 0.0) if gap_scouts(r, g) else picks[PLAIN][-1])
         picks[gap_lead_row(GAP_LEAD)].append((r, "low", 0.0) if gap_scouts(r, GAP_LEAD) and lead >= 0
                                              else picks[PLAIN][-1])
-        held = replace(policy.gate, hold=HOLD) if policy.gate else None  # the same plan; its race holds
         picks[hold_row(HOLD)].append((r, *held.replay(r, at_shares=True)) if d.race is not None
                                      else picks[AT_SHARES][-1])
         opened.append(d.race is not None)

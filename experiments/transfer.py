@@ -34,7 +34,9 @@ early leads D_low overtakes on the lab's scripted pools ("scouted both ways" tak
 that costs). "... evaluated at its shares, D_high scouted at T" is the race as `advisor train` runs
 it (at its shares) with a scout for D_high too, at a lead of T (`--high-scout`, default 0.5): where
 D_high's accuracy gain in the probe leads D_low's by T or more, D_high without a race — a gate input
-not shipped, measured to see what a pool where D_high wins costs without it. "... D_low where the
+not shipped, measured to see what a pool where D_high wins costs without it; with `--high-scout-gain G`
+only where D_high's own accuracy gain in the probe (`high_accuracy_gain`) is G or more too, so a student
+that learned nothing from either set in the probe is left to the race. "... D_low where the
 likelihood gap per token ≤ G" reads an input that needs no training: where, ranked by the summed
 log-probability, D_low's responses are at least as likely per token under the base as D_high's
 (`likelihood_gap_per_token` ≤ G; a D_high of bare answers against worked solutions), it takes D_low
@@ -165,9 +167,11 @@ def gap_scouts(row: dict, g: float) -> bool:
     return gap_of(row["features"], row["score"]) <= g  # NaN (not ranked by the sum, or unmeasured): never
 
 
-def judge(records: list[dict], predictor_dir: str | None = None, high_scout: float = HIGH_SCOUT, gate=None) -> dict:
+def judge(records: list[dict], predictor_dir: str | None = None, high_scout: float = HIGH_SCOUT, gate=None,
+          high_gain: float | None = None) -> dict:
     """{method: {"all": summary, "by_source": {source: summary}}, "rows": n} on the records' rows;
-    `gate`: this gate in place of the predictor's (`experiments.gate_ties`)."""
+    `gate`: this gate in place of the predictor's (`experiments.gate_ties`); `high_gain`: the D_high
+    scout's row also needs D_high's accuracy gain in the probe to reach it."""
 
     predictor = load_predictor(predictor_dir)
     policy = Policy.of(predictor) if gate is None else replace(Policy.of(predictor), gate=gate)
@@ -182,7 +186,7 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
         runs.setdefault((u["source"], u["score"], u["student"], u["repeat"]), {})[record_option(rec)] = rec
     picks: dict[str, list[tuple[dict, str, float]]] = {m: [] for m in (
         "always high", "always low", "always mixed", "predictor alone", "policy", "gated race (shipped)",
-        "gated race, scouted", "gated race, scouted both ways", AT_SHARES, high_row(high_scout),
+        "gated race, scouted", "gated race, scouted both ways", AT_SHARES, high_row(high_scout, high_gain),
         PLAIN, *(gap_row(g) for g in GAP_SCOUTS), gap_lead_row(GAP_LEAD), hold_row(HOLD),
         *(f"race on every pool, at {f:.0%}" for f in RACES),
         *(f"race on every pool, tie check at {t:.0%}, else at {f:.0%}" for t, f in TIE_RACES))}
@@ -206,8 +210,10 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
                                             else picks["gated race (shipped)"][-1])
         picks["gated race, scouted both ways"].append((r, "high", 0.0) if lead <= -SCOUT + 1e-9
                                                       else picks["gated race, scouted"][-1])
-        picks[high_row(high_scout)].append((r, "high", 0.0) if d.race is not None and scouting.scouts_high(r["features"])
-                                           else picks[AT_SHARES][-1])
+        gained = high_gain is None or number(r["features"].get("high_accuracy_gain")) >= high_gain
+        picks[high_row(high_scout, high_gain)].append(
+            (r, "high", 0.0) if d.race is not None and gained and scouting.scouts_high(r["features"])
+            else picks[AT_SHARES][-1])
         if d.answered_by != POOL_GAP:  # the gate's own gap scout did not answer: without it, the same plan
             picks[PLAIN].append(picks[AT_SHARES][-1])
         else:
@@ -310,8 +316,14 @@ def rows_markdown(t: dict) -> str:
     return "\n".join(lines)
 
 
-def high_row(t: float) -> str:
-    return f"{AT_SHARES}, D_high scouted at {t:g}"
+def high_row(t: float, gain: float | None = None) -> str:
+    where = "" if gain is None else f" where D_high's own gain in the probe is {gain:g} or more"
+    return f"{AT_SHARES}, D_high scouted at {t:g}{where}"
+
+
+def number(v) -> float:
+    """A measured input as a float (NaN where the record lacks it or holds no number)."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else math.nan
 
 
 # what `--store` keeps of a judgment in the predictor's meta.transfer: {stored name: the row of judge's table}
@@ -367,6 +379,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--predictor", default=None, help="a folder of `advisor fit` (default: the shipped predictor)")
     ap.add_argument("--high-scout", type=float, default=HIGH_SCOUT,
                     help="the probe's D_high lead from which the \"D_high scouted\" row takes D_high without a race")
+    ap.add_argument("--high-scout-gain", type=float, default=None, metavar="G",
+                    help="the \"D_high scouted\" row takes D_high only where D_high's own accuracy gain in the probe is "
+                         "G or more too (e.g. 0.05)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--rows", action="store_true",
@@ -378,6 +393,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not (math.isfinite(args.high_scout) and args.high_scout > 0):
         print(f"error: --high-scout {args.high_scout} must be a lead in accuracy above 0, e.g. 0.5", file=sys.stderr)
+        return 2
+    if args.high_scout_gain is not None and not (math.isfinite(args.high_scout_gain) and -1 <= args.high_scout_gain <= 1):
+        print(f"error: --high-scout-gain {args.high_scout_gain} must be an accuracy gain from -1 to 1, e.g. 0.05",
+              file=sys.stderr)
         return 2
     if args.store is not None:
         from capacity_advisor.advisor.probe.plan import predictor_root
@@ -401,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
                   "with --predictor", file=sys.stderr)
             return 2
     try:
-        t = judge(read_records(args.paths), args.predictor, args.high_scout)
+        t = judge(read_records(args.paths), args.predictor, args.high_scout, high_gain=args.high_scout_gain)
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

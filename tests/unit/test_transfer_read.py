@@ -58,6 +58,16 @@ def test_the_gated_race_is_replayed_with_the_plans_own_stops(monkeypatch):
     assert 0 < sum(-x >= t - 1e-9 for x in leads) < len(rows)
     assert scouted["overhead"] == pytest.approx(sum(s for _, s in at) / len(at))
     assert scouted["regret"] == pytest.approx(100 * sum(regret(r, c) for r, (c, _) in zip(rows, at)) / len(at))
+    # ... and where it also needs D_high's own gain in the probe: rows under that gain are raced
+    gains = [transfer.number(r["features"].get("high_accuracy_gain")) for r in rows]
+    g = sorted(x for x, y in zip(gains, leads) if -y >= t - 1e-9)[-1]  # the scouted rows' highest gain: some fall under
+    both = transfer.judge(records, high_scout=t, high_gain=g)["methods"][transfer.high_row(t, g)]["all"]
+    at = [("high", 0.0) if -x >= t - 1e-9 and y >= g else gate.replay(r, at_shares=True)
+          for r, x, y in zip(rows, leads, gains)]
+    assert 0 < sum(c == "high" and s == 0.0 for c, s in at) < sum(-x >= t - 1e-9 for x in leads)
+    assert both["overhead"] == pytest.approx(sum(s for _, s in at) / len(at))
+    assert both["overhead"] > scouted["overhead"]
+    assert both["regret"] == pytest.approx(100 * sum(regret(r, c) for r, (c, _) in zip(rows, at)) / len(at))
 
 
 def test_the_cost_where_a_plan_races_is_the_mean_over_the_rows_it_raced_on():

@@ -207,6 +207,10 @@ class FitSettings:
         "Where the gate's race stops without a lead, D_low is kept only on a lead beyond this many standard errors "
         "of the held-out problems (0: any lead): comma-separated values from 0 to 10, each offered with every race "
         "of --race-grid, chosen held out as the race is (e.g. 0,1).")})
+    race_hold_added: float | None = field(default=None, metadata={"help": (
+        "Set this hold (standard errors, 0 to 10) on the gate chosen without one (its thresholds, race and scouts as "
+        "a fit without a hold chooses them), in every held-out fold and in the fit, rather than offering it to the "
+        "choice as --race-hold does.")})
     n_members: int = field(default=MEMBERS, metadata={"help": "Ensemble members (bootstrap resamples of the calibration units)."})
     jobs: int = field(default=1, metadata={"help": "Processes fitting members in parallel."})
     seed: int = field(default=0, metadata={"help": "Bootstrap draws and LightGBM's seed."})
@@ -253,6 +257,12 @@ class FitSettings:
         if not self.race_hold or not all(number(h) and 0 <= h <= 10 for h in self.race_hold):
             bad.append(f"--race-hold {','.join(map(str, self.race_hold)) or '(none)'}: give standard errors from 0 to "
                        "10, comma-separated, e.g. 0,1")
+        if self.race_hold_added is not None:
+            if not (number(self.race_hold_added) and 0 <= self.race_hold_added <= 10):
+                bad.append(f"--race-hold-added {self.race_hold_added!r} must be standard errors from 0 to 10, e.g. 1")
+            if any(self.race_hold):
+                bad.append("--race-hold offers holds to the gate's choice and --race-hold-added sets one after it: give "
+                           "one of them")
         if self.cost not in COSTS:
             bad.append(f"--cost {self.cost!r} is unknown: use {', '.join(COSTS)}")
         if self.race_grid not in RACE_GRIDS:
@@ -267,14 +277,14 @@ class FitSettings:
 
 
 def draw_gate(measured: Sequence[Sequence[dict]], draw: int, open_cap, races: tuple, scouts: tuple, cost: str = "share",
-              gap_after: float | None = None):
+              added: dict | None = None):
     """The thresholds and gate one bootstrap draw's held-out measurements alone choose (the kind kept):
     beside the pooled choice, how much pooling the draws settled."""
     sets = [[m for m in ms if m.get("draw") == draw] for ms in measured]
     if not sets or not all(sets):
         return None
     return with_gate(choose_policy(*sets), sets, open_cap=open_cap, races=races, scouts=scouts, cost=cost,
-                     gap_after=gap_after).gate
+                     added=added).gate
 
 
 def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings = FitSettings(), log=None,
@@ -309,7 +319,9 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
         scouts = tuple((*as_scout(sc)[:2], gap) for sc in scouts for gap in GAP_SCOUTS)
     elif settings.gap_scout_at is not None and not settings.gap_scout_added:
         scouts = tuple((*as_scout(sc)[:2], float(settings.gap_scout_at)) for sc in scouts)
-    gap_after = float(settings.gap_scout_at) if settings.gap_scout_added else None
+    # gate fields set on each chosen gate after the choice (in every held-out fold and in the fit)
+    added = {**({"gap_scout": float(settings.gap_scout_at)} if settings.gap_scout_added else {}),
+             **({"hold": float(settings.race_hold_added)} if settings.race_hold_added is not None else {})} or None
     for s in settings.cv:
         if not folds(rows, s):
             continue
@@ -317,13 +329,13 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
             "each fold)")
         cv_tables[s] = cross_validate(rows, s, kinds, feats, cv_members, tie_margin, seed, jobs,
                                       policy_split=split, open_cap=settings.open_cap, races=races, scouts=scouts,
-                                      draws=draws, cost=settings.cost, gap_after=gap_after)
+                                      draws=draws, cost=settings.cost, added=added)
     say(f"choosing the kind and the policy's thresholds by {by} regret")
     chosen, policy, kind_regret, measured_rows = measured_policy(rows, split, kinds, feats, cv_members, seed, jobs,
                                                                  races, scouts, draws, settings.cost)
     policy = with_gate(policy, measured_rows, open_cap=settings.open_cap, races=races, scouts=scouts, cost=settings.cost,
-                       gap_after=gap_after)
-    alone = ([draw_gate(measured_rows, d, settings.open_cap, races, scouts, settings.cost, gap_after) for d in range(draws)]
+                       added=added)
+    alone = ([draw_gate(measured_rows, d, settings.open_cap, races, scouts, settings.cost, added) for d in range(draws)]
              if draws > 1 else [])
     own = own_sources(records, files)
     policy_own = None

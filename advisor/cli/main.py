@@ -267,6 +267,7 @@ def generate(as_json, **kw):
 @field_option(FitSettings, "gap_scout_at")
 @field_option(FitSettings, "gap_scout_added")
 @field_option(FitSettings, "race_hold")
+@field_option(FitSettings, "race_hold_added", type=Finite(0, 10))
 @field_option(FitSettings, "n_members", "--members", type=click.IntRange(1, MAX_MEMBERS))
 @field_option(FitSettings, "cv_members", "--cv-members", type=click.IntRange(1, MAX_MEMBERS))
 @field_option(FitSettings, "gate_draws", "--gate-draws", type=click.IntRange(1, MAX_DRAWS))

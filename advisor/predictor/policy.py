@@ -328,12 +328,13 @@ def measured_policy(rows: Sequence[dict], split: str | Sequence[str], kinds: str
 
 def with_gate(policy: Policy, measured: Sequence, cap: float = CAP, open_cap: float | None = None,
               races: tuple = RACES, scouts: tuple = NO_SCOUT, cost: str = "share",
-              gap_after: float | None = None) -> Policy:
+              added: dict | None = None) -> Policy:
     """`policy` with the gate chosen on its held-out `measured` under `cap` — one set of
     measurements, or one per split (`measured_policy`'s): then the gate whose worst regret over
     the splits is lowest, each split's overhead within the cap, counted as `cost` says —; unchanged where the rows carry
-    no curves to replay a race on (`races.with_curves`) or nothing was measured. `gap_after`: the gap
-    scout (`Gate.gap_scout`) set on the gate so chosen, which was chosen without it."""
+    no curves to replay a race on (`races.with_curves`) or nothing was measured. `added`: Gate fields
+    set on the gate so chosen, which was chosen without them (`advisor fit --gap-scout-added`: the gap
+    scout, `Gate.gap_scout`; `--race-hold-added`: its race's hold, `Gate.hold`)."""
     from dataclasses import replace
 
     sets = [list(m) for m in measured] if measured and isinstance(measured[0], (list, tuple)) else [list(measured)]
@@ -341,8 +342,8 @@ def with_gate(policy: Policy, measured: Sequence, cap: float = CAP, open_cap: fl
     if not sets or not all("curves" in m["row"] for ms in sets for m in ms):
         return policy
     gate = choose_gate(sets[0], policy, cap, *sets[1:], open_cap=open_cap, races=races, scouts=scouts, cost=cost)
-    if gap_after is not None:  # (choose_gate always finds one: the gate that never opens costs nothing)
-        gate = replace(gate, gap_scout=float(gap_after))
+    if added:  # (choose_gate always finds one: the gate that never opens costs nothing)
+        gate = replace(gate, **added)
     return replace(policy, gate=gate)
 
 
@@ -350,7 +351,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
                    features: Sequence[str] | None = None, n_members: int = 8, tie_margin: float = TIE_MARGIN,
                    seed: int = 0, jobs: int = 1, policy_split: str | Sequence[str] | None = None,
                    open_cap: float | None = None, races: tuple = RACES, scouts: tuple = NO_SCOUT,
-                   draws: int = 1, cost: str = "share", gap_after: float | None = None) -> dict:
+                   draws: int = 1, cost: str = "share", added: dict | None = None) -> dict:
     """Every method held out by `split`: the policy — its model kind (one of `kind`, when several)
     and thresholds chosen on each outer fold's training rows only, by an inner leave-one-
     `policy_split`-out (default the same split; several: the worse of them; UNTRIED where those
@@ -362,7 +363,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
     `open_cap` of a run on average where it opens, when given, each gate's race one of `races` (and its
     scout one of `scouts`; the caps counted as `cost` says). `draws`: the inner measurements each fold's choices are made on pooled over
     that many bootstrap draws; the outer fold's advice is one draw's (`seed`), as a fitted predictor's.
-    `gap_after`: a gap scout added to each fold's gate after it is chosen (`with_gate`)."""
+    `added`: Gate fields set on each fold's gate after it is chosen (`with_gate`)."""
     from capacity_advisor.advisor.predictor.labels import PROBE_FEATURES
 
     features = tuple(features or PROBE_FEATURES)
@@ -382,7 +383,7 @@ def cross_validate(rows: Sequence[dict], split: str = "student", kind: str | Seq
         outer = held_out(train, test, fold_kind, features, n_members, seed, jobs)
         if split != PROXY and all("curves" in r for r in rows):
             for cap in CAPS:
-                gate = with_gate(policy, inner, cap, open_cap, races, scouts, cost, gap_after).gate
+                gate = with_gate(policy, inner, cap, open_cap, races, scouts, cost, added).gate
                 gated.setdefault(cap, []).extend(gated_picks(outer, policy, gate) if gate else [])
                 if cap == CAP and gate is not None:
                     at_shares.extend(gated_picks(outer, policy, gate, at_shares=True))

@@ -564,7 +564,9 @@ def test_fit_settings_that_do_not_fit_together_are_one_error_line(tmp_path):
     for extra, words in ((("--open-cap", 1.5), "at most 1"), (("--open-cap", 12, "--cost", "tokens"), "at most 10"),
                          (("--gap-scout-at", 0.5), "from -10 to 0"),
                          (("--gap-scout", "--gap-scout-at", -0.25), "give one of them"),
-                         (("--gap-scout-added",), "give --gap-scout-at G too")):
+                         (("--gap-scout-added",), "give --gap-scout-at G too"),
+                         (("--race-hold", "0,1", "--race-hold-added", 1), "give one of them"),
+                         (("--race-hold-added", 11), "--race-hold-added")):
         r = run("fit", "--records", path, "--out", tmp_path / "pred", *extra)
         assert r.exit_code == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
         assert not (tmp_path / "pred").exists()
@@ -581,7 +583,8 @@ def test_fit_with_the_gap_scout_fixed_keeps_it_in_every_gate(tmp_path):
     write_jsonl(path, make_records())
     saved = {}
     for name, extra in (("plain", ()), ("at", ("--gap-scout-at", -0.25)),
-                        ("added", ("--gap-scout-at", -0.25, "--gap-scout-added"))):
+                        ("added", ("--gap-scout-at", -0.25, "--gap-scout-added")),
+                        ("held", ("--gap-scout-at", -0.25, "--gap-scout-added", "--race-hold-added", 1))):
         r = run("fit", "--records", path, "--out", tmp_path / name, "--features", "probe", "--kinds", "logistic",
                 "--members", 2, "--cv-members", 2, "--cv", "student", *extra)
         assert r.exit_code == 0, r.stderr
@@ -592,3 +595,6 @@ def test_fit_with_the_gap_scout_fixed_keeps_it_in_every_gate(tmp_path):
     folds = saved["added"]["cv"]["student"]["policies"]
     assert folds and all(f["race"] == {**saved["plain"]["cv"]["student"]["policies"][k]["race"], "gap_scout": -0.25}
                          for k, f in folds.items())
+    # `--race-hold-added Z`: the same gates again, each race holding D_low to a lead beyond Z standard errors
+    assert saved["held"]["policy"]["race"] == {**saved["added"]["policy"]["race"], "hold": 1.0}
+    assert all(f["race"] == {**folds[k]["race"], "hold": 1.0} for k, f in saved["held"]["cv"]["student"]["policies"].items())

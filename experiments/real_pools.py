@@ -1,11 +1,14 @@
 """Pools of real tasks for the real pretrained student: problems from DeepMind's mathematics_dataset
 generators, candidates from a scripted teacher (several natural-language styles), from a
-neural teacher (a fine-tuned SmolLM2-135M-Instruct sampled at temperature 1) and from a
-mixed-language teacher (the same worked steps in English, French or German; `place` and `round`).
+neural teacher (a fine-tuned SmolLM2-135M-Instruct sampled at temperature 1), from a
+mixed-language teacher (the same worked steps in English, French or German; `place` and `round`) and
+from a program teacher (`pycode`, `arith`: the solution as a short Python program and what it prints,
+from one printed expression to a program that reduces it a step a line and asserts a second way).
 
     python -m experiments.real_pools problems --out calibration/real/problems.jsonl
     python -m experiments.real_pools scripted calibration/real/problems.jsonl --split pool --out calibration/real/pools
     python -m experiments.real_pools mixlang calibration/real/problems.jsonl --out calibration/real/pools
+    python -m experiments.real_pools pycode calibration/real/problems.jsonl --out calibration/real/pools
     python -m experiments.real_pools teacher-data calibration/real/problems.jsonl --out runs/real-teacher/data.jsonl
     python -m experiments.real_pools teacher-run calibration/real/problems.jsonl --out runs/real-teacher   # + manifest
 
@@ -543,6 +546,53 @@ def round_mixlang_solution(p: dict, style: str, rng: random.Random, wrong: bool 
             f"das ergibt {x}. Die Antwort ist also {box}.")
 
 
+PYCODE_TASKS = ("arith",)
+PYCODE_STYLES = ("print", "lines", "comments", "checked")  # from one printed expression to a program that checks itself
+
+
+def arith_pycode_solution(p: dict, style: str, rng: random.Random, slip: bool = False) -> str:
+    """The program teacher: a solution written as a short Python program and what it prints, then the
+    boxed answer. `print` evaluates the expression at once; `lines` rewrites it one reduction per line;
+    `comments` does the same with a comment on each step; `checked` also recomputes it from the signed
+    terms and asserts the two agree. `slip` reduces with the sign slip (the wrong candidate)."""
+    steps = arith_steps(p["e"], slip) if slip else p["steps"]
+    x = steps[-1][1]
+    box = f"\\boxed{{{x}}}"
+    name = rng.choice(["x", "value", "result", "total"])
+    if style == "print":
+        return rng.choice([f"print({p['e']})\n# {x}\n{box}", f">>> {p['e']}\n{x}\n{box}"])
+    lines = [f"{name} = {p['e']}"]
+    for i, (e, _) in enumerate(steps, 1):
+        note = f"  # step {i}: one operation, innermost brackets first" if style != "lines" else ""
+        lines.append(f"{name} = {e}{note}")
+    if style == "checked":
+        terms = flat_terms(p["e"])
+        lines += [f"terms = [{', '.join(str(t) for t in terms)}]  # every bracket opened, signs carried in",
+                  f"assert sum(terms) == {name}" + ("" if sum(terms) == x else "  # fails: keep the step-by-step value")]
+    lines.append(f"print({name})  # {x}")
+    head = {"lines": "", "comments": rng.choice(["Reducing it in Python, one step per line:\n",
+                                                 "As a program that does one operation at a time:\n"]),
+            "checked": rng.choice(["Let me write it as a program and check it a second way:\n",
+                                   "A program that reduces it step by step, then checks the sum of the terms:\n"])}[style]
+    return f"{head}```python\n" + "\n".join(lines) + f"\n```\nIt prints {x}.\n{box}"
+
+
+def pycode_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[bool], list[str]]:
+    """(candidates, correctness, styles): the program teacher's four styles shuffled, and one wrong
+    candidate (the sign slip, or an off-by-one in the last step where there is no `- -n`)."""
+    if row["task"] not in PYCODE_TASKS:
+        raise ValueError(f"the program teacher writes {', '.join(PYCODE_TASKS)} only, not {row['task']}")
+    p = parse(row["task"], row["problem"])
+    out = [(arith_pycode_solution(p, s, rng), True, s) for s in PYCODE_STYLES]
+    style = rng.choice(("lines", "comments"))
+    if arith_steps(p["e"], slip=True)[-1][1] == p["x"]:
+        p_wrong = {**p, "steps": [*p["steps"][:-1], (str(p["x"] + 1), p["x"] + 1)]}
+        out.append((arith_pycode_solution(p_wrong, style, rng), False, "wrong"))
+    else:
+        out.append((arith_pycode_solution(p, style, rng, slip=True), False, "wrong"))
+    return _shuffled(out, rng)
+
+
 def place_slip(p: dict) -> int | None:
     """The place a wrong `place` candidate reads: the next one up where its digit differs from the asked
     one's, else the first from the right that differs; None where every digit is the same."""
@@ -609,10 +659,10 @@ def _shuffled(out: list[tuple[str, bool, str]], rng: random.Random) -> tuple[lis
 
 
 def scripted_pool(rows: list[dict], task: str, seed: int = SEED, teacher: str = "scripted") -> list[dict]:
-    """The pool split of `task` with the candidates of `teacher` (`scripted` or `mixlang`)."""
+    """The pool split of `task` with the candidates of `teacher` (`scripted`, `mixlang` or `pycode`)."""
     from capacity_advisor.training.text_metrics import check_answer
 
-    write = mixlang_candidates if teacher == "mixlang" else scripted_candidates
+    write = {"mixlang": mixlang_candidates, "pycode": pycode_candidates}.get(teacher, scripted_candidates)
     rng = random.Random(f"{seed}-{task}" if teacher == "scripted" else f"{seed}-{task}-{teacher}")
     out = []
     for r in rows:
@@ -685,6 +735,9 @@ def main(argv: list[str] | None = None) -> int:
     m = sub.add_parser("mixlang", help="the mixed-language teacher's pool of each of its tasks (the pool split)")
     m.add_argument("problems")
     m.add_argument("--out", required=True, help="folder: TASK-mixlang.jsonl per task")
+    y = sub.add_parser("pycode", help="the program teacher's pool of each of its tasks (the pool split)")
+    y.add_argument("problems")
+    y.add_argument("--out", required=True, help="folder: TASK-pycode.jsonl per task")
     c = sub.add_parser("teacher-data", help="the neural teacher's fine-tuning rows (the teacher split)")
     c.add_argument("problems")
     c.add_argument("--out", required=True)
@@ -716,6 +769,12 @@ def main(argv: list[str] | None = None) -> int:
         for task in MIXLANG_TASKS:
             path = Path(args.out) / f"{task}-mixlang.jsonl"
             n = write_jsonl(path, scripted_pool(rows, task, teacher="mixlang"))
+            print(f"wrote {n} problems to {path}")
+    elif args.cmd == "pycode":
+        rows = read_jsonl(args.problems)
+        for task in PYCODE_TASKS:
+            path = Path(args.out) / f"{task}-pycode.jsonl"
+            n = write_jsonl(path, scripted_pool(rows, task, teacher="pycode"))
             print(f"wrote {n} problems to {path}")
     elif args.cmd == "teacher-data":
         n = write_jsonl(args.out, teacher_data(read_jsonl(args.problems)))

@@ -31,8 +31,8 @@ from capacity_advisor.advisor.lab.stash import restore_calibration, stash_calibr
 POOLS = Path("calibration/real/pools")
 STUDENT = "lab:smollm2-135m"
 SOURCES = ("linear-scripted", "place-scripted", "linear-neural", "place-neural", "arith-scripted", "poly-scripted",
-           "place-mixlang", "round-scripted", "round-mixlang")
-TEACHERS = {"scripted": "scripted", "neural": "smollm2-135m-ft@T1", "mixlang": "mixlang"}  # the records' name of each teacher
+           "place-mixlang", "round-scripted", "round-mixlang", "arith-pycode")
+TEACHERS = {"scripted": "scripted", "neural": "smollm2-135m-ft@T1", "mixlang": "mixlang", "pycode": "pycode"}  # the records' name of each teacher
 EPOCHS = 3
 N_EVAL = 64
 EVALS_PER_EPOCH = 2

@@ -137,3 +137,42 @@ def test_the_mixed_language_rounding_pool_reads_the_same_digit_in_every_language
             result = p["other"] if style == "wrong" else p["x"]
             assert f" {digit}" in text and f"\\boxed{{{result}}}" in text, text  # the digit read, the result boxed
     assert real_pools.scripted_pool(problems, "round", teacher="mixlang") == pool
+
+
+def test_the_program_teachers_programs_compute_what_they_print(problems):
+    """arith-pycode: each correct candidate is a Python program whose every line keeps the expression's
+    value, whose check of the signed terms holds, and which prints the boxed answer; the one wrong
+    candidate's program changes the value at a step (the sign slip) and prints that."""
+    pool = read_jsonl(ROOT / "calibration" / "real" / "pools" / "arith-pycode.jsonl")
+    answers = {r["problem"]: r["answer"] for r in problems if r["split"] == "pool"}
+    assert len(pool) == real_pools.SPLITS["pool"] and {r["problem"] for r in pool} <= set(answers)
+    lengths = {s: [] for s in real_pools.PYCODE_STYLES}
+
+    def value(expr: str) -> int:
+        assert re.fullmatch(r"[-\d\s+()]+", expr), expr  # digits, signs and brackets only
+        return int(eval(expr, {"__builtins__": {}}, {}))
+
+    for r in pool:
+        assert sorted(r["styles"]) == sorted([*real_pools.PYCODE_STYLES, "wrong"])
+        assert [s == "wrong" for s in r["styles"]] == [not ok for ok in r["correctness"]]
+        for text, ok, style in zip(r["generations"], r["correctness"], r["styles"]):
+            boxed = re.search(r"\\boxed\{(-?\d+)\}", text)[1]
+            assert check_answer(text, r["answer"], "math") == ok and (boxed == r["answer"]) == ok
+            if style == "print":
+                m = re.search(r"^(?:print\((.*)\)|>>> (.*))$", text, re.M)
+                assert value(m[1] or m[2]) == int(r["answer"])
+                lengths[style].append(len(text))
+                continue
+            assigned = [value(m[1]) for m in re.finditer(r"^(?!terms )\w+ = ([^#\n]+?)\s*(?:#.*)?$", text, re.M)]
+            printed = int(re.search(r"^print\(\w+\)  # (-?\d+)$", text, re.M)[1])
+            assert printed == int(boxed) and assigned[-1] == printed
+            if ok:
+                lengths[style].append(len(text))
+                assert set(assigned) == {int(r["answer"])}, text  # every rewrite keeps the value
+                if style == "checked":
+                    terms = re.search(r"^terms = \[([^\]]*)\]", text, re.M)[1]
+                    assert sum(int(t) for t in terms.split(",")) == int(r["answer"])
+            else:
+                assert assigned[0] == int(r["answer"]) != printed  # the slip changes the value at a step
+    mean = {s: sum(v) / len(v) for s, v in lengths.items()}
+    assert mean["print"] < mean["lines"] < mean["comments"] < mean["checked"]  # from terse to self-checking

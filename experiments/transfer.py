@@ -45,8 +45,10 @@ without a race, and elsewhere plans as the same gate without a gap scout does, a
 the gap scout" is the gate before it). "... and D_low does not trail in the probe" takes D_low by the gap
 only where the probe's accuracy gain for D_low is at least D_high's (GAP_LEAD; not shipped): a student
 that learns from neither set is left to the gate. "... D_low kept only on a lead beyond Z standard errors"
-is the shipped plan whose races hold (`Gate.hold`, HOLD; `advisor fit --race-hold`; not shipped): a
-race stopped at its share keeps D_low only where its lead beats Z standard errors of the problems read.
+is the plan whose races hold (`Gate.hold`, HOLD; `advisor fit --race-hold-added`): a race stopped at its
+share keeps D_low only where its lead beats Z standard errors of the problems read (the shipped gate holds
+at 1, so with it that row is the shipped plan); "... D_low kept on any lead (no hold)" is the same plan
+with its races not holding (the gate shipped before the hold).
 
 `--store NAME` also keeps the judgment in the judged predictor (`--predictor`, required: the shipped
 one is `--predictor advisor/predictor_data`) as meta.transfer's entry NAME, with the gate it judged
@@ -80,6 +82,7 @@ from capacity_advisor.advisor.predictor.races import race, with_curves
 from capacity_advisor.advisor.probe.plan import load_predictor
 from capacity_advisor.core.errors import InputError
 from capacity_advisor.core.files import json_object
+from capacity_advisor.core.numbers import number
 from capacity_advisor.training.race import RaceRule, decide
 
 RACES = (0.2, 0.5, 1.0)
@@ -149,7 +152,10 @@ HOLD = 1.0  # the standard errors of the row whose race keeps D_low only on a le
 
 
 def hold_row(z: float) -> str:
-    return f"{AT_SHARES}, D_low kept only on a lead beyond {z:g} standard errors"
+    return f"{AT_SHARES}, D_low kept only on a lead beyond {z:g} standard error{'' if z == 1 else 's'}"
+
+
+NO_HOLD = f"{AT_SHARES}, D_low kept on any lead (no hold)"  # the same plan, its races not holding
 
 
 def gap_row(g: float) -> str:
@@ -178,6 +184,7 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
     scouting = replace(policy.gate, high_scout=high_scout) if policy.gate else None  # the gate with a D_high scout
     plain = replace(policy, gate=replace(policy.gate, gap_scout=-math.inf)) if policy.gate else policy
     held = replace(policy.gate, hold=HOLD) if policy.gate else None  # the same plan; its races hold
+    unheld = replace(policy.gate, hold=0.0) if policy.gate else None  # ... and not (any lead keeps D_low)
     rows = with_curves(label_rows(records), records)
     runs = {}
     for rec in records:  # each unit's runs, for the paired races
@@ -187,7 +194,7 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
     picks: dict[str, list[tuple[dict, str, float]]] = {m: [] for m in (
         "always high", "always low", "always mixed", "predictor alone", "policy", "gated race (shipped)",
         "gated race, scouted", "gated race, scouted both ways", AT_SHARES, high_row(high_scout, high_gain),
-        PLAIN, *(gap_row(g) for g in GAP_SCOUTS), gap_lead_row(GAP_LEAD), hold_row(HOLD),
+        PLAIN, *(gap_row(g) for g in GAP_SCOUTS), gap_lead_row(GAP_LEAD), hold_row(HOLD), NO_HOLD,
         *(f"race on every pool, at {f:.0%}" for f in RACES),
         *(f"race on every pool, tie check at {t:.0%}, else at {f:.0%}" for t, f in TIE_RACES))}
     opened, per_row = [], []
@@ -210,7 +217,7 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
                                             else picks["gated race (shipped)"][-1])
         picks["gated race, scouted both ways"].append((r, "high", 0.0) if lead <= -SCOUT + 1e-9
                                                       else picks["gated race, scouted"][-1])
-        gained = high_gain is None or number(r["features"].get("high_accuracy_gain")) >= high_gain
+        gained = high_gain is None or as_float(r["features"].get("high_accuracy_gain")) >= high_gain
         picks[high_row(high_scout, high_gain)].append(
             (r, "high", 0.0) if d.race is not None and gained and scouting.scouts_high(r["features"])
             else picks[AT_SHARES][-1])
@@ -226,6 +233,7 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
                                              else picks[PLAIN][-1])
         picks[hold_row(HOLD)].append((r, *held.replay(r, at_shares=True)) if d.race is not None
                                      else picks[AT_SHARES][-1])
+        picks[NO_HOLD].append((r, *unheld.replay(r, at_shares=True)) if d.race is not None else picks[AT_SHARES][-1])
         opened.append(d.race is not None)
         kept, share = picks[AT_SHARES][-1][1:]
         per_row.append({"source": r["source"], "repeat": r["repeat"], "budget": r["budget"],
@@ -321,9 +329,9 @@ def high_row(t: float, gain: float | None = None) -> str:
     return f"{AT_SHARES}, D_high scouted at {t:g}{where}"
 
 
-def number(v) -> float:
-    """A measured input as a float (NaN where the record lacks it or holds no number)."""
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else math.nan
+def as_float(v) -> float:
+    """A measured input as a float (NaN where the record lacks it or holds no finite number)."""
+    return float(v) if number(v) else math.nan
 
 
 # what `--store` keeps of a judgment in the predictor's meta.transfer: {stored name: the row of judge's table}

@@ -226,7 +226,8 @@ class Gate:
                           + f", at most {race_words}")
         tie = f" (at {self.tie:.0%} {TIE_WORDS})" if self.tie is not None else ""
         if self.hold:
-            tie += f" (D_low kept only on a lead beyond {self.hold:g} standard errors of the held-out problems)"
+            tie += (f" (D_low kept only on a lead beyond {self.hold:g} standard error{'' if self.hold == 1 else 's'} of the "
+                    "held-out problems)")
         if self.fast_fraction is not None:
             tie += (f" (to {self.fast_fraction:.0%} where the probe's faster set raised held-out accuracy by "
                     f"{self.fast_gain:g} or more)")

@@ -258,7 +258,8 @@ def race_headline(plan: dict) -> str:
         line += (f"; at {plan['tie']:.0%} of the budget it stops for D_high unless D_low has led or is gaining "
                  f"(about {plan['tie']:.0%} more training then)")
     if plan.get("hold"):
-        line += f"; D_low is kept only on a lead beyond {plan['hold']:g} standard errors of the held-out problems"
+        line += (f"; D_low is kept only on a lead beyond {plan['hold']:g} standard error{'' if plan['hold'] == 1 else 's'} "
+                 "of the held-out problems")
     e = plan.get("expected")
     if e:
         opened = e.get("overhead_where_open")

@@ -753,9 +753,9 @@ def test_a_gate_offered_a_hold_keeps_d_high_where_d_low_leads_by_noise_and_the_p
     assert [c for _, c, _ in gated_picks(rows, ALWAYS_HIGH, plain)] == ["high"] * 10  # so it stays shut
     assert [c for _, c, _ in gated_picks(rows, ALWAYS_HIGH, held)] == ["high"] * 6 + ["low"] * 4
     assert Gate.from_dict(held.to_dict()) == held and gate_ok(held.to_dict()) and "hold" not in plain.to_dict()
-    assert "D_low kept only on a lead beyond 1 standard errors" in held.describe()
+    assert "D_low kept only on a lead beyond 1 standard error of" in held.describe()
     rejects_non_numbers(Policy(0.5, 0.1, True, held), "hold")
     assert not gate_ok({**held.to_dict(), "hold": -1}) and not gate_ok({**held.to_dict(), "hold": 11})
     plan = Policy(0.5, 0.1, True, held).race_plan(0.4, {})
-    assert plan["hold"] == 1.0 and "lead beyond 1 standard errors" in race_headline({**plan, "expected": None})
+    assert plan["hold"] == 1.0 and "lead beyond 1 standard error of" in race_headline({**plan, "expected": None})
     assert not race_problems({**plan, "hold": "x"}) == [] and race_problems(plan) == []

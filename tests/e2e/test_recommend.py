@@ -1,6 +1,7 @@
 """calibrate -> fit -> recommend on the smallest lab student, the priors, and the manifest feeding training."""
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from helpers import ROOT, addition_pool, build_tiny, lab_pool, make_records, rea
 
 from capacity_advisor.advisor.fit import FitSettings, fit_and_save
 from capacity_advisor.advisor.predictor import Predictor
+from capacity_advisor.core.errors import InputError
 from capacity_advisor.training.manifest import load_manifest
 
 
@@ -573,18 +575,24 @@ def test_fit_settings_that_do_not_fit_together_are_one_error_line(tmp_path):
     from capacity_advisor.advisor.fit import FitSettings
 
     FitSettings(open_cap=1.5, cost="tokens").check()  # taken in tokens
+    for bad in (math.nan, math.inf, -1.0, 11.0, True, "1"):  # what the flag's own type lets no value through to
+        with pytest.raises(InputError, match="--race-hold-added"):
+            FitSettings(race_hold_added=bad).check()
+    FitSettings(race_hold_added=0.0).check()
+    FitSettings(race_hold_added=10).check()
 
 
 def test_fit_with_the_gap_scout_fixed_keeps_it_in_every_gate(tmp_path):
     """`--gap-scout-at G` is not chosen: the saved gate takes D_low from the pool at G. With
     `--gap-scout-added` the gate is the one a fit without the scout chooses, the scout set on it, in
-    the fit and in every held-out fold."""
+    the fit and in every held-out fold; `--race-hold-added Z` sets a hold on those gates the same way."""
     path = tmp_path / "records.jsonl"
     write_jsonl(path, make_records())
     saved = {}
     for name, extra in (("plain", ()), ("at", ("--gap-scout-at", -0.25)),
                         ("added", ("--gap-scout-at", -0.25, "--gap-scout-added")),
-                        ("held", ("--gap-scout-at", -0.25, "--gap-scout-added", "--race-hold-added", 1))):
+                        ("held", ("--gap-scout-at", -0.25, "--gap-scout-added", "--race-hold-added", 1)),
+                        ("hold only", ("--race-hold-added", 1))):
         r = run("fit", "--records", path, "--out", tmp_path / name, "--features", "probe", "--kinds", "logistic",
                 "--members", 2, "--cv-members", 2, "--cv", "student", *extra)
         assert r.exit_code == 0, r.stderr
@@ -596,5 +604,9 @@ def test_fit_with_the_gap_scout_fixed_keeps_it_in_every_gate(tmp_path):
     assert folds and all(f["race"] == {**saved["plain"]["cv"]["student"]["policies"][k]["race"], "gap_scout": -0.25}
                          for k, f in folds.items())
     # `--race-hold-added Z`: the same gates again, each race holding D_low to a lead beyond Z standard errors
-    assert saved["held"]["policy"]["race"] == {**saved["added"]["policy"]["race"], "hold": 1.0}
-    assert all(f["race"] == {**folds[k]["race"], "hold": 1.0} for k, f in saved["held"]["cv"]["student"]["policies"].items())
+    # (beside the gap scout, or alone on the gates a plain fit chooses)
+    for name, base in (("held", saved["added"]), ("hold only", saved["plain"])):
+        assert saved[name]["policy"]["race"] == {**base["policy"]["race"], "hold": 1.0}
+        held = saved[name]["cv"]["student"]["policies"]
+        assert held.keys() == base["cv"]["student"]["policies"].keys() and held
+        assert all(f["race"] == {**base["cv"]["student"]["policies"][k]["race"], "hold": 1.0} for k, f in held.items())

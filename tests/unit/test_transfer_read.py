@@ -2,6 +2,7 @@
 each run keeps the seed its unit folder names, so two seeds of one student are two units, not one."""
 
 import json
+import math
 
 import pytest
 
@@ -58,16 +59,6 @@ def test_the_gated_race_is_replayed_with_the_plans_own_stops(monkeypatch):
     assert 0 < sum(-x >= t - 1e-9 for x in leads) < len(rows)
     assert scouted["overhead"] == pytest.approx(sum(s for _, s in at) / len(at))
     assert scouted["regret"] == pytest.approx(100 * sum(regret(r, c) for r, (c, _) in zip(rows, at)) / len(at))
-    # ... and where it also needs D_high's own gain in the probe: rows under that gain are raced
-    gains = [transfer.number(r["features"].get("high_accuracy_gain")) for r in rows]
-    g = sorted(x for x, y in zip(gains, leads) if -y >= t - 1e-9)[-1]  # the scouted rows' highest gain: some fall under
-    both = transfer.judge(records, high_scout=t, high_gain=g)["methods"][transfer.high_row(t, g)]["all"]
-    at = [("high", 0.0) if -x >= t - 1e-9 and y >= g else gate.replay(r, at_shares=True)
-          for r, x, y in zip(rows, leads, gains)]
-    assert 0 < sum(c == "high" and s == 0.0 for c, s in at) < sum(-x >= t - 1e-9 for x in leads)
-    assert both["overhead"] == pytest.approx(sum(s for _, s in at) / len(at))
-    assert both["overhead"] > scouted["overhead"]
-    assert both["regret"] == pytest.approx(100 * sum(regret(r, c) for r, (c, _) in zip(rows, at)) / len(at))
 
 
 def test_the_cost_where_a_plan_races_is_the_mean_over_the_rows_it_raced_on():
@@ -170,3 +161,44 @@ def test_the_likelihood_gap_rows_take_d_low_without_a_race_only_where_the_sum_ra
     assert t["methods"][PLAIN]["by_source"]["place/smollm2-135m-ft@T1"]["overhead"] > 0
     lead = t["methods"][gap_lead_row(GAP_LEAD)]["by_source"]
     assert lead["place/smollm2-135m-ft@T1"]["overhead"] == 0 and lead["round/scripted"] == picks["round/scripted"]
+
+
+def test_the_d_high_scout_with_a_gain_reads_only_rows_whose_gain_is_measured_and_reached(monkeypatch, capsys):
+    """`--high-scout-gain G`: a row whose probe shows D_high ahead by the scout's lead is taken as D_high
+    only where D_high's own accuracy gain in the probe is a number of G or more; a row without that
+    gain, or below it, is raced as the plan races it; a G that is not an accuracy gain is one error line."""
+    import copy
+
+    from capacity_advisor.advisor.lab.published import records as published_records
+    from helpers import ROOT
+
+    import experiments.transfer as transfer
+    from capacity_advisor.advisor.predictor import Policy, label_rows
+    from capacity_advisor.advisor.predictor.gate import Gate
+    from capacity_advisor.advisor.predictor.races import with_curves
+
+    # the five largest students at both seeds: D_high leads the probe by 0.08-0.13 (l-wide) or by 0.7 (xl, xxl)
+    records = copy.deepcopy(published_records(ROOT / "calibration" / "lab2" / "subtraction-program")[30:])
+    gate = Gate(0.0, math.inf, 0.75)  # opens on every row
+    monkeypatch.setattr(transfer.Policy, "of", classmethod(lambda cls, p, g=gate: Policy(margin=2.0, gate=g)))
+    t, g = 0.07, 0.5
+    for r in records:  # one unit's D_high gain goes missing from its records
+        if r["unit"]["size"] == "xxl" and r["unit"]["seed"] == 1:
+            r["features"] = {k: v for k, v in r["features"].items() if k != "high_accuracy_gain"}
+    rows = with_curves(label_rows(records), records)
+    leads = [-transfer.accuracy_lead(r["features"]) for r in rows]
+    gains = [transfer.as_float(r["features"].get("high_accuracy_gain")) for r in rows]
+    scouted = [x >= t and y >= g for x, y in zip(leads, gains)]
+    assert any(scouted)
+    assert any(x >= t and y < g for x, y in zip(leads, gains))  # ahead, but learned little from D_high
+    assert any(x >= t and math.isnan(y) for x, y in zip(leads, gains))  # ahead, gain not measured
+    want = [("high", 0.0) if s else gate.replay(r, at_shares=True) for r, s in zip(rows, scouted)]
+    got = transfer.judge(records, high_scout=t, high_gain=g)["methods"][transfer.high_row(t, g)]["all"]
+    assert got["overhead"] == pytest.approx(sum(s for _, s in want) / len(want))
+    assert got["regret"] == pytest.approx(100 * sum(transfer.regret(r, c) for r, (c, _) in zip(rows, want)) / len(want))
+    without = transfer.judge(records, high_scout=t)["methods"][transfer.high_row(t)]["all"]  # no gain asked: more scouted
+    assert without["overhead"] < got["overhead"]
+    for bad in ("2", "-1.5", "nan"):
+        assert transfer.main([str(ROOT / "calibration" / "lab2" / "subtraction-explore"), "--high-scout-gain", bad]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --high-scout-gain") and err.count("\n") == 1

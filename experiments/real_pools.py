@@ -584,13 +584,20 @@ def pycode_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[bo
         raise ValueError(f"the program teacher writes {', '.join(PYCODE_TASKS)} only, not {row['task']}")
     p = parse(row["task"], row["problem"])
     out = [(arith_pycode_solution(p, s, rng), True, s) for s in PYCODE_STYLES]
-    style = rng.choice(("lines", "comments"))
-    if arith_steps(p["e"], slip=True)[-1][1] == p["x"]:
-        p_wrong = {**p, "steps": [*p["steps"][:-1], (str(p["x"] + 1), p["x"] + 1)]}
-        out.append((arith_pycode_solution(p_wrong, style, rng), False, "wrong"))
-    else:
-        out.append((arith_pycode_solution(p, style, rng, slip=True), False, "wrong"))
+    out.append((arith_wrong(p, arith_pycode_solution, rng.choice(("lines", "comments")), rng), False, "wrong"))
     return _shuffled(out, rng)
+
+
+def arith_wrong(p: dict, solve, style: str, rng: random.Random) -> str:
+    """An `arith` teacher's wrong candidate in `style` (`solve`: the teacher's solution writer): the
+    sign slip, or, where there is no `- -n` to slip on, an off-by-one in the last step."""
+    if arith_steps(p["e"], slip=True)[-1][1] == p["x"]:
+        return solve({**p, "steps": [*p["steps"][:-1], (str(p["x"] + 1), p["x"] + 1)]}, style, rng)
+    return solve(p, style, rng, slip=True)
+
+
+POOL_TEACHERS = {"scripted": "scripted", "mixlang": "mixed-language", "pycode": "program"}  # the verbs that write pools
+TEACHER_TASKS = {"scripted": tuple(TASKS), "mixlang": MIXLANG_TASKS, "pycode": PYCODE_TASKS}
 
 
 def place_slip(p: dict) -> int | None:
@@ -634,12 +641,7 @@ def scripted_candidates(row: dict, rng: random.Random) -> tuple[list[str], list[
         return _shuffled(out, rng)
     if row["task"] == "arith":
         out = [(arith_solution(p, s, rng), True, s) for s in STYLES]
-        wrong = arith_steps(p["e"], slip=True)[-1][1]
-        if wrong == p["x"]:  # no `- -n` to slip on: an off-by-one in the last step
-            p_wrong = {**p, "steps": [*p["steps"][:-1], (str(p["x"] + 1), p["x"] + 1)]}
-            out.append((arith_solution(p_wrong, rng.choice(("equations", "prose")), rng), False, "wrong"))
-        else:
-            out.append((arith_solution(p, rng.choice(("equations", "prose")), rng, slip=True), False, "wrong"))
+        out.append((arith_wrong(p, arith_solution, rng.choice(("equations", "prose")), rng), False, "wrong"))
         return _shuffled(out, rng)
     solve = linear_solution if row["task"] == "linear" else place_solution
     out = [(solve(p, s, rng), True, s) for s in STYLES]
@@ -662,7 +664,7 @@ def scripted_pool(rows: list[dict], task: str, seed: int = SEED, teacher: str = 
     """The pool split of `task` with the candidates of `teacher` (`scripted`, `mixlang` or `pycode`)."""
     from capacity_advisor.training.text_metrics import check_answer
 
-    write = {"mixlang": mixlang_candidates, "pycode": pycode_candidates}.get(teacher, scripted_candidates)
+    write = {"scripted": scripted_candidates, "mixlang": mixlang_candidates, "pycode": pycode_candidates}[teacher]
     rng = random.Random(f"{seed}-{task}" if teacher == "scripted" else f"{seed}-{task}-{teacher}")
     out = []
     for r in rows:
@@ -729,15 +731,10 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("problems", help="the problems of every task and split, from mathematics_dataset")
     a.add_argument("--out", required=True)
     a.add_argument("--seed", type=int, default=SEED)
-    b = sub.add_parser("scripted", help="the scripted teacher's pool of each task (the pool split)")
-    b.add_argument("problems")
-    b.add_argument("--out", required=True, help="folder: TASK-scripted.jsonl per task")
-    m = sub.add_parser("mixlang", help="the mixed-language teacher's pool of each of its tasks (the pool split)")
-    m.add_argument("problems")
-    m.add_argument("--out", required=True, help="folder: TASK-mixlang.jsonl per task")
-    y = sub.add_parser("pycode", help="the program teacher's pool of each of its tasks (the pool split)")
-    y.add_argument("problems")
-    y.add_argument("--out", required=True, help="folder: TASK-pycode.jsonl per task")
+    for teacher, words in POOL_TEACHERS.items():
+        b = sub.add_parser(teacher, help=f"the {words} teacher's pool of each of its tasks (the pool split)")
+        b.add_argument("problems")
+        b.add_argument("--out", required=True, help=f"folder: TASK-{teacher}.jsonl per task")
     c = sub.add_parser("teacher-data", help="the neural teacher's fine-tuning rows (the teacher split)")
     c.add_argument("problems")
     c.add_argument("--out", required=True)
@@ -758,23 +755,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "problems":
         n = write_jsonl(args.out, make_problems(args.seed))
         print(f"wrote {n} problems to {args.out}")
-    elif args.cmd == "scripted":
+    elif args.cmd in POOL_TEACHERS:
         rows = read_jsonl(args.problems)
-        for task in TASKS:
-            path = Path(args.out) / f"{task}-scripted.jsonl"
-            n = write_jsonl(path, scripted_pool(rows, task))
-            print(f"wrote {n} problems to {path}")
-    elif args.cmd == "mixlang":
-        rows = read_jsonl(args.problems)
-        for task in MIXLANG_TASKS:
-            path = Path(args.out) / f"{task}-mixlang.jsonl"
-            n = write_jsonl(path, scripted_pool(rows, task, teacher="mixlang"))
-            print(f"wrote {n} problems to {path}")
-    elif args.cmd == "pycode":
-        rows = read_jsonl(args.problems)
-        for task in PYCODE_TASKS:
-            path = Path(args.out) / f"{task}-pycode.jsonl"
-            n = write_jsonl(path, scripted_pool(rows, task, teacher="pycode"))
+        for task in TEACHER_TASKS[args.cmd]:
+            path = Path(args.out) / f"{task}-{args.cmd}.jsonl"
+            n = write_jsonl(path, scripted_pool(rows, task, teacher=args.cmd))
             print(f"wrote {n} problems to {path}")
     elif args.cmd == "teacher-data":
         n = write_jsonl(args.out, teacher_data(read_jsonl(args.problems)))

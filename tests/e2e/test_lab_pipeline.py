@@ -28,7 +28,7 @@ def test_the_committed_sources_replay_to_the_predictors_training_set_byte_for_by
     replays too, keeps each problem's correctness, and is not in the file."""
     committed = (CALIBRATION / "records.jsonl").read_bytes()
     fitted_on = set(load_predictor(None).meta["record_files"][0]["sources"])
-    assert len(SOURCES) == 39
+    assert len(SOURCES) == 40
     blocks, since = [], []
     for folder in SOURCES:
         out = tmp_path / f"{folder.name}.jsonl"
@@ -43,7 +43,7 @@ def test_the_committed_sources_replay_to_the_predictors_training_set_byte_for_by
         at = committed.find(block)
         assert block and at >= 0 and committed.count(block) == 1, folder.name
         blocks.append((at, at + len(block)))
-    assert sorted(since) == ["addition-explore", "arith-scripted-s0", "arith-scripted-s1", "digitsum-explore", "digitsum-program", "digitsum-terse", "linear-scripted", "listmax-explore", "listmax-terse", "modchain-explore", "modchain-terse", "place-mixlang-s0", "place-mixlang-s1", "place-neural-s0", "place-neural-s1", "place-scripted-s0", "place-scripted-s1", "poly-scripted-s0", "poly-scripted-s1", "round-mixlang-s0", "round-mixlang-s1", "round-mixlang-s2", "round-scripted-s0", "round-scripted-s1", "subtraction-explore", "subtraction-program", "subtraction-terse"]
+    assert sorted(since) == ["addition-explore", "arith-scripted-s0", "arith-scripted-s1", "digitsum-explore", "digitsum-program", "digitsum-terse", "linear-scripted", "listmax-explore", "listmax-terse", "modchain-explore", "modchain-terse", "place-mixlang-s0", "place-mixlang-s1", "place-neural-s0", "place-neural-s1", "place-scripted-s0", "place-scripted-s1", "poly-scripted-s0", "poly-scripted-s1", "round-mixlang-s0", "round-mixlang-s1", "round-mixlang-s2", "round-scripted-s0", "round-scripted-s1", "round-scripted-s2", "subtraction-explore", "subtraction-program", "subtraction-terse"]
     blocks.sort()
     assert blocks[0][0] == 0 and blocks[-1][1] == len(committed)
     assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))  # contiguous: nothing left out, nothing twice

@@ -5,6 +5,7 @@ always-low, always-mixed, plain races and the noise floor.
     python -m experiments.transfer calibration/real/* --markdown
     python -m experiments.transfer runs/real/linear-scripted runs/real/place-scripted-s0 --predictor runs/pred --json
     python -m experiments.transfer calibration/real/round-scripted-s0 --rows   # and each row as the plan met it
+    python -m experiments.transfer calibration/real/* --race 0.75 --race-tie 0.5 --json   # the gate, another race
 
 FOLDERs are published calibrations (`advisor lab publish`), `advisor calibrate` folders (their
 records.jsonl, or while they run, every finished run's record.json), or records files. Each
@@ -49,6 +50,12 @@ is the plan whose races hold (`Gate.hold`, HOLD; `advisor fit --race-hold-added`
 share keeps D_low only where its lead beats Z standard errors of the problems read (the shipped gate holds
 at 1, so with it that row is the shipped plan); "... D_low kept on any lead (no hold)" is the same plan
 with its races not holding (the gate shipped before the hold).
+
+`--race F` (and `--race-tie T`) judge the shipped gate with its race stopped at F of the budget (and a
+tie check at T: there the race stops for D_high unless D_low has led or is gaining, `training.race.levels`)
+in place of the race it ships: every other part of the plan (members, thresholds, scouts, hold) stays, so the
+rows say what a cheaper race costs where the gate opens. Not with `--store`, which keeps the shipped gate's
+own judgment.
 
 `--store NAME` also keeps the judgment in the judged predictor (`--predictor`, required: the shipped
 one is `--predictor advisor/predictor_data`) as meta.transfer's entry NAME, with the gate it judged
@@ -390,6 +397,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--high-scout-gain", type=float, default=None, metavar="G",
                     help="the \"D_high scouted\" row takes D_high only where D_high's own accuracy gain in the probe is "
                          "G or more too (e.g. 0.05)")
+    ap.add_argument("--race", type=float, default=None, metavar="F",
+                    help="judge the shipped gate with its race stopped at F of the budget (0 < F ≤ 1) in place of its own")
+    ap.add_argument("--race-tie", type=float, default=None, metavar="T",
+                    help="with --race: a tie check at T of the budget (0 < T < F), where the race stops for D_high "
+                         "unless D_low has led or is gaining")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--rows", action="store_true",
@@ -406,6 +418,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --high-scout-gain {args.high_scout_gain} must be an accuracy gain from -1 to 1, e.g. 0.05",
               file=sys.stderr)
         return 2
+    gate = None
+    if args.race_tie is not None and args.race is None:
+        print("error: --race-tie T needs --race F (the share the race stops at without a tie), e.g. --race 0.75 "
+              "--race-tie 0.5", file=sys.stderr)
+        return 2
+    if args.race is not None:
+        if args.store is not None:
+            print("error: --store keeps the shipped gate's own judgment; drop --race / --race-tie to store it",
+                  file=sys.stderr)
+            return 2
+        try:
+            RaceRule(fraction=args.race, k=None, tie=args.race_tie).check()
+            shipped = Policy.of(load_predictor(args.predictor)).gate
+        except InputError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if shipped is None:
+            print("error: --race replaces the race of the predictor's gate, and this predictor has none (fit it with "
+                  "`advisor fit --scout`, or leave --race out)", file=sys.stderr)
+            return 2
+        gate = replace(shipped, fraction=args.race, tie=args.race_tie, wait=None)
     if args.store is not None:
         from capacity_advisor.advisor.probe.plan import predictor_root
         from capacity_advisor.advisor.recommendation.draws import plain
@@ -428,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                   "with --predictor", file=sys.stderr)
             return 2
     try:
-        t = judge(read_records(args.paths), args.predictor, args.high_scout, high_gain=args.high_scout_gain)
+        t = judge(read_records(args.paths), args.predictor, args.high_scout, gate=gate, high_gain=args.high_scout_gain)
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

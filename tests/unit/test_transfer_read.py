@@ -202,3 +202,37 @@ def test_the_d_high_scout_with_a_gain_reads_only_rows_whose_gain_is_measured_and
         assert transfer.main([str(ROOT / "calibration" / "lab2" / "subtraction-explore"), "--high-scout-gain", bad]) == 2
         err = capsys.readouterr().err
         assert err.startswith("error: --high-scout-gain") and err.count("\n") == 1
+
+
+def test_another_race_on_the_shipped_gate_changes_only_where_its_races_stop(capsys):
+    """`--race F [--race-tie T]`: the shipped plan with its race stopped at F (and a tie check at T).
+    At the shipped share it is the shipped judgment itself; stopped sooner, every raced row stops at
+    the new share (or at the tie check), the gate opens on the same rows, and the rows the gate left
+    shut are as they were. Bad values are one error line before any row is read."""
+    from helpers import ROOT
+
+    from experiments.transfer import AT_SHARES, main
+
+    folders = [str(ROOT / "calibration" / "real" / f) for f in ("round-scripted-s0", "round-mixlang-s2")]
+
+    def judged(*extra):
+        assert main([*folders, "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    shipped, same = judged(), judged("--race", "0.75")
+    assert same["methods"][AT_SHARES] == shipped["methods"][AT_SHARES] and same["per_row"] == shipped["per_row"]
+    raced = [p for p in shipped["per_row"] if p["raced"]]
+    assert raced and {p["share"] for p in raced} == {0.75}
+    for extra, stops in ((("--race", "0.5"), {0.5}), (("--race", "0.75", "--race-tie", "0.3"), {0.3, 0.75})):
+        t = judged(*extra)
+        assert [p["raced"] for p in t["per_row"]] == [p["raced"] for p in shipped["per_row"]]
+        assert {p["share"] for p in t["per_row"] if p["raced"]} <= stops
+        assert [p for p in t["per_row"] if not p["raced"]] == [p for p in shipped["per_row"] if not p["raced"]]
+        assert t["methods"][AT_SHARES]["all"]["overhead"] <= shipped["methods"][AT_SHARES]["all"]["overhead"]
+    assert 0.3 in {p["share"] for p in judged("--race", "0.75", "--race-tie", "0.3")["per_row"]}
+    for bad, words in ((("--race-tie", "0.5"), "needs --race F"), (("--race", "1.5"), "--race 1.5 must be"),
+                       (("--race", "0.5", "--race-tie", "0.5"), "--race-tie 0.5 must be"),
+                       (("--race", "0.5", "--store", "x"), "--store keeps the shipped gate's own judgment")):
+        assert main([*folders, *bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: ") and words in err[0], err

@@ -53,7 +53,7 @@ with its races not holding (the gate shipped before the hold).
 
 `--race F` (and `--race-tie T`) judge the shipped gate with its race stopped at F of the budget (and a
 tie check at T: there the race stops for D_high unless D_low has led or is gaining, `training.race.levels`)
-in place of the race it ships: every other part of the plan (members, thresholds, scouts, hold) stays, so the
+in place of the race it ships (a wait dropped): every other part of the plan (members, thresholds, scouts, hold) stays, so the
 rows say what a cheaper race costs where the gate opens. Not with `--store`, which keeps the shipped gate's
 own judgment.
 

@@ -53,7 +53,7 @@ with its races not holding (the gate shipped before the hold).
 
 `--race F` (and `--race-tie T`) judge the shipped gate with its race stopped at F of the budget (and a
 tie check at T: there the race stops for D_high unless D_low has led or is gaining, `training.race.levels`)
-in place of the race it ships (a wait dropped): every other part of the plan (members, thresholds, scouts, hold) stays, so the
+in place of the race it ships (its wait, lead stop and fast learner's stop dropped): every other part of the plan (members, thresholds, scouts, hold) stays, so the
 rows say what a cheaper race costs where the gate opens. Not with `--store`, which keeps the shipped gate's
 own judgment.
 
@@ -302,8 +302,11 @@ def markdown(t: dict) -> str:
             return "—"
         return f"{100 * v:.0f} %" if pct else f"{v:.2f}"
 
+    race = t.get("race")
     lines = [f"{t['rows']} rows (unit x budget), sources: {', '.join(t['sources'])}; the shipped gate opened on "
-             f"{f(t['gate_opened'], True)} of them", "",
+             f"{f(t['gate_opened'], True)} of them"
+             + (f"; its race replaced: stopped at {race['fraction']:.0%} of the budget"
+                + (f", tie check at {race['tie']:.0%}" if race.get("tie") is not None else "") if race else ""), "",
              "| method | regret | other seed | other half | within 3 points | extra training | in tokens | raced on | "
              "extra training where raced | " + " | ".join(t["sources"]) + " |", "|---" * (9 + len(t["sources"])) + "|"]
     for name, m in t["methods"].items():
@@ -435,10 +438,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
         if shipped is None:
-            print("error: --race replaces the race of the predictor's gate, and this predictor has none (fit it with "
-                  "`advisor fit --scout`, or leave --race out)", file=sys.stderr)
+            print("error: --race replaces the race of the predictor's gate, and this predictor has none (refit it with "
+                  "`advisor fit`, or leave --race out)", file=sys.stderr)
             return 2
-        gate = replace(shipped, fraction=args.race, tie=args.race_tie, wait=None)
+        if shipped.never:
+            print("error: --race replaces the race of the predictor's gate, and its gate never opens: there is no race "
+                  "to replace (leave --race out)", file=sys.stderr)
+            return 2
+        # the whole race replaced: no wait, lead stop or fast learner's stop of the gate's own
+        gate = replace(shipped, fraction=args.race, tie=args.race_tie, wait=None, k=None, patient=False,
+                       fast_gain=math.inf, fast_fraction=None)
     if args.store is not None:
         from capacity_advisor.advisor.probe.plan import predictor_root
         from capacity_advisor.advisor.recommendation.draws import plain
@@ -462,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         t = judge(read_records(args.paths), args.predictor, args.high_scout, gate=gate, high_gain=args.high_scout_gain)
+        if gate is not None:
+            t["race"] = {"fraction": gate.fraction, "tie": gate.tie}  # what replaced the shipped gate's race
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

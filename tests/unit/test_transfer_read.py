@@ -230,8 +230,23 @@ def test_another_race_on_the_shipped_gate_changes_only_where_its_races_stop(caps
         assert [p for p in t["per_row"] if not p["raced"]] == [p for p in shipped["per_row"] if not p["raced"]]
         assert t["methods"][AT_SHARES]["all"]["overhead"] <= shipped["methods"][AT_SHARES]["all"]["overhead"]
     assert 0.3 in {p["share"] for p in judged("--race", "0.75", "--race-tie", "0.3")["per_row"]}
+    assert judged("--race", "0.5")["race"] == {"fraction": 0.5, "tie": None} and "race" not in shipped
+    # where D_low overtakes late (the exploring teacher's digitsum), a race stopped at 40 % keeps D_low on
+    # fewer rows, and each row's regret is its own accuracies' at what it kept
+    folders[:] = [str(ROOT / "calibration" / "lab2" / "digitsum-explore")]
+    late, short = judged(), judged("--race", "0.4")
+    assert [p["raced"] for p in late["per_row"]] == [p["raced"] for p in short["per_row"]]  # rows in one order
+    kept, now = ([p["kept"] for p in t["per_row"] if p["raced"]] for t in (late, short))
+    assert kept.count("low") > now.count("low") > 0
+    assert short["methods"][AT_SHARES]["all"]["regret"] > late["methods"][AT_SHARES]["all"]["regret"]
+    for p in short["per_row"]:
+        best = max(p["accuracy"].values())
+        assert p["regret"] == pytest.approx(100 * (best - p["accuracy"][p["kept"]]))
+    assert main([*folders, "--race", "0.4"]) == 0 and "its race replaced: stopped at 40% of the budget" in \
+        capsys.readouterr().out
     for bad, words in ((("--race-tie", "0.5"), "needs --race F"), (("--race", "1.5"), "--race 1.5 must be"),
                        (("--race", "0.5", "--race-tie", "0.5"), "--race-tie 0.5 must be"),
+                       (("--race", "nan"), "--race nan must be"), (("--race", "0.5", "--race-tie", "inf"), "--race-tie inf"),
                        (("--race", "0.5", "--store", "x"), "--store keeps the shipped gate's own judgment")):
         assert main([*folders, *bad]) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -211,6 +211,10 @@ class FitSettings:
         "Set this hold (standard errors, 0 to 10) on the gate chosen without one (its thresholds, race and scouts as "
         "a fit without a hold chooses them), in every held-out fold and in the fit, rather than offering it to the "
         "choice as --race-hold does.")})
+    race_tie_added: float | None = field(default=None, metadata={"help": (
+        "Set a tie check at this share of the budget (0 to 1) on the gate chosen without one, in every held-out fold "
+        "and in the fit: there its race stops for D_high unless D_low has led or is gaining. A gate whose race stops "
+        "at or before the share keeps none.")})
     n_members: int = field(default=MEMBERS, metadata={"help": "Ensemble members (bootstrap resamples of the calibration units)."})
     jobs: int = field(default=1, metadata={"help": "Processes fitting members in parallel."})
     seed: int = field(default=0, metadata={"help": "Bootstrap draws and LightGBM's seed."})
@@ -263,6 +267,8 @@ class FitSettings:
             if any(self.race_hold):
                 bad.append("--race-hold offers holds to the gate's choice and --race-hold-added sets one after it: give "
                            "one of them")
+        if self.race_tie_added is not None and not (number(self.race_tie_added) and 0 < self.race_tie_added < 1):
+            bad.append(f"--race-tie-added {self.race_tie_added!r} must be a share of the budget between 0 and 1, e.g. 0.5")
         if self.cost not in COSTS:
             bad.append(f"--cost {self.cost!r} is unknown: use {', '.join(COSTS)}")
         if self.race_grid not in RACE_GRIDS:
@@ -321,7 +327,8 @@ def fit_and_save(records: Sequence[dict], out: str | Path, settings: FitSettings
         scouts = tuple((*as_scout(sc)[:2], float(settings.gap_scout_at)) for sc in scouts)
     # gate fields set on each chosen gate after the choice (in every held-out fold and in the fit)
     added = {**({"gap_scout": float(settings.gap_scout_at)} if settings.gap_scout_added else {}),
-             **({"hold": float(settings.race_hold_added)} if settings.race_hold_added is not None else {})} or None
+             **({"hold": float(settings.race_hold_added)} if settings.race_hold_added is not None else {}),
+             **({"tie": float(settings.race_tie_added)} if settings.race_tie_added is not None else {})} or None
     for s in settings.cv:
         if not folds(rows, s):
             continue

@@ -268,6 +268,7 @@ def generate(as_json, **kw):
 @field_option(FitSettings, "gap_scout_added")
 @field_option(FitSettings, "race_hold")
 @field_option(FitSettings, "race_hold_added", type=Finite(0, 10))
+@field_option(FitSettings, "race_tie_added", type=Finite(0, 1))
 @field_option(FitSettings, "n_members", "--members", type=click.IntRange(1, MAX_MEMBERS))
 @field_option(FitSettings, "cv_members", "--cv-members", type=click.IntRange(1, MAX_MEMBERS))
 @field_option(FitSettings, "gate_draws", "--gate-draws", type=click.IntRange(1, MAX_DRAWS))

@@ -334,7 +334,8 @@ def with_gate(policy: Policy, measured: Sequence, cap: float = CAP, open_cap: fl
     the splits is lowest, each split's overhead within the cap, counted as `cost` says —; unchanged where the rows carry
     no curves to replay a race on (`races.with_curves`) or nothing was measured. `added`: Gate fields
     set on the gate so chosen, which was chosen without them (`advisor fit --gap-scout-added`: the gap
-    scout, `Gate.gap_scout`; `--race-hold-added`: its race's hold, `Gate.hold`)."""
+    scout, `Gate.gap_scout`; `--race-hold-added`: its race's hold, `Gate.hold`; `--race-tie-added`: a tie
+    check, `Gate.tie`, kept only where the chosen race stops after it and has none of its own)."""
     from dataclasses import replace
 
     sets = [list(m) for m in measured] if measured and isinstance(measured[0], (list, tuple)) else [list(measured)]
@@ -343,6 +344,9 @@ def with_gate(policy: Policy, measured: Sequence, cap: float = CAP, open_cap: fl
         return policy
     gate = choose_gate(sets[0], policy, cap, *sets[1:], open_cap=open_cap, races=races, scouts=scouts, cost=cost)
     if added:  # (choose_gate always finds one: the gate that never opens costs nothing)
+        tie = added.get("tie")
+        if tie is not None and (gate.tie is not None or gate.fraction <= tie):  # a race that stops by then, or checks
+            added = {k: v for k, v in added.items() if k != "tie"}
         gate = replace(gate, **added)
     return replace(policy, gate=gate)
 

@@ -568,7 +568,8 @@ def test_fit_settings_that_do_not_fit_together_are_one_error_line(tmp_path):
                          (("--gap-scout", "--gap-scout-at", -0.25), "give one of them"),
                          (("--gap-scout-added",), "give --gap-scout-at G too"),
                          (("--race-hold", "0,1", "--race-hold-added", 1), "give one of them"),
-                         (("--race-hold-added", 11), "--race-hold-added")):
+                         (("--race-hold-added", 11), "--race-hold-added"),
+                         (("--race-tie-added", 1.5), "--race-tie-added"), (("--race-tie-added", "nan"), "--race-tie-added")):
         r = run("fit", "--records", path, "--out", tmp_path / "pred", *extra)
         assert r.exit_code == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
         assert not (tmp_path / "pred").exists()
@@ -580,6 +581,10 @@ def test_fit_settings_that_do_not_fit_together_are_one_error_line(tmp_path):
             FitSettings(race_hold_added=bad).check()
     FitSettings(race_hold_added=0.0).check()
     FitSettings(race_hold_added=10).check()
+    for bad in (math.nan, 0.0, 1.0, -0.5, True, "0.5"):
+        with pytest.raises(InputError, match="--race-tie-added"):
+            FitSettings(race_tie_added=bad).check()
+    FitSettings(race_tie_added=0.5).check()
 
 
 def test_fit_with_the_gap_scout_fixed_keeps_it_in_every_gate(tmp_path):
@@ -592,7 +597,9 @@ def test_fit_with_the_gap_scout_fixed_keeps_it_in_every_gate(tmp_path):
     for name, extra in (("plain", ()), ("at", ("--gap-scout-at", -0.25)),
                         ("added", ("--gap-scout-at", -0.25, "--gap-scout-added")),
                         ("held", ("--gap-scout-at", -0.25, "--gap-scout-added", "--race-hold-added", 1)),
-                        ("hold only", ("--race-hold-added", 1))):
+                        ("hold only", ("--race-hold-added", 1)),
+                        ("tie", ("--race-hold-added", 1, "--race-tie-added", 0.2)),
+                        ("tie late", ("--race-hold-added", 1, "--race-tie-added", 0.5))):
         r = run("fit", "--records", path, "--out", tmp_path / name, "--features", "probe", "--kinds", "logistic",
                 "--members", 2, "--cv-members", 2, "--cv", "student", *extra)
         assert r.exit_code == 0, r.stderr
@@ -610,3 +617,16 @@ def test_fit_with_the_gap_scout_fixed_keeps_it_in_every_gate(tmp_path):
         held = saved[name]["cv"]["student"]["policies"]
         assert held.keys() == base["cv"]["student"]["policies"].keys() and held
         assert all(f["race"] == {**base["cv"]["student"]["policies"][k]["race"], "hold": 1.0} for k, f in held.items())
+    # `--race-tie-added T`: a tie check at T on those gates, where their race stops after T and has none of its
+    # own; a gate whose race stops by T keeps none (these gates race to 30 %: a check at 20 %, none at 50 %)
+    def tied(race: dict, t: float) -> dict:
+        return {**race, "tie": t} if race.get("tie") is None and race["fraction"] > t else race
+
+    base = {k: f["race"] for k, f in saved["hold only"]["cv"]["student"]["policies"].items()}
+    seen = set()
+    for name, t in (("tie", 0.2), ("tie late", 0.5)):
+        assert saved[name]["policy"]["race"] == tied(saved["hold only"]["policy"]["race"], t)
+        gates = {k: f["race"] for k, f in saved[name]["cv"]["student"]["policies"].items()}
+        assert gates.keys() == base.keys() and all(gates[k] == tied(base[k], t) for k in gates)
+        seen |= {(name, "tie" in g) for g in [*gates.values(), saved[name]["policy"]["race"]]}
+    assert ("tie", True) in seen and ("tie late", False) in seen  # both branches met

@@ -180,13 +180,31 @@ def gap_scouts(row: dict, g: float) -> bool:
     return gap_of(row["features"], row["score"]) <= g  # NaN (not ranked by the sum, or unmeasured): never
 
 
+def with_race(gate, fraction: float, tie: float | None):
+    """`gate` with its whole race replaced (`--race F --race-tie T`): stopped at `fraction` of the budget,
+    with a tie check at `tie`, and none of its own wait, lead stop or fast learner's stop. InputError where
+    the values are no race or the predictor has no gate that opens."""
+    RaceRule(fraction=fraction, k=None, tie=tie).check()
+    if gate is None:
+        raise InputError("--race replaces the race of the predictor's gate, and this predictor has none (refit it with "
+                         "`advisor fit`, or leave --race out)")
+    if gate.never:
+        raise InputError("--race replaces the race of the predictor's gate, and its gate never opens: there is no race "
+                         "to replace (leave --race out)")
+    return replace(gate, fraction=fraction, tie=tie, wait=None, k=None, patient=False, fast_gain=math.inf,
+                   fast_fraction=None)
+
+
 def judge(records: list[dict], predictor_dir: str | None = None, high_scout: float = HIGH_SCOUT, gate=None,
-          high_gain: float | None = None) -> dict:
+          high_gain: float | None = None, new_race: tuple[float, float | None] | None = None) -> dict:
     """{method: {"all": summary, "by_source": {source: summary}}, "rows": n} on the records' rows;
     `gate`: this gate in place of the predictor's (`experiments.gate_ties`); `high_gain`: the D_high
-    scout's row also needs D_high's accuracy gain in the probe to reach it."""
+    scout's row also needs D_high's accuracy gain in the probe to reach it; `new_race` (fraction, tie): the
+    predictor's gate with that race in place of its own (`with_race`), named in the result's `race`."""
 
     predictor = load_predictor(predictor_dir)
+    if new_race is not None:
+        gate = with_race(Policy.of(predictor).gate, *new_race)
     policy = Policy.of(predictor) if gate is None else replace(Policy.of(predictor), gate=gate)
     scouting = replace(policy.gate, high_scout=high_scout) if policy.gate else None  # the gate with a D_high scout
     plain = replace(policy, gate=replace(policy.gate, gap_scout=-math.inf)) if policy.gate else policy
@@ -263,7 +281,8 @@ def judge(records: list[dict], predictor_dir: str | None = None, high_scout: flo
         return token_share(r.get("tokens") or {}, kept, share)  # (`label_rows` borrows another seed's count)
 
     floor = noise_floor(rows)
-    out = {"rows": len(rows), "gate_opened": mean(opened) if opened else None, "per_row": per_row,
+    out = {**({"race": {"fraction": gate.fraction, "tie": gate.tie}} if new_race is not None else {}),  # what replaced it
+           "rows": len(rows), "gate_opened": mean(opened) if opened else None, "per_row": per_row,
            "sources": sorted({r["source"] for r in rows}), "students": sorted({str(r["student"]) for r in rows}),
            "methods": {}}
     for name, pairs in {**picks, "noise floor": [(r, c, 0.0) for r, c in floor]}.items():
@@ -421,7 +440,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --high-scout-gain {args.high_scout_gain} must be an accuracy gain from -1 to 1, e.g. 0.05",
               file=sys.stderr)
         return 2
-    gate = None
     if args.race_tie is not None and args.race is None:
         print("error: --race-tie T needs --race F (the share the race stops at without a tie), e.g. --race 0.75 "
               "--race-tie 0.5", file=sys.stderr)
@@ -431,23 +449,11 @@ def main(argv: list[str] | None = None) -> int:
             print("error: --store keeps the shipped gate's own judgment; drop --race / --race-tie to store it",
                   file=sys.stderr)
             return 2
-        try:
+        try:  # the values before any record is read; the gate they replace in `judge` (`with_race`)
             RaceRule(fraction=args.race, k=None, tie=args.race_tie).check()
-            shipped = Policy.of(load_predictor(args.predictor)).gate
         except InputError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        if shipped is None:
-            print("error: --race replaces the race of the predictor's gate, and this predictor has none (refit it with "
-                  "`advisor fit`, or leave --race out)", file=sys.stderr)
-            return 2
-        if shipped.never:
-            print("error: --race replaces the race of the predictor's gate, and its gate never opens: there is no race "
-                  "to replace (leave --race out)", file=sys.stderr)
-            return 2
-        # the whole race replaced: no wait, lead stop or fast learner's stop of the gate's own
-        gate = replace(shipped, fraction=args.race, tie=args.race_tie, wait=None, k=None, patient=False,
-                       fast_gain=math.inf, fast_fraction=None)
     if args.store is not None:
         from capacity_advisor.advisor.probe.plan import predictor_root
         from capacity_advisor.advisor.recommendation.draws import plain
@@ -470,9 +476,8 @@ def main(argv: list[str] | None = None) -> int:
                   "with --predictor", file=sys.stderr)
             return 2
     try:
-        t = judge(read_records(args.paths), args.predictor, args.high_scout, gate=gate, high_gain=args.high_scout_gain)
-        if gate is not None:
-            t["race"] = {"fraction": gate.fraction, "tie": gate.tie}  # what replaced the shipped gate's race
+        t = judge(read_records(args.paths), args.predictor, args.high_scout, high_gain=args.high_scout_gain,
+                  new_race=None if args.race is None else (args.race, args.race_tie))
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
